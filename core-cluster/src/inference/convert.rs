@@ -1,0 +1,66 @@
+//! Conversions between the protobuf messages and the domain types; prost types stop here.
+
+use proto::inference as pb;
+
+use super::request::{ChatMessage, GenerationRequest, Role, SamplingParams, Timings};
+use super::worker::GenerationEvent;
+use super::InferenceError;
+
+impl TryFrom<pb::GenerateRequest> for GenerationRequest {
+    type Error = InferenceError;
+
+    fn try_from(r: pb::GenerateRequest) -> Result<Self, Self::Error> {
+        let messages = r
+            .messages
+            .into_iter()
+            .map(|m| Ok(ChatMessage { role: Role::parse(&m.role)?, content: m.content }))
+            .collect::<Result<Vec<_>, InferenceError>>()?;
+        let s = r.sampling.unwrap_or_default();
+        Ok(Self {
+            request_id: r.request_id,
+            tenant: r.tenant,
+            model: r.model,
+            messages,
+            sampling: SamplingParams {
+                max_tokens: s.max_tokens,
+                temperature: s.temperature,
+                top_p: s.top_p,
+                seed: s.seed,
+                stop: s.stop,
+            },
+        })
+    }
+}
+
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+impl From<Timings> for pb::Timings {
+    fn from(t: Timings) -> Self {
+        Self {
+            queue_us: micros(t.queue),
+            prefill_us: micros(t.prefill),
+            decode_us: micros(t.decode),
+            ttft_us: micros(t.ttft),
+        }
+    }
+}
+
+/// A worker event as a stream item: text and the summary are events, a failure ends the stream with a status.
+impl From<GenerationEvent> for Result<pb::GenerateEvent, tonic::Status> {
+    fn from(event: GenerationEvent) -> Self {
+        use pb::generate_event::Event;
+        let event = match event {
+            GenerationEvent::Text(text) => Event::Delta(pb::TokenDelta { text }),
+            GenerationEvent::Done(s) => Event::Done(pb::GenerateDone {
+                finish_reason: s.finish_reason.as_str().to_owned(),
+                prompt_tokens: s.prompt_tokens,
+                completion_tokens: s.completion_tokens,
+                timings: Some(s.timings.into()),
+            }),
+            GenerationEvent::Failed(e) => return Err(e.into()),
+        };
+        Ok(pb::GenerateEvent { event: Some(event) })
+    }
+}

@@ -1,0 +1,98 @@
+//! The inference pod's Prometheus metrics.
+
+use shared::metrics::{Counter, Histogram, MetricsText};
+
+use super::request::{FinishReason, GenerationSummary};
+use super::worker::Load;
+
+/// Every metric the pod exports at `/metrics`.
+#[derive(Debug)]
+pub struct PodMetrics {
+    /// Generations that ended with `finish_reason = "stop"`.
+    pub finished_stop: Counter,
+    /// Generations that ended with `finish_reason = "length"`.
+    pub finished_length: Counter,
+    /// Requests refused before queueing (bad input, unknown model, queue full, not ready).
+    pub rejected: Counter,
+    /// Generations abandoned because the client went away.
+    pub cancelled: Counter,
+    /// Generations that failed inside the model.
+    pub failed: Counter,
+    /// Prompt tokens processed.
+    pub prompt_tokens: Counter,
+    /// Tokens generated.
+    pub generated_tokens: Counter,
+    /// Time spent waiting for the model.
+    pub queue_seconds: Histogram,
+    /// Prompt processing time.
+    pub prefill_seconds: Histogram,
+    /// Generation time after the first token.
+    pub decode_seconds: Histogram,
+    /// Arrival to first token.
+    pub ttft_seconds: Histogram,
+    /// Average time per output token after the first, per request.
+    pub tpot_seconds: Histogram,
+}
+
+impl Default for PodMetrics {
+    fn default() -> Self {
+        Self {
+            finished_stop: Counter::default(),
+            finished_length: Counter::default(),
+            rejected: Counter::default(),
+            cancelled: Counter::default(),
+            failed: Counter::default(),
+            prompt_tokens: Counter::default(),
+            generated_tokens: Counter::default(),
+            queue_seconds: Histogram::latency(),
+            prefill_seconds: Histogram::latency(),
+            decode_seconds: Histogram::latency(),
+            ttft_seconds: Histogram::latency(),
+            tpot_seconds: Histogram::latency(),
+        }
+    }
+}
+
+impl PodMetrics {
+    /// Records a finished generation.
+    pub fn record(&self, summary: &GenerationSummary) {
+        match summary.finish_reason {
+            FinishReason::Stop => self.finished_stop.inc(),
+            FinishReason::Length => self.finished_length.inc(),
+        }
+        self.prompt_tokens.add(u64::from(summary.prompt_tokens));
+        self.generated_tokens.add(u64::from(summary.completion_tokens));
+        let t = &summary.timings;
+        self.queue_seconds.observe(t.queue.as_secs_f64());
+        self.prefill_seconds.observe(t.prefill.as_secs_f64());
+        self.decode_seconds.observe(t.decode.as_secs_f64());
+        self.ttft_seconds.observe(t.ttft.as_secs_f64());
+        if summary.completion_tokens > 1 {
+            self.tpot_seconds.observe(t.decode.as_secs_f64() / f64::from(summary.completion_tokens - 1));
+        }
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self, model: &str, ready: bool, load: &Load) -> String {
+        let m = &[("model", model)];
+        let outcome = |o: &'static str| [("model", model), ("outcome", o)];
+        let help = "Generation requests by outcome.";
+        MetricsText::default()
+            .gauge("inference_pod_ready", "1 once the model is loaded.", m, f64::from(u8::from(ready)))
+            .counter("inference_requests_total", help, &outcome("stop"), &self.finished_stop)
+            .counter("inference_requests_total", help, &outcome("length"), &self.finished_length)
+            .counter("inference_requests_total", help, &outcome("rejected"), &self.rejected)
+            .counter("inference_requests_total", help, &outcome("cancelled"), &self.cancelled)
+            .counter("inference_requests_total", help, &outcome("failed"), &self.failed)
+            .counter("inference_prompt_tokens_total", "Prompt tokens processed.", m, &self.prompt_tokens)
+            .counter("inference_generated_tokens_total", "Tokens generated.", m, &self.generated_tokens)
+            .gauge("inference_queue_depth", "Requests waiting for the model.", m, load.queued() as f64)
+            .gauge("inference_running", "Requests being generated.", m, load.running() as f64)
+            .histogram("inference_queue_seconds", "Time waiting for the model.", m, &self.queue_seconds)
+            .histogram("inference_prefill_seconds", "Prompt processing time.", m, &self.prefill_seconds)
+            .histogram("inference_decode_seconds", "Generation time after the first token.", m, &self.decode_seconds)
+            .histogram("inference_ttft_seconds", "Time from arrival to the first token.", m, &self.ttft_seconds)
+            .histogram("inference_tpot_seconds", "Time per output token after the first.", m, &self.tpot_seconds)
+            .finish()
+    }
+}

@@ -1,0 +1,47 @@
+//! The inference pod: SmolLM2-135M-Instruct (GGUF, 4-bit) on candle, served over gRPC.
+//!
+//! # Layout
+//! - [`config`]: [`PodConfig`], what the daemon needs to start.
+//! - [`tokenizer`]: the byte-level BPE tokenizer rebuilt from the GGUF metadata.
+//! - [`chat_template`]: ChatML prompts, with the markers as token ids so content cannot forge them.
+//! - [`detokenizer`]: incremental decoding that only ever emits complete UTF-8.
+//! - [`stop`]: stop strings, held back until they can no longer match.
+//! - [`sampler`]: greedy argmax or seeded temperature / top-p sampling.
+//! - [`request`]: the domain types of a generation (validated parameters, outcome, timings).
+//! - [`engine`]: loads the model and runs one generation (chunked prefill, then one token per step).
+//! - [`worker`]: the queue and the dedicated OS thread that owns the engine.
+//! - [`convert`]: protobuf <-> domain conversions (prost types stop there).
+//! - [`auth`]: the interceptor that checks the tier secret on every gRPC call.
+//! - [`service`]: the tonic `InferencePod` service.
+//! - [`metrics`]: Prometheus counters, histograms and gauges.
+//! - [`server`]: [`run`], one listener for gRPC (h2c) and HTTP `/healthz`, `/metrics`.
+//!
+//! Architecture Invariant: the model runs on exactly one OS thread, one request at a time; async tasks
+//! only validate, tokenize, queue and stream.
+//!
+//! Architecture Invariant: text sent to a client never contains a ChatML marker, a request's stop
+//! string, or a partial UTF-8 sequence.
+
+pub mod auth;
+pub mod chat_template;
+pub mod config;
+pub mod convert;
+pub mod detokenizer;
+pub mod engine;
+pub mod error;
+pub mod metrics;
+pub mod request;
+pub mod sampler;
+pub mod server;
+pub mod service;
+pub mod stop;
+pub mod tokenizer;
+pub mod worker;
+
+pub use config::{PodConfig, TierSecret};
+pub use engine::Engine;
+pub use error::InferenceError;
+pub use server::run;
+
+#[cfg(test)]
+pub(crate) mod test_support;

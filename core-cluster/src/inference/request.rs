@@ -1,0 +1,216 @@
+//! The domain types of a generation: what is asked, how it ended, how long it took.
+
+use std::time::Duration;
+
+use super::InferenceError;
+
+/// Most stop strings one request may carry.
+pub const MAX_STOP_STRINGS: usize = 16;
+/// Longest stop string, in bytes.
+pub const MAX_STOP_LEN: usize = 256;
+
+/// Who wrote a chat message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Instructions that frame the conversation.
+    System,
+    /// The person asking.
+    User,
+    /// The model's earlier answers.
+    Assistant,
+}
+
+impl Role {
+    /// Parses a normalized role name (`"system"`, `"user"`, `"assistant"`).
+    pub fn parse(role: &str) -> Result<Self, InferenceError> {
+        match role {
+            "system" => Ok(Self::System),
+            "user" => Ok(Self::User),
+            "assistant" => Ok(Self::Assistant),
+            other => Err(InferenceError::InvalidRequest(format!("unknown role {other:?}"))),
+        }
+    }
+
+    /// The role's name as the chat template writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::System => "system",
+            Self::User => "user",
+            Self::Assistant => "assistant",
+        }
+    }
+}
+
+/// One turn of the conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatMessage {
+    /// Who wrote it.
+    pub role: Role,
+    /// What was written.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message from `role`.
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Self { role, content: content.into() }
+    }
+}
+
+/// How to pick tokens and when to stop.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// Most tokens to generate (the end-of-turn token counts as one).
+    pub max_tokens: u32,
+    /// 0 means greedy (argmax) decoding; otherwise the softmax temperature, at most 2.
+    pub temperature: f32,
+    /// Nucleus sampling mass in (0, 1]; 0 means 1 (no truncation).
+    pub top_p: f32,
+    /// Seed of the sampler's random generator; a random one when absent.
+    pub seed: Option<u64>,
+    /// Generation stops before the first occurrence of any of these; the text excludes it.
+    pub stop: Vec<String>,
+}
+
+impl SamplingParams {
+    /// Greedy decoding of at most `max_tokens` tokens, no stop strings.
+    pub fn greedy(max_tokens: u32) -> Self {
+        Self { max_tokens, temperature: 0.0, top_p: 1.0, seed: None, stop: Vec::new() }
+    }
+
+    /// Checks the parameters against the model's context window.
+    pub fn validate(&self, context: usize) -> Result<(), InferenceError> {
+        let invalid = |m: String| Err(InferenceError::InvalidRequest(m));
+        if self.max_tokens == 0 || self.max_tokens as usize > context {
+            return invalid(format!("max_tokens must be in 1..={context}, got {}", self.max_tokens));
+        }
+        if !(0.0..=2.0).contains(&self.temperature) {
+            return invalid(format!("temperature must be in 0..=2, got {}", self.temperature));
+        }
+        if !(0.0..=1.0).contains(&self.top_p) {
+            return invalid(format!("top_p must be in 0..=1, got {}", self.top_p));
+        }
+        if self.stop.len() > MAX_STOP_STRINGS {
+            return invalid(format!("at most {MAX_STOP_STRINGS} stop strings, got {}", self.stop.len()));
+        }
+        if self.stop.iter().any(|s| s.is_empty() || s.len() > MAX_STOP_LEN) {
+            return invalid(format!("stop strings must be 1..={MAX_STOP_LEN} bytes"));
+        }
+        Ok(())
+    }
+}
+
+/// A chat completion to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerationRequest {
+    /// The caller's id for the request, for logs.
+    pub request_id: String,
+    /// The tenant the request belongs to, for logs.
+    pub tenant: String,
+    /// The model asked for; must be the one the pod serves (case-insensitive).
+    pub model: String,
+    /// The conversation so far.
+    pub messages: Vec<ChatMessage>,
+    /// How to sample and when to stop.
+    pub sampling: SamplingParams,
+}
+
+impl GenerationRequest {
+    /// Checks everything that does not need the tokenizer.
+    pub fn validate(&self, served_model: &str, context: usize) -> Result<(), InferenceError> {
+        if !self.model.eq_ignore_ascii_case(served_model) {
+            return Err(InferenceError::UnknownModel {
+                requested: self.model.clone(),
+                served: served_model.to_owned(),
+            });
+        }
+        if self.messages.is_empty() {
+            return Err(InferenceError::InvalidRequest("no messages".into()));
+        }
+        self.sampling.validate(context)
+    }
+}
+
+/// Why a generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// End of turn, end of text, or a stop string.
+    Stop,
+    /// `max_tokens` reached, or the context window is full.
+    Length,
+}
+
+impl FinishReason {
+    /// The OpenAI name of the reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::Length => "length",
+        }
+    }
+}
+
+/// Where a request's time went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timings {
+    /// Waiting in the queue for the model.
+    pub queue: Duration,
+    /// Processing the prompt and picking the first token.
+    pub prefill: Duration,
+    /// Generating every token after the first.
+    pub decode: Duration,
+    /// From arrival in the queue to the first generated token.
+    pub ttft: Duration,
+}
+
+/// How a finished generation went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GenerationSummary {
+    /// Why it ended.
+    pub finish_reason: FinishReason,
+    /// Tokens in the templated prompt.
+    pub prompt_tokens: u32,
+    /// Tokens generated (the end-of-turn token included).
+    pub completion_tokens: u32,
+    /// Where the time went.
+    pub timings: Timings,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> GenerationRequest {
+        GenerationRequest {
+            request_id: "r".into(),
+            tenant: "t".into(),
+            model: "m".into(),
+            messages: vec![ChatMessage::new(Role::User, "hi")],
+            sampling: SamplingParams::greedy(8),
+        }
+    }
+
+    #[test]
+    fn validation_rejects_bad_input() {
+        assert!(request().validate("m", 100).is_ok());
+        assert!(matches!(request().validate("other", 100), Err(InferenceError::UnknownModel { .. })));
+        let mut r = request();
+        r.messages.clear();
+        assert!(r.validate("m", 100).is_err());
+        for max_tokens in [0, 101] {
+            let mut r = request();
+            r.sampling.max_tokens = max_tokens;
+            assert!(r.validate("m", 100).is_err(), "{max_tokens}");
+        }
+        let mut r = request();
+        r.sampling.temperature = f32::NAN;
+        assert!(r.validate("m", 100).is_err());
+        let mut r = request();
+        r.sampling.top_p = 1.5;
+        assert!(r.validate("m", 100).is_err());
+        let mut r = request();
+        r.sampling.stop = vec![String::new()];
+        assert!(r.validate("m", 100).is_err());
+        assert!(Role::parse("tool").is_err());
+    }
+}

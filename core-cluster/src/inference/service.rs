@@ -1,0 +1,137 @@
+//! The tonic `InferencePod` service: validates, queues, and streams generations.
+
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+
+use proto::inference as pb;
+use proto::inference::inference_pod_server::InferencePod;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::{Stream, StreamExt as _};
+use tonic::{Request, Response, Status};
+
+use super::chat_template::encode_prompt;
+use super::metrics::PodMetrics;
+use super::request::GenerationRequest;
+use super::tokenizer::ChatTokenizer;
+use super::worker::{GenerationEvent, Load, Worker};
+use super::{Engine, InferenceError};
+
+/// The pod's request handling, shared by the gRPC service and the HTTP routes. Cheap to clone.
+#[derive(Clone)]
+pub struct InferenceService {
+    /// State shared by every clone.
+    shared: Arc<Shared>,
+}
+
+/// State shared by every clone of the service.
+struct Shared {
+    /// The model name requests must use.
+    model_name: String,
+    /// The pod's metrics.
+    metrics: Arc<PodMetrics>,
+    /// Set once the model is loaded.
+    ready: OnceLock<Ready>,
+}
+
+/// What exists once the model is loaded.
+struct Ready {
+    /// The queue into the model thread.
+    worker: Worker,
+    /// The model's tokenizer, to template and measure prompts before queueing.
+    tokenizer: Arc<ChatTokenizer>,
+    /// The model's context window.
+    context: usize,
+}
+
+/// The stream of a `Generate` call.
+pub type GenerateStream = Pin<Box<dyn Stream<Item = Result<pb::GenerateEvent, Status>> + Send>>;
+
+impl InferenceService {
+    /// A service for `model_name` whose model is still loading.
+    pub fn new(model_name: impl Into<String>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                model_name: model_name.into(),
+                metrics: Arc::new(PodMetrics::default()),
+                ready: OnceLock::new(),
+            }),
+        }
+    }
+
+    /// Hands the loaded model to a new worker thread; requests are accepted from now on.
+    pub fn set_ready(&self, engine: Engine, max_queue: usize) -> std::io::Result<()> {
+        let tokenizer = Arc::clone(engine.tokenizer());
+        let context = engine.context_len();
+        let worker = Worker::spawn(Arc::new(engine), Arc::clone(&self.shared.metrics), max_queue)?;
+        if self.shared.ready.set(Ready { worker, tokenizer, context }).is_err() {
+            tracing::warn!("model loaded twice; keeping the first");
+        }
+        Ok(())
+    }
+
+    /// Whether the model is loaded.
+    pub fn is_ready(&self) -> bool {
+        self.shared.ready.get().is_some()
+    }
+
+    /// The Prometheus text exposition of the pod's metrics.
+    pub fn render_metrics(&self) -> String {
+        let idle = Load::default();
+        let (ready, load) = match self.shared.ready.get() {
+            Some(r) => (true, r.worker.load().as_ref()),
+            None => (false, &idle),
+        };
+        self.shared.metrics.render(&self.shared.model_name, ready, load)
+    }
+
+    /// Validates and templates a request, then queues it.
+    async fn start(
+        &self,
+        request: GenerationRequest,
+    ) -> Result<tokio::sync::mpsc::UnboundedReceiver<GenerationEvent>, InferenceError> {
+        let ready = self.shared.ready.get().ok_or(InferenceError::NotReady)?;
+        request.validate(&self.shared.model_name, ready.context)?;
+        // Tokenizing a long conversation takes milliseconds: keep it off the async workers.
+        let tokenizer = Arc::clone(&ready.tokenizer);
+        let messages = request.messages;
+        let prompt = tokio::task::spawn_blocking(move || encode_prompt(&tokenizer, &messages))
+            .await
+            .map_err(|e| InferenceError::Tokenizer(e.to_string()))??;
+        if prompt.len() >= ready.context {
+            return Err(InferenceError::PromptTooLong { prompt_tokens: prompt.len(), context: ready.context });
+        }
+        ready.worker.submit(prompt, request.sampling)
+    }
+}
+
+#[tonic::async_trait]
+impl InferencePod for InferenceService {
+    type GenerateStream = GenerateStream;
+
+    #[tracing::instrument(name = "generate", skip_all, fields(request_id, tenant))]
+    async fn generate(&self, request: Request<pb::GenerateRequest>) -> Result<Response<GenerateStream>, Status> {
+        let started = async {
+            let request = GenerationRequest::try_from(request.into_inner())?;
+            let span = tracing::Span::current();
+            span.record("request_id", request.request_id.as_str());
+            span.record("tenant", request.tenant.as_str());
+            self.start(request).await
+        };
+        let events = started.await.inspect_err(|e| {
+            self.shared.metrics.rejected.inc();
+            tracing::debug!(error = %e, "request rejected");
+        })?;
+        let stream = UnboundedReceiverStream::new(events).map(Result::<pb::GenerateEvent, Status>::from);
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn health(&self, _request: Request<pb::HealthRequest>) -> Result<Response<pb::HealthReply>, Status> {
+        let ready = self.shared.ready.get().ok_or(InferenceError::NotReady)?;
+        let load = ready.worker.load();
+        Ok(Response::new(pb::HealthReply {
+            model: self.shared.model_name.clone(),
+            queue_depth: u32::try_from(load.queued()).unwrap_or(u32::MAX),
+            running: u32::try_from(load.running()).unwrap_or(u32::MAX),
+        }))
+    }
+}

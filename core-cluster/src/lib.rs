@@ -1,0 +1,10 @@
+//! The core cluster: the authoritative cache state replicated with Raft, and the inference pods it drives.
+//!
+//! # Layout
+//! - [`node`]: the `core-node` daemon: openraft over sled, the Raft and cache gRPC services, routing to pods.
+//! - [`inference`]: the `inference-pod` daemon: the real SmolLM2 model, generation, its gRPC service.
+//!
+//! The two binaries in `src/bin/` only parse their command line, set up tracing and call into these modules.
+
+pub mod inference;
+pub mod node;

@@ -1,0 +1,227 @@
+//! The core node's command line and its validated configuration.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use super::auth::TierSecret;
+use super::error::CoreError;
+use super::types::NodeId;
+
+/// Environment variable that holds the tier secret (unless `--tier-secret-file` is given).
+pub const TIER_SECRET_ENV: &str = "MESH_TIER_SECRET";
+
+/// The `core-node` command line. Every flag can also come from its environment variable.
+#[derive(Debug, Parser)]
+#[command(name = "core-node", version, about = "A core node: the authoritative LLM cache on Raft, driving inference pods.")]
+pub struct NodeArgs {
+    /// This node's Raft id; it must appear in `--peers`.
+    #[arg(long, env = "CORE_NODE_ID")]
+    pub id: NodeId,
+    /// Address to listen on, for gRPC (Raft, CoreCache) and HTTP (/healthz, /metrics) alike.
+    #[arg(long, env = "CORE_NODE_LISTEN")]
+    pub listen: SocketAddr,
+    /// Directory of this node's sled database (Raft log, vote, state machine, snapshots).
+    #[arg(long, env = "CORE_NODE_DATA_DIR")]
+    pub data_dir: PathBuf,
+    /// Every core node as `id=host:port`, comma-separated; the same list on every node.
+    #[arg(long, env = "CORE_NODE_PEERS", value_delimiter = ',', value_parser = parse_peer, required = true)]
+    pub peers: Vec<(NodeId, String)>,
+    /// Inference pods as `http://host:port`, comma-separated, in order of preference.
+    #[arg(long, env = "CORE_NODE_PODS", value_delimiter = ',', required = true)]
+    pub pods: Vec<String>,
+    /// Form the cluster from `--peers` if this node has no Raft state yet (give it to one node only).
+    #[arg(long, env = "CORE_NODE_BOOTSTRAP")]
+    pub bootstrap: bool,
+    /// File that holds the tier secret; without it the secret comes from `MESH_TIER_SECRET`.
+    #[arg(long, env = "MESH_TIER_SECRET_FILE")]
+    pub tier_secret_file: Option<PathBuf>,
+    /// Raft heartbeat interval in milliseconds.
+    #[arg(long, env = "CORE_NODE_HEARTBEAT_MS", default_value_t = RaftTuning::default().heartbeat_ms)]
+    pub heartbeat_ms: u64,
+    /// Lower bound of the randomized election timeout in milliseconds.
+    #[arg(long, env = "CORE_NODE_ELECTION_MIN_MS", default_value_t = RaftTuning::default().election_timeout_min_ms)]
+    pub election_timeout_min_ms: u64,
+    /// Upper bound of the randomized election timeout in milliseconds.
+    #[arg(long, env = "CORE_NODE_ELECTION_MAX_MS", default_value_t = RaftTuning::default().election_timeout_max_ms)]
+    pub election_timeout_max_ms: u64,
+    /// Build a snapshot (and later purge the log) after this many log entries since the last one.
+    #[arg(long, env = "CORE_NODE_SNAPSHOT_LOGS", default_value_t = RaftTuning::default().snapshot_logs)]
+    pub snapshot_logs: u64,
+    /// How long a write may wait for a leader and a quorum before the caller gets `unavailable`, in ms.
+    #[arg(long, env = "CORE_NODE_COMMIT_TIMEOUT_MS", default_value_t = 10_000)]
+    pub commit_timeout_ms: u64,
+}
+
+impl NodeArgs {
+    /// Validates the arguments and reads the tier secret (from the file, else from `MESH_TIER_SECRET`).
+    pub fn into_config(self) -> Result<NodeConfig, CoreError> {
+        let secret = match &self.tier_secret_file {
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|e| CoreError::Config(format!("cannot read the tier secret file {}: {e}", path.display())))?
+                .trim_end_matches(['\r', '\n'])
+                .to_owned(),
+            None => std::env::var(TIER_SECRET_ENV)
+                .map_err(|_| CoreError::Config(format!("set {TIER_SECRET_ENV} or --tier-secret-file")))?,
+        };
+        let config = NodeConfig {
+            id: self.id,
+            data_dir: self.data_dir,
+            peers: self.peers.into_iter().collect(),
+            pods: self.pods,
+            bootstrap: self.bootstrap,
+            tier_secret: TierSecret::new(&secret)?,
+            raft: RaftTuning {
+                heartbeat_ms: self.heartbeat_ms,
+                election_timeout_min_ms: self.election_timeout_min_ms,
+                election_timeout_max_ms: self.election_timeout_max_ms,
+                snapshot_logs: self.snapshot_logs,
+            },
+            commit_timeout: Duration::from_millis(self.commit_timeout_ms),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// Parses one `id=host:port` item of `--peers`.
+fn parse_peer(item: &str) -> Result<(NodeId, String), String> {
+    let (id, addr) = item.trim().split_once('=').ok_or_else(|| format!("peer {item:?} is not id=host:port"))?;
+    let id = id.trim().parse::<NodeId>().map_err(|e| format!("peer id {id:?}: {e}"))?;
+    let addr = addr.trim();
+    if addr.is_empty() || addr.contains('/') || !addr.contains(':') {
+        return Err(format!("peer address {addr:?} is not host:port"));
+    }
+    Ok((id, addr.to_owned()))
+}
+
+/// Everything a core node needs to run, validated.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// This node's Raft id (a key of `peers`).
+    pub id: NodeId,
+    /// Directory of the node's sled database.
+    pub data_dir: PathBuf,
+    /// Every core node's id and `host:port`, this one included; the initial Raft membership.
+    pub peers: BTreeMap<NodeId, String>,
+    /// Inference pod URLs in order of preference.
+    pub pods: Vec<String>,
+    /// Whether to form the cluster from `peers` when this node has no Raft state.
+    pub bootstrap: bool,
+    /// The secret every gRPC call between tiers carries.
+    pub tier_secret: TierSecret,
+    /// Raft timing and snapshot policy.
+    pub raft: RaftTuning,
+    /// How long a write may wait for a leader and a quorum.
+    pub commit_timeout: Duration,
+}
+
+impl NodeConfig {
+    /// Checks the invariants the rest of the node relies on.
+    pub fn validate(&self) -> Result<(), CoreError> {
+        if !self.peers.contains_key(&self.id) {
+            return Err(CoreError::Config(format!("node id {} is not in --peers", self.id)));
+        }
+        if self.pods.is_empty() {
+            return Err(CoreError::Config("at least one inference pod is needed (--pods)".into()));
+        }
+        for pod in &self.pods {
+            if !(pod.starts_with("http://") || pod.starts_with("https://")) {
+                return Err(CoreError::Config(format!("pod {pod:?} must be an http:// URL")));
+            }
+        }
+        let r = &self.raft;
+        if r.heartbeat_ms == 0 || r.election_timeout_min_ms <= r.heartbeat_ms || r.election_timeout_max_ms <= r.election_timeout_min_ms {
+            return Err(CoreError::Config("need 0 < heartbeat < election timeout min < election timeout max".into()));
+        }
+        Ok(())
+    }
+
+    /// This node's own advertised address (from `peers`).
+    pub fn advertised_addr(&self) -> Option<&str> {
+        self.peers.get(&self.id).map(String::as_str)
+    }
+}
+
+/// Raft timing, tuned for a loaded two-core machine: heartbeats are frequent enough that a follower notices
+/// a dead leader within about a second, and elections are slow enough that a busy (not dead) leader keeps
+/// its term.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RaftTuning {
+    /// Heartbeat interval in milliseconds.
+    pub heartbeat_ms: u64,
+    /// Lower bound of the election timeout in milliseconds.
+    pub election_timeout_min_ms: u64,
+    /// Upper bound of the election timeout in milliseconds.
+    pub election_timeout_max_ms: u64,
+    /// Log entries since the last snapshot that trigger a new one.
+    pub snapshot_logs: u64,
+}
+
+impl Default for RaftTuning {
+    fn default() -> Self {
+        Self { heartbeat_ms: 200, election_timeout_min_ms: 1000, election_timeout_max_ms: 2000, snapshot_logs: 5000 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> NodeArgs {
+        let mut argv = vec![
+            "core-node",
+            "--id",
+            "2",
+            "--listen",
+            "127.0.0.1:7002",
+            "--data-dir",
+            "/tmp/x",
+            "--peers",
+            "1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003",
+            "--pods",
+            "http://127.0.0.1:7100",
+        ];
+        argv.extend_from_slice(extra);
+        NodeArgs::try_parse_from(argv).expect("valid command line")
+    }
+
+    #[test]
+    fn parses_peers_and_pods() {
+        let a = args(&["--bootstrap"]);
+        assert_eq!(a.peers, vec![(1, "127.0.0.1:7001".into()), (2, "127.0.0.1:7002".into()), (3, "127.0.0.1:7003".into())]);
+        assert_eq!(a.pods, vec!["http://127.0.0.1:7100".to_owned()]);
+        assert!(a.bootstrap);
+        assert_eq!(a.heartbeat_ms, 200);
+    }
+
+    #[test]
+    fn rejects_bad_peers() {
+        assert!(parse_peer("1127.0.0.1:7001").is_err());
+        assert!(parse_peer("x=127.0.0.1:7001").is_err());
+        assert!(parse_peer("1=").is_err());
+        assert_eq!(parse_peer(" 7=h:1 "), Ok((7, "h:1".to_owned())));
+    }
+
+    #[test]
+    fn reads_the_secret_from_a_file_and_validates() {
+        let path = std::env::temp_dir().join(format!("core-node-secret-{}", std::process::id()));
+        std::fs::write(&path, "abc\n").expect("write temp file");
+        let mut a = args(&[]);
+        a.tier_secret_file = Some(path.clone());
+        let config = a.into_config().expect("valid config");
+        assert!(config.tier_secret.check(&config.tier_secret.request(()).metadata().clone()).is_ok());
+        assert_eq!(config.advertised_addr(), Some("127.0.0.1:7002"));
+        let _ = std::fs::remove_file(&path);
+
+        let mut bad = config.clone();
+        bad.id = 9;
+        assert!(bad.validate().is_err());
+        let mut bad = config;
+        bad.pods = vec!["127.0.0.1:7100".into()];
+        assert!(bad.validate().is_err());
+    }
+}

@@ -1,0 +1,75 @@
+//! The core node's error type and its one conversion to a gRPC status.
+
+use tonic::{Code, Status};
+
+/// Everything that can go wrong in a core node, from bad input to a lost quorum.
+///
+/// `Display` is a short sentence without the source chain; the gRPC status carries it to the caller.
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    /// The caller sent a request that can never succeed as sent.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The call did not carry the right tier secret.
+    #[error("missing or wrong tier secret")]
+    Unauthenticated,
+    /// No inference pod could take the request.
+    #[error("no inference pod available: {0}")]
+    NoPod(String),
+    /// An inference pod answered with an error, or its stream broke.
+    #[error("inference pod failed: {message}")]
+    Pod {
+        /// The gRPC code the pod returned (or the one chosen for a broken stream).
+        code: Code,
+        /// What went wrong, as reported by the pod.
+        message: String,
+    },
+    /// The cluster has no leader or no quorum to commit a write in time.
+    #[error("no quorum: {0}")]
+    NoQuorum(String),
+    /// Raft stopped or rejected an operation in a way a retry will not fix.
+    #[error("raft: {0}")]
+    Raft(String),
+    /// The node's configuration is invalid.
+    #[error("config: {0}")]
+    Config(String),
+    /// Local storage failed.
+    #[error("storage: {0}")]
+    Storage(#[from] sled::Error),
+    /// A value could not be encoded or decoded.
+    #[error("codec: {0}")]
+    Codec(#[from] serde_json::Error),
+    /// A file or socket operation failed.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl From<CoreError> for Status {
+    fn from(err: CoreError) -> Self {
+        let code = match &err {
+            CoreError::InvalidArgument(_) => Code::InvalidArgument,
+            CoreError::Unauthenticated => Code::Unauthenticated,
+            CoreError::NoPod(_) | CoreError::NoQuorum(_) => Code::Unavailable,
+            CoreError::Pod { code, .. } => *code,
+            CoreError::Raft(_) | CoreError::Config(_) | CoreError::Storage(_) | CoreError::Codec(_) | CoreError::Io(_) => {
+                Code::Internal
+            }
+        };
+        Status::new(code, err.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_map_to_the_codes_callers_act_on() {
+        assert_eq!(Status::from(CoreError::InvalidArgument("key".into())).code(), Code::InvalidArgument);
+        assert_eq!(Status::from(CoreError::Unauthenticated).code(), Code::Unauthenticated);
+        assert_eq!(Status::from(CoreError::NoPod("all down".into())).code(), Code::Unavailable);
+        assert_eq!(Status::from(CoreError::NoQuorum("no leader".into())).code(), Code::Unavailable);
+        let pod = CoreError::Pod { code: Code::ResourceExhausted, message: "queue full".into() };
+        assert_eq!(Status::from(pod).code(), Code::ResourceExhausted);
+    }
+}

@@ -1,0 +1,3 @@
+//! The regional daemon (placeholder while the crate is written).
+
+pub mod embedding;

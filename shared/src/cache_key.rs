@@ -1,0 +1,168 @@
+//! The versioned cache key.
+//!
+//! `v1:` followed by the hex SHA-256 of an unambiguous, length-prefixed encoding of
+//! (tenant, model name, model version, normalized messages, sampling parameters). The key version prefix
+//! changes whenever this encoding or the normalization rules change, so old entries can never be read as
+//! new ones.
+
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+
+use crate::hex;
+use crate::normalize::NormalizedRequest;
+
+/// Version of the key derivation; part of every key.
+pub const KEY_VERSION: &str = "v1";
+
+/// A derived cache key, e.g. `v1:3f2a...` (64 hex digits).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CacheKey(String);
+
+impl CacheKey {
+    /// Derives the key of a normalized request for a tenant.
+    pub fn derive(tenant: &str, request: &NormalizedRequest) -> Self {
+        let mut enc = Encoder(Sha256::new());
+        enc.bytes(b"mesh-cache-key");
+        enc.bytes(KEY_VERSION.as_bytes());
+        enc.bytes(tenant.as_bytes());
+        enc.bytes(request.model.name.as_bytes());
+        enc.u64(request.model.version);
+        enc.u64(request.messages.len() as u64);
+        for message in &request.messages {
+            enc.bytes(message.role.as_str().as_bytes());
+            enc.bytes(message.content.as_bytes());
+        }
+        let s = &request.sampling;
+        enc.u64(u64::from(s.max_tokens));
+        enc.u64(u64::from(s.temperature.to_bits()));
+        enc.u64(u64::from(s.top_p.to_bits()));
+        match s.seed {
+            None => enc.u64(0),
+            Some(seed) => {
+                enc.u64(1);
+                enc.u64(seed);
+            }
+        }
+        enc.u64(s.stop.len() as u64);
+        for stop in &s.stop {
+            enc.bytes(stop.as_bytes());
+        }
+        Self(format!("{KEY_VERSION}:{}", hex::encode(&enc.0.finalize())))
+    }
+
+    /// Parses a key received from another tier, checking its shape.
+    pub fn parse(text: &str) -> Option<Self> {
+        let digest = text.strip_prefix(KEY_VERSION)?.strip_prefix(':')?;
+        (digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()))
+            .then(|| Self(text.to_owned()))
+    }
+
+    /// The key as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The OpenAI completion id used for this key's answer (stable, so a hit matches the miss).
+    pub fn completion_id(&self) -> String {
+        let digest = self.0.split_once(':').map_or(self.0.as_str(), |(_, d)| d);
+        format!("chatcmpl-{}", &digest[..digest.len().min(24)])
+    }
+}
+
+impl fmt::Display for CacheKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Length-prefixed encoding into the hash, so that no two different field sequences encode the same.
+struct Encoder(Sha256);
+
+impl Encoder {
+    fn bytes(&mut self, bytes: &[u8]) {
+        self.0.update((bytes.len() as u64).to_be_bytes());
+        self.0.update(bytes);
+    }
+
+    fn u64(&mut self, value: u64) {
+        self.0.update(value.to_be_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::ModelTable;
+    use crate::normalize::{normalize, Limits};
+    use crate::openai::parse_chat_request;
+
+    fn key_with(tenant: &str, models: &str, json: &str) -> CacheKey {
+        let request = parse_chat_request(json.as_bytes(), 1 << 20).expect("json");
+        let table = ModelTable::parse(models).expect("models");
+        CacheKey::derive(tenant, &normalize(&request, &table, &Limits::default()).expect("valid"))
+    }
+
+    fn key(json: &str) -> CacheKey {
+        key_with("dev", "m@1", json)
+    }
+
+    const BASE: &str = r#"{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"What is 2+2?"}],"temperature":0,"max_tokens":32}"#;
+
+    #[test]
+    fn same_request_same_key_and_well_formed() {
+        let k = key(BASE);
+        assert_eq!(k, key(BASE));
+        assert_eq!(CacheKey::parse(k.as_str()), Some(k.clone()));
+        assert!(k.completion_id().starts_with("chatcmpl-") && k.completion_id().len() == 33);
+        assert_eq!(CacheKey::parse("v1:xyz"), None);
+        assert_eq!(CacheKey::parse(&k.as_str().replace("v1:", "v2:")), None);
+    }
+
+    #[test]
+    fn differences_that_cannot_change_the_answer_keep_the_key() {
+        let k = key(BASE);
+        // Field order, whitespace at the ends and line ends, stream, user, name, parts vs string.
+        let reordered = r#"{"max_tokens":32,"temperature":0,"messages":[{"content":"Be brief.  ","role":"system"},{"content":"\r\nWhat is 2+2?\n","role":"USER","name":"bob"}],"model":"M","stream":true,"user":"u1"}"#;
+        assert_eq!(k, key(reordered));
+        let parts = r#"{"model":"m","messages":[{"role":"system","content":[{"type":"text","text":"Be brief."}]},{"role":"user","content":"What is 2+2?"}],"temperature":0,"max_tokens":32}"#;
+        assert_eq!(k, key(parts));
+        // Greedy decoding ignores top_p and seed.
+        let greedy_extras = BASE.replace(r#""temperature":0"#, r#""temperature":0,"top_p":0.3,"seed":5"#);
+        assert_eq!(k, key(&greedy_extras));
+        // Defaults spelled out equal defaults left out.
+        let explicit = key(r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":1,"top_p":1,"max_tokens":256}"#);
+        assert_eq!(explicit, key(r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#));
+    }
+
+    #[test]
+    fn any_change_that_can_change_the_answer_changes_the_key() {
+        let k = key(BASE);
+        let variants = [
+            BASE.replace("2+2", "2+3"),
+            BASE.replace("Be brief.", "Be verbose."),
+            BASE.replace(r#""role":"system""#, r#""role":"user""#),
+            BASE.replace(r#""max_tokens":32"#, r#""max_tokens":33"#),
+            BASE.replace(r#""temperature":0"#, r#""temperature":0.7"#),
+            BASE.replace(r#""temperature":0"#, r#""temperature":0,"stop":["4"]"#),
+            BASE.replace("What is", "What  is"),
+            // Turn order is the conversation.
+            r#"{"model":"m","messages":[{"role":"user","content":"What is 2+2?"},{"role":"system","content":"Be brief."}],"temperature":0,"max_tokens":32}"#.to_owned(),
+        ];
+        for variant in &variants {
+            assert_ne!(k, key(variant), "{variant}");
+        }
+        assert_ne!(k, key_with("acme", "m@1", BASE), "tenant");
+        assert_ne!(k, key_with("dev", "m@2", BASE), "model version");
+        let sampled = BASE.replace(r#""temperature":0"#, r#""temperature":0.7"#);
+        assert_ne!(key(&sampled), key(&sampled.replace(r#""max_tokens""#, r#""seed":1,"max_tokens""#)), "seed");
+        assert_ne!(key(&sampled), key(&sampled.replace(r#""max_tokens""#, r#""top_p":0.9,"max_tokens""#)), "top_p");
+    }
+
+    #[test]
+    fn length_prefixing_keeps_field_boundaries() {
+        let a = r#"{"model":"m","messages":[{"role":"user","content":"ab"},{"role":"user","content":"c"}]}"#;
+        let b = r#"{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","content":"bc"}]}"#;
+        assert_ne!(key(a), key(b));
+    }
+}

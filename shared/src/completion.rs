@@ -1,0 +1,180 @@
+//! A cached chat completion: what the core commits, what the regional and edge tiers keep, and how it is
+//! rendered back to a client as a JSON completion or as a server-sent event stream.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::hex;
+use crate::openai::{AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, Delta, Usage, SSE_DONE};
+
+/// One cached answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CachedCompletion {
+    /// The versioned cache key ([`crate::cache_key::CacheKey`]).
+    pub key: String,
+    /// Tenant that owns the entry.
+    pub tenant: String,
+    /// Model name.
+    pub model: String,
+    /// Model version the answer was generated with.
+    pub model_version: u64,
+    /// The generated text.
+    pub content: String,
+    /// `stop` or `length`.
+    pub finish_reason: String,
+    /// Prompt tokens of the original generation.
+    pub prompt_tokens: u32,
+    /// Generated tokens.
+    pub completion_tokens: u32,
+    /// Strong ETag of the answer (quoted).
+    pub etag: String,
+    /// Unix milliseconds when it was committed.
+    pub created_ms: i64,
+    /// Time to live in seconds from `created_ms`; 0 means no expiry.
+    pub ttl_s: u64,
+}
+
+impl CachedCompletion {
+    /// The strong ETag (quoted) of an answer's content and finish reason.
+    pub fn etag_of(content: &str, finish_reason: &str) -> String {
+        let mut hasher = Sha256::new();
+        hasher.update((content.len() as u64).to_be_bytes());
+        hasher.update(content.as_bytes());
+        hasher.update(finish_reason.as_bytes());
+        format!("\"{}\"", &hex::encode(&hasher.finalize())[..32])
+    }
+
+    /// Whether the entry has expired at `now_ms` (Unix milliseconds).
+    pub fn is_expired(&self, now_ms: i64) -> bool {
+        self.ttl_s != 0 && now_ms >= self.created_ms.saturating_add((self.ttl_s as i64).saturating_mul(1000))
+    }
+
+    /// Seconds left to live at `now_ms` (`None` when it never expires).
+    pub fn remaining_ttl_s(&self, now_ms: i64) -> Option<u64> {
+        (self.ttl_s != 0).then(|| {
+            let end = self.created_ms.saturating_add((self.ttl_s as i64).saturating_mul(1000));
+            (end.saturating_sub(now_ms).max(0) / 1000) as u64
+        })
+    }
+
+    /// The OpenAI completion id of this entry (stable across hits).
+    pub fn completion_id(&self) -> String {
+        crate::cache_key::CacheKey::parse(&self.key)
+            .map_or_else(|| format!("chatcmpl-{}", self.etag.trim_matches('"')), |k| k.completion_id())
+    }
+
+    /// Approximate bytes the entry takes in memory, for byte-bounded caches.
+    pub fn size_bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + self.key.len() + self.tenant.len() + self.model.len() + self.content.len() + self.finish_reason.len() + self.etag.len()
+    }
+
+    /// The entry as a non-streamed chat completion.
+    pub fn to_response(&self) -> ChatCompletion {
+        ChatCompletion {
+            id: self.completion_id(),
+            object: "chat.completion".to_owned(),
+            created: self.created_ms / 1000,
+            model: self.model.clone(),
+            choices: vec![Choice {
+                index: 0,
+                message: AssistantMessage { role: "assistant".to_owned(), content: self.content.clone() },
+                finish_reason: self.finish_reason.clone(),
+            }],
+            usage: Usage {
+                prompt_tokens: self.prompt_tokens,
+                completion_tokens: self.completion_tokens,
+                total_tokens: self.prompt_tokens + self.completion_tokens,
+            },
+        }
+    }
+
+    /// The entry as a complete SSE stream: a role chunk, the content, the finish chunk, `[DONE]`.
+    pub fn to_sse(&self) -> String {
+        let (id, created) = (self.completion_id(), self.created_ms / 1000);
+        let mut out = StreamHead { id: &id, created, model: &self.model }.role_chunk();
+        out.push_str(&ChatCompletionChunk::new(&id, created, &self.model, Delta { role: None, content: Some(self.content.clone()) }, None).to_sse());
+        out.push_str(&ChatCompletionChunk::new(&id, created, &self.model, Delta::default(), Some(&self.finish_reason)).to_sse());
+        out.push_str(SSE_DONE);
+        out
+    }
+}
+
+/// What every chunk of one stream shares; renders the chunks a tier emits while relaying generation.
+#[derive(Clone, Copy, Debug)]
+pub struct StreamHead<'a> {
+    /// Completion id.
+    pub id: &'a str,
+    /// Unix seconds.
+    pub created: i64,
+    /// Model name.
+    pub model: &'a str,
+}
+
+impl StreamHead<'_> {
+    /// The first chunk, announcing the assistant role.
+    pub fn role_chunk(&self) -> String {
+        ChatCompletionChunk::new(self.id, self.created, self.model, Delta { role: Some("assistant".into()), content: None }, None).to_sse()
+    }
+
+    /// A chunk carrying the next piece of text.
+    pub fn content_chunk(&self, text: &str) -> String {
+        ChatCompletionChunk::new(self.id, self.created, self.model, Delta { role: None, content: Some(text.to_owned()) }, None).to_sse()
+    }
+
+    /// The last chunk before `[DONE]`.
+    pub fn finish_chunk(&self, finish_reason: &str) -> String {
+        ChatCompletionChunk::new(self.id, self.created, self.model, Delta::default(), Some(finish_reason)).to_sse()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry() -> CachedCompletion {
+        let content = "Paris is the capital of France.".to_owned();
+        CachedCompletion {
+            key: format!("v1:{}", "ab".repeat(32)),
+            tenant: "dev".into(),
+            model: "m".into(),
+            model_version: 1,
+            etag: CachedCompletion::etag_of(&content, "stop"),
+            content,
+            finish_reason: "stop".into(),
+            prompt_tokens: 10,
+            completion_tokens: 7,
+            created_ms: 1_000_000,
+            ttl_s: 60,
+        }
+    }
+
+    #[test]
+    fn expiry_and_etag() {
+        let e = entry();
+        assert!(!e.is_expired(1_000_000 + 59_999));
+        assert!(e.is_expired(1_000_000 + 60_000));
+        assert_eq!(e.remaining_ttl_s(1_000_000 + 30_000), Some(30));
+        assert!(!CachedCompletion { ttl_s: 0, ..e.clone() }.is_expired(i64::MAX));
+        assert!(e.etag.starts_with('"') && e.etag.ends_with('"') && e.etag.len() == 34);
+        assert_ne!(e.etag, CachedCompletion::etag_of(&e.content, "length"));
+    }
+
+    #[test]
+    fn renders_completion_and_stream_with_the_same_text() {
+        let e = entry();
+        let response = e.to_response();
+        assert_eq!(response.choices[0].message.content, e.content);
+        assert_eq!(response.usage.total_tokens, 17);
+        assert_eq!(response.id, "chatcmpl-abababababababababababab");
+        let sse = e.to_sse();
+        assert!(sse.ends_with(SSE_DONE));
+        let text: String = sse
+            .split("\n\n")
+            .filter_map(|event| event.strip_prefix("data: "))
+            .filter(|data| *data != "[DONE]")
+            .map(|data| serde_json::from_str::<ChatCompletionChunk>(data).expect("chunk"))
+            .filter_map(|chunk| chunk.choices[0].delta.content.clone())
+            .collect();
+        assert_eq!(text, e.content);
+    }
+}

@@ -1,0 +1,41 @@
+//! Types and pure logic that every tier uses, so that the edge, the regional nodes and the core decide the
+//! same way: cache-key derivation, request normalization, OpenAI wire types, cached entries, timing headers.
+//!
+//! # Layout
+//! - [`openai`]: the OpenAI chat-completions wire types (requests, responses, stream chunks, errors).
+//! - [`normalize`]: turns a request into the canonical form that is both generated and keyed.
+//! - [`cache_key`]: the versioned cache key over (tenant, model, model version, normalized request).
+//! - [`models`]: the served-model table (name and current version).
+//! - [`completion`]: a cached chat completion and how it renders as a response or an SSE stream.
+//! - [`auth`]: API-key hashing, the tenant key table, constant-time comparison of secrets.
+//! - [`server_timing`]: the `Server-Timing` header each tier adds to.
+//! - [`metrics`]: counters, histograms and the Prometheus text encoder used by every daemon.
+//! - [`hex`]: lowercase hex encoding of digests.
+//! - [`error`]: [`RequestError`], a client-facing error with its HTTP status and OpenAI error body.
+//!
+//! Architecture invariant: this crate does no I/O and depends on no async runtime; it builds for
+//! `wasm32-unknown-unknown`.
+
+pub mod auth;
+pub mod cache_key;
+pub mod completion;
+pub mod error;
+pub mod hex;
+pub mod metrics;
+pub mod models;
+pub mod normalize;
+pub mod openai;
+pub mod server_timing;
+
+pub use error::RequestError;
+
+/// Header that names the tier which answered: `MISS`, `HIT-EDGE`, `HIT-REGIONAL` or `HIT-CORE`.
+pub const X_CACHE: &str = "x-cache";
+/// HTTP header that carries the shared secret between tiers.
+pub const TIER_SECRET_HEADER: &str = "x-mesh-secret";
+/// HTTP header with which a trusted tier (the edge) tells the regional node which tenant a request is for.
+pub const TENANT_HEADER: &str = "x-mesh-tenant";
+/// Header with the request's cache key, for debugging and for clients that want to invalidate.
+pub const CACHE_KEY_HEADER: &str = "x-cache-key";
+/// Largest request body any tier accepts.
+pub const MAX_REQUEST_BYTES: usize = 256 * 1024;

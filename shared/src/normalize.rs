@@ -1,0 +1,297 @@
+//! Request normalization: the canonical form of a chat request, which is both what the model generates
+//! from and what the cache key is derived from. Because the inference pod generates from exactly this form,
+//! two requests with the same normal form always get the same answer, and the key can safely ignore every
+//! difference that normalization removes.
+//!
+//! # Rules
+//! - Roles: trimmed and lowercased; `developer` is read as `system`; anything but system, user and
+//!   assistant is rejected. The order of messages is kept: it is the conversation.
+//! - Content: text parts are joined with `\n`; CRLF and CR become LF; trailing spaces and tabs are removed
+//!   from every line; leading and trailing blank space of the whole message is removed. Whitespace inside a
+//!   line is kept (indentation in code changes answers). `name` is dropped (the chat template ignores it).
+//! - Parameters: OpenAI's defaults are filled in (temperature 1, top_p 1, max_tokens from the tier's
+//!   limits). With temperature 0 decoding is greedy, so `top_p` and `seed` cannot change the answer and are
+//!   reset to their defaults. Stop sequences are a set: sorted, deduplicated, empty ones dropped.
+//! - `stream` and `user` do not change the answer and are not part of the normal form's key.
+//! - Parameters this mesh cannot honour (n > 1, penalties, logprobs, tools, non-text response formats) are
+//!   rejected with a 400 rather than silently ignored.
+
+use crate::models::{ModelRef, ModelTable};
+use crate::openai::{ChatCompletionRequest, MessageContent, StopSequences};
+use crate::RequestError;
+
+/// A message role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Instructions for the assistant.
+    System,
+    /// The user's turn.
+    User,
+    /// An earlier answer.
+    Assistant,
+}
+
+impl Role {
+    /// The role's name as the chat template writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+/// One normalized message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    /// Who speaks.
+    pub role: Role,
+    /// Normalized text.
+    pub content: String,
+}
+
+/// Sampling parameters that can change the answer, with defaults filled in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sampling {
+    /// Upper bound on generated tokens.
+    pub max_tokens: u32,
+    /// 0 for greedy decoding, up to 2.
+    pub temperature: f32,
+    /// Nucleus mass in (0, 1]; 1 when greedy.
+    pub top_p: f32,
+    /// Sampling seed; `None` when greedy.
+    pub seed: Option<u64>,
+    /// Stop sequences, sorted and deduplicated.
+    pub stop: Vec<String>,
+}
+
+impl Sampling {
+    /// Whether decoding is greedy (deterministic).
+    pub fn is_greedy(&self) -> bool {
+        self.temperature == 0.0
+    }
+}
+
+/// A request in canonical form.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NormalizedRequest {
+    /// The served model it resolved to.
+    pub model: ModelRef,
+    /// The conversation.
+    pub messages: Vec<Message>,
+    /// Sampling parameters.
+    pub sampling: Sampling,
+    /// Whether the client wants server-sent events (not part of the key).
+    pub stream: bool,
+}
+
+/// Limits a tier applies while normalizing.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// `max_tokens` when the request gives none.
+    pub default_max_tokens: u32,
+    /// Largest `max_tokens` accepted.
+    pub max_tokens_limit: u32,
+    /// Largest number of messages accepted.
+    pub max_messages: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { default_max_tokens: 256, max_tokens_limit: 4096, max_messages: 256 }
+    }
+}
+
+/// Maximum number of stop sequences (OpenAI's limit).
+pub const MAX_STOP_SEQUENCES: usize = 4;
+
+/// Normalizes a parsed request against the served models.
+pub fn normalize(
+    request: &ChatCompletionRequest,
+    models: &ModelTable,
+    limits: &Limits,
+) -> Result<NormalizedRequest, RequestError> {
+    let model = models.resolve(&request.model)?.clone();
+    reject_unsupported(request)?;
+    if request.messages.is_empty() {
+        return Err(RequestError::invalid_param("messages", "`messages` must contain at least one message"));
+    }
+    if request.messages.len() > limits.max_messages {
+        return Err(RequestError::invalid_param("messages", format!("at most {} messages are accepted", limits.max_messages)));
+    }
+    let messages = request
+        .messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| Ok(Message { role: parse_role(&m.role, i)?, content: normalize_content(m.content.as_ref(), i)? }))
+        .collect::<Result<Vec<_>, RequestError>>()?;
+    if !messages.iter().any(|m| m.role == Role::User) {
+        return Err(RequestError::invalid_param("messages", "`messages` must contain a user message"));
+    }
+    Ok(NormalizedRequest { model, messages, sampling: normalize_sampling(request, limits)?, stream: request.stream.unwrap_or(false) })
+}
+
+fn reject_unsupported(request: &ChatCompletionRequest) -> Result<(), RequestError> {
+    if request.n.is_some_and(|n| n != 1) {
+        return Err(RequestError::invalid_param("n", "only n = 1 is supported"));
+    }
+    for (param, value) in [("presence_penalty", request.presence_penalty), ("frequency_penalty", request.frequency_penalty)] {
+        if value.is_some_and(|v| v != 0.0) {
+            return Err(RequestError::invalid_param(param, format!("`{param}` is not supported; omit it or send 0")));
+        }
+    }
+    if request.logprobs == Some(true) {
+        return Err(RequestError::invalid_param("logprobs", "`logprobs` is not supported"));
+    }
+    if request.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+        return Err(RequestError::invalid_param("tools", "tools are not supported by this mesh's models"));
+    }
+    if let Some(format) = &request.response_format {
+        if format.get("type").and_then(|t| t.as_str()) != Some("text") {
+            return Err(RequestError::invalid_param("response_format", "only `{\"type\": \"text\"}` is supported"));
+        }
+    }
+    Ok(())
+}
+
+fn parse_role(role: &str, index: usize) -> Result<Role, RequestError> {
+    match role.trim().to_ascii_lowercase().as_str() {
+        "system" | "developer" => Ok(Role::System),
+        "user" => Ok(Role::User),
+        "assistant" => Ok(Role::Assistant),
+        other => Err(RequestError::invalid_param(
+            &format!("messages[{index}].role"),
+            format!("unsupported role {other:?}; use system, user or assistant"),
+        )),
+    }
+}
+
+fn normalize_content(content: Option<&MessageContent>, index: usize) -> Result<String, RequestError> {
+    let raw = match content {
+        None => String::new(),
+        Some(MessageContent::Text(text)) => text.clone(),
+        Some(MessageContent::Parts(parts)) => {
+            let mut texts = Vec::with_capacity(parts.len());
+            for part in parts {
+                match (part.kind.as_str(), &part.text) {
+                    ("text", Some(text)) => texts.push(text.as_str()),
+                    _ => {
+                        return Err(RequestError::invalid_param(
+                            &format!("messages[{index}].content"),
+                            format!("only text content parts are supported (got {:?})", part.kind),
+                        ))
+                    }
+                }
+            }
+            texts.join("\n")
+        }
+    };
+    Ok(normalize_text(&raw))
+}
+
+/// Applies the whitespace rules to one message's text.
+pub fn normalize_text(raw: &str) -> String {
+    let unified = raw.replace("\r\n", "\n").replace('\r', "\n");
+    let lines: Vec<&str> = unified.split('\n').map(|line| line.trim_end_matches([' ', '\t'])).collect();
+    lines.join("\n").trim().to_owned()
+}
+
+fn normalize_sampling(request: &ChatCompletionRequest, limits: &Limits) -> Result<Sampling, RequestError> {
+    let temperature = request.temperature.unwrap_or(1.0);
+    if !(0.0..=2.0).contains(&temperature) {
+        return Err(RequestError::invalid_param("temperature", "`temperature` must be between 0 and 2"));
+    }
+    let top_p = request.top_p.unwrap_or(1.0);
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(RequestError::invalid_param("top_p", "`top_p` must be in (0, 1]"));
+    }
+    let max_tokens = request.max_completion_tokens.or(request.max_tokens).unwrap_or(limits.default_max_tokens);
+    if max_tokens == 0 || max_tokens > limits.max_tokens_limit {
+        return Err(RequestError::invalid_param("max_tokens", format!("`max_tokens` must be between 1 and {}", limits.max_tokens_limit)));
+    }
+    let mut stop = match &request.stop {
+        None => Vec::new(),
+        Some(StopSequences::One(s)) => vec![s.clone()],
+        Some(StopSequences::Many(list)) => list.clone(),
+    };
+    stop.retain(|s| !s.is_empty());
+    stop.sort();
+    stop.dedup();
+    if stop.len() > MAX_STOP_SEQUENCES {
+        return Err(RequestError::invalid_param("stop", format!("at most {MAX_STOP_SEQUENCES} stop sequences are accepted")));
+    }
+    // -0.0 and 0.0 are the same temperature; make the key agree.
+    let temperature = if temperature == 0.0 { 0.0 } else { temperature };
+    let greedy = temperature == 0.0;
+    Ok(Sampling {
+        max_tokens,
+        temperature,
+        top_p: if greedy { 1.0 } else { top_p },
+        seed: if greedy { None } else { request.seed },
+        stop,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::openai::parse_chat_request;
+
+    fn models() -> ModelTable {
+        ModelTable::parse("smollm2-135m-instruct@1").expect("table")
+    }
+
+    pub(crate) fn norm(json: &str) -> Result<NormalizedRequest, RequestError> {
+        let request = parse_chat_request(json.as_bytes(), 1 << 20)?;
+        normalize(&request, &models(), &Limits::default())
+    }
+
+    #[test]
+    fn whitespace_rules() {
+        assert_eq!(normalize_text("  hello  \r\n  world\t \r\n\n"), "hello\n  world");
+        assert_eq!(normalize_text("a\rb"), "a\nb");
+        assert_eq!(normalize_text("x  y"), "x  y");
+    }
+
+    #[test]
+    fn fills_defaults_and_canonicalizes_greedy_parameters() {
+        let r = norm(r#"{"model":"SmolLM2-135M-Instruct","messages":[{"role":" User ","content":"hi"}],"temperature":0,"top_p":0.5,"seed":9}"#)
+            .expect("valid");
+        assert_eq!(r.model.name, "smollm2-135m-instruct");
+        assert_eq!(r.messages, vec![Message { role: Role::User, content: "hi".into() }]);
+        assert_eq!(r.sampling, Sampling { max_tokens: 256, temperature: 0.0, top_p: 1.0, seed: None, stop: vec![] });
+        let sampled = norm(r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"hi"}],"top_p":0.5,"seed":9}"#)
+            .expect("valid");
+        assert_eq!((sampled.sampling.temperature, sampled.sampling.top_p, sampled.sampling.seed), (1.0, 0.5, Some(9)));
+    }
+
+    #[test]
+    fn stop_sequences_are_a_set() {
+        let r = norm(r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"hi"}],"stop":["b","a","b",""]}"#)
+            .expect("valid");
+        assert_eq!(r.sampling.stop, vec!["a".to_owned(), "b".to_owned()]);
+    }
+
+    #[test]
+    fn rejects_what_cannot_be_honoured() {
+        let cases = [
+            (r#"{"model":"smollm2-135m-instruct","messages":[]}"#, 400),
+            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"system","content":"x"}]}"#, 400),
+            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"wizard","content":"x"}]}"#, 400),
+            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"n":2}"#, 400),
+            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"temperature":3}"#, 400),
+            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"top_p":0}"#, 400),
+            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"max_tokens":0}"#, 400),
+            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"max_tokens":100000}"#, 400),
+            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]}"#, 400),
+            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"tools":[{}]}"#, 400),
+            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#, 400),
+            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"frequency_penalty":0.5}"#, 400),
+            (r#"{"model":"gpt-4","messages":[{"role":"user","content":"x"}]}"#, 404),
+        ];
+        for (json, status) in cases {
+            assert_eq!(norm(json).map(|_| ()).map_err(|e| e.status), Err(status), "{json}");
+        }
+    }
+}
