@@ -4,25 +4,45 @@
 //! - [`inference`]: core node -> inference pod (generate, health).
 //! - [`cache`]: regional node -> core node (lookup, complete).
 //! - [`raft`]: core node <-> core node (openraft RPCs, forwarded writes).
+//! - `convert`: `From` impls between these messages and `shared`'s domain types.
 //!
 //! The daemons convert these types to their own at the boundary; `shared` never sees them.
 
 #![allow(missing_docs)]
 
-/// Inference pod API.
-pub mod inference {
-    tonic::include_proto!("mesh.inference.v1");
+/// The generated code, nested as the protobuf packages are (`mesh.cache.v1` refers to `mesh.inference.v1`).
+pub mod mesh {
+    /// `mesh.inference.v1`.
+    pub mod inference {
+        /// Version 1.
+        pub mod v1 {
+            tonic::include_proto!("mesh.inference.v1");
+        }
+    }
+    /// `mesh.cache.v1`.
+    pub mod cache {
+        /// Version 1.
+        pub mod v1 {
+            tonic::include_proto!("mesh.cache.v1");
+        }
+    }
+    /// `mesh.raft.v1`.
+    pub mod raft {
+        /// Version 1.
+        pub mod v1 {
+            tonic::include_proto!("mesh.raft.v1");
+        }
+    }
 }
 
-/// Cache API between the regional tier and the core.
-pub mod cache {
-    tonic::include_proto!("mesh.cache.v1");
-}
+/// Inference pod API (`mesh.inference.v1`).
+pub use mesh::inference::v1 as inference;
+/// Cache API between the regional tier and the core (`mesh.cache.v1`).
+pub use mesh::cache::v1 as cache;
+/// Raft RPCs between core nodes (`mesh.raft.v1`).
+pub use mesh::raft::v1 as raft;
 
-/// Raft RPCs between core nodes.
-pub mod raft {
-    tonic::include_proto!("mesh.raft.v1");
-}
+mod convert;
 
 /// gRPC metadata key that carries the shared secret between tiers.
 pub const TIER_SECRET_METADATA: &str = "x-mesh-secret";

@@ -1,1 +1,18 @@
-//! placeholder
+//! The process harness: starts the real binaries of the mesh as child processes on free loopback ports,
+//! waits until each is ready, and kills them (whole process groups) when dropped. The integration tests in
+//! `tests/tests/` and the `mesh` launcher (`mesh up`) both use it.
+//!
+//! # Layout
+//! - [`paths`]: where the repository, the built binaries, the models and the edge worker are.
+//! - [`process`]: one managed child process in its own process group, with its log file.
+//! - [`ports`]: free loopback ports.
+//! - [`client`]: a small blocking HTTP client for the OpenAI endpoint (plain and streamed).
+//! - [`mesh`]: a whole local mesh: core nodes, the inference pod, regional nodes and the edge.
+
+pub mod client;
+pub mod mesh;
+pub mod paths;
+pub mod ports;
+pub mod process;
+
+pub use mesh::{Mesh, MeshSpec};

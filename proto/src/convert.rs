@@ -1,0 +1,41 @@
+//! Conversions between protobuf messages and the domain types of `shared`, kept here so that prost types
+//! stop at the boundary of each daemon.
+
+use crate::cache::CachedCompletion as WireCompletion;
+use shared::completion::CachedCompletion;
+
+impl From<CachedCompletion> for WireCompletion {
+    fn from(e: CachedCompletion) -> Self {
+        Self {
+            key: e.key,
+            tenant: e.tenant,
+            model: e.model,
+            model_version: e.model_version,
+            content: e.content,
+            finish_reason: e.finish_reason,
+            prompt_tokens: e.prompt_tokens,
+            completion_tokens: e.completion_tokens,
+            etag: e.etag,
+            created_ms: e.created_ms,
+            ttl_s: e.ttl_s,
+        }
+    }
+}
+
+impl From<WireCompletion> for CachedCompletion {
+    fn from(e: WireCompletion) -> Self {
+        Self {
+            key: e.key,
+            tenant: e.tenant,
+            model: e.model,
+            model_version: e.model_version,
+            content: e.content,
+            finish_reason: e.finish_reason,
+            prompt_tokens: e.prompt_tokens,
+            completion_tokens: e.completion_tokens,
+            etag: e.etag,
+            created_ms: e.created_ms,
+            ttl_s: e.ttl_s,
+        }
+    }
+}

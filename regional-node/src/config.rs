@@ -1,0 +1,82 @@
+//! Configuration of the regional daemon: command-line flags, each with an environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Parser;
+use shared::auth::TenantKeys;
+use shared::models::ModelTable;
+
+use crate::RegionalError;
+
+/// `regional-node` flags. Every flag can also be set through the environment variable shown.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "regional-node", about = "Regional cache daemon of the LLM cache mesh")]
+pub struct RegionalConfig {
+    /// Address to serve HTTP on.
+    #[arg(long, env = "MESH_REGIONAL_LISTEN", default_value = "127.0.0.1:8081")]
+    pub listen: SocketAddr,
+    /// Name of this region, reported in metrics and health.
+    #[arg(long, env = "MESH_REGION", default_value = "local")]
+    pub region: String,
+    /// Core node gRPC URLs, comma-separated; tried in order, failing over on errors.
+    #[arg(long, env = "MESH_CORE_URLS", value_delimiter = ',', required = true)]
+    pub core: Vec<String>,
+    /// Tenant API-key table: `tenant:sha256hex,...` (digests of the keys, never the keys).
+    #[arg(long, env = "MESH_API_KEYS", default_value = "")]
+    pub api_keys: String,
+    /// Served models and their current versions: `name@version,...`.
+    #[arg(long, env = "MESH_MODELS", default_value = shared::models::DEFAULT_MODELS)]
+    pub models: String,
+    /// Bytes of memory the exact cache may hold.
+    #[arg(long, env = "MESH_REGIONAL_CACHE_BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub cache_bytes: usize,
+    /// Time to live of new entries, in seconds (0: no expiry).
+    #[arg(long, env = "MESH_CACHE_TTL_S", default_value_t = 86_400)]
+    pub ttl_s: u64,
+    /// File holding the shared secret between tiers (otherwise `MESH_TIER_SECRET`).
+    #[arg(long, env = "MESH_TIER_SECRET_FILE")]
+    pub tier_secret_file: Option<PathBuf>,
+}
+
+/// Configuration resolved and validated for [`crate::server::run`].
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The raw flags.
+    pub config: RegionalConfig,
+    /// Parsed API-key table.
+    pub tenants: TenantKeys,
+    /// Parsed model table.
+    pub models: ModelTable,
+    /// The shared secret between tiers (never logged).
+    pub tier_secret: Secret,
+}
+
+/// A secret that never prints.
+#[derive(Clone)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl RegionalConfig {
+    /// Validates the flags and reads the secret.
+    pub fn resolve(self) -> Result<Settings, RegionalError> {
+        let tenants = TenantKeys::parse(&self.api_keys).map_err(RegionalError::Config)?;
+        let models = ModelTable::parse(&self.models).map_err(RegionalError::Config)?;
+        let secret = match &self.tier_secret_file {
+            Some(path) => std::fs::read_to_string(path)?.trim().to_owned(),
+            None => std::env::var("MESH_TIER_SECRET").unwrap_or_default(),
+        };
+        if secret.is_empty() {
+            return Err(RegionalError::Config("set MESH_TIER_SECRET or --tier-secret-file".into()));
+        }
+        if self.core.is_empty() {
+            return Err(RegionalError::Config("at least one --core URL is needed".into()));
+        }
+        Ok(Settings { config: self, tenants, models, tier_secret: Secret(secret) })
+    }
+}

@@ -1,0 +1,107 @@
+//! The gRPC client of the core cluster. Any core node can serve a request (followers forward writes to
+//! the leader), so the client keeps one lazily connected channel per node, prefers the last node that
+//! answered, and fails over to the next on transport errors.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use proto::cache::core_cache_client::CoreCacheClient;
+use proto::cache::{CompleteEvent, CompleteRequest, LookupRequest};
+use shared::completion::CachedCompletion;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status, Streaming};
+
+use crate::RegionalError;
+
+/// How long a lookup may take before the next node is tried.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a generation may take in all.
+const COMPLETE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Client of every configured core node.
+#[derive(Clone, Debug)]
+pub struct CoreClient {
+    nodes: Vec<(String, Channel)>,
+    preferred: std::sync::Arc<AtomicUsize>,
+    secret: MetadataValue<Ascii>,
+}
+
+impl CoreClient {
+    /// Prepares channels to the given node URLs (`http://host:port`); nothing connects until first use.
+    pub fn new(urls: &[String], secret: &str) -> Result<Self, RegionalError> {
+        let nodes = urls
+            .iter()
+            .map(|url| {
+                let endpoint = Endpoint::from_shared(url.clone())
+                    .map_err(|e| RegionalError::Config(format!("core URL {url:?}: {e}")))?
+                    .connect_timeout(Duration::from_millis(500))
+                    .tcp_nodelay(true);
+                Ok((url.clone(), endpoint.connect_lazy()))
+            })
+            .collect::<Result<Vec<_>, RegionalError>>()?;
+        let secret = secret.parse().map_err(|_| RegionalError::Config("the tier secret must be printable ASCII".into()))?;
+        Ok(Self { nodes, preferred: Default::default(), secret })
+    }
+
+    fn request<T>(&self, message: T, timeout: Duration) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.metadata_mut().insert(proto::TIER_SECRET_METADATA, self.secret.clone());
+        request.set_timeout(timeout);
+        request
+    }
+
+    /// Calls `rpc` on the preferred node, then on each other node while the failure is a transport one.
+    async fn with_failover<T, F, Fut>(&self, mut rpc: F) -> Result<T, RegionalError>
+    where
+        F: FnMut(CoreCacheClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Status>>,
+    {
+        let start = self.preferred.load(Ordering::Relaxed);
+        let mut last = None;
+        for offset in 0..self.nodes.len() {
+            let index = (start + offset) % self.nodes.len();
+            let (url, channel) = &self.nodes[index];
+            match rpc(CoreCacheClient::new(channel.clone())).await {
+                Ok(value) => {
+                    self.preferred.store(index, Ordering::Relaxed);
+                    return Ok(value);
+                }
+                Err(status) if is_retryable(&status) => {
+                    tracing::debug!(core = %url, code = ?status.code(), "core node unavailable, trying the next");
+                    last = Some(status);
+                }
+                Err(status) => return Err(status.into()),
+            }
+        }
+        Err(RegionalError::CoreUnavailable(last.map_or_else(|| "no core nodes configured".into(), |s| s.message().to_owned())))
+    }
+
+    /// The core's entry under `key`, if it has a fresh one.
+    pub async fn lookup(&self, key: &str, tenant: &str) -> Result<Option<CachedCompletion>, RegionalError> {
+        let message = LookupRequest { key: key.to_owned(), tenant: tenant.to_owned() };
+        let reply = self
+            .with_failover(|mut client| {
+                let request = self.request(message.clone(), LOOKUP_TIMEOUT);
+                async move { client.lookup(request).await }
+            })
+            .await?;
+        Ok(reply.into_inner().entry.map(CachedCompletion::from))
+    }
+
+    /// Starts a generation on the core; the stream yields text deltas and ends with the committed entry.
+    pub async fn complete(&self, message: CompleteRequest) -> Result<Streaming<CompleteEvent>, RegionalError> {
+        let reply = self
+            .with_failover(|mut client| {
+                let request = self.request(message.clone(), COMPLETE_TIMEOUT);
+                async move { client.complete(request).await }
+            })
+            .await?;
+        Ok(reply.into_inner())
+    }
+}
+
+/// Transport failures and a node without quorum are worth another node; a rejected request is not.
+fn is_retryable(status: &Status) -> bool {
+    matches!(status.code(), Code::Unavailable | Code::Unknown | Code::DeadlineExceeded | Code::Cancelled)
+}

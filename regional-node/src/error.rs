@@ -1,0 +1,70 @@
+//! The regional daemon's error type and its one conversion to an HTTP response.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use shared::RequestError;
+
+/// Everything that can go wrong in the regional daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum RegionalError {
+    /// The client's request is at fault (bad body, auth, unknown model, ...).
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    /// No core node answered.
+    #[error("core cluster unavailable: {0}")]
+    CoreUnavailable(String),
+    /// A core node answered with an error.
+    #[error("core cluster error: {0}")]
+    Core(String),
+    /// Invalid configuration (at start-up).
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The embedding model failed to load or run.
+    #[error("embedding: {0}")]
+    Embedding(String),
+    /// Listening or serving failed.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl RegionalError {
+    /// The client-facing form of the error.
+    pub fn to_request_error(&self) -> RequestError {
+        match self {
+            RegionalError::Request(e) => e.clone(),
+            RegionalError::CoreUnavailable(_) => RequestError::upstream(503, "the core cluster is unavailable; retry shortly"),
+            RegionalError::Core(m) => RequestError::upstream(502, format!("the core cluster failed: {m}")),
+            RegionalError::Config(_) | RegionalError::Embedding(_) | RegionalError::Io(_) => RequestError::internal("internal error"),
+        }
+    }
+}
+
+impl From<tonic::Status> for RegionalError {
+    fn from(status: tonic::Status) -> Self {
+        match status.code() {
+            tonic::Code::InvalidArgument => RegionalError::Request(RequestError::invalid(status.message().to_owned())),
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => RegionalError::CoreUnavailable(status.message().to_owned()),
+            _ => RegionalError::Core(format!("{:?}: {}", status.code(), status.message())),
+        }
+    }
+}
+
+/// Renders a [`RequestError`] as an HTTP response with an OpenAI-shaped JSON body.
+pub fn error_response(error: &RequestError) -> Response {
+    let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = (status, error.to_json()).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
+}
+
+impl IntoResponse for RegionalError {
+    fn into_response(self) -> Response {
+        if !matches!(self, RegionalError::Request(_)) {
+            tracing::warn!(error = %self, "request failed");
+        }
+        error_response(&self.to_request_error())
+    }
+}

@@ -1,0 +1,217 @@
+//! `POST /v1/chat/completions`: regional cache, then the core's state, then generation through the core.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use proto::cache::complete_event::Event;
+use proto::cache::{CompleteDone, CompleteEvent, CompleteRequest};
+use proto::inference::{ChatMessage, GenerateRequest, Sampling};
+use shared::cache_key::CacheKey;
+use shared::completion::{CachedCompletion, StreamHead};
+use shared::normalize::{normalize, NormalizedRequest};
+use shared::openai::{parse_chat_request, SSE_DONE};
+use shared::server_timing::ServerTiming;
+use shared::{RequestError, MAX_REQUEST_BYTES};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+use tonic::Streaming;
+use tracing::Instrument as _;
+
+use super::respond::{cache_headers, entry_response, with_headers, EVENT_STREAM};
+use crate::caller::resolve_tenant;
+use crate::error::error_response;
+use crate::server::{now_ms, AppState};
+use crate::RegionalError;
+
+/// A request that passed authentication and validation.
+struct Admitted {
+    tenant: String,
+    request: NormalizedRequest,
+    key: CacheKey,
+}
+
+/// The handler.
+pub async fn chat_completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    let started = Instant::now();
+    state.metrics.requests.inc();
+    let admitted = match admit(&state, &headers, body).await {
+        Ok(admitted) => admitted,
+        Err(error) => {
+            state.metrics.rejected.inc();
+            return error_response(&error);
+        }
+    };
+    let span = tracing::debug_span!("chat", tenant = %admitted.tenant, key = %admitted.key);
+    match answer(&state, admitted, started).instrument(span).await {
+        Ok(response) => response,
+        Err(error) => {
+            if matches!(error, RegionalError::CoreUnavailable(_) | RegionalError::Core(_)) {
+                state.metrics.core_errors.inc();
+            }
+            error.into_response()
+        }
+    }
+}
+
+async fn admit(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Admitted, RequestError> {
+    let tenant = resolve_tenant(headers, &state.settings.tenants, &state.settings.tier_secret.0)?;
+    let bytes = axum::body::to_bytes(body, MAX_REQUEST_BYTES).await.map_err(|_| RequestError::too_large(MAX_REQUEST_BYTES))?;
+    let parsed = parse_chat_request(&bytes, MAX_REQUEST_BYTES)?;
+    let request = normalize(&parsed, &state.settings.models, &state.limits)?;
+    let key = CacheKey::derive(&tenant, &request);
+    Ok(Admitted { tenant, request, key })
+}
+
+async fn answer(state: &Arc<AppState>, admitted: Admitted, started: Instant) -> Result<Response, RegionalError> {
+    let Admitted { tenant, request, key } = admitted;
+    if let Some(entry) = state.cache.get(key.as_str(), now_ms()) {
+        state.metrics.hits_regional.inc();
+        let mut timing = ServerTiming::default();
+        timing.push_ms("regional", elapsed_ms(started));
+        state.metrics.latency_hit_regional.observe(started.elapsed().as_secs_f64());
+        return Ok(entry_response(&entry, request.stream, cache_headers("HIT-REGIONAL", key.as_str(), &timing, Some(&entry))));
+    }
+
+    let lookup_started = Instant::now();
+    let found = state.core.lookup(key.as_str(), &tenant).await?;
+    let lookup_ms = elapsed_ms(lookup_started);
+    if let Some(entry) = found.filter(|e| !e.is_expired(now_ms()) && e.key == key.as_str()) {
+        state.cache.insert(entry.clone());
+        state.metrics.hits_core.inc();
+        let mut timing = ServerTiming::default();
+        timing.push_ms("regional", elapsed_ms(started)).push_ms("core-lookup", lookup_ms);
+        state.metrics.latency_hit_core.observe(started.elapsed().as_secs_f64());
+        return Ok(entry_response(&entry, request.stream, cache_headers("HIT-CORE", key.as_str(), &timing, Some(&entry))));
+    }
+
+    state.metrics.misses.inc();
+    let generate_started = Instant::now();
+    let events = state.core.complete(complete_request(&tenant, &key, &request, state.settings.config.ttl_s)).await?;
+    if request.stream {
+        return Ok(stream_miss(state, events, &key, &request, started, lookup_ms));
+    }
+    let done = last_event(events).await?;
+    let entry = done.entry.clone().map(CachedCompletion::from).ok_or_else(|| RegionalError::Core("completion without an entry".into()))?;
+    state.cache.insert(entry.clone());
+    let mut timing = ServerTiming::default();
+    timing.push_ms("regional", elapsed_ms(started)).push_ms("core-lookup", lookup_ms).push_ms("core", elapsed_ms(generate_started));
+    push_core_timings(&mut timing, &done);
+    state.metrics.latency_miss.observe(started.elapsed().as_secs_f64());
+    Ok(entry_response(&entry, false, cache_headers("MISS", key.as_str(), &timing, Some(&entry))))
+}
+
+fn complete_request(tenant: &str, key: &CacheKey, request: &NormalizedRequest, ttl_s: u64) -> CompleteRequest {
+    let sampling = &request.sampling;
+    CompleteRequest {
+        key: key.as_str().to_owned(),
+        model_version: request.model.version,
+        ttl_s,
+        generate: Some(GenerateRequest {
+            request_id: key.completion_id(),
+            tenant: tenant.to_owned(),
+            model: request.model.name.clone(),
+            messages: request.messages.iter().map(|m| ChatMessage { role: m.role.as_str().to_owned(), content: m.content.clone() }).collect(),
+            sampling: Some(Sampling {
+                max_tokens: sampling.max_tokens,
+                temperature: sampling.temperature,
+                top_p: sampling.top_p,
+                seed: sampling.seed,
+                stop: sampling.stop.clone(),
+            }),
+        }),
+    }
+}
+
+/// Reads a completion stream to its `Done` event.
+async fn last_event(mut events: Streaming<CompleteEvent>) -> Result<CompleteDone, RegionalError> {
+    while let Some(event) = events.message().await? {
+        if let Some(Event::Done(done)) = event.event {
+            return Ok(done);
+        }
+    }
+    Err(RegionalError::Core("the completion stream ended without a result".into()))
+}
+
+fn push_core_timings(timing: &mut ServerTiming, done: &CompleteDone) {
+    if let Some(t) = &done.timings {
+        timing.push_micros("pod-queue", t.queue_us).push_micros("pod-prefill", t.prefill_us).push_micros("pod-decode", t.decode_us);
+    }
+    timing.push_micros("raft-commit", done.commit_us);
+}
+
+/// Streams a miss to the client as it is generated. The entry is stored in the regional cache before
+/// `[DONE]` is sent, so a client (or the edge) that asks again after the stream ends gets a hit.
+fn stream_miss(
+    state: &Arc<AppState>,
+    events: Streaming<CompleteEvent>,
+    key: &CacheKey,
+    request: &NormalizedRequest,
+    started: Instant,
+    lookup_ms: f64,
+) -> Response {
+    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
+    let relay = Relay { state: Arc::clone(state), id: key.completion_id(), created: now_ms() / 1000, model: request.model.name.clone() };
+    tokio::spawn(async move { relay.run(events, tx, started).await });
+    let mut timing = ServerTiming::default();
+    timing.push_ms("regional", elapsed_ms(started)).push_ms("core-lookup", lookup_ms);
+    let body = Body::from_stream(ReceiverStream::new(rx));
+    with_headers(StatusCode::OK, EVENT_STREAM, body, cache_headers("MISS", key.as_str(), &timing, None))
+}
+
+/// Relays a core completion stream as OpenAI SSE chunks.
+struct Relay {
+    state: Arc<AppState>,
+    id: String,
+    created: i64,
+    model: String,
+}
+
+impl Relay {
+    async fn run(self, mut events: Streaming<CompleteEvent>, tx: mpsc::Sender<Result<Bytes, Infallible>>, started: Instant) {
+        let head = StreamHead { id: &self.id, created: self.created, model: &self.model };
+        // A client that went away stops receiving, but the stream is still read so the entry gets cached.
+        let send = |text: String| {
+            let tx = tx.clone();
+            async move { tx.send(Ok(Bytes::from(text))).await.is_ok() }
+        };
+        send(head.role_chunk()).await;
+        let mut finished = false;
+        while let Some(event) = events.next().await {
+            match event.map(|e| e.event) {
+                Ok(Some(Event::Delta(delta))) => {
+                    send(head.content_chunk(&delta.text)).await;
+                }
+                Ok(Some(Event::Done(done))) => {
+                    if let Some(entry) = done.entry.map(CachedCompletion::from) {
+                        self.state.cache.insert(entry.clone());
+                        send(head.finish_chunk(&entry.finish_reason)).await;
+                        send(SSE_DONE.to_owned()).await;
+                        finished = true;
+                    }
+                    break;
+                }
+                Ok(None) => {}
+                Err(status) => {
+                    tracing::warn!(code = ?status.code(), message = status.message(), "completion stream failed");
+                    break;
+                }
+            }
+        }
+        if !finished {
+            self.state.metrics.core_errors.inc();
+            let error = RequestError::upstream(502, "the completion stream was interrupted");
+            send(format!("data: {}\n\n", error.to_json())).await;
+        }
+        self.state.metrics.latency_miss.observe(started.elapsed().as_secs_f64());
+    }
+}
+
+fn elapsed_ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
+}

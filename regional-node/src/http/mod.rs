@@ -1,0 +1,23 @@
+//! HTTP routes of the regional daemon.
+
+mod chat;
+mod ops;
+mod respond;
+
+use std::sync::Arc;
+
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::server::AppState;
+
+/// The router with every route, sharing `state`.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat::chat_completions).fallback(ops::method_not_allowed))
+        .route("/v1/models", get(ops::models).fallback(ops::method_not_allowed))
+        .route("/healthz", get(ops::healthz))
+        .route("/metrics", get(ops::metrics))
+        .fallback(ops::not_found)
+        .with_state(state)
+}

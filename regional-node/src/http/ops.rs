@@ -1,0 +1,51 @@
+//! Operational routes: health, metrics, the model list, and the OpenAI-shaped 404/405.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use shared::RequestError;
+
+use crate::error::error_response;
+use crate::server::AppState;
+
+/// `GET /healthz`: the daemon is up and serving.
+pub async fn healthz(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    let stats = state.cache.stats();
+    Json(serde_json::json!({
+        "status": "ok",
+        "region": state.settings.config.region,
+        "cache_entries": stats.entries,
+        "cache_bytes": stats.bytes,
+    }))
+}
+
+/// `GET /metrics`: Prometheus text format.
+pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let text = state.metrics.render(&state.settings.config.region, state.cache.stats());
+    ([(header::CONTENT_TYPE, shared::metrics::CONTENT_TYPE)], text).into_response()
+}
+
+/// `GET /v1/models`: the served models, in OpenAI's list shape.
+pub async fn models(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    let data: Vec<_> = state
+        .settings
+        .models
+        .models()
+        .iter()
+        .map(|m| serde_json::json!({"id": m.name, "object": "model", "created": 0, "owned_by": "llm-cache-mesh", "version": m.version}))
+        .collect();
+    Json(serde_json::json!({"object": "list", "data": data}))
+}
+
+/// Any unknown path.
+pub async fn not_found(uri: Uri) -> Response {
+    error_response(&RequestError::not_found(uri.path()))
+}
+
+/// A known path with the wrong method.
+pub async fn method_not_allowed() -> Response {
+    error_response(&RequestError::method_not_allowed())
+}

@@ -1,0 +1,161 @@
+//! A small blocking HTTP client for the mesh's OpenAI endpoint, plain and streamed.
+
+use std::collections::HashMap;
+use std::io::{BufRead as _, BufReader};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+
+/// An HTTP agent that returns error statuses as responses instead of errors.
+pub fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(timeout)).build().into()
+}
+
+/// A complete response.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: u16,
+    /// Headers, names lowercased.
+    pub headers: HashMap<String, String>,
+    /// The body as text.
+    pub body: String,
+    /// Time from sending to the end of the body.
+    pub elapsed: Duration,
+}
+
+impl Reply {
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(&name.to_ascii_lowercase()).map(String::as_str)
+    }
+
+    /// The body parsed as JSON (`Null` if it is not JSON).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// `choices[0].message.content` of a chat completion.
+    pub fn content(&self) -> Option<String> {
+        self.json()["choices"][0]["message"]["content"].as_str().map(str::to_owned)
+    }
+}
+
+/// A streamed response: every `data:` event with the time it arrived.
+#[derive(Clone, Debug)]
+pub struct StreamReply {
+    /// HTTP status.
+    pub status: u16,
+    /// Headers, names lowercased.
+    pub headers: HashMap<String, String>,
+    /// `(time since the request was sent, data payload)` per event, in arrival order.
+    pub events: Vec<(Duration, String)>,
+}
+
+impl StreamReply {
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(&name.to_ascii_lowercase()).map(String::as_str)
+    }
+
+    /// Whether the stream ended with `data: [DONE]`.
+    pub fn finished(&self) -> bool {
+        self.events.last().is_some_and(|(_, data)| data == "[DONE]")
+    }
+
+    /// The concatenated `delta.content` of every chunk.
+    pub fn content(&self) -> String {
+        self.chunks().filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_owned)).collect()
+    }
+
+    /// Events that carry some text, with their arrival times.
+    pub fn content_arrivals(&self) -> Vec<Duration> {
+        self.events
+            .iter()
+            .filter(|(_, data)| {
+                serde_json::from_str::<serde_json::Value>(data)
+                    .ok()
+                    .and_then(|c| c["choices"][0]["delta"]["content"].as_str().map(|s| !s.is_empty()))
+                    .unwrap_or(false)
+            })
+            .map(|(at, _)| *at)
+            .collect()
+    }
+
+    fn chunks(&self) -> impl Iterator<Item = serde_json::Value> + '_ {
+        self.events.iter().filter_map(|(_, data)| serde_json::from_str(data).ok())
+    }
+}
+
+/// A client of one OpenAI-compatible base URL.
+#[derive(Clone, Debug)]
+pub struct ChatClient {
+    agent: ureq::Agent,
+    base_url: String,
+    api_key: Option<String>,
+}
+
+impl ChatClient {
+    /// A client of `base_url` (e.g. `http://127.0.0.1:8787`) sending `api_key` as a bearer token.
+    pub fn new(base_url: &str, api_key: Option<&str>) -> Self {
+        Self { agent: agent(Duration::from_secs(300)), base_url: base_url.trim_end_matches('/').to_owned(), api_key: api_key.map(str::to_owned) }
+    }
+
+    fn post(&self, path: &str) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
+        let request = self.agent.post(format!("{}{path}", self.base_url)).header("content-type", "application/json");
+        match &self.api_key {
+            Some(key) => request.header("authorization", format!("Bearer {key}")),
+            None => request,
+        }
+    }
+
+    /// `POST /v1/chat/completions` with a raw body.
+    pub fn chat_raw(&self, body: &str) -> anyhow::Result<Reply> {
+        let started = Instant::now();
+        let mut response = self.post("/v1/chat/completions").send(body).context("sending chat request")?;
+        let headers = header_map(response.headers());
+        let body = response.body_mut().with_config().limit(64 * 1024 * 1024).read_to_string().context("reading chat response")?;
+        Ok(Reply { status: response.status().as_u16(), headers, body, elapsed: started.elapsed() })
+    }
+
+    /// `POST /v1/chat/completions` with a JSON body.
+    pub fn chat(&self, body: &serde_json::Value) -> anyhow::Result<Reply> {
+        self.chat_raw(&body.to_string())
+    }
+
+    /// `POST /v1/chat/completions` with `"stream": true` added, reading events as they arrive.
+    pub fn chat_stream(&self, body: &serde_json::Value) -> anyhow::Result<StreamReply> {
+        let mut body = body.clone();
+        body["stream"] = serde_json::Value::Bool(true);
+        let started = Instant::now();
+        let response = self.post("/v1/chat/completions").send(body.to_string()).context("sending stream request")?;
+        let status = response.status().as_u16();
+        let headers = header_map(response.headers());
+        let mut reader = BufReader::new(response.into_body().into_reader());
+        let mut events = Vec::new();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if reader.read_line(&mut line).context("reading the event stream")? == 0 {
+                break;
+            }
+            if let Some(data) = line.trim_end().strip_prefix("data: ") {
+                events.push((started.elapsed(), data.to_owned()));
+            }
+        }
+        Ok(StreamReply { status, headers, events })
+    }
+
+    /// `GET` a path, returning the body.
+    pub fn get(&self, path: &str) -> anyhow::Result<Reply> {
+        let started = Instant::now();
+        let mut response = self.agent.get(format!("{}{path}", self.base_url)).call().context("GET")?;
+        let headers = header_map(response.headers());
+        let body = response.body_mut().read_to_string()?;
+        Ok(Reply { status: response.status().as_u16(), headers, body, elapsed: started.elapsed() })
+    }
+}
+
+fn header_map(headers: &ureq::http::HeaderMap) -> HashMap<String, String> {
+    headers.iter().map(|(k, v)| (k.as_str().to_ascii_lowercase(), String::from_utf8_lossy(v.as_bytes()).into_owned())).collect()
+}

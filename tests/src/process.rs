@@ -1,0 +1,129 @@
+//! One managed child process. Each child runs in its own process group so that stopping it also stops
+//! whatever it started (wrangler starts workerd), and so a Ctrl-C at the launcher's terminal reaches only
+//! the launcher, which then stops the children in order.
+
+use std::fs::File;
+use std::io::Read as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+
+/// A running child process with its log file; stopped (SIGTERM, then SIGKILL) when dropped.
+#[derive(Debug)]
+pub struct ManagedProcess {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl ManagedProcess {
+    /// Starts `command` in a new process group with stdout and stderr appended to `<log_dir>/<name>.log`.
+    pub fn spawn(name: &str, mut command: Command, log_dir: &Path) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(log_dir)?;
+        let log = log_dir.join(format!("{name}.log"));
+        let out = File::options().create(true).append(true).open(&log)?;
+        let err = out.try_clone()?;
+        command.stdin(Stdio::null()).stdout(out).stderr(err).process_group(0);
+        let child = command.spawn().with_context(|| format!("starting {name} ({:?})", command.get_program()))?;
+        Ok(Self { name: name.to_owned(), child, log })
+    }
+
+    /// The process's name in logs.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its operating-system process id (also its process group id).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether it is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The last `max_bytes` of its log.
+    pub fn log_tail(&self, max_bytes: usize) -> String {
+        let mut text = String::new();
+        if let Ok(mut file) = File::open(&self.log) {
+            let _ = file.read_to_string(&mut text);
+        }
+        let start = text.len().saturating_sub(max_bytes);
+        let start = (start..text.len()).find(|i| text.is_char_boundary(*i)).unwrap_or(text.len());
+        text[start..].to_owned()
+    }
+
+    /// Kills the whole process group at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        signal_group(self.child.id(), Signal::Kill);
+        let _ = self.child.wait();
+    }
+
+    /// Asks the process group to stop (SIGTERM), waits up to `grace`, then kills it.
+    pub fn stop(&mut self, grace: Duration) {
+        if !self.is_running() {
+            signal_group(self.child.id(), Signal::Kill);
+            return;
+        }
+        signal_group(self.child.id(), Signal::Term);
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if !self.is_running() {
+                // The leader is gone; make sure nothing it started lingers.
+                signal_group(self.child.id(), Signal::Kill);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        self.kill();
+    }
+
+    /// Polls `url` until it answers 200, failing early if the process exits.
+    pub fn wait_ready(&mut self, url: &str, timeout: Duration) -> anyhow::Result<()> {
+        let agent = crate::client::agent(Duration::from_secs(2));
+        let deadline = Instant::now() + timeout;
+        loop {
+            if !self.is_running() {
+                bail!("{} exited during start-up; log tail:\n{}", self.name, self.log_tail(4000));
+            }
+            if let Ok(response) = agent.get(url).call() {
+                if response.status() == 200 {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("{} not ready at {url} after {timeout:?}; log tail:\n{}", self.name, self.log_tail(4000));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for ManagedProcess {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(5));
+    }
+}
+
+enum Signal {
+    Term,
+    Kill,
+}
+
+/// Sends a signal to a whole process group.
+#[allow(unsafe_code)]
+fn signal_group(pgid: u32, signal: Signal) {
+    let signal = match signal {
+        Signal::Term => libc::SIGTERM,
+        Signal::Kill => libc::SIGKILL,
+    };
+    let Ok(pgid) = libc::pid_t::try_from(pgid) else { return };
+    // SAFETY: kill(2) with a negative pid signals that process group; it has no memory-safety effects.
+    unsafe {
+        libc::kill(-pgid, signal);
+    }
+}

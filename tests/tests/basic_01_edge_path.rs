@@ -1,0 +1,82 @@
+//! The first path through every tier, driven through the edge under `wrangler dev` (real workerd):
+//! bad input is refused at the edge, a request is generated once and then answered from cache, and
+//! streaming works end to end.
+
+use mesh_harness::client::ChatClient;
+use mesh_harness::{Mesh, MeshSpec};
+use serde_json::json;
+
+fn request(question: &str) -> serde_json::Value {
+    json!({"model": "smollm2-135m-instruct", "temperature": 0, "max_tokens": 32,
+           "messages": [{"role": "system", "content": "You are a concise assistant."}, {"role": "user", "content": question}]})
+}
+
+fn assert_openai_error(reply: &mesh_harness::client::Reply, status: u16) {
+    assert_eq!(reply.status, status, "body: {}", reply.body);
+    let error = &reply.json()["error"];
+    assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()), "not an OpenAI error: {}", reply.body);
+    assert!(error["type"].is_string(), "not an OpenAI error: {}", reply.body);
+}
+
+#[test]
+fn edge_path_miss_then_hit_streaming_and_bad_input() -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("mesh-test-edge-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mesh = Mesh::start(MeshSpec { regional_nodes: 1, ..MeshSpec::local(&dir) })?;
+    let edge_url = mesh.edge_url().expect("edge runs");
+    let client = mesh.client();
+
+    // Bad input and bad keys are answered at the edge, in OpenAI's error shape.
+    assert_openai_error(&ChatClient::new(&edge_url, None).chat(&request("hi"))?, 401);
+    assert_openai_error(&ChatClient::new(&edge_url, Some("sk-wrong")).chat(&request("hi"))?, 401);
+    assert_openai_error(&client.chat_raw("{\"model\": \"smollm2-135m-instruct\", \"messages\": [")?, 400);
+    assert_openai_error(&client.chat_raw(r#"{"model":"smollm2-135m-instruct","messages":"hello"}"#)?, 400);
+    assert_openai_error(&client.chat_raw(r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"max_tokens":"ten"}"#)?, 400);
+    assert_openai_error(&client.chat(&json!({"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]}))?, 404);
+
+    // The same request twice: generated once, then a hit with identical content.
+    let question = request("What is the capital of France?");
+    let miss = client.chat(&question)?;
+    assert_eq!(miss.status, 200, "{}", miss.body);
+    assert_eq!(miss.header("x-cache"), Some("MISS"));
+    let content = miss.content().expect("content");
+    assert!(!content.trim().is_empty(), "empty answer");
+    assert!(!content.contains("<|im_") && !content.contains("<|endoftext|>"), "ChatML marker in {content:?}");
+    let timing = miss.header("server-timing").unwrap_or_default();
+    for tier in ["edge", "regional", "core", "pod-decode"] {
+        assert!(timing.contains(tier), "Server-Timing lacks {tier}: {timing}");
+    }
+    let hit = client.chat(&question)?;
+    assert_eq!(hit.status, 200, "{}", hit.body);
+    assert_eq!(hit.header("x-cache"), Some("HIT-EDGE"), "second request: {:?}", hit.headers);
+    assert_eq!(hit.content().as_deref(), Some(content.as_str()));
+    assert_eq!(hit.json()["id"], miss.json()["id"]);
+    assert!(hit.header("server-timing").unwrap_or_default().contains("edge"));
+    println!("through the edge: MISS {:?}, HIT-EDGE {:?}", miss.elapsed, hit.elapsed);
+
+    // Streaming: chunks arrive while the answer is generated, and they add up to the non-streamed answer.
+    let story = request("Write two sentences about the sea.");
+    let stream = client.chat_stream(&story)?;
+    assert_eq!(stream.status, 200);
+    assert_eq!(stream.header("x-cache"), Some("MISS"));
+    assert!(stream.header("content-type").is_some_and(|t| t.starts_with("text/event-stream")));
+    assert!(stream.finished(), "stream did not end with [DONE]: {:?}", stream.events.last());
+    let arrivals = stream.content_arrivals();
+    assert!(arrivals.len() >= 3, "expected several content chunks, got {}", arrivals.len());
+    assert!(arrivals[0] < arrivals[arrivals.len() - 1], "all chunks arrived at once: {arrivals:?}");
+    let streamed = stream.content();
+    assert!(!streamed.trim().is_empty() && !streamed.contains("<|im_"));
+    let whole = client.chat(&story)?;
+    assert!(whole.header("x-cache").is_some_and(|x| x.starts_with("HIT")), "{:?}", whole.headers);
+    assert_eq!(whole.content().as_deref(), Some(streamed.as_str()));
+
+    // A streamed hit is a proper event stream with the same text.
+    let replay = client.chat_stream(&story)?;
+    assert!(replay.header("x-cache").is_some_and(|x| x.starts_with("HIT")));
+    assert!(replay.finished());
+    assert_eq!(replay.content(), streamed);
+
+    drop(mesh);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
