@@ -39,3 +39,26 @@ impl From<WireCompletion> for CachedCompletion {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completions_round_trip() {
+        let entry = CachedCompletion {
+            key: "v1:k".into(),
+            tenant: "dev".into(),
+            model: "m".into(),
+            model_version: 3,
+            content: "hello".into(),
+            finish_reason: "stop".into(),
+            prompt_tokens: 5,
+            completion_tokens: 1,
+            etag: CachedCompletion::etag_of("hello", "stop"),
+            created_ms: 1_700_000_000_000,
+            ttl_s: 60,
+        };
+        assert_eq!(CachedCompletion::from(WireCompletion::from(entry.clone())), entry);
+    }
+}

@@ -13,7 +13,7 @@ pub fn encode(bytes: &[u8]) -> String {
 
 /// Decodes lowercase or uppercase hex; `None` if the text is not hex of even length.
 pub fn decode(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     let nibble = |c: u8| (c as char).to_digit(16).map(|d| d as u8);

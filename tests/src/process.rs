@@ -26,7 +26,8 @@ impl ManagedProcess {
         let log = log_dir.join(format!("{name}.log"));
         let out = File::options().create(true).append(true).open(&log)?;
         let err = out.try_clone()?;
-        command.stdin(Stdio::null()).stdout(out).stderr(err).process_group(0);
+        // Log files, not terminals: no colour codes.
+        command.stdin(Stdio::null()).stdout(out).stderr(err).env("NO_COLOR", "1").process_group(0);
         let child = command.spawn().with_context(|| format!("starting {name} ({:?})", command.get_program()))?;
         Ok(Self { name: name.to_owned(), child, log })
     }

@@ -85,7 +85,10 @@ mod tests {
         let secret = TierSecret::new("s3cret").expect("valid secret");
         let mut check = secret.interceptor();
         assert!(check.call(secret.request(())).is_ok());
-        assert_eq!(check.call(Request::new(())).map_err(|s| s.code()).err(), Some(tonic::Code::Unauthenticated));
+        assert_eq!(
+            check.call(Request::new(())).map_err(|s| s.code()).err(),
+            Some(tonic::Code::Unauthenticated)
+        );
         let other = TierSecret::new("other").expect("valid secret");
         assert!(check.call(other.request(())).is_err());
     }

@@ -16,7 +16,11 @@ pub const TIER_SECRET_ENV: &str = "MESH_TIER_SECRET";
 
 /// The `core-node` command line. Every flag can also come from its environment variable.
 #[derive(Debug, Parser)]
-#[command(name = "core-node", version, about = "A core node: the authoritative LLM cache on Raft, driving inference pods.")]
+#[command(
+    name = "core-node",
+    version,
+    about = "A core node: the authoritative LLM cache on Raft, driving inference pods."
+)]
 pub struct NodeArgs {
     /// This node's Raft id; it must appear in `--peers`.
     #[arg(long, env = "CORE_NODE_ID")]
@@ -51,6 +55,9 @@ pub struct NodeArgs {
     /// Build a snapshot (and later purge the log) after this many log entries since the last one.
     #[arg(long, env = "CORE_NODE_SNAPSHOT_LOGS", default_value_t = RaftTuning::default().snapshot_logs)]
     pub snapshot_logs: u64,
+    /// Log entries kept behind a snapshot for lagging followers.
+    #[arg(long, env = "CORE_NODE_LOGS_KEPT_AFTER_SNAPSHOT", default_value_t = RaftTuning::default().logs_kept_after_snapshot)]
+    pub logs_kept_after_snapshot: u64,
     /// How long a write may wait for a leader and a quorum before the caller gets `unavailable`, in ms.
     #[arg(long, env = "CORE_NODE_COMMIT_TIMEOUT_MS", default_value_t = 10_000)]
     pub commit_timeout_ms: u64,
@@ -61,7 +68,9 @@ impl NodeArgs {
     pub fn into_config(self) -> Result<NodeConfig, CoreError> {
         let secret = match &self.tier_secret_file {
             Some(path) => std::fs::read_to_string(path)
-                .map_err(|e| CoreError::Config(format!("cannot read the tier secret file {}: {e}", path.display())))?
+                .map_err(|e| {
+                    CoreError::Config(format!("cannot read the tier secret file {}: {e}", path.display()))
+                })?
                 .trim_end_matches(['\r', '\n'])
                 .to_owned(),
             None => std::env::var(TIER_SECRET_ENV)
@@ -79,6 +88,7 @@ impl NodeArgs {
                 election_timeout_min_ms: self.election_timeout_min_ms,
                 election_timeout_max_ms: self.election_timeout_max_ms,
                 snapshot_logs: self.snapshot_logs,
+                logs_kept_after_snapshot: self.logs_kept_after_snapshot,
             },
             commit_timeout: Duration::from_millis(self.commit_timeout_ms),
         };
@@ -89,7 +99,8 @@ impl NodeArgs {
 
 /// Parses one `id=host:port` item of `--peers`.
 fn parse_peer(item: &str) -> Result<(NodeId, String), String> {
-    let (id, addr) = item.trim().split_once('=').ok_or_else(|| format!("peer {item:?} is not id=host:port"))?;
+    let (id, addr) =
+        item.trim().split_once('=').ok_or_else(|| format!("peer {item:?} is not id=host:port"))?;
     let id = id.trim().parse::<NodeId>().map_err(|e| format!("peer id {id:?}: {e}"))?;
     let addr = addr.trim();
     if addr.is_empty() || addr.contains('/') || !addr.contains(':') {
@@ -134,8 +145,13 @@ impl NodeConfig {
             }
         }
         let r = &self.raft;
-        if r.heartbeat_ms == 0 || r.election_timeout_min_ms <= r.heartbeat_ms || r.election_timeout_max_ms <= r.election_timeout_min_ms {
-            return Err(CoreError::Config("need 0 < heartbeat < election timeout min < election timeout max".into()));
+        if r.heartbeat_ms == 0
+            || r.election_timeout_min_ms <= r.heartbeat_ms
+            || r.election_timeout_max_ms <= r.election_timeout_min_ms
+        {
+            return Err(CoreError::Config(
+                "need 0 < heartbeat < election timeout min < election timeout max".into(),
+            ));
         }
         Ok(())
     }
@@ -159,11 +175,20 @@ pub struct RaftTuning {
     pub election_timeout_max_ms: u64,
     /// Log entries since the last snapshot that trigger a new one.
     pub snapshot_logs: u64,
+    /// Log entries kept behind a snapshot, so that a briefly lagging follower catches up from the log
+    /// instead of receiving the whole snapshot.
+    pub logs_kept_after_snapshot: u64,
 }
 
 impl Default for RaftTuning {
     fn default() -> Self {
-        Self { heartbeat_ms: 200, election_timeout_min_ms: 1000, election_timeout_max_ms: 2000, snapshot_logs: 5000 }
+        Self {
+            heartbeat_ms: 200,
+            election_timeout_min_ms: 1000,
+            election_timeout_max_ms: 2000,
+            snapshot_logs: 5000,
+            logs_kept_after_snapshot: 1000,
+        }
     }
 }
 
@@ -192,7 +217,10 @@ mod tests {
     #[test]
     fn parses_peers_and_pods() {
         let a = args(&["--bootstrap"]);
-        assert_eq!(a.peers, vec![(1, "127.0.0.1:7001".into()), (2, "127.0.0.1:7002".into()), (3, "127.0.0.1:7003".into())]);
+        assert_eq!(
+            a.peers,
+            vec![(1, "127.0.0.1:7001".into()), (2, "127.0.0.1:7002".into()), (3, "127.0.0.1:7003".into())]
+        );
         assert_eq!(a.pods, vec!["http://127.0.0.1:7100".to_owned()]);
         assert!(a.bootstrap);
         assert_eq!(a.heartbeat_ms, 200);

@@ -1,46 +1,11 @@
-//! Conversions at the protobuf boundary: cached completions, and openraft messages as JSON payloads.
+//! openraft messages as JSON payloads at the protobuf boundary (cached completions convert with the
+//! `From` impls in `proto`).
 
-use proto::cache::CachedCompletion as ProtoCompletion;
 use proto::raft::RaftPayload;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use shared::completion::CachedCompletion;
 
 use super::error::CoreError;
-
-/// The protobuf form of a cached completion.
-pub fn completion_to_proto(c: CachedCompletion) -> ProtoCompletion {
-    ProtoCompletion {
-        key: c.key,
-        tenant: c.tenant,
-        model: c.model,
-        model_version: c.model_version,
-        content: c.content,
-        finish_reason: c.finish_reason,
-        prompt_tokens: c.prompt_tokens,
-        completion_tokens: c.completion_tokens,
-        etag: c.etag,
-        created_ms: c.created_ms,
-        ttl_s: c.ttl_s,
-    }
-}
-
-/// The domain form of a protobuf cached completion.
-pub fn completion_from_proto(c: ProtoCompletion) -> CachedCompletion {
-    CachedCompletion {
-        key: c.key,
-        tenant: c.tenant,
-        model: c.model,
-        model_version: c.model_version,
-        content: c.content,
-        finish_reason: c.finish_reason,
-        prompt_tokens: c.prompt_tokens,
-        completion_tokens: c.completion_tokens,
-        etag: c.etag,
-        created_ms: c.created_ms,
-        ttl_s: c.ttl_s,
-    }
-}
 
 /// Wraps a value as a JSON Raft payload.
 pub fn encode<T: Serialize>(value: &T) -> Result<RaftPayload, CoreError> {
@@ -49,12 +14,14 @@ pub fn encode<T: Serialize>(value: &T) -> Result<RaftPayload, CoreError> {
 
 /// Reads a JSON Raft payload; a payload that does not parse is the sender's mistake.
 pub fn decode<T: DeserializeOwned>(payload: &RaftPayload) -> Result<T, CoreError> {
-    serde_json::from_slice(&payload.json).map_err(|e| CoreError::InvalidArgument(format!("raft payload: {e}")))
+    serde_json::from_slice(&payload.json)
+        .map_err(|e| CoreError::InvalidArgument(format!("raft payload: {e}")))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shared::completion::CachedCompletion;
     use crate::node::types::Command;
 
     fn sample() -> CachedCompletion {
@@ -71,11 +38,6 @@ mod tests {
             created_ms: 1_700_000_000_000,
             ttl_s: 60,
         }
-    }
-
-    #[test]
-    fn completions_round_trip_through_proto() {
-        assert_eq!(completion_from_proto(completion_to_proto(sample())), sample());
     }
 
     #[test]

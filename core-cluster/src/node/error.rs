@@ -51,9 +51,11 @@ impl From<CoreError> for Status {
             CoreError::Unauthenticated => Code::Unauthenticated,
             CoreError::NoPod(_) | CoreError::NoQuorum(_) => Code::Unavailable,
             CoreError::Pod { code, .. } => *code,
-            CoreError::Raft(_) | CoreError::Config(_) | CoreError::Storage(_) | CoreError::Codec(_) | CoreError::Io(_) => {
-                Code::Internal
-            }
+            CoreError::Raft(_)
+            | CoreError::Config(_)
+            | CoreError::Storage(_)
+            | CoreError::Codec(_)
+            | CoreError::Io(_) => Code::Internal,
         };
         Status::new(code, err.to_string())
     }

@@ -5,6 +5,10 @@
 //! `truncate` and `purge` flush too. The committed pointer is written without a flush: it may lag after a
 //! crash, which only means that openraft re-applies fewer entries at startup before the leader tells it more.
 
+// openraft's storage error is large, and every trait method returns it; the private helpers return it too
+// rather than box it only to unbox it at the trait boundary.
+#![allow(clippy::result_large_err)]
+
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
@@ -142,7 +146,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let mut batch = sled::Batch::default();
         for entry in entries {
-            let bytes = serde_json::to_vec(&entry).map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
+            let bytes =
+                serde_json::to_vec(&entry).map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
             batch.insert(&index_key(entry.log_id.index), bytes);
         }
         // One atomic batch: a crash never leaves a hole in the middle of an append.

@@ -45,6 +45,11 @@ pub mod state_machine;
 pub mod types;
 pub mod writer;
 
+#[cfg(test)]
+mod cluster_tests;
+#[cfg(test)]
+mod storage_tests;
+
 pub use config::{NodeArgs, NodeConfig, RaftTuning};
 pub use error::CoreError;
 pub use server::run;

@@ -12,8 +12,8 @@ use openraft::error::{
 };
 use openraft::network::{RPCOption, RPCTypes, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
-    VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
 use proto::raft::raft_client::RaftClient;
@@ -136,11 +136,17 @@ impl PeerConnection {
             Ok(Err(status)) => return Err(status_error(status)),
             Ok(Ok(reply)) => reply.into_inner(),
         };
-        let result: Result<Resp, RaftError<NodeId, E>> = decode_reply(&reply).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        result.map_err(|e| RPCError::RemoteError(RemoteError::new_with_node(self.target, self.node.clone(), e)))
+        let result: Result<Resp, RaftError<NodeId, E>> =
+            decode_reply(&reply).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        result
+            .map_err(|e| RPCError::RemoteError(RemoteError::new_with_node(self.target, self.node.clone(), e)))
     }
 
-    fn timeout<E: Error>(&self, rpc: Rpc, ttl: Duration) -> RPCError<NodeId, BasicNode, RaftError<NodeId, E>> {
+    fn timeout<E: Error>(
+        &self,
+        rpc: Rpc,
+        ttl: Duration,
+    ) -> RPCError<NodeId, BasicNode, RaftError<NodeId, E>> {
         RPCError::Timeout(Timeout { action: rpc.kind(), id: self.id, target: self.target, timeout: ttl })
     }
 }
@@ -152,7 +158,9 @@ fn decode_reply<T: DeserializeOwned>(reply: &RaftPayload) -> Result<T, serde_jso
 /// A transport or server status as openraft's error: most mean the peer cannot be reached right now.
 fn status_error<E: Error>(status: tonic::Status) -> RPCError<NodeId, BasicNode, RaftError<NodeId, E>> {
     match status.code() {
-        Code::InvalidArgument | Code::Internal | Code::Unimplemented => RPCError::Network(NetworkError::new(&status)),
+        Code::InvalidArgument | Code::Internal | Code::Unimplemented => {
+            RPCError::Network(NetworkError::new(&status))
+        }
         _ => RPCError::Unreachable(Unreachable::new(&status)),
     }
 }
@@ -170,8 +178,10 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         &mut self,
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>>
-    {
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
         self.call(Rpc::InstallSnapshot, &rpc, &option).await
     }
 

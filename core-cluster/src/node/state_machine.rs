@@ -6,6 +6,10 @@
 //! after a crash. Snapshots are fsynced before they are reported, and openraft purges the log only up to a
 //! snapshot, so every purged entry is covered by durable state.
 
+// openraft's storage error is large, and every trait method returns it; the private helpers return it too
+// rather than box it only to unbox it at the trait boundary.
+#![allow(clippy::result_large_err)]
+
 use std::collections::BTreeSet;
 use std::io::Cursor;
 
@@ -26,6 +30,9 @@ const SNAPSHOT_DATA: &[u8] = b"data";
 
 /// Membership as stored: the last membership config and the log id that introduced it.
 type Membership = StoredMembership<NodeId, openraft::BasicNode>;
+
+/// What a snapshot is built from: the live entries, the last applied log id and the membership.
+type SnapshotState = (SnapshotBody, Option<LogId<NodeId>>, Membership);
 
 /// The cache state machine of one core node.
 ///
@@ -70,7 +77,12 @@ impl StateMachineStore {
     }
 
     /// The entry under `key` if it belongs to `tenant` and has not expired at `now_ms`.
-    pub fn get_fresh(&self, key: &str, tenant: &str, now_ms: i64) -> Result<Option<CachedCompletion>, super::CoreError> {
+    pub fn get_fresh(
+        &self,
+        key: &str,
+        tenant: &str,
+        now_ms: i64,
+    ) -> Result<Option<CachedCompletion>, super::CoreError> {
         Ok(self.get(key)?.filter(|e| e.tenant == tenant && !e.is_expired(now_ms)))
     }
 
@@ -101,7 +113,7 @@ impl StateMachineStore {
 
     /// Copies the applied state, for a snapshot. Called from the state-machine task, so nothing is being
     /// applied at the same time and the copy is consistent.
-    fn copy_state(&self) -> Result<(SnapshotBody, Option<LogId<NodeId>>, Membership), StorageIOError<NodeId>> {
+    fn copy_state(&self) -> Result<SnapshotState, StorageIOError<NodeId>> {
         let (last_applied, membership) = self.read_applied()?;
         let now = now_ms();
         let mut body = SnapshotBody::default();
@@ -118,8 +130,14 @@ impl StateMachineStore {
     }
 
     /// Saves a snapshot as the current one and fsyncs it.
-    async fn save_snapshot(&self, meta: &SnapshotMeta<NodeId, openraft::BasicNode>, data: &[u8]) -> Result<(), StorageError> {
-        let write_err = |e: &(dyn std::error::Error + 'static)| StorageIOError::write_snapshot(Some(meta.signature()), openraft::AnyError::from_dyn(e, None));
+    async fn save_snapshot(
+        &self,
+        meta: &SnapshotMeta<NodeId, openraft::BasicNode>,
+        data: &[u8],
+    ) -> Result<(), StorageError> {
+        let write_err = |e: &(dyn std::error::Error + 'static)| {
+            StorageIOError::write_snapshot(Some(meta.signature()), openraft::AnyError::from_dyn(e, None))
+        };
         let meta_bytes = serde_json::to_vec(meta).map_err(|e| write_err(&e))?;
         let mut batch = sled::Batch::default();
         batch.insert(SNAPSHOT_META, meta_bytes);
@@ -130,7 +148,12 @@ impl StateMachineStore {
     }
 
     /// Replaces the whole state with `body` at `last_applied`, atomically.
-    fn replace_state(&self, body: &SnapshotBody, last_applied: &Option<LogId<NodeId>>, membership: &Membership) -> Result<(), StorageIOError<NodeId>> {
+    fn replace_state(
+        &self,
+        body: &SnapshotBody,
+        last_applied: &Option<LogId<NodeId>>,
+        membership: &Membership,
+    ) -> Result<(), StorageIOError<NodeId>> {
         let mut new_entries = Vec::with_capacity(body.entries.len());
         for entry in &body.entries {
             let bytes = serde_json::to_vec(entry).map_err(|e| StorageIOError::write_state_machine(&e))?;
@@ -144,19 +167,22 @@ impl StateMachineStore {
                 stale.push(key);
             }
         }
-        let applied = serde_json::to_vec(last_applied).map_err(|e| StorageIOError::write_state_machine(&e))?;
-        let membership = serde_json::to_vec(membership).map_err(|e| StorageIOError::write_state_machine(&e))?;
-        let result: Result<(), TransactionError<()>> = (&self.entries, &self.meta).transaction(|(entries, meta)| {
-            for key in &stale {
-                entries.remove(key.clone())?;
-            }
-            for (key, value) in &new_entries {
-                entries.insert(key.as_slice(), value.as_slice())?;
-            }
-            meta.insert(LAST_APPLIED, applied.as_slice())?;
-            meta.insert(LAST_MEMBERSHIP, membership.as_slice())?;
-            Ok::<(), ConflictableTransactionError<()>>(())
-        });
+        let applied =
+            serde_json::to_vec(last_applied).map_err(|e| StorageIOError::write_state_machine(&e))?;
+        let membership =
+            serde_json::to_vec(membership).map_err(|e| StorageIOError::write_state_machine(&e))?;
+        let result: Result<(), TransactionError<()>> =
+            (&self.entries, &self.meta).transaction(|(entries, meta)| {
+                for key in &stale {
+                    entries.remove(key.clone())?;
+                }
+                for (key, value) in &new_entries {
+                    entries.insert(key.as_slice(), value.as_slice())?;
+                }
+                meta.insert(LAST_APPLIED, applied.as_slice())?;
+                meta.insert(LAST_MEMBERSHIP, membership.as_slice())?;
+                Ok::<(), ConflictableTransactionError<()>>(())
+            });
         result.map_err(|e| StorageIOError::write_state_machine(&io_error(e)))
     }
 }
@@ -167,8 +193,12 @@ pub fn now_ms() -> i64 {
     i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// A failed sled transaction as an I/O error. The transactions here never abort, so only storage fails.
 fn io_error(e: TransactionError<()>) -> std::io::Error {
-    std::io::Error::other(e.to_string())
+    match e {
+        TransactionError::Storage(e) => std::io::Error::other(e),
+        TransactionError::Abort(()) => std::io::Error::other("transaction aborted"),
+    }
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachineStore {
@@ -192,7 +222,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             match entry.payload {
                 EntryPayload::Blank => responses.push(CommandResponse::Empty),
                 EntryPayload::Normal(Command::Put { entry: completion }) => {
-                    let bytes = serde_json::to_vec(&completion).map_err(|e| StorageIOError::apply(entry.log_id, &e))?;
+                    let bytes = serde_json::to_vec(&completion)
+                        .map_err(|e| StorageIOError::apply(entry.log_id, &e))?;
                     puts.push((completion.key.as_bytes().to_vec(), bytes));
                     responses.push(CommandResponse::Stored { key: completion.key });
                 }
@@ -210,16 +241,17 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             Some(m) => Some(serde_json::to_vec(&m).map_err(|e| StorageIOError::apply(last, &e))?),
             None => None,
         };
-        let result: Result<(), TransactionError<()>> = (&self.entries, &self.meta).transaction(|(tx_entries, tx_meta)| {
-            for (key, value) in &puts {
-                tx_entries.insert(key.as_slice(), value.as_slice())?;
-            }
-            tx_meta.insert(LAST_APPLIED, applied.as_slice())?;
-            if let Some(m) = &membership {
-                tx_meta.insert(LAST_MEMBERSHIP, m.as_slice())?;
-            }
-            Ok::<(), ConflictableTransactionError<()>>(())
-        });
+        let result: Result<(), TransactionError<()>> =
+            (&self.entries, &self.meta).transaction(|(tx_entries, tx_meta)| {
+                for (key, value) in &puts {
+                    tx_entries.insert(key.as_slice(), value.as_slice())?;
+                }
+                tx_meta.insert(LAST_APPLIED, applied.as_slice())?;
+                if let Some(m) = &membership {
+                    tx_meta.insert(LAST_MEMBERSHIP, m.as_slice())?;
+                }
+                Ok::<(), ConflictableTransactionError<()>>(())
+            });
         result.map_err(|e| StorageIOError::apply(last, &io_error(e)))?;
         Ok(responses)
     }
@@ -247,7 +279,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        let read_err = |e: &(dyn std::error::Error + 'static)| StorageIOError::read_snapshot(None, openraft::AnyError::from_dyn(e, None));
+        let read_err = |e: &(dyn std::error::Error + 'static)| {
+            StorageIOError::read_snapshot(None, openraft::AnyError::from_dyn(e, None))
+        };
         let meta = self.snapshot.get(SNAPSHOT_META).map_err(|e| read_err(&e))?;
         let data = self.snapshot.get(SNAPSHOT_DATA).map_err(|e| read_err(&e))?;
         let (Some(meta), Some(data)) = (meta, data) else {
@@ -264,7 +298,7 @@ pub struct SnapshotBuilder {
     /// Where the snapshot is saved.
     store: StateMachineStore,
     /// The copied state, or why it could not be read.
-    state: Result<(SnapshotBody, Option<LogId<NodeId>>, Membership), StorageIOError<NodeId>>,
+    state: Result<SnapshotState, StorageIOError<NodeId>>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {

@@ -1,0 +1,300 @@
+//! The `CoreCache` gRPC server: lookups read the local state machine; completions that miss are generated
+//! on an inference pod, streamed to the caller as they decode, and committed through Raft before `Done`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use proto::cache::core_cache_server::CoreCache;
+use proto::cache::{
+    complete_event, CompleteDone, CompleteEvent, CompleteRequest, LookupReply, LookupRequest,
+};
+use proto::inference::{generate_event, GenerateDone, GenerateEvent, GenerateRequest, Timings};
+use shared::completion::CachedCompletion;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Code, Request, Response, Status, Streaming};
+use tracing::Instrument;
+
+use super::context::NodeContext;
+use super::error::CoreError;
+use super::state_machine::now_ms;
+use super::types::Command;
+
+/// Longest cache key accepted, in bytes.
+pub const MAX_KEY_BYTES: usize = 512;
+/// Longest tenant or model name accepted, in bytes.
+pub const MAX_NAME_BYTES: usize = 128;
+/// Events buffered toward a slow caller before generation waits for it.
+const EVENT_BUFFER: usize = 64;
+/// Longest silence from a pod in the middle of a generation before it counts as failed.
+const POD_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Serves `CoreCache` on one core node. Callers have passed the tier-secret check.
+#[derive(Clone)]
+pub struct CacheService {
+    /// The node's shared parts.
+    node: Arc<NodeContext>,
+}
+
+impl CacheService {
+    /// A service over `node`.
+    pub fn new(node: Arc<NodeContext>) -> Self {
+        Self { node }
+    }
+}
+
+/// A `Complete` request that passed validation.
+#[derive(Debug)]
+struct CompleteInput {
+    /// The cache key to store the result under.
+    key: String,
+    /// The model version the key was derived for.
+    model_version: u64,
+    /// How long the result stays fresh, in seconds.
+    ttl_s: u64,
+    /// What to generate (tenant, model, messages, sampling).
+    generate: GenerateRequest,
+}
+
+fn validate_key(key: &str) -> Result<(), CoreError> {
+    if key.is_empty() {
+        return Err(CoreError::InvalidArgument("key is empty".into()));
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return Err(CoreError::InvalidArgument(format!("key is longer than {MAX_KEY_BYTES} bytes")));
+    }
+    Ok(())
+}
+
+fn validate_name(what: &str, value: &str) -> Result<(), CoreError> {
+    if value.is_empty() {
+        return Err(CoreError::InvalidArgument(format!("{what} is empty")));
+    }
+    if value.len() > MAX_NAME_BYTES {
+        return Err(CoreError::InvalidArgument(format!("{what} is longer than {MAX_NAME_BYTES} bytes")));
+    }
+    Ok(())
+}
+
+fn validate_complete(request: CompleteRequest) -> Result<CompleteInput, CoreError> {
+    validate_key(&request.key)?;
+    let generate =
+        request.generate.ok_or_else(|| CoreError::InvalidArgument("generate is missing".into()))?;
+    validate_name("tenant", &generate.tenant)?;
+    validate_name("model", &generate.model)?;
+    if generate.messages.is_empty() {
+        return Err(CoreError::InvalidArgument("messages are empty".into()));
+    }
+    Ok(CompleteInput {
+        key: request.key,
+        model_version: request.model_version,
+        ttl_s: request.ttl_s,
+        generate,
+    })
+}
+
+fn done_event(entry: CachedCompletion, timings: Option<Timings>, commit_us: u64) -> CompleteEvent {
+    let done = CompleteDone { entry: Some(entry.into()), timings, commit_us };
+    CompleteEvent { event: Some(complete_event::Event::Done(done)) }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+#[tonic::async_trait]
+impl CoreCache for CacheService {
+    #[tracing::instrument(name = "core.lookup", skip_all, fields(key = %request.get_ref().key, tenant = %request.get_ref().tenant))]
+    async fn lookup(&self, request: Request<LookupRequest>) -> Result<Response<LookupReply>, Status> {
+        let metrics = &self.node.metrics;
+        metrics.rpc_lookup.inc();
+        let request = request.into_inner();
+        validate_key(&request.key)?;
+        validate_name("tenant", &request.tenant)?;
+        let entry = self.node.state.get_fresh(&request.key, &request.tenant, now_ms())?;
+        if entry.is_some() {
+            metrics.lookup_hits.inc()
+        } else {
+            metrics.lookup_misses.inc()
+        }
+        tracing::debug!(hit = entry.is_some(), "lookup");
+        Ok(Response::new(LookupReply { entry: entry.map(Into::into) }))
+    }
+
+    type CompleteStream = ReceiverStream<Result<CompleteEvent, Status>>;
+
+    #[tracing::instrument(name = "core.complete", skip_all, fields(key = %request.get_ref().key))]
+    async fn complete(
+        &self,
+        request: Request<CompleteRequest>,
+    ) -> Result<Response<Self::CompleteStream>, Status> {
+        let started = Instant::now();
+        let metrics = &self.node.metrics;
+        metrics.rpc_complete.inc();
+        let input = validate_complete(request.into_inner())?;
+
+        let cached = self.node.state.get_fresh(&input.key, &input.generate.tenant, now_ms())?;
+        if let Some(entry) = cached.filter(|e| e.model_version == input.model_version) {
+            metrics.complete_hits.inc();
+            let (tx, rx) = mpsc::channel(1);
+            // A fresh channel with room for one event: this send cannot fail.
+            let _ = tx.try_send(Ok(done_event(entry, None, 0)));
+            metrics.complete_seconds.observe(started.elapsed().as_secs_f64());
+            tracing::info!(hit = true, "complete");
+            return Ok(Response::new(ReceiverStream::new(rx)));
+        }
+        metrics.complete_misses.inc();
+
+        let (pod, stream) = match self.node.pods.generate(input.generate.clone()).await {
+            Ok((pod, stream)) => (pod.to_owned(), stream),
+            Err(e) => {
+                metrics.complete_errors.inc();
+                tracing::warn!(error = %e, "no pod took the generation");
+                return Err(e.into());
+            }
+        };
+        let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+        // Generation and commit run on their own task so that a caller who hangs up mid-stream does not
+        // stop the entry from being committed.
+        let span = tracing::info_span!("core.complete.generate", pod = %pod);
+        tokio::spawn(run_completion(self.node.clone(), input, stream, tx, started).instrument(span));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+/// Streams a generation to the caller, commits it, and sends `Done` (or the error).
+async fn run_completion(
+    node: Arc<NodeContext>,
+    input: CompleteInput,
+    stream: Streaming<GenerateEvent>,
+    tx: mpsc::Sender<Result<CompleteEvent, Status>>,
+    started: Instant,
+) {
+    let result = generate_and_commit(&node, &input, stream, &tx).await;
+    node.metrics.complete_seconds.observe(started.elapsed().as_secs_f64());
+    match result {
+        Ok(done) => {
+            tracing::info!(
+                hit = false,
+                commit_us = done.commit_us,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "complete"
+            );
+            let _ = tx.send(Ok(CompleteEvent { event: Some(complete_event::Event::Done(done)) })).await;
+        }
+        Err(e) => {
+            node.metrics.complete_errors.inc();
+            tracing::warn!(error = %e, "completion failed");
+            let _ = tx.send(Err(e.into())).await;
+        }
+    }
+}
+
+async fn generate_and_commit(
+    node: &NodeContext,
+    input: &CompleteInput,
+    mut stream: Streaming<GenerateEvent>,
+    tx: &mpsc::Sender<Result<CompleteEvent, Status>>,
+) -> Result<CompleteDone, CoreError> {
+    let mut content = String::new();
+    let finished: GenerateDone = loop {
+        let message = tokio::time::timeout(POD_IDLE_TIMEOUT, stream.message())
+            .await
+            .map_err(|_| CoreError::Pod {
+                code: Code::DeadlineExceeded,
+                message: "the pod went silent mid-generation".into(),
+            })?
+            .map_err(|status| CoreError::Pod { code: status.code(), message: status.message().to_owned() })?;
+        let Some(event) = message else {
+            return Err(CoreError::Pod {
+                code: Code::Unavailable,
+                message: "the pod's stream ended without Done".into(),
+            });
+        };
+        match event.event {
+            Some(generate_event::Event::Delta(delta)) => {
+                content.push_str(&delta.text);
+                // A caller that hung up makes this fail; generation and commit go on regardless.
+                let _ = tx.send(Ok(CompleteEvent { event: Some(complete_event::Event::Delta(delta)) })).await;
+            }
+            Some(generate_event::Event::Done(done)) => break done,
+            None => {}
+        }
+    };
+
+    let entry = CachedCompletion {
+        key: input.key.clone(),
+        tenant: input.generate.tenant.clone(),
+        model: input.generate.model.clone(),
+        model_version: input.model_version,
+        etag: CachedCompletion::etag_of(&content, &finished.finish_reason),
+        content,
+        finish_reason: finished.finish_reason,
+        prompt_tokens: finished.prompt_tokens,
+        completion_tokens: finished.completion_tokens,
+        created_ms: now_ms(),
+        ttl_s: input.ttl_s,
+    };
+    let commit_started = Instant::now();
+    let response = node.writer.write(Command::Put { entry: entry.clone() }).await?;
+    let commit = commit_started.elapsed();
+    node.metrics.commit_seconds.observe(commit.as_secs_f64());
+    tracing::debug!(log_index = response.log_id.index, commit_us = micros(commit), "committed");
+    Ok(CompleteDone {
+        entry: Some(entry.into()),
+        timings: finished.timings,
+        commit_us: micros(commit),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::inference::ChatMessage;
+
+    fn request() -> CompleteRequest {
+        CompleteRequest {
+            key: "k".into(),
+            model_version: 1,
+            ttl_s: 60,
+            generate: Some(GenerateRequest {
+                request_id: "r".into(),
+                tenant: "dev".into(),
+                model: "m".into(),
+                messages: vec![ChatMessage { role: "user".into(), content: "hi".into() }],
+                sampling: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn accepts_a_complete_request() {
+        let input = validate_complete(request()).expect("valid");
+        assert_eq!(input.key, "k");
+        assert_eq!(input.generate.tenant, "dev");
+    }
+
+    #[test]
+    fn rejects_bad_complete_requests() {
+        let invalid = |r: CompleteRequest| matches!(validate_complete(r), Err(CoreError::InvalidArgument(_)));
+        let mut r = request();
+        r.key.clear();
+        assert!(invalid(r));
+        let mut r = request();
+        r.key = "x".repeat(MAX_KEY_BYTES + 1);
+        assert!(invalid(r));
+        let mut r = request();
+        r.generate = None;
+        assert!(invalid(r));
+        let mut r = request();
+        if let Some(g) = r.generate.as_mut() {
+            g.tenant.clear();
+        }
+        assert!(invalid(r));
+        let mut r = request();
+        if let Some(g) = r.generate.as_mut() {
+            g.messages.clear();
+        }
+        assert!(invalid(r));
+    }
+}

@@ -1,0 +1,319 @@
+//! Three core nodes and a fake inference pod in one process, over real loopback sockets: the cluster
+//! forms, completions commit from any node, a dead follower does not stop writes, and a full restart keeps
+//! every entry.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use proto::cache::core_cache_client::CoreCacheClient;
+use proto::cache::{complete_event, CompleteDone, CompleteRequest, LookupRequest};
+use proto::inference::inference_pod_server::{InferencePod, InferencePodServer};
+use proto::inference::{
+    generate_event, ChatMessage, GenerateDone, GenerateEvent, GenerateRequest, HealthReply, HealthRequest,
+    Timings, TokenDelta,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::{Code, Request, Response, Status};
+
+use super::auth::TierSecret;
+use super::config::{NodeConfig, RaftTuning};
+use super::error::CoreError;
+use super::types::NodeId;
+
+const SECRET: &str = "test-secret";
+
+/// An inference pod that answers `echo: <last message>` in two deltas and counts its calls.
+#[derive(Clone, Default)]
+struct FakePod {
+    calls: Arc<AtomicU64>,
+}
+
+#[tonic::async_trait]
+impl InferencePod for FakePod {
+    type GenerateStream = tokio_stream::Iter<std::vec::IntoIter<Result<GenerateEvent, Status>>>;
+
+    async fn generate(
+        &self,
+        request: Request<GenerateRequest>,
+    ) -> Result<Response<Self::GenerateStream>, Status> {
+        TierSecret::new(SECRET).map_err(Status::from)?.check(request.metadata())?;
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let last = request.into_inner().messages.last().map(|m| m.content.clone()).unwrap_or_default();
+        let delta = |text: &str| GenerateEvent {
+            event: Some(generate_event::Event::Delta(TokenDelta { text: text.into() })),
+        };
+        let done = GenerateDone {
+            finish_reason: "stop".into(),
+            prompt_tokens: 2,
+            completion_tokens: 2,
+            timings: Some(Timings { queue_us: 1, prefill_us: 2, decode_us: 3, ttft_us: 4 }),
+        };
+        let events = vec![
+            Ok(delta("echo: ")),
+            Ok(delta(&last)),
+            Ok(GenerateEvent { event: Some(generate_event::Event::Done(done)) }),
+        ];
+        Ok(Response::new(tokio_stream::iter(events)))
+    }
+
+    async fn health(&self, _: Request<HealthRequest>) -> Result<Response<HealthReply>, Status> {
+        Ok(Response::new(HealthReply { model: "fake".into(), queue_depth: 0, running: 0 }))
+    }
+}
+
+async fn start_pod(pod: FakePod) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind pod");
+    let addr = listener.local_addr().expect("pod addr");
+    let app = tonic::service::Routes::new(InferencePodServer::new(pod)).into_axum_router();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+/// One running node and how to stop it.
+struct Running {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<(), CoreError>>,
+}
+
+impl Running {
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        self.task.await.expect("node task").expect("node ran cleanly");
+    }
+}
+
+struct Cluster {
+    addrs: BTreeMap<NodeId, SocketAddr>,
+    dirs: Vec<super::storage_tests::TempDir>,
+    pod: SocketAddr,
+    tuning: RaftTuning,
+}
+
+impl Cluster {
+    fn config(&self, id: NodeId) -> NodeConfig {
+        NodeConfig {
+            id,
+            data_dir: self.dirs[(id - 1) as usize].path().to_path_buf(),
+            peers: self.addrs.iter().map(|(id, a)| (*id, a.to_string())).collect(),
+            pods: vec![format!("http://{}", self.pod)],
+            bootstrap: id == 1,
+            tier_secret: TierSecret::new(SECRET).expect("secret"),
+            raft: self.tuning.clone(),
+            commit_timeout: Duration::from_secs(10),
+        }
+    }
+
+    async fn start(&self, id: NodeId) -> Running {
+        let listener = TcpListener::bind(self.addrs[&id]).await.expect("bind node");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(super::run(self.config(id), listener, async move {
+            let _ = stopped.await;
+        }));
+        Running { stop, task }
+    }
+}
+
+/// `GET path` over plain HTTP/1.1 on the node's listener: the status code and the body.
+async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Some((status, body))
+}
+
+/// Waits until every node in `ids` reports the same leader on `/healthz`; returns it.
+async fn wait_for_leader(cluster: &Cluster, ids: &[NodeId]) -> NodeId {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut leaders = Vec::new();
+        let mut seen = Vec::new();
+        for id in ids {
+            let health = http_get(cluster.addrs[id], "/healthz").await;
+            if let Some((200, body)) = &health {
+                let health: serde_json::Value = serde_json::from_str(body).expect("healthz JSON");
+                leaders.push(health["leader"].as_u64());
+            }
+            seen.push((*id, health));
+        }
+        if leaders.len() == ids.len() && leaders.windows(2).all(|w| w[0] == w[1]) {
+            if let Some(Some(leader)) = leaders.first() {
+                return *leader;
+            }
+        }
+        assert!(Instant::now() < deadline, "no agreed leader: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn client(addr: SocketAddr) -> CoreCacheClient<tonic::transport::Channel> {
+    CoreCacheClient::connect(format!("http://{addr}")).await.expect("connect")
+}
+
+fn complete_request(key: &str, text: &str) -> CompleteRequest {
+    CompleteRequest {
+        key: key.into(),
+        model_version: 1,
+        ttl_s: 3600,
+        generate: Some(GenerateRequest {
+            request_id: key.into(),
+            tenant: "dev".into(),
+            model: "fake".into(),
+            messages: vec![ChatMessage { role: "user".into(), content: text.into() }],
+            sampling: None,
+        }),
+    }
+}
+
+/// Runs a completion on `addr`: the streamed text and the final `Done`.
+async fn complete(addr: SocketAddr, key: &str, text: &str) -> Result<(String, CompleteDone), Status> {
+    let secret = TierSecret::new(SECRET).expect("secret");
+    let mut stream =
+        client(addr).await.complete(secret.request(complete_request(key, text))).await?.into_inner();
+    let mut streamed = String::new();
+    while let Some(event) = stream.message().await? {
+        match event.event {
+            Some(complete_event::Event::Delta(d)) => streamed.push_str(&d.text),
+            Some(complete_event::Event::Done(done)) => return Ok((streamed, done)),
+            None => {}
+        }
+    }
+    Err(Status::internal("stream ended without Done"))
+}
+
+async fn lookup(addr: SocketAddr, key: &str) -> Option<String> {
+    let secret = TierSecret::new(SECRET).expect("secret");
+    let request = secret.request(LookupRequest { key: key.into(), tenant: "dev".into() });
+    client(addr).await.lookup(request).await.expect("lookup").into_inner().entry.map(|e| e.content)
+}
+
+/// Waits until `key` reads as `content` on every node in `ids`.
+async fn wait_for_entry(cluster: &Cluster, ids: &[NodeId], key: &str, content: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for id in ids {
+        while lookup(cluster.addrs[id], key).await.as_deref() != Some(content) {
+            assert!(Instant::now() < deadline, "node {id} never saw {key}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Three free loopback ports, fresh data dirs, and a fake pod.
+async fn new_cluster(pod: FakePod, tuning: RaftTuning) -> Cluster {
+    let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("info,openraft=warn").try_init();
+    let pod_addr = start_pod(pod).await;
+    let mut addrs = BTreeMap::new();
+    for id in 1..=3 {
+        // Reserve a free port, then release it for the node (which must keep it across restarts).
+        let probe = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        addrs.insert(id, probe.local_addr().expect("addr"));
+    }
+    let dirs = (1..=3).map(|_| super::storage_tests::TempDir::new("cluster")).collect();
+    Cluster { addrs, dirs, pod: pod_addr, tuning }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_commits_survives_a_dead_follower_and_restarts() {
+    let pod = FakePod::default();
+    let cluster = new_cluster(pod.clone(), RaftTuning::default()).await;
+
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3 {
+        nodes.insert(id, cluster.start(id).await);
+    }
+    let leader = wait_for_leader(&cluster, &[1, 2, 3]).await;
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+
+    // A write from a follower is forwarded to the leader, committed, and readable everywhere.
+    let (streamed, done) = complete(cluster.addrs[&follower], "k1", "hi").await.expect("complete");
+    assert_eq!(streamed, "echo: hi");
+    let entry = done.entry.expect("entry");
+    assert_eq!(entry.content, "echo: hi");
+    assert_eq!(entry.etag, shared::completion::CachedCompletion::etag_of("echo: hi", "stop"));
+    assert!(done.commit_us > 0);
+    assert_eq!(done.timings.map(|t| t.ttft_us), Some(4));
+    wait_for_entry(&cluster, &[1, 2, 3], "k1", "echo: hi").await;
+
+    // A second request for the key is answered from the state machine, without the pod.
+    let (streamed, done) = complete(cluster.addrs[&leader], "k1", "hi").await.expect("hit");
+    assert_eq!((streamed.as_str(), done.commit_us), ("", 0));
+    assert_eq!(pod.calls.load(Ordering::SeqCst), 1);
+
+    // Calls without the secret, and bad input, are refused.
+    let unauthenticated = client(cluster.addrs[&leader])
+        .await
+        .lookup(LookupRequest { key: "k1".into(), tenant: "dev".into() })
+        .await;
+    assert_eq!(unauthenticated.map_err(|s| s.code()).err(), Some(Code::Unauthenticated));
+    assert_eq!(
+        complete(cluster.addrs[&leader], "", "hi").await.map_err(|s| s.code()).err(),
+        Some(Code::InvalidArgument)
+    );
+    assert_eq!(lookup(cluster.addrs[&leader], "nope").await, None);
+    let (status, metrics) = http_get(cluster.addrs[&leader], "/metrics").await.expect("metrics");
+    assert_eq!(status, 200);
+    assert!(metrics.contains("core_cache_requests_total{rpc=\"complete\",result=\"hit\"} 1"), "{metrics}");
+
+    // With one follower dead, the other two still commit.
+    let dead = (1..=3).find(|id| *id != leader && *id != follower).expect("another follower");
+    nodes.remove(&dead).expect("running").stop().await;
+    let (_, done) =
+        complete(cluster.addrs[&follower], "k2", "again").await.expect("complete with a dead follower");
+    assert_eq!(done.entry.map(|e| e.content).as_deref(), Some("echo: again"));
+
+    // Everything stops; everything restarts from its data dir and still has both entries.
+    for (_, node) in std::mem::take(&mut nodes) {
+        node.stop().await;
+    }
+    for id in 1..=3 {
+        nodes.insert(id, cluster.start(id).await);
+    }
+    wait_for_leader(&cluster, &[1, 2, 3]).await;
+    wait_for_entry(&cluster, &[1, 2, 3], "k1", "echo: hi").await;
+    wait_for_entry(&cluster, &[1, 2, 3], "k2", "echo: again").await;
+    let (_, done) =
+        complete(cluster.addrs[&dead], "k3", "after restart").await.expect("complete after restart");
+    assert_eq!(done.entry.map(|e| e.content).as_deref(), Some("echo: after restart"));
+    for (_, node) in nodes {
+        node.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_that_missed_purged_logs_catches_up_from_a_snapshot() {
+    let tuning = RaftTuning { snapshot_logs: 4, logs_kept_after_snapshot: 0, ..RaftTuning::default() };
+    let cluster = new_cluster(FakePod::default(), tuning).await;
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3 {
+        nodes.insert(id, cluster.start(id).await);
+    }
+    let leader = wait_for_leader(&cluster, &[1, 2, 3]).await;
+    let lagging = (1..=3).find(|id| *id != leader).expect("a follower");
+    nodes.remove(&lagging).expect("running").stop().await;
+
+    // Enough writes for the leader to snapshot and purge everything the stopped follower lacks.
+    for i in 0..12 {
+        complete(cluster.addrs[&leader], &format!("s{i}"), &format!("n{i}")).await.expect("complete");
+    }
+    nodes.insert(lagging, cluster.start(lagging).await);
+    wait_for_entry(&cluster, &[lagging], "s0", "echo: n0").await;
+    wait_for_entry(&cluster, &[lagging], "s11", "echo: n11").await;
+    let (_, metrics) = http_get(cluster.addrs[&lagging], "/metrics").await.expect("metrics");
+    let installs = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("core_rpc_requests_total{rpc=\"install_snapshot\"} "))
+        .and_then(|v| v.parse::<f64>().ok());
+    assert!(installs.is_some_and(|n| n >= 1.0), "the follower caught up without a snapshot: {installs:?}");
+    for (_, node) in nodes {
+        node.stop().await;
+    }
+}

@@ -1,0 +1,60 @@
+//! What every handler of a core node shares.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::metrics::Metrics;
+use super::pods::PodPool;
+use super::state_machine::StateMachineStore;
+use super::types::{NodeId, Raft};
+use super::writer::Writer;
+
+/// The running node's parts, shared by the gRPC services and the HTTP routes.
+pub struct NodeContext {
+    /// This node's Raft id.
+    pub id: NodeId,
+    /// The local Raft node.
+    pub raft: Raft,
+    /// The local state machine, read directly for lookups.
+    pub state: StateMachineStore,
+    /// Commits commands through Raft from this node.
+    pub writer: Writer,
+    /// The inference pods.
+    pub pods: Arc<PodPool>,
+    /// The node's metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+/// The node's Raft status, as `/healthz` reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Health {
+    /// This node's id.
+    pub id: NodeId,
+    /// The leader this node knows of, if any.
+    pub leader: Option<NodeId>,
+    /// The current term.
+    pub term: u64,
+    /// Index of the last entry applied to the state machine.
+    pub last_applied: Option<u64>,
+}
+
+impl NodeContext {
+    /// The node's current Raft status.
+    pub fn health(&self) -> Health {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        Health {
+            id: self.id,
+            leader: m.current_leader,
+            term: m.current_term,
+            last_applied: m.last_applied.map(|id| id.index),
+        }
+    }
+
+    /// The metrics in Prometheus text format.
+    pub fn render_metrics(&self) -> String {
+        let raft = self.raft.metrics().borrow().clone();
+        self.metrics.render(&raft, &self.pods, self.state.len())
+    }
+}

@@ -1,0 +1,156 @@
+//! The core node's Prometheus metrics: requests per RPC, cache hits and misses, commit and completion
+//! latency, inference pods, and Raft's own state.
+
+use openraft::{BasicNode, RaftMetrics, ServerState};
+use shared::metrics::{Counter, Histogram, MetricsText};
+
+use super::pods::PodPool;
+use super::types::NodeId;
+
+/// Every counter and histogram of one core node.
+#[derive(Debug)]
+pub struct Metrics {
+    /// `CoreCache.Lookup` calls.
+    pub rpc_lookup: Counter,
+    /// `CoreCache.Complete` calls.
+    pub rpc_complete: Counter,
+    /// `Raft.AppendEntries` calls served.
+    pub rpc_append_entries: Counter,
+    /// `Raft.Vote` calls served.
+    pub rpc_vote: Counter,
+    /// `Raft.InstallSnapshot` calls served.
+    pub rpc_install_snapshot: Counter,
+    /// `Raft.ClientWrite` calls served (writes forwarded to this node).
+    pub rpc_client_write: Counter,
+    /// Lookups that found a fresh entry.
+    pub lookup_hits: Counter,
+    /// Lookups that found nothing usable.
+    pub lookup_misses: Counter,
+    /// Completions answered from the state machine without inference.
+    pub complete_hits: Counter,
+    /// Completions that went to an inference pod.
+    pub complete_misses: Counter,
+    /// Completions that ended in an error.
+    pub complete_errors: Counter,
+    /// Writes this node forwarded to the leader and saw committed.
+    pub forwarded_writes: Counter,
+    /// Time to commit a completion through Raft, in seconds.
+    pub commit_seconds: Histogram,
+    /// Time from a `Complete` call to its `Done` event (or error), in seconds.
+    pub complete_seconds: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            rpc_lookup: Counter::default(),
+            rpc_complete: Counter::default(),
+            rpc_append_entries: Counter::default(),
+            rpc_vote: Counter::default(),
+            rpc_install_snapshot: Counter::default(),
+            rpc_client_write: Counter::default(),
+            lookup_hits: Counter::default(),
+            lookup_misses: Counter::default(),
+            complete_hits: Counter::default(),
+            complete_misses: Counter::default(),
+            complete_errors: Counter::default(),
+            forwarded_writes: Counter::default(),
+            commit_seconds: Histogram::latency(),
+            complete_seconds: Histogram::latency(),
+        }
+    }
+}
+
+impl Metrics {
+    /// The Prometheus text exposition of these metrics, Raft's state, the pods and the entry count.
+    pub fn render(&self, raft: &RaftMetrics<NodeId, BasicNode>, pods: &PodPool, entries: usize) -> String {
+        const RPCS: &str = "core_rpc_requests_total";
+        const RPCS_HELP: &str = "gRPC requests served, by service method.";
+        const CACHE: &str = "core_cache_requests_total";
+        const CACHE_HELP: &str = "Cache reads at the core, by RPC and result.";
+        let mut text = MetricsText::default()
+            .counter(RPCS, RPCS_HELP, &[("rpc", "lookup")], &self.rpc_lookup)
+            .counter(RPCS, RPCS_HELP, &[("rpc", "complete")], &self.rpc_complete)
+            .counter(RPCS, RPCS_HELP, &[("rpc", "append_entries")], &self.rpc_append_entries)
+            .counter(RPCS, RPCS_HELP, &[("rpc", "vote")], &self.rpc_vote)
+            .counter(RPCS, RPCS_HELP, &[("rpc", "install_snapshot")], &self.rpc_install_snapshot)
+            .counter(RPCS, RPCS_HELP, &[("rpc", "client_write")], &self.rpc_client_write)
+            .counter(CACHE, CACHE_HELP, &[("rpc", "lookup"), ("result", "hit")], &self.lookup_hits)
+            .counter(CACHE, CACHE_HELP, &[("rpc", "lookup"), ("result", "miss")], &self.lookup_misses)
+            .counter(CACHE, CACHE_HELP, &[("rpc", "complete"), ("result", "hit")], &self.complete_hits)
+            .counter(CACHE, CACHE_HELP, &[("rpc", "complete"), ("result", "miss")], &self.complete_misses)
+            .counter(
+                "core_complete_errors_total",
+                "Completions that ended in an error.",
+                &[],
+                &self.complete_errors,
+            )
+            .counter(
+                "core_forwarded_writes_total",
+                "Writes forwarded to the leader and committed.",
+                &[],
+                &self.forwarded_writes,
+            )
+            .histogram(
+                "core_commit_seconds",
+                "Time to commit a completion through Raft.",
+                &[],
+                &self.commit_seconds,
+            )
+            .histogram(
+                "core_complete_seconds",
+                "Time from a Complete call to its last event.",
+                &[],
+                &self.complete_seconds,
+            )
+            .gauge(
+                "core_entries",
+                "Entries in the local state machine (expired ones included).",
+                &[],
+                entries as f64,
+            );
+
+        let leader = raft.current_leader.map_or(-1.0, |id| id as f64);
+        let applied = raft.last_applied.map_or(0.0, |id| id.index as f64);
+        let last_log = raft.last_log_index.map_or(0.0, |i| i as f64);
+        let is_leader = if raft.state == ServerState::Leader { 1.0 } else { 0.0 };
+        text = text
+            .gauge("core_raft_term", "Current Raft term.", &[], raft.current_term as f64)
+            .gauge("core_raft_leader", "Id of the leader this node knows of, -1 if none.", &[], leader)
+            .gauge("core_raft_is_leader", "1 if this node is the leader.", &[], is_leader)
+            .gauge(
+                "core_raft_last_applied",
+                "Index of the last log entry applied to the state machine.",
+                &[],
+                applied,
+            )
+            .gauge("core_raft_last_log_index", "Index of the last log entry.", &[], last_log);
+
+        for pod in pods.pods() {
+            let labels = [("pod", pod.url())];
+            text = text.gauge(
+                "core_pod_healthy",
+                "1 if the inference pod answered its last call.",
+                &labels,
+                if pod.is_healthy() { 1.0 } else { 0.0 },
+            );
+        }
+        for pod in pods.pods() {
+            text = text.counter(
+                "core_pod_generate_total",
+                "Generate calls sent to each pod.",
+                &[("pod", pod.url())],
+                pod.generate_calls(),
+            );
+        }
+        for pod in pods.pods() {
+            text = text.counter(
+                "core_pod_failures_total",
+                "Failed calls to each pod.",
+                &[("pod", pod.url())],
+                pod.failures(),
+            );
+        }
+        text.finish()
+    }
+}

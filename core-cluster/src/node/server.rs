@@ -1,0 +1,205 @@
+//! [`run`]: opens the node's storage, starts Raft, forms the cluster when asked to, and serves gRPC and
+//! HTTP on one listener until shutdown.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::serve::ListenerExt;
+use openraft::error::{InitializeError, RaftError};
+use openraft::{BasicNode, SnapshotPolicy};
+use proto::cache::core_cache_server::CoreCacheServer;
+use proto::raft::raft_server::RaftServer;
+use tokio::net::TcpListener;
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Routes;
+
+use super::cache_service::CacheService;
+use super::config::NodeConfig;
+use super::context::NodeContext;
+use super::error::CoreError;
+use super::http;
+use super::log_store::LogStore;
+use super::metrics::Metrics;
+use super::network::Network;
+use super::peers::{PeerChannels, MAX_RAFT_MESSAGE_BYTES};
+use super::pods::PodPool;
+use super::raft_service::RaftService;
+use super::state_machine::StateMachineStore;
+use super::types::Raft;
+use super::writer::Writer;
+
+/// How often the inference pods are probed.
+const POD_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+/// How long open connections may take to finish after shutdown is signalled.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long to wait for the data dir's lock held by an instance that is still exiting.
+const LOCK_WAIT: Duration = Duration::from_secs(10);
+/// Snapshot chunk size: JSON inflates bytes about fourfold, which must stay under the message limit.
+const SNAPSHOT_CHUNK_BYTES: u64 = 1024 * 1024;
+
+/// Runs a core node on `listener` until `shutdown` completes, then stops Raft and flushes storage.
+///
+/// The listener serves gRPC (`Raft`, `CoreCache`; every call must carry the tier secret) and HTTP
+/// (`/healthz`, `/metrics`). With `config.bootstrap`, a node without Raft state forms the cluster from
+/// `config.peers`; a node with state just rejoins.
+pub async fn run(
+    config: NodeConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), CoreError> {
+    config.validate()?;
+    let local_addr = listener.local_addr()?;
+    let db = open_db(&config).await?;
+    let log_store = LogStore::open(&db)?;
+    let state = StateMachineStore::open(&db)?;
+
+    let channels = PeerChannels::default();
+    let network = Network::new(config.id, channels.clone(), config.tier_secret.clone());
+    let raft = Raft::new(config.id, Arc::new(raft_config(&config)?), network, log_store, state.clone())
+        .await
+        .map_err(|e| CoreError::Raft(e.to_string()))?;
+    if config.bootstrap {
+        bootstrap(&raft, &config).await?;
+    }
+
+    let metrics = Arc::new(Metrics::default());
+    let pods = Arc::new(PodPool::new(&config.pods, config.tier_secret.clone())?);
+    let prober = tokio::spawn(pods.clone().watch(POD_PROBE_INTERVAL));
+    let writer = Writer::new(
+        config.id,
+        raft.clone(),
+        channels,
+        config.tier_secret.clone(),
+        config.commit_timeout,
+        metrics.clone(),
+    );
+    let node = Arc::new(NodeContext {
+        id: config.id,
+        raft: raft.clone(),
+        state,
+        writer,
+        pods,
+        metrics: metrics.clone(),
+    });
+
+    let secret = &config.tier_secret;
+    let raft_rpc = RaftServer::new(RaftService::new(raft.clone(), metrics))
+        .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES);
+    let cache_rpc = CoreCacheServer::new(CacheService::new(node.clone()));
+    let app = Routes::new(InterceptedService::new(raft_rpc, secret.interceptor()))
+        .add_service(InterceptedService::new(cache_rpc, secret.interceptor()))
+        .into_axum_router()
+        .merge(http::router(node));
+
+    // gRPC and HTTP/1.1 share the listener: axum's server detects HTTP/2 (h2c) per connection.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let _ = stop_rx.await;
+    });
+    let mut server = tokio::spawn(async move { serve.await });
+    tracing::info!(id = config.id, addr = %local_addr, peers = config.peers.len(), pods = config.pods.len(), "core node serving");
+
+    let served = tokio::select! {
+        () = shutdown => None,
+        result = &mut server => Some(result),
+    };
+    let result = match served {
+        Some(result) => result,
+        None => {
+            tracing::info!("shutting down");
+            let _ = stop_tx.send(());
+            match tokio::time::timeout(DRAIN_TIMEOUT, &mut server).await {
+                Ok(result) => result,
+                Err(_) => {
+                    tracing::info!("connections still open after the drain timeout; closing them");
+                    server.abort();
+                    Ok(Ok(()))
+                }
+            }
+        }
+    };
+    prober.abort();
+    if let Err(e) = raft.shutdown().await {
+        tracing::warn!(error = %e, "raft did not stop cleanly");
+    }
+    db.flush_async().await?;
+    tracing::info!("core node stopped");
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(CoreError::Io(e)),
+        Err(e) => Err(CoreError::Io(std::io::Error::other(e))),
+    }
+}
+
+/// Opens the node's sled database under `data_dir` (sled's open blocks, so it runs off the runtime).
+///
+/// sled holds an exclusive lock on its files. A previous instance that is still exiting (a quick restart)
+/// holds it for a moment, so a locked database is retried for up to [`LOCK_WAIT`].
+async fn open_db(config: &NodeConfig) -> Result<sled::Db, CoreError> {
+    std::fs::create_dir_all(&config.data_dir)?;
+    let path = config.data_dir.join("sled");
+    let deadline = tokio::time::Instant::now() + LOCK_WAIT;
+    loop {
+        let config = sled::Config::new().path(path.clone());
+        let opened =
+            tokio::task::spawn_blocking(move || config.open()).await.map_err(std::io::Error::other)?;
+        match opened {
+            Err(sled::Error::Io(e))
+                if e.to_string().contains("could not acquire lock")
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tracing::info!(path = %path.display(), "data dir is locked by an exiting instance; waiting");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            opened => return Ok(opened?),
+        }
+    }
+}
+
+/// openraft's configuration from the node's tuning.
+fn raft_config(config: &NodeConfig) -> Result<openraft::Config, CoreError> {
+    let tuning = &config.raft;
+    openraft::Config {
+        cluster_name: "mesh-core".into(),
+        heartbeat_interval: tuning.heartbeat_ms,
+        election_timeout_min: tuning.election_timeout_min_ms,
+        election_timeout_max: tuning.election_timeout_max_ms,
+        // A snapshot chunk on a loaded machine needs more than openraft's 200 ms default.
+        install_snapshot_timeout: tuning.election_timeout_min_ms * 5,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(tuning.snapshot_logs),
+        max_in_snapshot_log_to_keep: tuning.logs_kept_after_snapshot,
+        snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
+        ..Default::default()
+    }
+    .validate()
+    .map_err(|e| CoreError::Config(format!("raft: {e}")))
+}
+
+/// Forms the cluster from `config.peers` unless this node already has Raft state (then it just rejoins).
+async fn bootstrap(raft: &Raft, config: &NodeConfig) -> Result<(), CoreError> {
+    if raft.is_initialized().await.map_err(|e| CoreError::Raft(e.to_string()))? {
+        tracing::info!("raft state found; rejoining the cluster");
+        return Ok(());
+    }
+    let members: BTreeMap<_, _> =
+        config.peers.iter().map(|(id, addr)| (*id, BasicNode { addr: addr.clone() })).collect();
+    match raft.initialize(members).await {
+        Ok(()) => {
+            tracing::info!(members = config.peers.len(), "cluster initialized");
+            Ok(())
+        }
+        Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {
+            tracing::info!("cluster already initialized; rejoining");
+            Ok(())
+        }
+        Err(e) => Err(CoreError::Raft(format!("initialize: {e}"))),
+    }
+}
