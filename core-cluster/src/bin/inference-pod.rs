@@ -1,1 +1,101 @@
-fn main() {}
+//! `inference-pod`: serves SmolLM2-135M-Instruct over gRPC to the core cluster.
+//!
+//! Only parses the command line, sets up tracing and calls [`core_cluster::inference::run`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::Parser;
+use core_cluster::inference::{config::DEFAULT_MODEL_NAME, run, PodConfig, TierSecret, WeightFormat};
+
+/// Environment variable holding the shared secret between tiers.
+const SECRET_ENV: &str = "MESH_TIER_SECRET";
+
+/// The inference pod: a quantized model behind a gRPC streaming API.
+#[derive(Debug, Parser)]
+#[command(name = "inference-pod", version)]
+struct Args {
+    /// Address to serve gRPC and HTTP (`/healthz`, `/metrics`) on.
+    #[arg(long, env = "MESH_POD_LISTEN", default_value = "127.0.0.1:7400")]
+    listen: SocketAddr,
+    /// Path of the GGUF model file (SmolLM2-135M-Instruct, Q4_1).
+    #[arg(long, env = "MESH_POD_MODEL_PATH")]
+    model_path: PathBuf,
+    /// Model name requests must use.
+    #[arg(long, env = "MESH_POD_MODEL_NAME", default_value = DEFAULT_MODEL_NAME)]
+    model_name: String,
+    /// How to hold the quantized weights: `q8_0` (Q4_1 requantized at load; fast) or `as-stored`.
+    #[arg(long, env = "MESH_POD_WEIGHTS", value_enum, default_value = "q8_0")]
+    weights: WeightFormat,
+    /// CPU threads for the model's kernels. candle's pool pins its threads and spins while it waits
+    /// for them, which collapses throughput (10x here) when the cores are shared with other
+    /// processes; raise it only on a host whose cores the pod has to itself.
+    #[arg(long, env = "MESH_POD_THREADS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    threads: u16,
+    /// Most requests waiting for the model before new ones are refused.
+    #[arg(long, env = "MESH_POD_MAX_QUEUE", default_value_t = 64)]
+    max_queue: usize,
+    /// File holding the tier secret (otherwise it is read from `MESH_TIER_SECRET`).
+    #[arg(long, env = "MESH_TIER_SECRET_FILE")]
+    tier_secret_file: Option<PathBuf>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    // candle sizes its thread pool from this variable; set it before any thread exists.
+    std::env::set_var("RAYON_NUM_THREADS", args.threads.to_string());
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+
+    let secret = match &args.tier_secret_file {
+        Some(file) => std::fs::read_to_string(file)
+            .with_context(|| format!("reading the tier secret from {}", file.display()))?,
+        None => std::env::var(SECRET_ENV)
+            .with_context(|| format!("{SECRET_ENV} or --tier-secret-file is required"))?,
+    };
+    let config = PodConfig::new(args.model_path, TierSecret::new(secret))
+        .with_model_name(args.model_name)
+        .with_weights(args.weights)
+        .with_max_queue(args.max_queue);
+
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("inference-pod")
+        .build()
+        .context("starting the async runtime")?
+        .block_on(async {
+            let listener = tokio::net::TcpListener::bind(args.listen)
+                .await
+                .with_context(|| format!("binding {}", args.listen))?;
+            run(config, listener, shutdown_signal()).await
+        })
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => {}
+        _ = terminate => {}
+    }
+    tracing::info!("shutting down");
+}

@@ -47,7 +47,10 @@ mod tests {
     #[test]
     fn checks_the_secret() {
         assert!(call(Some("s3cret")).is_ok());
-        assert_eq!(call(Some("s3cret!")).map(|_| ()).unwrap_err().code(), tonic::Code::Unauthenticated);
-        assert_eq!(call(None).map(|_| ()).unwrap_err().code(), tonic::Code::Unauthenticated);
+        assert_eq!(
+            call(Some("s3cret!")).map(|_| ()).expect_err("wrong secret").code(),
+            tonic::Code::Unauthenticated
+        );
+        assert_eq!(call(None).map(|_| ()).expect_err("no secret").code(), tonic::Code::Unauthenticated);
     }
 }

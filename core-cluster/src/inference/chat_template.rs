@@ -28,7 +28,10 @@ pub fn render(messages: &[ChatMessage]) -> String {
 
 /// The prompt's token ids: the same tokens [`render`] would encode to, but with message content
 /// unable to produce special tokens.
-pub fn encode_prompt(tokenizer: &ChatTokenizer, messages: &[ChatMessage]) -> Result<Vec<u32>, InferenceError> {
+pub fn encode_prompt(
+    tokenizer: &ChatTokenizer,
+    messages: &[ChatMessage],
+) -> Result<Vec<u32>, InferenceError> {
     let special = tokenizer.special_tokens();
     let mut ids = Vec::new();
     for m in messages {

@@ -14,6 +14,7 @@ use super::request::{FinishReason, GenerationSummary, SamplingParams, Timings};
 use super::sampler::Sampler;
 use super::stop::StopMatcher;
 use super::tokenizer::ChatTokenizer;
+use super::weights::{requantize_q4_1, WeightFormat};
 use super::InferenceError;
 
 /// Prompt tokens per forward pass. Bounds the attention scores of a long prompt
@@ -34,8 +35,9 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Loads a GGUF model (Llama architecture) and its tokenizer onto the CPU.
-    pub fn load(path: &Path) -> Result<Self, InferenceError> {
+    /// Loads a GGUF model (Llama architecture) and its tokenizer onto the CPU, holding the linear
+    /// weights in `format`.
+    pub fn load(path: &Path, format: WeightFormat) -> Result<Self, InferenceError> {
         let io_error = |source| InferenceError::ModelFile { path: path.display().to_string(), source };
         let mut file = File::open(path).map_err(io_error)?;
         let content = gguf_file::Content::read(&mut file).map_err(|e| e.with_path(path))?;
@@ -46,7 +48,13 @@ impl Engine {
             .and_then(|v| v.to_u32().ok())
             .map_or(MAX_SEQ_LEN, |n| n as usize);
         let device = Device::Cpu;
-        let weights = ModelWeights::from_gguf(content, &mut file, &device)?;
+        let weights = match format {
+            WeightFormat::AsStored => ModelWeights::from_gguf(content, &mut file, &device)?,
+            WeightFormat::Q8_0 => {
+                let (content, mut image) = requantize_q4_1(&content, &mut file, &device)?;
+                ModelWeights::from_gguf(content, &mut image, &device)?
+            }
+        };
         Ok(Self { weights, tokenizer, context: trained_context.min(MAX_SEQ_LEN), device })
     }
 
@@ -162,7 +170,8 @@ mod tests {
     /// Runs a one-user-message chat and returns the text and the summary.
     fn chat(question: &str, params: &SamplingParams) -> (String, GenerationSummary) {
         let engine = engine();
-        let prompt = encode_prompt(engine.tokenizer(), &[ChatMessage::new(Role::User, question)]).expect("prompt");
+        let prompt =
+            encode_prompt(engine.tokenizer(), &[ChatMessage::new(Role::User, question)]).expect("prompt");
         let mut text = String::new();
         let summary = engine
             .generate(&prompt, params, Instant::now(), &mut |piece| {
@@ -206,7 +215,8 @@ mod tests {
 
     #[test]
     fn seeded_sampling_is_reproducible() {
-        let params = SamplingParams { temperature: 0.8, top_p: 0.95, seed: Some(42), ..SamplingParams::greedy(12) };
+        let params =
+            SamplingParams { temperature: 0.8, top_p: 0.95, seed: Some(42), ..SamplingParams::greedy(12) };
         let (first, _) = chat("Tell me a fun fact.", &params);
         let (second, _) = chat("Tell me a fun fact.", &params);
         assert_eq!(first, second);
@@ -216,7 +226,8 @@ mod tests {
     #[test]
     fn cancels_when_nobody_listens() {
         let engine = engine();
-        let prompt = encode_prompt(engine.tokenizer(), &[ChatMessage::new(Role::User, "Count to ten.")]).expect("prompt");
+        let prompt = encode_prompt(engine.tokenizer(), &[ChatMessage::new(Role::User, "Count to ten.")])
+            .expect("prompt");
         let result = engine.generate(&prompt, &SamplingParams::greedy(50), Instant::now(), &mut |_| false);
         assert!(matches!(result, Err(InferenceError::Cancelled)));
     }

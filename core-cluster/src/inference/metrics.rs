@@ -90,9 +90,24 @@ impl PodMetrics {
             .gauge("inference_running", "Requests being generated.", m, load.running() as f64)
             .histogram("inference_queue_seconds", "Time waiting for the model.", m, &self.queue_seconds)
             .histogram("inference_prefill_seconds", "Prompt processing time.", m, &self.prefill_seconds)
-            .histogram("inference_decode_seconds", "Generation time after the first token.", m, &self.decode_seconds)
-            .histogram("inference_ttft_seconds", "Time from arrival to the first token.", m, &self.ttft_seconds)
-            .histogram("inference_tpot_seconds", "Time per output token after the first.", m, &self.tpot_seconds)
+            .histogram(
+                "inference_decode_seconds",
+                "Generation time after the first token.",
+                m,
+                &self.decode_seconds,
+            )
+            .histogram(
+                "inference_ttft_seconds",
+                "Time from arrival to the first token.",
+                m,
+                &self.ttft_seconds,
+            )
+            .histogram(
+                "inference_tpot_seconds",
+                "Time per output token after the first.",
+                m,
+                &self.tpot_seconds,
+            )
             .finish()
     }
 }

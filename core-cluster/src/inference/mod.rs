@@ -8,6 +8,7 @@
 //! - [`stop`]: stop strings, held back until they can no longer match.
 //! - [`sampler`]: greedy argmax or seeded temperature / top-p sampling.
 //! - [`request`]: the domain types of a generation (validated parameters, outcome, timings).
+//! - [`weights`]: how the quantized weights are held (Q4_1 as stored, or requantized to Q8_0).
 //! - [`engine`]: loads the model and runs one generation (chunked prefill, then one token per step).
 //! - [`worker`]: the queue and the dedicated OS thread that owns the engine.
 //! - [`convert`]: protobuf <-> domain conversions (prost types stop there).
@@ -36,12 +37,14 @@ pub mod server;
 pub mod service;
 pub mod stop;
 pub mod tokenizer;
+pub mod weights;
 pub mod worker;
 
 pub use config::{PodConfig, TierSecret};
 pub use engine::Engine;
 pub use error::InferenceError;
 pub use server::run;
+pub use weights::WeightFormat;
 
 #[cfg(test)]
 pub(crate) mod test_support;

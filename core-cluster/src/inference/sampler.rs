@@ -71,7 +71,8 @@ mod tests {
 
     #[test]
     fn seeded_sampling_is_reproducible() {
-        let params = SamplingParams { temperature: 1.0, top_p: 0.9, seed: Some(7), ..SamplingParams::greedy(1) };
+        let params =
+            SamplingParams { temperature: 1.0, top_p: 0.9, seed: Some(7), ..SamplingParams::greedy(1) };
         let draw = || {
             let mut s = Sampler::new(&params);
             (0..20).map(|_| s.sample(&logits()).expect("sample")).collect::<Vec<_>>()

@@ -98,7 +98,10 @@ impl InferenceService {
             .await
             .map_err(|e| InferenceError::Tokenizer(e.to_string()))??;
         if prompt.len() >= ready.context {
-            return Err(InferenceError::PromptTooLong { prompt_tokens: prompt.len(), context: ready.context });
+            return Err(InferenceError::PromptTooLong {
+                prompt_tokens: prompt.len(),
+                context: ready.context,
+            });
         }
         ready.worker.submit(prompt, request.sampling)
     }
@@ -109,7 +112,10 @@ impl InferencePod for InferenceService {
     type GenerateStream = GenerateStream;
 
     #[tracing::instrument(name = "generate", skip_all, fields(request_id, tenant))]
-    async fn generate(&self, request: Request<pb::GenerateRequest>) -> Result<Response<GenerateStream>, Status> {
+    async fn generate(
+        &self,
+        request: Request<pb::GenerateRequest>,
+    ) -> Result<Response<GenerateStream>, Status> {
         let started = async {
             let request = GenerationRequest::try_from(request.into_inner())?;
             let span = tracing::Span::current();
@@ -125,7 +131,10 @@ impl InferencePod for InferenceService {
         Ok(Response::new(Box::pin(stream)))
     }
 
-    async fn health(&self, _request: Request<pb::HealthRequest>) -> Result<Response<pb::HealthReply>, Status> {
+    async fn health(
+        &self,
+        _request: Request<pb::HealthRequest>,
+    ) -> Result<Response<pb::HealthReply>, Status> {
         let ready = self.shared.ready.get().ok_or(InferenceError::NotReady)?;
         let load = ready.worker.load();
         Ok(Response::new(pb::HealthReply {

@@ -24,10 +24,7 @@ pub struct StopScan {
 impl StopMatcher {
     /// A matcher for `stops`; empty strings are ignored.
     pub fn new(stops: &[String]) -> Self {
-        Self {
-            stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
-            held: String::new(),
-        }
+        Self { stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(), held: String::new() }
     }
 
     /// Adds newly decoded text.

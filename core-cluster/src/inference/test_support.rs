@@ -1,9 +1,10 @@
 //! The real model files, loaded once per test binary.
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use super::tokenizer::ChatTokenizer;
+use super::weights::WeightFormat;
 use super::Engine;
 
 /// The GGUF file under `MESH_MODELS_DIR` (default: the workspace's `.cache/models`).
@@ -15,11 +16,13 @@ pub(crate) fn model_path() -> PathBuf {
 }
 
 /// The engine, loaded on first use.
-pub(crate) fn engine() -> &'static Engine {
-    static ENGINE: OnceLock<Engine> = OnceLock::new();
+pub(crate) fn engine() -> &'static Arc<Engine> {
+    static ENGINE: OnceLock<Arc<Engine>> = OnceLock::new();
     ENGINE.get_or_init(|| {
         let path = model_path();
-        Engine::load(&path).unwrap_or_else(|e| panic!("loading {}: {e} (run .ci/setup.sh models)", path.display()))
+        let engine = Engine::load(&path, WeightFormat::default())
+            .unwrap_or_else(|e| panic!("loading {}: {e} (run .ci/setup.sh models)", path.display()));
+        Arc::new(engine)
     })
 }
 

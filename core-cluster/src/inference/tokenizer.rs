@@ -70,11 +70,7 @@ impl ChatTokenizer {
 
     /// Builds the tokenizer from the vocabulary (index = id), the merges (`"a b"`) and the token types.
     pub fn from_parts(tokens: &[String], merges: &[String], types: &[i32]) -> Result<Self, InferenceError> {
-        let vocab: Vocab = tokens
-            .iter()
-            .enumerate()
-            .map(|(id, token)| (token.clone(), id as u32))
-            .collect();
+        let vocab: Vocab = tokens.iter().enumerate().map(|(id, token)| (token.clone(), id as u32)).collect();
         let merges = merges
             .iter()
             .map(|m| {
@@ -92,10 +88,8 @@ impl ChatTokenizer {
         ])));
         plain.with_decoder(Some(ByteLevelDecoder::default()));
 
-        let special: Vec<bool> = types
-            .iter()
-            .map(|&t| t == TOKEN_TYPE_CONTROL || t == TOKEN_TYPE_USER_DEFINED)
-            .collect();
+        let special: Vec<bool> =
+            types.iter().map(|&t| t == TOKEN_TYPE_CONTROL || t == TOKEN_TYPE_USER_DEFINED).collect();
         let added: Vec<AddedToken> = tokens
             .iter()
             .zip(&special)
@@ -164,10 +158,7 @@ impl ChatTokenizer {
 }
 
 fn metadata<'a>(content: &'a gguf_file::Content, key: &str) -> Result<&'a gguf_file::Value, InferenceError> {
-    content
-        .metadata
-        .get(key)
-        .ok_or_else(|| InferenceError::Metadata(format!("missing {key}")))
+    content.metadata.get(key).ok_or_else(|| InferenceError::Metadata(format!("missing {key}")))
 }
 
 fn string_array(content: &gguf_file::Content, key: &str) -> Result<Vec<String>, InferenceError> {
@@ -226,10 +217,7 @@ mod tests {
     #[test]
     fn special_ids_match_the_model_card() {
         let t = tokenizer();
-        assert_eq!(
-            t.special_tokens(),
-            SpecialTokens { end_of_text: 0, im_start: 1, im_end: 2 }
-        );
+        assert_eq!(t.special_tokens(), SpecialTokens { end_of_text: 0, im_start: 1, im_end: 2 });
         assert_eq!(t.vocab_size(), 49152);
         assert!(t.is_special(1) && !t.is_special(1000));
     }

@@ -76,15 +76,13 @@ impl Worker {
         let (jobs, rx) = mpsc::channel::<Job>();
         let load = Arc::new(Load::default());
         let thread_load = Arc::clone(&load);
-        std::thread::Builder::new()
-            .name("inference-worker".into())
-            .spawn(move || {
-                for job in rx {
-                    thread_load.queued.fetch_sub(1, Ordering::Relaxed);
-                    run_job(&engine, &metrics, &thread_load, job);
-                }
-                tracing::debug!("inference worker stopped");
-            })?;
+        std::thread::Builder::new().name("inference-worker".into()).spawn(move || {
+            for job in rx {
+                thread_load.queued.fetch_sub(1, Ordering::Relaxed);
+                run_job(&engine, &metrics, &thread_load, job);
+            }
+            tracing::debug!("inference worker stopped");
+        })?;
         Ok(Self { jobs, load, max_queue })
     }
 
@@ -147,3 +145,53 @@ fn run_job(engine: &Engine, metrics: &PodMetrics, load: &Load, job: Job) {
     let _ = events.send(event);
 }
 
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::inference::chat_template::encode_prompt;
+    use crate::inference::request::{ChatMessage, FinishReason, Role};
+    use crate::inference::test_support::engine;
+
+    fn prompt() -> Vec<u32> {
+        encode_prompt(engine().tokenizer(), &[ChatMessage::new(Role::User, "Say hello.")]).expect("prompt")
+    }
+
+    #[test]
+    fn runs_jobs_in_turn_and_skips_abandoned_ones() {
+        let metrics = Arc::new(PodMetrics::default());
+        let worker = Worker::spawn(Arc::clone(engine()), Arc::clone(&metrics), 4).expect("spawn");
+        let mut first = worker.submit(prompt(), SamplingParams::greedy(3)).expect("submit");
+        let second = worker.submit(prompt(), SamplingParams::greedy(3)).expect("submit");
+        assert!(worker.load().queued() + worker.load().running() >= 1);
+        drop(second);
+
+        let mut done = None;
+        while let Some(event) = first.blocking_recv() {
+            match event {
+                GenerationEvent::Text(t) => assert!(done.is_none() && !t.is_empty()),
+                GenerationEvent::Done(summary) => done = Some(summary),
+                GenerationEvent::Failed(e) => panic!("{e}"),
+            }
+        }
+        let done = done.expect("Done");
+        assert_eq!((done.finish_reason, done.completion_tokens), (FinishReason::Length, 3));
+
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while metrics.cancelled.get() == 0 {
+            assert!(Instant::now() < deadline, "the abandoned job was never skipped");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(metrics.finished_length.get(), 1);
+        assert_eq!((worker.load().queued(), worker.load().running()), (0, 0));
+    }
+
+    #[test]
+    fn refuses_work_beyond_the_queue_limit() {
+        let worker = Worker::spawn(Arc::clone(engine()), Arc::default(), 0).expect("spawn");
+        let refused = worker.submit(prompt(), SamplingParams::greedy(1));
+        assert!(matches!(refused, Err(InferenceError::QueueFull(0))));
+        assert_eq!(worker.load().queued(), 0);
+    }
+}
