@@ -35,10 +35,10 @@ pub mod mesh {
     }
 }
 
-/// Inference pod API (`mesh.inference.v1`).
-pub use mesh::inference::v1 as inference;
 /// Cache API between the regional tier and the core (`mesh.cache.v1`).
 pub use mesh::cache::v1 as cache;
+/// Inference pod API (`mesh.inference.v1`).
+pub use mesh::inference::v1 as inference;
 /// Raft RPCs between core nodes (`mesh.raft.v1`).
 pub use mesh::raft::v1 as raft;
 

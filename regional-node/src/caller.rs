@@ -10,7 +10,11 @@ use shared::{RequestError, TENANT_HEADER, TIER_SECRET_HEADER};
 /// With an `x-mesh-secret` header the caller must be a tier holding the shared secret, and
 /// `x-mesh-tenant` names the tenant; a wrong secret is a 401 (never a fallback to the API key). Without
 /// it, `Authorization: Bearer <key>` must match the tenant key table.
-pub fn resolve_tenant(headers: &HeaderMap, tenants: &TenantKeys, tier_secret: &str) -> Result<String, RequestError> {
+pub fn resolve_tenant(
+    headers: &HeaderMap,
+    tenants: &TenantKeys,
+    tier_secret: &str,
+) -> Result<String, RequestError> {
     if let Some(secret) = headers.get(TIER_SECRET_HEADER) {
         if !constant_time_eq(secret.as_bytes(), tier_secret.as_bytes()) {
             return Err(RequestError::unauthorized("invalid tier secret"));
@@ -19,8 +23,12 @@ pub fn resolve_tenant(headers: &HeaderMap, tenants: &TenantKeys, tier_secret: &s
             .get(TENANT_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
-            .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
-            .ok_or_else(|| RequestError::invalid(format!("a tier request needs a valid {TENANT_HEADER} header")))?;
+            .filter(|t| {
+                !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            })
+            .ok_or_else(|| {
+                RequestError::invalid(format!("a tier request needs a valid {TENANT_HEADER} header"))
+            })?;
         return Ok(tenant.to_owned());
     }
     let authorization = headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
@@ -43,12 +51,22 @@ mod tests {
     #[test]
     fn tenants_come_from_keys_or_from_a_trusted_tier() {
         let keys = TenantKeys::single("dev", "sk-dev");
-        assert_eq!(resolve_tenant(&headers(&[("authorization", "Bearer sk-dev")]), &keys, "s3"), Ok("dev".into()));
-        assert_eq!(resolve_tenant(&headers(&[("authorization", "Bearer no")]), &keys, "s3").map_err(|e| e.status), Err(401));
+        assert_eq!(
+            resolve_tenant(&headers(&[("authorization", "Bearer sk-dev")]), &keys, "s3"),
+            Ok("dev".into())
+        );
+        assert_eq!(
+            resolve_tenant(&headers(&[("authorization", "Bearer no")]), &keys, "s3").map_err(|e| e.status),
+            Err(401)
+        );
         assert_eq!(resolve_tenant(&headers(&[]), &keys, "s3").map_err(|e| e.status), Err(401));
         let tier = headers(&[("x-mesh-secret", "s3"), ("x-mesh-tenant", "acme")]);
         assert_eq!(resolve_tenant(&tier, &keys, "s3"), Ok("acme".into()));
-        let forged = headers(&[("x-mesh-secret", "guess"), ("x-mesh-tenant", "acme"), ("authorization", "Bearer sk-dev")]);
+        let forged = headers(&[
+            ("x-mesh-secret", "guess"),
+            ("x-mesh-tenant", "acme"),
+            ("authorization", "Bearer sk-dev"),
+        ]);
         assert_eq!(resolve_tenant(&forged, &keys, "s3").map_err(|e| e.status), Err(401));
         let no_tenant = headers(&[("x-mesh-secret", "s3")]);
         assert_eq!(resolve_tenant(&no_tenant, &keys, "s3").map_err(|e| e.status), Err(400));

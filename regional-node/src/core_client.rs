@@ -40,7 +40,9 @@ impl CoreClient {
                 Ok((url.clone(), endpoint.connect_lazy()))
             })
             .collect::<Result<Vec<_>, RegionalError>>()?;
-        let secret = secret.parse().map_err(|_| RegionalError::Config("the tier secret must be printable ASCII".into()))?;
+        let secret = secret
+            .parse()
+            .map_err(|_| RegionalError::Config("the tier secret must be printable ASCII".into()))?;
         Ok(Self { nodes, preferred: Default::default(), secret })
     }
 
@@ -74,7 +76,9 @@ impl CoreClient {
                 Err(status) => return Err(status.into()),
             }
         }
-        Err(RegionalError::CoreUnavailable(last.map_or_else(|| "no core nodes configured".into(), |s| s.message().to_owned())))
+        Err(RegionalError::CoreUnavailable(
+            last.map_or_else(|| "no core nodes configured".into(), |s| s.message().to_owned()),
+        ))
     }
 
     /// The core's entry under `key`, if it has a fresh one.
@@ -90,7 +94,10 @@ impl CoreClient {
     }
 
     /// Starts a generation on the core; the stream yields text deltas and ends with the committed entry.
-    pub async fn complete(&self, message: CompleteRequest) -> Result<Streaming<CompleteEvent>, RegionalError> {
+    pub async fn complete(
+        &self,
+        message: CompleteRequest,
+    ) -> Result<Streaming<CompleteEvent>, RegionalError> {
         let reply = self
             .with_failover(|mut client| {
                 let request = self.request(message.clone(), COMPLETE_TIMEOUT);

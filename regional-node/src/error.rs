@@ -32,9 +32,13 @@ impl RegionalError {
     pub fn to_request_error(&self) -> RequestError {
         match self {
             RegionalError::Request(e) => e.clone(),
-            RegionalError::CoreUnavailable(_) => RequestError::upstream(503, "the core cluster is unavailable; retry shortly"),
+            RegionalError::CoreUnavailable(_) => {
+                RequestError::upstream(503, "the core cluster is unavailable; retry shortly")
+            }
             RegionalError::Core(m) => RequestError::upstream(502, format!("the core cluster failed: {m}")),
-            RegionalError::Config(_) | RegionalError::Embedding(_) | RegionalError::Io(_) => RequestError::internal("internal error"),
+            RegionalError::Config(_) | RegionalError::Embedding(_) | RegionalError::Io(_) => {
+                RequestError::internal("internal error")
+            }
         }
     }
 }
@@ -42,8 +46,12 @@ impl RegionalError {
 impl From<tonic::Status> for RegionalError {
     fn from(status: tonic::Status) -> Self {
         match status.code() {
-            tonic::Code::InvalidArgument => RegionalError::Request(RequestError::invalid(status.message().to_owned())),
-            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => RegionalError::CoreUnavailable(status.message().to_owned()),
+            tonic::Code::InvalidArgument => {
+                RegionalError::Request(RequestError::invalid(status.message().to_owned()))
+            }
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => {
+                RegionalError::CoreUnavailable(status.message().to_owned())
+            }
             _ => RegionalError::Core(format!("{:?}: {}", status.code(), status.message())),
         }
     }

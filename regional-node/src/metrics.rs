@@ -50,14 +50,49 @@ impl RegionalMetrics {
         let tier = |t: &'static str| [("region", region), ("tier", t)];
         MetricsText::default()
             .counter("mesh_regional_requests_total", "Chat completion requests received.", &r, &self.requests)
-            .counter("mesh_regional_rejected_total", "Requests rejected before cache lookup.", &r, &self.rejected)
-            .counter("mesh_regional_core_errors_total", "Requests failed because the core could not answer.", &r, &self.core_errors)
-            .counter("mesh_regional_hits_total", "Requests answered from a cache, by tier.", &tier("regional"), &self.hits_regional)
-            .counter("mesh_regional_hits_total", "Requests answered from a cache, by tier.", &tier("core"), &self.hits_core)
+            .counter(
+                "mesh_regional_rejected_total",
+                "Requests rejected before cache lookup.",
+                &r,
+                &self.rejected,
+            )
+            .counter(
+                "mesh_regional_core_errors_total",
+                "Requests failed because the core could not answer.",
+                &r,
+                &self.core_errors,
+            )
+            .counter(
+                "mesh_regional_hits_total",
+                "Requests answered from a cache, by tier.",
+                &tier("regional"),
+                &self.hits_regional,
+            )
+            .counter(
+                "mesh_regional_hits_total",
+                "Requests answered from a cache, by tier.",
+                &tier("core"),
+                &self.hits_core,
+            )
             .counter("mesh_regional_misses_total", "Requests that needed generation.", &r, &self.misses)
-            .histogram("mesh_regional_request_seconds", "Request latency by the tier that answered.", &tier("regional"), &self.latency_hit_regional)
-            .histogram("mesh_regional_request_seconds", "Request latency by the tier that answered.", &tier("core"), &self.latency_hit_core)
-            .histogram("mesh_regional_request_seconds", "Request latency by the tier that answered.", &tier("miss"), &self.latency_miss)
+            .histogram(
+                "mesh_regional_request_seconds",
+                "Request latency by the tier that answered.",
+                &tier("regional"),
+                &self.latency_hit_regional,
+            )
+            .histogram(
+                "mesh_regional_request_seconds",
+                "Request latency by the tier that answered.",
+                &tier("core"),
+                &self.latency_hit_core,
+            )
+            .histogram(
+                "mesh_regional_request_seconds",
+                "Request latency by the tier that answered.",
+                &tier("miss"),
+                &self.latency_miss,
+            )
             .gauge("mesh_regional_cache_entries", "Entries in the exact cache.", &r, cache.entries as f64)
             .gauge("mesh_regional_cache_bytes", "Bytes in the exact cache.", &r, cache.bytes as f64)
             .finish()

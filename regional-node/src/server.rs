@@ -43,7 +43,11 @@ impl AppState {
 }
 
 /// Serves HTTP on `listener` until `shutdown` resolves.
-pub async fn run(settings: Settings, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RegionalError> {
+pub async fn run(
+    settings: Settings,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RegionalError> {
     let region = settings.config.region.clone();
     let state = Arc::new(AppState::new(settings)?);
     tracing::info!(%region, addr = %listener.local_addr()?, "regional node serving");

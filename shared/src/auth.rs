@@ -33,10 +33,13 @@ impl TenantKeys {
     pub fn parse(table: &str) -> Result<Self, String> {
         let mut entries = Vec::new();
         for item in table.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (tenant, digest) =
-                item.split_once(':').ok_or_else(|| format!("key table item without ':': {tenant_hint}", tenant_hint = redact(item)))?;
+            let (tenant, digest) = item.split_once(':').ok_or_else(|| {
+                format!("key table item without ':': {tenant_hint}", tenant_hint = redact(item))
+            })?;
             let tenant = tenant.trim();
-            if tenant.is_empty() || !tenant.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+            if tenant.is_empty()
+                || !tenant.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            {
                 return Err(format!("invalid tenant name {tenant:?}"));
             }
             let digest = hex::decode(digest.trim())
@@ -76,7 +79,9 @@ impl TenantKeys {
 
     /// Resolves an `Authorization` header value (`Bearer <key>`) to its tenant, or a 401 error.
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<&str, RequestError> {
-        let header = authorization.ok_or_else(|| RequestError::unauthorized("missing API key: send `Authorization: Bearer <key>`"))?;
+        let header = authorization.ok_or_else(|| {
+            RequestError::unauthorized("missing API key: send `Authorization: Bearer <key>`")
+        })?;
         let key = header
             .strip_prefix("Bearer ")
             .or_else(|| header.strip_prefix("bearer "))
@@ -104,7 +109,11 @@ mod tests {
 
     #[test]
     fn key_table_resolves_tenants() {
-        let table = format!("dev:{},acme:{}", hex::encode(&hash_api_key("sk-dev")), hex::encode(&hash_api_key("sk-acme")));
+        let table = format!(
+            "dev:{},acme:{}",
+            hex::encode(&hash_api_key("sk-dev")),
+            hex::encode(&hash_api_key("sk-acme"))
+        );
         let keys = TenantKeys::parse(&table).expect("valid table");
         assert_eq!(keys.len(), 2);
         assert_eq!(keys.tenant_for_key("sk-dev"), Some("dev"));

@@ -131,7 +131,9 @@ mod tests {
         let greedy_extras = BASE.replace(r#""temperature":0"#, r#""temperature":0,"top_p":0.3,"seed":5"#);
         assert_eq!(k, key(&greedy_extras));
         // Defaults spelled out equal defaults left out.
-        let explicit = key(r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":1,"top_p":1,"max_tokens":256}"#);
+        let explicit = key(
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":1,"top_p":1,"max_tokens":256}"#,
+        );
         assert_eq!(explicit, key(r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#));
     }
 
@@ -155,8 +157,16 @@ mod tests {
         assert_ne!(k, key_with("acme", "m@1", BASE), "tenant");
         assert_ne!(k, key_with("dev", "m@2", BASE), "model version");
         let sampled = BASE.replace(r#""temperature":0"#, r#""temperature":0.7"#);
-        assert_ne!(key(&sampled), key(&sampled.replace(r#""max_tokens""#, r#""seed":1,"max_tokens""#)), "seed");
-        assert_ne!(key(&sampled), key(&sampled.replace(r#""max_tokens""#, r#""top_p":0.9,"max_tokens""#)), "top_p");
+        assert_ne!(
+            key(&sampled),
+            key(&sampled.replace(r#""max_tokens""#, r#""seed":1,"max_tokens""#)),
+            "seed"
+        );
+        assert_ne!(
+            key(&sampled),
+            key(&sampled.replace(r#""max_tokens""#, r#""top_p":0.9,"max_tokens""#)),
+            "top_p"
+        );
     }
 
     #[test]

@@ -65,7 +65,13 @@ impl CachedCompletion {
 
     /// Approximate bytes the entry takes in memory, for byte-bounded caches.
     pub fn size_bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + self.key.len() + self.tenant.len() + self.model.len() + self.content.len() + self.finish_reason.len() + self.etag.len()
+        std::mem::size_of::<Self>()
+            + self.key.len()
+            + self.tenant.len()
+            + self.model.len()
+            + self.content.len()
+            + self.finish_reason.len()
+            + self.etag.len()
     }
 
     /// The entry as a non-streamed chat completion.
@@ -92,8 +98,20 @@ impl CachedCompletion {
     pub fn to_sse(&self) -> String {
         let (id, created) = (self.completion_id(), self.created_ms / 1000);
         let mut out = StreamHead { id: &id, created, model: &self.model }.role_chunk();
-        out.push_str(&ChatCompletionChunk::new(&id, created, &self.model, Delta { role: None, content: Some(self.content.clone()) }, None).to_sse());
-        out.push_str(&ChatCompletionChunk::new(&id, created, &self.model, Delta::default(), Some(&self.finish_reason)).to_sse());
+        out.push_str(
+            &ChatCompletionChunk::new(
+                &id,
+                created,
+                &self.model,
+                Delta { role: None, content: Some(self.content.clone()) },
+                None,
+            )
+            .to_sse(),
+        );
+        out.push_str(
+            &ChatCompletionChunk::new(&id, created, &self.model, Delta::default(), Some(&self.finish_reason))
+                .to_sse(),
+        );
         out.push_str(SSE_DONE);
         out
     }
@@ -113,17 +131,32 @@ pub struct StreamHead<'a> {
 impl StreamHead<'_> {
     /// The first chunk, announcing the assistant role.
     pub fn role_chunk(&self) -> String {
-        ChatCompletionChunk::new(self.id, self.created, self.model, Delta { role: Some("assistant".into()), content: None }, None).to_sse()
+        ChatCompletionChunk::new(
+            self.id,
+            self.created,
+            self.model,
+            Delta { role: Some("assistant".into()), content: None },
+            None,
+        )
+        .to_sse()
     }
 
     /// A chunk carrying the next piece of text.
     pub fn content_chunk(&self, text: &str) -> String {
-        ChatCompletionChunk::new(self.id, self.created, self.model, Delta { role: None, content: Some(text.to_owned()) }, None).to_sse()
+        ChatCompletionChunk::new(
+            self.id,
+            self.created,
+            self.model,
+            Delta { role: None, content: Some(text.to_owned()) },
+            None,
+        )
+        .to_sse()
     }
 
     /// The last chunk before `[DONE]`.
     pub fn finish_chunk(&self, finish_reason: &str) -> String {
-        ChatCompletionChunk::new(self.id, self.created, self.model, Delta::default(), Some(finish_reason)).to_sse()
+        ChatCompletionChunk::new(self.id, self.created, self.model, Delta::default(), Some(finish_reason))
+            .to_sse()
     }
 }
 

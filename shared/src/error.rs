@@ -54,12 +54,25 @@ impl RequestError {
 
     /// 404: the model is not served here.
     pub fn model_not_found(model: &str) -> Self {
-        Self { param: Some("model".into()), ..Self::new(404, "invalid_request_error", Some("model_not_found"), format!("the model `{model}` does not exist or is not served by this mesh")) }
+        Self {
+            param: Some("model".into()),
+            ..Self::new(
+                404,
+                "invalid_request_error",
+                Some("model_not_found"),
+                format!("the model `{model}` does not exist or is not served by this mesh"),
+            )
+        }
     }
 
     /// 413: the body is larger than [`crate::MAX_REQUEST_BYTES`].
     pub fn too_large(limit: usize) -> Self {
-        Self::new(413, "invalid_request_error", Some("request_too_large"), format!("request body exceeds {limit} bytes"))
+        Self::new(
+            413,
+            "invalid_request_error",
+            Some("request_too_large"),
+            format!("request body exceeds {limit} bytes"),
+        )
     }
 
     /// 404: no such route.
@@ -85,9 +98,18 @@ impl RequestError {
     /// The OpenAI-shaped JSON body.
     pub fn to_json(&self) -> String {
         let body = Body {
-            error: Detail { message: &self.message, kind: self.kind, param: self.param.as_deref(), code: self.code },
+            error: Detail {
+                message: &self.message,
+                kind: self.kind,
+                param: self.param.as_deref(),
+                code: self.code,
+            },
         };
-        serde_json::to_string(&body).unwrap_or_else(|_| String::from(r#"{"error":{"message":"internal error","type":"server_error","param":null,"code":null}}"#))
+        serde_json::to_string(&body).unwrap_or_else(|_| {
+            String::from(
+                r#"{"error":{"message":"internal error","type":"server_error","param":null,"code":null}}"#,
+            )
+        })
     }
 }
 
@@ -98,7 +120,8 @@ mod tests {
     #[test]
     fn renders_openai_shape() {
         let json: serde_json::Value =
-            serde_json::from_str(&RequestError::invalid_param("messages", "must not be empty").to_json()).expect("json");
+            serde_json::from_str(&RequestError::invalid_param("messages", "must not be empty").to_json())
+                .expect("json");
         assert_eq!(json["error"]["type"], "invalid_request_error");
         assert_eq!(json["error"]["param"], "messages");
         assert_eq!(json["error"]["message"], "must not be empty");

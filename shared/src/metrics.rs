@@ -40,8 +40,10 @@ pub struct Histogram {
 }
 
 /// Bucket bounds in seconds for request latencies, from 100 µs to 60 s.
-pub const LATENCY_BOUNDS: &[f64] =
-    &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+pub const LATENCY_BOUNDS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    30.0, 60.0,
+];
 
 impl Histogram {
     /// A histogram with the given ascending bucket bounds.
@@ -123,7 +125,13 @@ impl MetricsText {
     }
 
     /// Adds a histogram's buckets, sum and count.
-    pub fn histogram(mut self, name: &str, help: &str, labels: &[(&str, &str)], histogram: &Histogram) -> Self {
+    pub fn histogram(
+        mut self,
+        name: &str,
+        help: &str,
+        labels: &[(&str, &str)],
+        histogram: &Histogram,
+    ) -> Self {
         self.header(name, help, "histogram");
         let bucket_name = format!("{name}_bucket");
         let mut cumulative = 0;

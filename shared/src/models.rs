@@ -29,8 +29,10 @@ impl ModelTable {
     pub fn parse(table: &str) -> Result<Self, String> {
         let mut models = Vec::new();
         for item in table.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (name, version) = item.split_once('@').ok_or_else(|| format!("model {item:?} has no @version"))?;
-            let version = version.trim().parse().map_err(|_| format!("model {item:?}: version is not an integer"))?;
+            let (name, version) =
+                item.split_once('@').ok_or_else(|| format!("model {item:?} has no @version"))?;
+            let version =
+                version.trim().parse().map_err(|_| format!("model {item:?}: version is not an integer"))?;
             let name = name.trim().to_ascii_lowercase();
             if name.is_empty() {
                 return Err(format!("model {item:?} has an empty name"));
@@ -46,7 +48,10 @@ impl ModelTable {
     /// Resolves a requested model name (case-insensitive) to the served model, or a 404.
     pub fn resolve(&self, requested: &str) -> Result<&ModelRef, RequestError> {
         let wanted = requested.trim();
-        self.models.iter().find(|m| m.name.eq_ignore_ascii_case(wanted)).ok_or_else(|| RequestError::model_not_found(wanted))
+        self.models
+            .iter()
+            .find(|m| m.name.eq_ignore_ascii_case(wanted))
+            .ok_or_else(|| RequestError::model_not_found(wanted))
     }
 
     /// All served models.

@@ -118,27 +118,42 @@ pub fn normalize(
         return Err(RequestError::invalid_param("messages", "`messages` must contain at least one message"));
     }
     if request.messages.len() > limits.max_messages {
-        return Err(RequestError::invalid_param("messages", format!("at most {} messages are accepted", limits.max_messages)));
+        return Err(RequestError::invalid_param(
+            "messages",
+            format!("at most {} messages are accepted", limits.max_messages),
+        ));
     }
     let messages = request
         .messages
         .iter()
         .enumerate()
-        .map(|(i, m)| Ok(Message { role: parse_role(&m.role, i)?, content: normalize_content(m.content.as_ref(), i)? }))
+        .map(|(i, m)| {
+            Ok(Message { role: parse_role(&m.role, i)?, content: normalize_content(m.content.as_ref(), i)? })
+        })
         .collect::<Result<Vec<_>, RequestError>>()?;
     if !messages.iter().any(|m| m.role == Role::User) {
         return Err(RequestError::invalid_param("messages", "`messages` must contain a user message"));
     }
-    Ok(NormalizedRequest { model, messages, sampling: normalize_sampling(request, limits)?, stream: request.stream.unwrap_or(false) })
+    Ok(NormalizedRequest {
+        model,
+        messages,
+        sampling: normalize_sampling(request, limits)?,
+        stream: request.stream.unwrap_or(false),
+    })
 }
 
 fn reject_unsupported(request: &ChatCompletionRequest) -> Result<(), RequestError> {
     if request.n.is_some_and(|n| n != 1) {
         return Err(RequestError::invalid_param("n", "only n = 1 is supported"));
     }
-    for (param, value) in [("presence_penalty", request.presence_penalty), ("frequency_penalty", request.frequency_penalty)] {
+    for (param, value) in
+        [("presence_penalty", request.presence_penalty), ("frequency_penalty", request.frequency_penalty)]
+    {
         if value.is_some_and(|v| v != 0.0) {
-            return Err(RequestError::invalid_param(param, format!("`{param}` is not supported; omit it or send 0")));
+            return Err(RequestError::invalid_param(
+                param,
+                format!("`{param}` is not supported; omit it or send 0"),
+            ));
         }
     }
     if request.logprobs == Some(true) {
@@ -149,7 +164,10 @@ fn reject_unsupported(request: &ChatCompletionRequest) -> Result<(), RequestErro
     }
     if let Some(format) = &request.response_format {
         if format.get("type").and_then(|t| t.as_str()) != Some("text") {
-            return Err(RequestError::invalid_param("response_format", "only `{\"type\": \"text\"}` is supported"));
+            return Err(RequestError::invalid_param(
+                "response_format",
+                "only `{\"type\": \"text\"}` is supported",
+            ));
         }
     }
     Ok(())
@@ -206,9 +224,13 @@ fn normalize_sampling(request: &ChatCompletionRequest, limits: &Limits) -> Resul
     if !(top_p > 0.0 && top_p <= 1.0) {
         return Err(RequestError::invalid_param("top_p", "`top_p` must be in (0, 1]"));
     }
-    let max_tokens = request.max_completion_tokens.or(request.max_tokens).unwrap_or(limits.default_max_tokens);
+    let max_tokens =
+        request.max_completion_tokens.or(request.max_tokens).unwrap_or(limits.default_max_tokens);
     if max_tokens == 0 || max_tokens > limits.max_tokens_limit {
-        return Err(RequestError::invalid_param("max_tokens", format!("`max_tokens` must be between 1 and {}", limits.max_tokens_limit)));
+        return Err(RequestError::invalid_param(
+            "max_tokens",
+            format!("`max_tokens` must be between 1 and {}", limits.max_tokens_limit),
+        ));
     }
     let mut stop = match &request.stop {
         None => Vec::new(),
@@ -219,7 +241,10 @@ fn normalize_sampling(request: &ChatCompletionRequest, limits: &Limits) -> Resul
     stop.sort();
     stop.dedup();
     if stop.len() > MAX_STOP_SEQUENCES {
-        return Err(RequestError::invalid_param("stop", format!("at most {MAX_STOP_SEQUENCES} stop sequences are accepted")));
+        return Err(RequestError::invalid_param(
+            "stop",
+            format!("at most {MAX_STOP_SEQUENCES} stop sequences are accepted"),
+        ));
     }
     // -0.0 and 0.0 are the same temperature; make the key agree.
     let temperature = if temperature == 0.0 { 0.0 } else { temperature };
@@ -260,10 +285,16 @@ mod tests {
             .expect("valid");
         assert_eq!(r.model.name, "smollm2-135m-instruct");
         assert_eq!(r.messages, vec![Message { role: Role::User, content: "hi".into() }]);
-        assert_eq!(r.sampling, Sampling { max_tokens: 256, temperature: 0.0, top_p: 1.0, seed: None, stop: vec![] });
+        assert_eq!(
+            r.sampling,
+            Sampling { max_tokens: 256, temperature: 0.0, top_p: 1.0, seed: None, stop: vec![] }
+        );
         let sampled = norm(r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"hi"}],"top_p":0.5,"seed":9}"#)
             .expect("valid");
-        assert_eq!((sampled.sampling.temperature, sampled.sampling.top_p, sampled.sampling.seed), (1.0, 0.5, Some(9)));
+        assert_eq!(
+            (sampled.sampling.temperature, sampled.sampling.top_p, sampled.sampling.seed),
+            (1.0, 0.5, Some(9))
+        );
     }
 
     #[test]
@@ -280,14 +311,38 @@ mod tests {
             (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"system","content":"x"}]}"#, 400),
             (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"wizard","content":"x"}]}"#, 400),
             (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"n":2}"#, 400),
-            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"temperature":3}"#, 400),
-            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"top_p":0}"#, 400),
-            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"max_tokens":0}"#, 400),
-            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"max_tokens":100000}"#, 400),
-            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]}"#, 400),
-            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"tools":[{}]}"#, 400),
-            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#, 400),
-            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"frequency_penalty":0.5}"#, 400),
+            (
+                r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"temperature":3}"#,
+                400,
+            ),
+            (
+                r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"top_p":0}"#,
+                400,
+            ),
+            (
+                r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"max_tokens":0}"#,
+                400,
+            ),
+            (
+                r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"max_tokens":100000}"#,
+                400,
+            ),
+            (
+                r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]}"#,
+                400,
+            ),
+            (
+                r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"tools":[{}]}"#,
+                400,
+            ),
+            (
+                r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#,
+                400,
+            ),
+            (
+                r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"frequency_penalty":0.5}"#,
+                400,
+            ),
             (r#"{"model":"gpt-4","messages":[{"role":"user","content":"x"}]}"#, 404),
         ];
         for (json, status) in cases {

@@ -235,7 +235,11 @@ mod tests {
     fn rejects_wrong_types_malformed_json_and_oversized_bodies() {
         let wrong = parse_chat_request(br#"{"model":"m","messages":"hi"}"#, 1 << 20).expect_err("wrong type");
         assert_eq!(wrong.status, 400);
-        assert!(wrong.message.contains("messages") || wrong.message.contains("invalid type"), "{}", wrong.message);
+        assert!(
+            wrong.message.contains("messages") || wrong.message.contains("invalid type"),
+            "{}",
+            wrong.message
+        );
         assert_eq!(parse_chat_request(b"{not json", 1 << 20).map_err(|e| e.status), Err(400));
         assert_eq!(parse_chat_request(br#"{"messages":[]}"#, 1 << 20).map_err(|e| e.status), Err(400));
         assert_eq!(parse_chat_request(&[b' '; 100], 10).map_err(|e| e.status), Err(413));

@@ -65,7 +65,9 @@ impl StreamReply {
 
     /// The concatenated `delta.content` of every chunk.
     pub fn content(&self) -> String {
-        self.chunks().filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_owned)).collect()
+        self.chunks()
+            .filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_owned))
+            .collect()
     }
 
     /// Events that carry some text, with their arrival times.
@@ -98,11 +100,16 @@ pub struct ChatClient {
 impl ChatClient {
     /// A client of `base_url` (e.g. `http://127.0.0.1:8787`) sending `api_key` as a bearer token.
     pub fn new(base_url: &str, api_key: Option<&str>) -> Self {
-        Self { agent: agent(Duration::from_secs(300)), base_url: base_url.trim_end_matches('/').to_owned(), api_key: api_key.map(str::to_owned) }
+        Self {
+            agent: agent(Duration::from_secs(300)),
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            api_key: api_key.map(str::to_owned),
+        }
     }
 
     fn post(&self, path: &str) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
-        let request = self.agent.post(format!("{}{path}", self.base_url)).header("content-type", "application/json");
+        let request =
+            self.agent.post(format!("{}{path}", self.base_url)).header("content-type", "application/json");
         match &self.api_key {
             Some(key) => request.header("authorization", format!("Bearer {key}")),
             None => request,
@@ -114,7 +121,12 @@ impl ChatClient {
         let started = Instant::now();
         let mut response = self.post("/v1/chat/completions").send(body).context("sending chat request")?;
         let headers = header_map(response.headers());
-        let body = response.body_mut().with_config().limit(64 * 1024 * 1024).read_to_string().context("reading chat response")?;
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(64 * 1024 * 1024)
+            .read_to_string()
+            .context("reading chat response")?;
         Ok(Reply { status: response.status().as_u16(), headers, body, elapsed: started.elapsed() })
     }
 
@@ -128,7 +140,8 @@ impl ChatClient {
         let mut body = body.clone();
         body["stream"] = serde_json::Value::Bool(true);
         let started = Instant::now();
-        let response = self.post("/v1/chat/completions").send(body.to_string()).context("sending stream request")?;
+        let response =
+            self.post("/v1/chat/completions").send(body.to_string()).context("sending stream request")?;
         let status = response.status().as_u16();
         let headers = header_map(response.headers());
         let mut reader = BufReader::new(response.into_body().into_reader());
@@ -157,5 +170,8 @@ impl ChatClient {
 }
 
 fn header_map(headers: &ureq::http::HeaderMap) -> HashMap<String, String> {
-    headers.iter().map(|(k, v)| (k.as_str().to_ascii_lowercase(), String::from_utf8_lossy(v.as_bytes()).into_owned())).collect()
+    headers
+        .iter()
+        .map(|(k, v)| (k.as_str().to_ascii_lowercase(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect()
 }

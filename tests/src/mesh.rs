@@ -186,7 +186,8 @@ impl Mesh {
         let agent = crate::client::agent(Duration::from_secs(2));
         (0..self.cores.len()).filter(|i| self.cores[*i].is_some()).find_map(|i| {
             let mut response = agent.get(format!("{}/healthz", self.core_url(i))).call().ok()?;
-            let health: serde_json::Value = serde_json::from_str(&response.body_mut().read_to_string().ok()?).ok()?;
+            let health: serde_json::Value =
+                serde_json::from_str(&response.body_mut().read_to_string().ok()?).ok()?;
             health["leader"].as_u64()
         })
     }
@@ -243,8 +244,13 @@ impl Mesh {
     }
 
     fn spawn_core(&self, index: usize) -> anyhow::Result<ManagedProcess> {
-        let peers: Vec<String> =
-            self.ports.cores.iter().enumerate().map(|(i, port)| format!("{}=127.0.0.1:{port}", Self::core_id(i))).collect();
+        let peers: Vec<String> = self
+            .ports
+            .cores
+            .iter()
+            .enumerate()
+            .map(|(i, port)| format!("{}=127.0.0.1:{port}", Self::core_id(i)))
+            .collect();
         let data = self.spec.data_dir.join(format!("core-{}", Self::core_id(index)));
         std::fs::create_dir_all(&data)?;
         let mut command = Command::new(paths::binary("core-node"));

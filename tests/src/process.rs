@@ -28,7 +28,8 @@ impl ManagedProcess {
         let err = out.try_clone()?;
         // Log files, not terminals: no colour codes.
         command.stdin(Stdio::null()).stdout(out).stderr(err).env("NO_COLOR", "1").process_group(0);
-        let child = command.spawn().with_context(|| format!("starting {name} ({:?})", command.get_program()))?;
+        let child =
+            command.spawn().with_context(|| format!("starting {name} ({:?})", command.get_program()))?;
         Ok(Self { name: name.to_owned(), child, log })
     }
 
@@ -97,7 +98,11 @@ impl ManagedProcess {
                 }
             }
             if Instant::now() > deadline {
-                bail!("{} not ready at {url} after {timeout:?}; log tail:\n{}", self.name, self.log_tail(4000));
+                bail!(
+                    "{} not ready at {url} after {timeout:?}; log tail:\n{}",
+                    self.name,
+                    self.log_tail(4000)
+                );
             }
             std::thread::sleep(Duration::from_millis(100));
         }

@@ -32,7 +32,10 @@ fn edge_path_miss_then_hit_streaming_and_bad_input() -> anyhow::Result<()> {
     assert_openai_error(&client.chat_raw("{\"model\": \"smollm2-135m-instruct\", \"messages\": [")?, 400);
     assert_openai_error(&client.chat_raw(r#"{"model":"smollm2-135m-instruct","messages":"hello"}"#)?, 400);
     assert_openai_error(&client.chat_raw(r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"max_tokens":"ten"}"#)?, 400);
-    assert_openai_error(&client.chat(&json!({"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]}))?, 404);
+    assert_openai_error(
+        &client.chat(&json!({"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]}))?,
+        404,
+    );
 
     // The same request twice: generated once, then a hit with identical content.
     let question = request("What is the capital of France?");

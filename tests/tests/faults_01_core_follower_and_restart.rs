@@ -26,7 +26,8 @@ fn follower_loss_and_full_restart_keep_serving_and_keep_entries() -> anyhow::Res
     let follower = (0..3).find(|i| Mesh::core_id(*i) != leader).expect("a follower");
     mesh.kill_core(follower);
     for regional in 0..2 {
-        let fresh = mesh.regional_client(regional).chat(&request(&format!("Count from one to {}.", regional + 3)))?;
+        let fresh =
+            mesh.regional_client(regional).chat(&request(&format!("Count from one to {}.", regional + 3)))?;
         assert_eq!(fresh.status, 200, "after killing core {}: {}", Mesh::core_id(follower), fresh.body);
         assert_eq!(fresh.header("x-cache"), Some("MISS"));
         assert!(!fresh.content().unwrap_or_default().trim().is_empty());

@@ -240,11 +240,7 @@ async fn generate_and_commit(
     let commit = commit_started.elapsed();
     node.metrics.commit_seconds.observe(commit.as_secs_f64());
     tracing::debug!(log_index = response.log_id.index, commit_us = micros(commit), "committed");
-    Ok(CompleteDone {
-        entry: Some(entry.into()),
-        timings: finished.timings,
-        commit_us: micros(commit),
-    })
+    Ok(CompleteDone { entry: Some(entry.into()), timings: finished.timings, commit_us: micros(commit) })
 }
 
 #[cfg(test)]

@@ -21,8 +21,8 @@ pub fn decode<T: DeserializeOwned>(payload: &RaftPayload) -> Result<T, CoreError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shared::completion::CachedCompletion;
     use crate::node::types::Command;
+    use shared::completion::CachedCompletion;
 
     fn sample() -> CachedCompletion {
         CachedCompletion {

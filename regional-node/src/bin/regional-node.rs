@@ -6,7 +6,9 @@ use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt().with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .init();
     let settings = RegionalConfig::parse().resolve()?;
     let listener = tokio::net::TcpListener::bind(settings.config.listen).await?;
     regional_node::server::run(settings, listener, shutdown_signal()).await?;

@@ -37,7 +37,11 @@ struct Admitted {
 }
 
 /// The handler.
-pub async fn chat_completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+pub async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let started = Instant::now();
     state.metrics.requests.inc();
     let admitted = match admit(&state, &headers, body).await {
@@ -61,21 +65,31 @@ pub async fn chat_completions(State(state): State<Arc<AppState>>, headers: Heade
 
 async fn admit(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Admitted, RequestError> {
     let tenant = resolve_tenant(headers, &state.settings.tenants, &state.settings.tier_secret.0)?;
-    let bytes = axum::body::to_bytes(body, MAX_REQUEST_BYTES).await.map_err(|_| RequestError::too_large(MAX_REQUEST_BYTES))?;
+    let bytes = axum::body::to_bytes(body, MAX_REQUEST_BYTES)
+        .await
+        .map_err(|_| RequestError::too_large(MAX_REQUEST_BYTES))?;
     let parsed = parse_chat_request(&bytes, MAX_REQUEST_BYTES)?;
     let request = normalize(&parsed, &state.settings.models, &state.limits)?;
     let key = CacheKey::derive(&tenant, &request);
     Ok(Admitted { tenant, request, key })
 }
 
-async fn answer(state: &Arc<AppState>, admitted: Admitted, started: Instant) -> Result<Response, RegionalError> {
+async fn answer(
+    state: &Arc<AppState>,
+    admitted: Admitted,
+    started: Instant,
+) -> Result<Response, RegionalError> {
     let Admitted { tenant, request, key } = admitted;
     if let Some(entry) = state.cache.get(key.as_str(), now_ms()) {
         state.metrics.hits_regional.inc();
         let mut timing = ServerTiming::default();
         timing.push_ms("regional", elapsed_ms(started));
         state.metrics.latency_hit_regional.observe(started.elapsed().as_secs_f64());
-        return Ok(entry_response(&entry, request.stream, cache_headers("HIT-REGIONAL", key.as_str(), &timing, Some(&entry))));
+        return Ok(entry_response(
+            &entry,
+            request.stream,
+            cache_headers("HIT-REGIONAL", key.as_str(), &timing, Some(&entry)),
+        ));
     }
 
     let lookup_started = Instant::now();
@@ -87,26 +101,43 @@ async fn answer(state: &Arc<AppState>, admitted: Admitted, started: Instant) -> 
         let mut timing = ServerTiming::default();
         timing.push_ms("regional", elapsed_ms(started)).push_ms("core-lookup", lookup_ms);
         state.metrics.latency_hit_core.observe(started.elapsed().as_secs_f64());
-        return Ok(entry_response(&entry, request.stream, cache_headers("HIT-CORE", key.as_str(), &timing, Some(&entry))));
+        return Ok(entry_response(
+            &entry,
+            request.stream,
+            cache_headers("HIT-CORE", key.as_str(), &timing, Some(&entry)),
+        ));
     }
 
     state.metrics.misses.inc();
     let generate_started = Instant::now();
-    let events = state.core.complete(complete_request(&tenant, &key, &request, state.settings.config.ttl_s)).await?;
+    let events =
+        state.core.complete(complete_request(&tenant, &key, &request, state.settings.config.ttl_s)).await?;
     if request.stream {
         return Ok(stream_miss(state, events, &key, &request, started, lookup_ms));
     }
     let done = last_event(events).await?;
-    let entry = done.entry.clone().map(CachedCompletion::from).ok_or_else(|| RegionalError::Core("completion without an entry".into()))?;
+    let entry = done
+        .entry
+        .clone()
+        .map(CachedCompletion::from)
+        .ok_or_else(|| RegionalError::Core("completion without an entry".into()))?;
     state.cache.insert(entry.clone());
     let mut timing = ServerTiming::default();
-    timing.push_ms("regional", elapsed_ms(started)).push_ms("core-lookup", lookup_ms).push_ms("core", elapsed_ms(generate_started));
+    timing
+        .push_ms("regional", elapsed_ms(started))
+        .push_ms("core-lookup", lookup_ms)
+        .push_ms("core", elapsed_ms(generate_started));
     push_core_timings(&mut timing, &done);
     state.metrics.latency_miss.observe(started.elapsed().as_secs_f64());
     Ok(entry_response(&entry, false, cache_headers("MISS", key.as_str(), &timing, Some(&entry))))
 }
 
-fn complete_request(tenant: &str, key: &CacheKey, request: &NormalizedRequest, ttl_s: u64) -> CompleteRequest {
+fn complete_request(
+    tenant: &str,
+    key: &CacheKey,
+    request: &NormalizedRequest,
+    ttl_s: u64,
+) -> CompleteRequest {
     let sampling = &request.sampling;
     CompleteRequest {
         key: key.as_str().to_owned(),
@@ -116,7 +147,11 @@ fn complete_request(tenant: &str, key: &CacheKey, request: &NormalizedRequest, t
             request_id: key.completion_id(),
             tenant: tenant.to_owned(),
             model: request.model.name.clone(),
-            messages: request.messages.iter().map(|m| ChatMessage { role: m.role.as_str().to_owned(), content: m.content.clone() }).collect(),
+            messages: request
+                .messages
+                .iter()
+                .map(|m| ChatMessage { role: m.role.as_str().to_owned(), content: m.content.clone() })
+                .collect(),
             sampling: Some(Sampling {
                 max_tokens: sampling.max_tokens,
                 temperature: sampling.temperature,
@@ -140,7 +175,10 @@ async fn last_event(mut events: Streaming<CompleteEvent>) -> Result<CompleteDone
 
 fn push_core_timings(timing: &mut ServerTiming, done: &CompleteDone) {
     if let Some(t) = &done.timings {
-        timing.push_micros("pod-queue", t.queue_us).push_micros("pod-prefill", t.prefill_us).push_micros("pod-decode", t.decode_us);
+        timing
+            .push_micros("pod-queue", t.queue_us)
+            .push_micros("pod-prefill", t.prefill_us)
+            .push_micros("pod-decode", t.decode_us);
     }
     timing.push_micros("raft-commit", done.commit_us);
 }
@@ -156,7 +194,12 @@ fn stream_miss(
     lookup_ms: f64,
 ) -> Response {
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
-    let relay = Relay { state: Arc::clone(state), id: key.completion_id(), created: now_ms() / 1000, model: request.model.name.clone() };
+    let relay = Relay {
+        state: Arc::clone(state),
+        id: key.completion_id(),
+        created: now_ms() / 1000,
+        model: request.model.name.clone(),
+    };
     tokio::spawn(async move { relay.run(events, tx, started).await });
     let mut timing = ServerTiming::default();
     timing.push_ms("regional", elapsed_ms(started)).push_ms("core-lookup", lookup_ms);
@@ -173,7 +216,12 @@ struct Relay {
 }
 
 impl Relay {
-    async fn run(self, mut events: Streaming<CompleteEvent>, tx: mpsc::Sender<Result<Bytes, Infallible>>, started: Instant) {
+    async fn run(
+        self,
+        mut events: Streaming<CompleteEvent>,
+        tx: mpsc::Sender<Result<Bytes, Infallible>>,
+        started: Instant,
+    ) {
         let head = StreamHead { id: &self.id, created: self.created, model: &self.model };
         // A client that went away stops receiving, but the stream is still read so the entry gets cached.
         let send = |text: String| {

@@ -10,7 +10,12 @@ use shared::server_timing::ServerTiming;
 pub const EVENT_STREAM: &str = "text/event-stream";
 
 /// Headers every chat answer carries: which tier answered, the key, timing, and (when known) validators.
-pub fn cache_headers(x_cache: &'static str, key: &str, timing: &ServerTiming, entry: Option<&CachedCompletion>) -> HeaderMap {
+pub fn cache_headers(
+    x_cache: &'static str,
+    key: &str,
+    timing: &ServerTiming,
+    entry: Option<&CachedCompletion>,
+) -> HeaderMap {
     let mut headers = HeaderMap::new();
     headers.insert(HeaderName::from_static(shared::X_CACHE), HeaderValue::from_static(x_cache));
     insert(&mut headers, HeaderName::from_static(shared::CACHE_KEY_HEADER), key);
@@ -40,7 +45,12 @@ pub fn entry_response(entry: &CachedCompletion, stream: bool, headers: HeaderMap
 }
 
 /// A response with a status, content type, body and extra headers.
-pub fn with_headers(status: StatusCode, content_type: &'static str, body: Body, headers: HeaderMap) -> Response {
+pub fn with_headers(
+    status: StatusCode,
+    content_type: &'static str,
+    body: Body,
+    headers: HeaderMap,
+) -> Response {
     let mut response = Response::new(body);
     *response.status_mut() = status;
     response.headers_mut().extend(headers);

@@ -56,7 +56,12 @@ fn main() -> anyhow::Result<()> {
     let Command::Up { data_dir, edge_port, api_key, regional_nodes } = Cli::parse().command;
     install_stop_handlers();
     let started = Instant::now();
-    let spec = MeshSpec { edge_port: Some(edge_port), api_key: api_key.clone(), regional_nodes, ..MeshSpec::local(&data_dir) };
+    let spec = MeshSpec {
+        edge_port: Some(edge_port),
+        api_key: api_key.clone(),
+        regional_nodes,
+        ..MeshSpec::local(&data_dir)
+    };
     println!("starting the mesh (data and logs in {})...", data_dir.display());
     let mesh = Mesh::start(spec)?;
     let endpoint = mesh.edge_url().unwrap_or_else(|| mesh.regional_url(0));
