@@ -292,6 +292,18 @@ impl Mesh {
         ManagedProcess::spawn(&format!("regional-{}", index + 1), command, &self.log_dir())
     }
 
+    /// Writes the edge's secrets to an env file only the owner can read: wrangler shows values passed
+    /// with `--var` in its logs, but hides those from an env file.
+    fn write_edge_secrets(&self) -> anyhow::Result<PathBuf> {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let path = self.spec.data_dir.join("edge-secrets.env");
+        let mut file =
+            std::fs::OpenOptions::new().create(true).write(true).truncate(true).mode(0o600).open(&path)?;
+        writeln!(file, "API_KEYS=\"{}\"\nTIER_SECRET=\"{}\"", self.key_table(), self.secret)?;
+        Ok(path)
+    }
+
     fn spawn_edge(&self) -> anyhow::Result<ManagedProcess> {
         let dir = paths::edge_dir();
         let wrangler = dir.join("node_modules/.bin/wrangler");
@@ -312,10 +324,8 @@ impl Mesh {
             .arg(self.ports.edge_inspector.to_string())
             .arg("--persist-to")
             .arg(&persist)
-            .arg("--var")
-            .arg(format!("API_KEYS:{}", self.key_table()))
-            .arg("--var")
-            .arg(format!("TIER_SECRET:{}", self.secret))
+            .arg("--env-file")
+            .arg(self.write_edge_secrets()?)
             .arg("--var")
             .arg(format!("REGIONAL_URLS:{}", regionals.join(",")))
             .arg("--var")
