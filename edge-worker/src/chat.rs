@@ -1,0 +1,224 @@
+//! `POST /v1/chat/completions`: authenticate, validate, answer from L1, or relay the regional answer and
+//! fill L1 from it.
+//!
+//! Order matters: authentication first (401), then size (413), then parsing and normalization (400, 404),
+//! so that bad input never reaches the regional tier. An edge hit whose ETag the client names in
+//! `If-None-Match` is a 304.
+
+use shared::cache_key::CacheKey;
+use shared::normalize::{normalize, Limits};
+use shared::openai::parse_chat_request;
+use shared::{RequestError, CACHE_KEY_HEADER, MAX_REQUEST_BYTES, X_CACHE};
+use worker::{Context, Request, Response, ResponseBuilder};
+
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::error::EdgeError;
+use crate::fill::{self, FillTarget, RegionalAnswer, Skip};
+use crate::l1::L1;
+use crate::observed_stream::ObservedStream;
+use crate::sse::StreamedAnswer;
+use crate::{regional, respond};
+
+/// One validated request, with what the edge needs after the response has gone out.
+struct Job {
+    config: Config,
+    tenant: String,
+    key: CacheKey,
+    model_version: u64,
+    body: Vec<u8>,
+}
+
+impl Job {
+    fn target(&self, now_ms: i64) -> FillTarget<'_> {
+        FillTarget {
+            key: &self.key,
+            tenant: &self.tenant,
+            model_version: self.model_version,
+            default_ttl_s: self.config.cache_ttl_s,
+            now_ms,
+        }
+    }
+}
+
+/// Handles one chat completion request.
+pub async fn handle(
+    mut req: Request,
+    config: Config,
+    ctx: &Context,
+    mut clock: Clock,
+) -> Result<Response, EdgeError> {
+    let tenant = config.keys.authenticate(req.headers().get("authorization")?.as_deref())?.to_owned();
+    let declared_len = req.headers().get("content-length")?.and_then(|v| v.trim().parse::<usize>().ok());
+    if declared_len.is_some_and(|len| len > MAX_REQUEST_BYTES) {
+        return Err(RequestError::too_large(MAX_REQUEST_BYTES).into());
+    }
+    let if_none_match = req.headers().get("if-none-match")?;
+    let body = req.bytes().await?;
+    let request = parse_chat_request(&body, MAX_REQUEST_BYTES)?;
+    let normalized = normalize(&request, &config.models, &Limits::default())?;
+    let key = CacheKey::derive(&tenant, &normalized);
+    let stream = normalized.stream;
+    let job = Job { model_version: normalized.model.version, config, tenant, key, body };
+
+    let l1 = L1::open();
+    if job.config.cache_ttl_s != 0 {
+        if let Some(entry) = l1.get(&job.key, &job.tenant, Clock::now_ms()).await {
+            let not_modified = if_none_match.is_some_and(|v| respond::etag_matches(&v, &entry.etag));
+            return Ok(respond::edge_hit(&entry, stream, not_modified, clock.edge_ms())?);
+        }
+    }
+
+    let mut upstream = clock.upstream(regional::post_chat(&job.config, &job.tenant, &job.body, &[])).await?;
+    let status = upstream.status_code();
+    let headers = upstream.headers().clone();
+    let x_cache = headers.get(X_CACHE)?;
+    let their_key = headers.get(CACHE_KEY_HEADER)?;
+
+    if stream {
+        let observe = status == 200
+            && job.config.cache_ttl_s != 0
+            && fill::is_cacheable_source(x_cache.as_deref())
+            && keys_agree(&job.key, their_key.as_deref());
+        let out_headers = respond::relayed_headers(&headers, &job.key, clock.edge_ms())?;
+        if !observe {
+            let (_, body) = upstream.into_parts();
+            return Ok(ResponseBuilder::new().with_status(status).with_headers(out_headers).body(body));
+        }
+        let (observed, ended) = ObservedStream::new(upstream.stream()?);
+        ctx.wait_until(fill_after_stream(job, ended));
+        return Ok(ResponseBuilder::new()
+            .with_status(status)
+            .with_headers(out_headers)
+            .from_stream(observed)?);
+    }
+
+    let bytes = clock.upstream(upstream.bytes()).await?;
+    let (etag, cache_control) = (headers.get("etag")?, headers.get("cache-control")?);
+    let answer = RegionalAnswer {
+        status,
+        x_cache: x_cache.as_deref(),
+        etag: etag.as_deref(),
+        cache_key: their_key.as_deref(),
+        cache_control: cache_control.as_deref(),
+        body: &bytes,
+    };
+    // Stored before answering, so that once a client has its answer the next identical request is an
+    // edge hit (the store is local to the data center and cheap next to a regional round trip).
+    store(&l1, fill::entry_from_answer(&job.target(Clock::now_ms()), &answer)).await;
+    let out_headers = respond::relayed_headers(&headers, &job.key, clock.edge_ms())?;
+    Ok(ResponseBuilder::new().with_status(status).with_headers(out_headers).fixed(bytes))
+}
+
+/// Whether the regional key (absent: trust ours) is the one the edge derived; logs when it is not.
+fn keys_agree(ours: &CacheKey, theirs: Option<&str>) -> bool {
+    match theirs.map(str::trim) {
+        Some(theirs) if theirs != ours.as_str() => {
+            worker::console_warn!(
+                "not caching: regional key {theirs} differs from edge key {ours} (MODELS or limits differ?)"
+            );
+            false
+        }
+        _ => true,
+    }
+}
+
+/// Stores a fill result, logging refusals that point at a misconfiguration.
+async fn store(l1: &L1, entry: Result<shared::completion::CachedCompletion, Skip>) {
+    match entry {
+        Ok(entry) => {
+            if let Err(e) = l1.put(&entry, Clock::now_ms()).await {
+                worker::console_warn!("edge cache store failed for {}: {e}", entry.key);
+            }
+        }
+        Err(skip @ (Skip::KeyMismatch { .. } | Skip::Body(_))) => {
+            worker::console_warn!("not caching at the edge: {skip}")
+        }
+        Err(_) => {}
+    }
+}
+
+/// After a streamed answer has reached the client in full, fills L1 from the regional tier.
+///
+/// The regional node stores an answer before it sends `[DONE]`, so the same request sent again without
+/// `stream` is a regional hit that carries what the stream lacks (usage, ETag, lifetime). It is sent with
+/// `Cache-Control: only-if-cached`, and the entry is stored only if that answer is a cache hit whose text
+/// and finish reason are exactly what the client was streamed: nothing is ever generated twice or cached
+/// differently from what was served.
+async fn fill_after_stream(job: Job, ended: futures::channel::oneshot::Receiver<Option<StreamedAnswer>>) {
+    // `Err`: the client went away before the end; `None`: the stream failed or was incomplete.
+    let Ok(Some(streamed)) = ended.await else { return };
+    let Some(body) = non_streamed(&job.body) else { return };
+    let mut response =
+        match regional::post_chat(&job.config, &job.tenant, &body, &[("cache-control", "only-if-cached")])
+            .await
+        {
+            Ok(response) => response,
+            Err(e) => {
+                worker::console_warn!("edge fill after stream: regional tier unavailable: {e}");
+                return;
+            }
+        };
+    let headers = response.headers().clone();
+    let (Ok(x_cache), Ok(etag), Ok(their_key), Ok(cache_control)) = (
+        headers.get(X_CACHE),
+        headers.get("etag"),
+        headers.get(CACHE_KEY_HEADER),
+        headers.get("cache-control"),
+    ) else {
+        return;
+    };
+    if !x_cache.as_deref().is_some_and(|v| v.trim().to_ascii_uppercase().starts_with("HIT-")) {
+        if response.status_code() == 200 {
+            worker::console_warn!(
+                "edge fill after stream: regional answer was {x_cache:?}, not a hit; not caching"
+            );
+        }
+        return;
+    }
+    let Ok(bytes) = response.bytes().await else { return };
+    let answer = RegionalAnswer {
+        status: response.status_code(),
+        x_cache: x_cache.as_deref(),
+        etag: etag.as_deref(),
+        cache_key: their_key.as_deref(),
+        cache_control: cache_control.as_deref(),
+        body: &bytes,
+    };
+    let entry = fill::entry_from_answer(&job.target(Clock::now_ms()), &answer);
+    match entry {
+        Ok(entry) if entry.content != streamed.content || entry.finish_reason != streamed.finish_reason => {
+            worker::console_warn!(
+                "edge fill after stream: regional entry {} differs from what was streamed; not caching",
+                entry.key
+            );
+        }
+        other => store(&L1::open(), other).await,
+    }
+}
+
+/// The request body with `stream` turned off (the key ignores `stream`, so it is the same entry).
+fn non_streamed(body: &[u8]) -> Option<Vec<u8>> {
+    let mut json: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let object = json.as_object_mut()?;
+    object.insert("stream".into(), serde_json::Value::Bool(false));
+    object.remove("stream_options");
+    serde_json::to_vec(&json).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_follow_up_request_turns_streaming_off_and_keeps_the_rest() {
+        let body = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true},"temperature":0}"#;
+        let json: serde_json::Value =
+            serde_json::from_slice(&non_streamed(body).expect("json object")).expect("json");
+        assert_eq!(json["stream"], false);
+        assert!(json.get("stream_options").is_none());
+        assert_eq!((json["model"].as_str(), json["temperature"].as_i64()), (Some("m"), Some(0)));
+        assert_eq!(json["messages"][0]["content"], "hi");
+        assert_eq!(non_streamed(b"[1]"), None);
+    }
+}

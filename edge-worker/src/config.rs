@@ -1,0 +1,131 @@
+//! The worker's configuration: wrangler `[vars]` and secrets, read and checked on every request.
+//!
+//! | Name            | Kind   | Meaning                                                                 |
+//! |-----------------|--------|-------------------------------------------------------------------------|
+//! | `API_KEYS`      | secret | Tenant key table, `tenant:sha256hex,...` ([`shared::auth::TenantKeys`]). |
+//! | `TIER_SECRET`   | secret | Shared secret sent to the regional tier in `x-mesh-secret`.             |
+//! | `REGIONAL_URLS` | var    | Comma-separated regional base URLs, tried in order.                     |
+//! | `MODELS`        | var    | Served models, `name@version,...`; must match the regional tier's.      |
+//! | `CACHE_TTL_S`   | var    | Edge TTL when the regional answer has no `max-age`; 0 turns L1 off.     |
+//!
+//! Parsing is pure (a lookup function in, a [`Config`] out) so it is tested natively; `lib.rs` feeds it
+//! from the worker's `Env`.
+
+use shared::auth::TenantKeys;
+use shared::models::{ModelTable, DEFAULT_MODELS};
+
+/// `CACHE_TTL_S` when the variable is not set: one day.
+pub const DEFAULT_CACHE_TTL_S: u64 = 86_400;
+
+/// The checked configuration of one worker invocation.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Tenants and the digests of their API keys.
+    pub keys: TenantKeys,
+    /// The secret that proves to a regional node that a request comes from this tier.
+    pub tier_secret: String,
+    /// Regional base URLs without a trailing slash, in the order they are tried.
+    pub regional_urls: Vec<String>,
+    /// Served models and their current versions (part of every cache key).
+    pub models: ModelTable,
+    /// TTL for entries whose regional answer carries no `max-age`; 0 disables the edge cache.
+    pub cache_ttl_s: u64,
+}
+
+impl Config {
+    /// Reads the configuration through `lookup` (variable name to value). Errors name the variable but
+    /// never echo a secret's value.
+    pub fn parse(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let required = |name: &str| {
+            lookup(name).filter(|v| !v.trim().is_empty()).ok_or_else(|| format!("{name} is not set"))
+        };
+        let keys = TenantKeys::parse(&required("API_KEYS")?).map_err(|e| format!("API_KEYS: {e}"))?;
+        if keys.is_empty() {
+            return Err("API_KEYS has no keys".into());
+        }
+        let tier_secret = required("TIER_SECRET")?.trim().to_owned();
+        let regional_urls = parse_urls(&required("REGIONAL_URLS")?)?;
+        let models_table =
+            lookup("MODELS").filter(|v| !v.trim().is_empty()).unwrap_or_else(|| DEFAULT_MODELS.to_owned());
+        let models = ModelTable::parse(&models_table).map_err(|e| format!("MODELS: {e}"))?;
+        let cache_ttl_s = match lookup("CACHE_TTL_S").filter(|v| !v.trim().is_empty()) {
+            None => DEFAULT_CACHE_TTL_S,
+            Some(v) => {
+                v.trim().parse().map_err(|_| format!("CACHE_TTL_S: {v:?} is not a number of seconds"))?
+            }
+        };
+        Ok(Self { keys, tier_secret, regional_urls, models, cache_ttl_s })
+    }
+}
+
+fn parse_urls(list: &str) -> Result<Vec<String>, String> {
+    let urls: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(|u| u.trim_end_matches('/').to_owned())
+        .collect();
+    if let Some(bad) = urls.iter().find(|u| !(u.starts_with("http://") || u.starts_with("https://"))) {
+        return Err(format!("REGIONAL_URLS: {bad:?} is not an http(s) URL"));
+    }
+    if urls.is_empty() {
+        return Err("REGIONAL_URLS has no URL".into());
+    }
+    Ok(urls)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIGEST: &str = "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8";
+
+    fn parse(vars: &[(&str, &str)]) -> Result<Config, String> {
+        Config::parse(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| (*v).to_owned()))
+    }
+
+    #[test]
+    fn reads_vars_and_fills_defaults() {
+        let keys = format!("dev:{DIGEST}");
+        let config = parse(&[
+            ("API_KEYS", &keys),
+            ("TIER_SECRET", "s3"),
+            ("REGIONAL_URLS", " http://a:1/ , https://b "),
+        ])
+        .expect("valid");
+        assert_eq!(config.regional_urls, vec!["http://a:1".to_owned(), "https://b".to_owned()]);
+        assert_eq!(config.cache_ttl_s, DEFAULT_CACHE_TTL_S);
+        assert_eq!(config.models, ModelTable::parse(DEFAULT_MODELS).expect("default table"));
+        assert_eq!(config.keys.tenant_for_key("password"), Some("dev"));
+        let with_ttl = parse(&[
+            ("API_KEYS", &keys),
+            ("TIER_SECRET", "s"),
+            ("REGIONAL_URLS", "http://a"),
+            ("CACHE_TTL_S", "0"),
+        ]);
+        assert_eq!(with_ttl.map(|c| c.cache_ttl_s), Ok(0));
+    }
+
+    #[test]
+    fn rejects_missing_or_malformed_vars_without_echoing_secrets() {
+        let keys = format!("dev:{DIGEST}");
+        let base = [("API_KEYS", keys.as_str()), ("TIER_SECRET", "hunter2"), ("REGIONAL_URLS", "http://a")];
+        for missing in ["API_KEYS", "TIER_SECRET", "REGIONAL_URLS"] {
+            let vars: Vec<_> = base.iter().copied().filter(|(n, _)| *n != missing).collect();
+            assert!(parse(&vars).is_err_and(|e| e.contains(missing)), "{missing}");
+        }
+        let bad = [
+            ("REGIONAL_URLS", "ftp://x"),
+            ("MODELS", "nover"),
+            ("CACHE_TTL_S", "day"),
+            ("API_KEYS", "dev:abc"),
+            ("API_KEYS", " "),
+        ];
+        for (name, value) in bad {
+            let mut vars: Vec<_> = base.iter().copied().filter(|(n, _)| *n != name).collect();
+            vars.push((name, value));
+            let err = parse(&vars).expect_err(name);
+            assert!(err.contains(name) && !err.contains("hunter2"), "{err}");
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! Turning a regional answer into an edge cache entry, and the rules for when not to.
+//!
+//! Pure: the caller reads the regional response's status, headers and body and passes them in.
+
+use shared::cache_key::CacheKey;
+use shared::completion::CachedCompletion;
+use shared::openai::ChatCompletion;
+
+use crate::cache_control::{self, Freshness};
+
+/// What the edge read from a regional answer.
+#[derive(Clone, Debug, Default)]
+pub struct RegionalAnswer<'a> {
+    /// HTTP status.
+    pub status: u16,
+    /// `X-Cache`: which tier answered.
+    pub x_cache: Option<&'a str>,
+    /// `ETag`.
+    pub etag: Option<&'a str>,
+    /// `X-Cache-Key`: the key the regional tier derived.
+    pub cache_key: Option<&'a str>,
+    /// `Cache-Control`.
+    pub cache_control: Option<&'a str>,
+    /// The JSON body of a non-streamed completion.
+    pub body: &'a [u8],
+}
+
+/// What a new entry is for: the request as the edge resolved it.
+#[derive(Clone, Debug)]
+pub struct FillTarget<'a> {
+    /// The key the edge derived.
+    pub key: &'a CacheKey,
+    /// The authenticated tenant.
+    pub tenant: &'a str,
+    /// Version of the requested model, from `MODELS`.
+    pub model_version: u64,
+    /// `CACHE_TTL_S`: the lifetime when the answer gives none; 0 disables the edge cache.
+    pub default_ttl_s: u64,
+    /// Current Unix time in milliseconds.
+    pub now_ms: i64,
+}
+
+/// Why an answer is not stored at the edge.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Skip {
+    /// `CACHE_TTL_S` is 0.
+    #[error("edge cache disabled")]
+    Disabled,
+    /// Not a 200.
+    #[error("status {0}")]
+    Status(u16),
+    /// `X-Cache` is absent or names no answer that may be cached (e.g. a degraded, stale answer).
+    #[error("x-cache {0:?} is not cacheable")]
+    NotCacheable(Option<String>),
+    /// The regional tier derived another key: the tiers disagree on models, limits or normalization.
+    #[error("regional key {theirs} differs from edge key {ours}")]
+    KeyMismatch {
+        /// Ours.
+        ours: String,
+        /// Theirs.
+        theirs: String,
+    },
+    /// `Cache-Control` forbids keeping it.
+    #[error("cache-control forbids storing")]
+    DoNotStore,
+    /// The body is not a chat completion with one choice.
+    #[error("body is not a chat completion: {0}")]
+    Body(String),
+}
+
+/// Whether an `X-Cache` value names an answer that came out of generation or a cache and may be stored.
+pub fn is_cacheable_source(x_cache: Option<&str>) -> bool {
+    x_cache.is_some_and(|v| {
+        ["MISS", "HIT-REGIONAL", "HIT-CORE"].iter().any(|ok| v.trim().eq_ignore_ascii_case(ok))
+    })
+}
+
+/// Builds the entry to store for a regional answer, or says why not.
+///
+/// `created_ms` keeps the answer's own `created`, so a later edge hit renders the very same completion;
+/// `ttl_s` is stretched by the answer's age so that the entry expires when the regional `max-age` (or
+/// `CACHE_TTL_S`, counted from now) runs out.
+pub fn entry_from_answer(
+    target: &FillTarget<'_>,
+    answer: &RegionalAnswer<'_>,
+) -> Result<CachedCompletion, Skip> {
+    if target.default_ttl_s == 0 {
+        return Err(Skip::Disabled);
+    }
+    if answer.status != 200 {
+        return Err(Skip::Status(answer.status));
+    }
+    if !is_cacheable_source(answer.x_cache) {
+        return Err(Skip::NotCacheable(answer.x_cache.map(str::to_owned)));
+    }
+    if let Some(theirs) = answer.cache_key.map(str::trim).filter(|k| *k != target.key.as_str()) {
+        return Err(Skip::KeyMismatch { ours: target.key.to_string(), theirs: theirs.to_owned() });
+    }
+    let lifetime_s = match cache_control::parse(answer.cache_control) {
+        Freshness::DoNotStore => return Err(Skip::DoNotStore),
+        Freshness::MaxAge(s) => s,
+        Freshness::Unspecified => target.default_ttl_s,
+    };
+    let completion: ChatCompletion =
+        serde_json::from_slice(answer.body).map_err(|e| Skip::Body(e.to_string()))?;
+    let [choice] = completion.choices.as_slice() else {
+        return Err(Skip::Body(format!("{} choices", completion.choices.len())));
+    };
+    let created_ms = completion.created.saturating_mul(1000);
+    let age_s = u64::try_from(target.now_ms.saturating_sub(created_ms).max(0) / 1000).unwrap_or(0);
+    let content = choice.message.content.clone();
+    let etag = answer
+        .etag
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map_or_else(|| CachedCompletion::etag_of(&content, &choice.finish_reason), str::to_owned);
+    Ok(CachedCompletion {
+        key: target.key.to_string(),
+        tenant: target.tenant.to_owned(),
+        model: completion.model.clone(),
+        model_version: target.model_version,
+        content,
+        finish_reason: choice.finish_reason.clone(),
+        prompt_tokens: completion.usage.prompt_tokens,
+        completion_tokens: completion.usage.completion_tokens,
+        etag,
+        created_ms,
+        ttl_s: lifetime_s.saturating_add(age_s),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared::models::ModelTable;
+    use shared::normalize::{normalize, Limits};
+    use shared::openai::parse_chat_request;
+
+    const REQUEST: &str =
+        r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"hi"}],"temperature":0}"#;
+
+    fn key() -> CacheKey {
+        let request = parse_chat_request(REQUEST.as_bytes(), 1 << 20).expect("json");
+        let models = ModelTable::parse("smollm2-135m-instruct@3").expect("models");
+        CacheKey::derive("dev", &normalize(&request, &models, &Limits::default()).expect("valid"))
+    }
+
+    const BODY: &str = r#"{"id":"chatcmpl-x","object":"chat.completion","created":1000,"model":"smollm2-135m-instruct",
+        "choices":[{"index":0,"message":{"role":"assistant","content":"Hello!"},"finish_reason":"stop"}],
+        "usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}"#;
+
+    fn answer(body: &str) -> RegionalAnswer<'_> {
+        RegionalAnswer {
+            status: 200,
+            x_cache: Some("MISS"),
+            etag: Some("\"e1\""),
+            cache_key: None,
+            cache_control: None,
+            body: body.as_bytes(),
+        }
+    }
+
+    #[test]
+    fn builds_an_entry_that_renders_the_same_completion() {
+        let key = key();
+        let target =
+            FillTarget { key: &key, tenant: "dev", model_version: 3, default_ttl_s: 600, now_ms: 1_010_500 };
+        let entry = entry_from_answer(&target, &answer(BODY)).expect("cacheable");
+        assert_eq!(
+            (entry.content.as_str(), entry.finish_reason.as_str(), entry.etag.as_str()),
+            ("Hello!", "stop", "\"e1\"")
+        );
+        assert_eq!((entry.prompt_tokens, entry.completion_tokens, entry.model_version), (5, 2, 3));
+        // Created 10.5 s ago: expires 600 s from now (rounded down to the second).
+        assert_eq!((entry.created_ms, entry.ttl_s), (1_000_000, 610));
+        assert_eq!(entry.remaining_ttl_s(target.now_ms), Some(599));
+        let rendered = entry.to_response();
+        assert_eq!((rendered.created, rendered.usage.total_tokens), (1000, 7));
+        assert_eq!(rendered.choices[0].message.content, "Hello!");
+
+        let with_key = RegionalAnswer {
+            cache_key: Some(key.as_str()),
+            cache_control: Some("max-age=60"),
+            x_cache: Some("HIT-CORE"),
+            ..answer(BODY)
+        };
+        assert_eq!(entry_from_answer(&target, &with_key).map(|e| e.ttl_s), Ok(70));
+        let no_etag = RegionalAnswer { etag: None, ..answer(BODY) };
+        assert_eq!(
+            entry_from_answer(&target, &no_etag).map(|e| e.etag),
+            Ok(CachedCompletion::etag_of("Hello!", "stop"))
+        );
+    }
+
+    #[test]
+    fn refuses_what_must_not_be_kept() {
+        let key = key();
+        let target =
+            FillTarget { key: &key, tenant: "dev", model_version: 3, default_ttl_s: 600, now_ms: 1_000_000 };
+        let two_choices = BODY.replace(
+            r#""choices":[{"#,
+            r#""choices":[{"index":1,"message":{"role":"assistant","content":"x"},"finish_reason":"stop"},{"#,
+        );
+        let cases = [
+            (RegionalAnswer { status: 503, ..answer(BODY) }, "status"),
+            (RegionalAnswer { x_cache: None, ..answer(BODY) }, "no x-cache"),
+            (RegionalAnswer { x_cache: Some("STALE"), ..answer(BODY) }, "stale"),
+            (RegionalAnswer { cache_key: Some("v1:other"), ..answer(BODY) }, "key"),
+            (RegionalAnswer { cache_control: Some("no-store"), ..answer(BODY) }, "no-store"),
+            (answer(r#"{"choices":[]}"#), "body"),
+            (answer(&two_choices), "two choices"),
+        ];
+        for (answer, why) in &cases {
+            assert!(entry_from_answer(&target, answer).is_err(), "{why}");
+        }
+        let disabled = FillTarget { default_ttl_s: 0, ..target.clone() };
+        assert_eq!(entry_from_answer(&disabled, &answer(BODY)), Err(Skip::Disabled));
+    }
+}

@@ -1,0 +1,157 @@
+//! Reads a chat-completion event stream as it passes through, to learn what the client was sent.
+//!
+//! The edge passes the regional tier's server-sent events to the client byte for byte; this reader sees
+//! the same bytes and keeps the answer's text and finish reason, so that the edge fills its cache only
+//! with exactly what the client received, and only when the stream ended with `data: [DONE]`.
+
+use shared::openai::ChatCompletionChunk;
+
+/// Largest incomplete event kept while waiting for its end; a stream that exceeds it is not cached.
+const MAX_PENDING_BYTES: usize = 1 << 20;
+
+/// The answer a complete stream carried.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamedAnswer {
+    /// The concatenated content deltas.
+    pub content: String,
+    /// The finish reason of the last choice chunk.
+    pub finish_reason: String,
+}
+
+/// Incremental reader of `data: ...\n\n` events.
+#[derive(Debug, Default)]
+pub struct SseReader {
+    /// Bytes of the event not yet terminated by a blank line (carriage returns dropped).
+    pending: Vec<u8>,
+    /// Text so far.
+    content: String,
+    /// Finish reason, once a chunk carried one.
+    finish_reason: Option<String>,
+    /// Whether `data: [DONE]` was seen.
+    done: bool,
+    /// Set when the stream is not one this reader can vouch for (bad chunk, data after `[DONE]`, too big).
+    broken: bool,
+}
+
+impl SseReader {
+    /// Feeds the next bytes of the stream.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        if self.broken {
+            return;
+        }
+        // SSE lines may end in CRLF; JSON escapes every control character, so a CR is only ever a line end.
+        self.pending.extend(bytes.iter().copied().filter(|&b| b != b'\r'));
+        while let Some(end) = self.pending.windows(2).position(|w| w == b"\n\n") {
+            let event: Vec<u8> = self.pending.drain(..end + 2).collect();
+            self.event(&event[..end]);
+        }
+        if self.pending.len() > MAX_PENDING_BYTES {
+            self.broken = true;
+        }
+    }
+
+    /// The answer, if the stream was complete and well formed.
+    pub fn finish(self) -> Option<StreamedAnswer> {
+        let complete = self.done && !self.broken && self.pending.iter().all(u8::is_ascii_whitespace);
+        complete.then_some(())?;
+        Some(StreamedAnswer { content: self.content, finish_reason: self.finish_reason? })
+    }
+
+    fn event(&mut self, event: &[u8]) {
+        let Ok(text) = std::str::from_utf8(event) else {
+            self.broken = true;
+            return;
+        };
+        // Per the SSE format, the data lines of one event are joined with newlines; other fields
+        // (`event:`, `id:`, comments) carry nothing for a chat completion.
+        let data: Vec<&str> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .map(|d| d.strip_prefix(' ').unwrap_or(d))
+            .collect();
+        if data.is_empty() {
+            return;
+        }
+        let data = data.join("\n");
+        if self.done {
+            self.broken = true;
+        } else if data.trim() == "[DONE]" {
+            self.done = true;
+        } else {
+            match serde_json::from_str::<ChatCompletionChunk>(&data) {
+                Ok(chunk) => {
+                    for choice in chunk.choices.iter().filter(|c| c.index == 0) {
+                        if let Some(text) = &choice.delta.content {
+                            self.content.push_str(text);
+                        }
+                        if let Some(reason) = &choice.finish_reason {
+                            self.finish_reason = Some(reason.clone());
+                        }
+                    }
+                }
+                Err(_) => self.broken = true,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared::completion::CachedCompletion;
+
+    fn entry() -> CachedCompletion {
+        let content = "Paris is the capital of France.\nIt is \"big\".".to_owned();
+        CachedCompletion {
+            key: format!("v1:{}", "ab".repeat(32)),
+            tenant: "dev".into(),
+            model: "m".into(),
+            model_version: 1,
+            etag: CachedCompletion::etag_of(&content, "stop"),
+            content,
+            finish_reason: "stop".into(),
+            prompt_tokens: 10,
+            completion_tokens: 7,
+            created_ms: 1_000_000,
+            ttl_s: 60,
+        }
+    }
+
+    fn read_in_pieces(stream: &[u8], piece: usize) -> Option<StreamedAnswer> {
+        let mut reader = SseReader::default();
+        for chunk in stream.chunks(piece) {
+            reader.feed(chunk);
+        }
+        reader.finish()
+    }
+
+    #[test]
+    fn recovers_the_answer_however_the_bytes_are_split() {
+        let e = entry();
+        let sse = e.to_sse();
+        for piece in [1, 2, 7, 64, sse.len()] {
+            let answer = read_in_pieces(sse.as_bytes(), piece).expect("complete stream");
+            assert_eq!(
+                answer,
+                StreamedAnswer { content: e.content.clone(), finish_reason: "stop".into() },
+                "{piece}"
+            );
+        }
+        let crlf = sse.replace('\n', "\r\n");
+        assert_eq!(read_in_pieces(crlf.as_bytes(), 5).map(|a| a.content), Some(e.content));
+    }
+
+    #[test]
+    fn incomplete_or_malformed_streams_give_nothing() {
+        let sse = entry().to_sse();
+        let without_done = sse.trim_end_matches(shared::openai::SSE_DONE);
+        assert_eq!(read_in_pieces(without_done.as_bytes(), 9), None);
+        let cut = &sse[..sse.len() / 2];
+        assert_eq!(read_in_pieces(cut.as_bytes(), 9), None);
+        let garbage = format!("data: {{not json}}\n\n{sse}");
+        assert_eq!(read_in_pieces(garbage.as_bytes(), 9), None);
+        let after_done = format!("{sse}data: {{}}\n\n");
+        assert_eq!(read_in_pieces(after_done.as_bytes(), 9), None);
+        assert_eq!(read_in_pieces(b"data: [DONE]\n\n", 3), None, "no finish reason");
+    }
+}
