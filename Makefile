@@ -25,12 +25,14 @@ build: setup
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --release --all-targets -- -D warnings
+	$(CARGO) clippy --release -p edge-worker --all-targets -- -D warnings
 
 wasm-check:
 	$(WASM_ENV) $(CARGO) build -q -p shared --release --target wasm32-unknown-unknown -Zbuild-std=std,panic_abort
 
 unit:
 	$(CARGO) test --release --workspace --exclude edge-worker --lib --bins
+	$(CARGO) test --release -p edge-worker --lib
 
 integration:
 	$(CARGO) test --release -p tests --tests -- --test-threads=1 --nocapture
