@@ -2,9 +2,11 @@
 //!
 //! # Layout
 //! - [`node`]: the `core-node` daemon: openraft over sled, the Raft and cache gRPC services, routing to pods.
+//! - [`shutdown`]: the SIGINT/SIGTERM future both daemons stop on.
 //! - [`inference`]: the `inference-pod` daemon: the real SmolLM2 model, generation, its gRPC service.
 //!
 //! The two binaries in `src/bin/` only parse their command line, set up tracing and call into these modules.
 
 pub mod inference;
 pub mod node;
+pub mod shutdown;

@@ -17,34 +17,6 @@ async fn main() -> anyhow::Result<()> {
     let listen = args.listen;
     let config = args.into_config()?;
     let listener = TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
-    node::run(config, listener, shutdown_signal()).await?;
+    node::run(config, listener, core_cluster::shutdown::signal()).await?;
     Ok(())
-}
-
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::warn!(error = %e, "cannot listen for SIGINT");
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => {}
-        () = terminate => {}
-    }
 }

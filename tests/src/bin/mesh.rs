@@ -73,7 +73,8 @@ fn main() -> anyhow::Result<()> {
     println!("endpoint: {endpoint}/v1/chat/completions");
     println!("API key:  {api_key}");
     for i in 0..regional_nodes {
-        println!("regional {}: {}  (metrics: {0}/metrics)", i + 1, mesh.regional_url(i));
+        let url = mesh.regional_url(i);
+        println!("regional {}: {url}  (metrics: {url}/metrics)", i + 1);
     }
     println!("logs:     {}\n", mesh.log_dir().display());
     println!("try it (run it twice: X-Cache goes from MISS to HIT-EDGE):\n");
