@@ -27,6 +27,10 @@ pub struct MeshSpec {
     pub edge: bool,
     /// Port of the edge; a free one when `None`.
     pub edge_port: Option<u16>,
+    /// First of a fixed range of ports for the pod (`base`), core nodes (`base+1..`), regional nodes
+    /// (`base+11..`) and the edge inspector (`base+21`); free ports when `None`. A mesh that is started
+    /// again on the same data directory needs the same core ports, since Raft membership records them.
+    pub base_port: Option<u16>,
     /// The development tenant's name.
     pub tenant: String,
     /// The development tenant's API key.
@@ -44,6 +48,7 @@ impl MeshSpec {
             regional_nodes: 2,
             edge: true,
             edge_port: None,
+            base_port: None,
             tenant: "dev".into(),
             api_key: "sk-dev".into(),
             models: shared::models::DEFAULT_MODELS.into(),
@@ -58,6 +63,46 @@ struct Ports {
     regionals: Vec<u16>,
     edge: u16,
     edge_inspector: u16,
+}
+
+impl Ports {
+    fn free(spec: &MeshSpec) -> anyhow::Result<Self> {
+        Ok(Self {
+            pod: free_port()?,
+            cores: (0..spec.core_nodes).map(|_| free_port()).collect::<Result<_, _>>()?,
+            regionals: (0..spec.regional_nodes).map(|_| free_port()).collect::<Result<_, _>>()?,
+            edge: match spec.edge_port {
+                Some(port) => port,
+                None => free_port()?,
+            },
+            edge_inspector: free_port()?,
+        })
+    }
+
+    fn fixed(base: u16, spec: &MeshSpec) -> anyhow::Result<Self> {
+        if spec.core_nodes > 10 || spec.regional_nodes > 10 || base > u16::MAX - 22 {
+            bail!(
+                "fixed ports: at most 10 core and 10 regional nodes, and a base port below {}",
+                u16::MAX - 22
+            );
+        }
+        let ports = Self {
+            pod: base,
+            cores: (0..spec.core_nodes as u16).map(|i| base + 1 + i).collect(),
+            regionals: (0..spec.regional_nodes as u16).map(|i| base + 11 + i).collect(),
+            edge: spec.edge_port.unwrap_or(base + 20),
+            edge_inspector: base + 21,
+        };
+        let mut all = vec![ports.pod, ports.edge, ports.edge_inspector];
+        all.extend(&ports.cores);
+        all.extend(&ports.regionals);
+        for port in all {
+            std::net::TcpListener::bind(("127.0.0.1", port)).with_context(|| {
+                format!("port {port} is taken (is another mesh running? change MESH_BASE_PORT)")
+            })?;
+        }
+        Ok(ports)
+    }
 }
 
 /// A running mesh; every process is stopped when it is dropped.
@@ -86,15 +131,9 @@ impl Mesh {
                 bail!("{} is not built (run `make build`, or set MESH_BIN_DIR)", path.display());
             }
         }
-        let ports = Ports {
-            pod: free_port()?,
-            cores: (0..spec.core_nodes).map(|_| free_port()).collect::<Result<_, _>>()?,
-            regionals: (0..spec.regional_nodes).map(|_| free_port()).collect::<Result<_, _>>()?,
-            edge: match spec.edge_port {
-                Some(port) => port,
-                None => free_port()?,
-            },
-            edge_inspector: free_port()?,
+        let ports = match spec.base_port {
+            Some(base) => Ports::fixed(base, &spec)?,
+            None => Ports::free(&spec)?,
         };
         let mut mesh = Self {
             cores: (0..spec.core_nodes).map(|_| None).collect(),

@@ -26,6 +26,10 @@ enum Command {
         /// Port of the edge endpoint.
         #[arg(long, env = "MESH_EDGE_PORT", default_value_t = 8787)]
         edge_port: u16,
+        /// First of the fixed ports of the other daemons (pod, core nodes +1.., regional nodes +11..);
+        /// fixed so that a restarted mesh finds its Raft peers where its data says they are.
+        #[arg(long, env = "MESH_BASE_PORT", default_value_t = 7100)]
+        base_port: u16,
         /// The development tenant's API key.
         #[arg(long, env = "MESH_DEV_API_KEY", default_value = "sk-dev")]
         api_key: String,
@@ -53,11 +57,12 @@ fn install_stop_handlers() {
 }
 
 fn main() -> anyhow::Result<()> {
-    let Command::Up { data_dir, edge_port, api_key, regional_nodes } = Cli::parse().command;
+    let Command::Up { data_dir, edge_port, base_port, api_key, regional_nodes } = Cli::parse().command;
     install_stop_handlers();
     let started = Instant::now();
     let spec = MeshSpec {
         edge_port: Some(edge_port),
+        base_port: Some(base_port),
         api_key: api_key.clone(),
         regional_nodes,
         ..MeshSpec::local(&data_dir)
