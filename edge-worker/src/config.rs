@@ -18,7 +18,7 @@ use shared::models::{ModelTable, DEFAULT_MODELS};
 pub const DEFAULT_CACHE_TTL_S: u64 = 86_400;
 
 /// The checked configuration of one worker invocation.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Config {
     /// Tenants and the digests of their API keys.
     pub keys: TenantKeys,
@@ -30,6 +30,18 @@ pub struct Config {
     pub models: ModelTable,
     /// TTL for entries whose regional answer carries no `max-age`; 0 disables the edge cache.
     pub cache_ttl_s: u64,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("keys", &self.keys.len())
+            .field("tier_secret", &"<redacted>")
+            .field("regional_urls", &self.regional_urls)
+            .field("models", &self.models)
+            .field("cache_ttl_s", &self.cache_ttl_s)
+            .finish()
+    }
 }
 
 impl Config {

@@ -19,8 +19,11 @@ const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a generation may take in all.
 const COMPLETE_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// Longest silence from the core in the middle of a completion stream before it counts as failed.
+pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(180);
+
 /// Client of every configured core node.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct CoreClient {
     nodes: Vec<(String, Channel)>,
     preferred: std::sync::Arc<AtomicUsize>,
@@ -36,13 +39,17 @@ impl CoreClient {
                 let endpoint = Endpoint::from_shared(url.clone())
                     .map_err(|e| RegionalError::Config(format!("core URL {url:?}: {e}")))?
                     .connect_timeout(Duration::from_millis(500))
+                    // A frozen or cut-off node is noticed even in the middle of a long stream.
+                    .http2_keep_alive_interval(Duration::from_secs(5))
+                    .keep_alive_timeout(Duration::from_secs(10))
                     .tcp_nodelay(true);
                 Ok((url.clone(), endpoint.connect_lazy()))
             })
             .collect::<Result<Vec<_>, RegionalError>>()?;
-        let secret = secret
+        let mut secret: MetadataValue<Ascii> = secret
             .parse()
             .map_err(|_| RegionalError::Config("the tier secret must be printable ASCII".into()))?;
+        secret.set_sensitive(true);
         Ok(Self { nodes, preferred: Default::default(), secret })
     }
 
@@ -105,6 +112,13 @@ impl CoreClient {
             })
             .await?;
         Ok(reply.into_inner())
+    }
+}
+
+impl std::fmt::Debug for CoreClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<&str> = self.nodes.iter().map(|(url, _)| url.as_str()).collect();
+        f.debug_struct("CoreClient").field("nodes", &urls).field("secret", &"<redacted>").finish()
     }
 }
 

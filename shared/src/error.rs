@@ -90,6 +90,11 @@ impl RequestError {
         Self::new(status, "server_error", Some("upstream_unavailable"), message)
     }
 
+    /// 504: the request allowed only a cached answer and there is none (`Cache-Control: only-if-cached`).
+    pub fn gateway_timeout(message: impl Into<String>) -> Self {
+        Self::new(504, "invalid_request_error", Some("not_cached"), message)
+    }
+
     /// 500: a fault of ours.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "server_error", None, message)

@@ -11,9 +11,12 @@
 //!   line is kept (indentation in code changes answers). `name` is dropped (the chat template ignores it).
 //! - Parameters: OpenAI's defaults are filled in (temperature 1, top_p 1, max_tokens from the tier's
 //!   limits). With temperature 0 decoding is greedy, so `top_p` and `seed` cannot change the answer and are
-//!   reset to their defaults. Stop sequences are a set: sorted, deduplicated, empty ones dropped.
+//!   reset to their defaults. A temperature below [`GREEDY_BELOW`] is greedy too (dividing logits by it
+//!   overflows, and the answer is the greedy one anyway). Stop sequences are a set: sorted,
+//!   deduplicated, empty ones dropped; each is at most [`MAX_STOP_BYTES`] long.
 //! - `stream` and `user` do not change the answer and are not part of the normal form's key.
-//! - Parameters this mesh cannot honour (n > 1, penalties, logprobs, tools, non-text response formats) are
+//! - Parameters this mesh cannot honour (n > 1, penalties, logprobs, logit bias, tools, non-text response
+//!   formats) are
 //!   rejected with a 400 rather than silently ignored.
 
 use crate::models::{ModelRef, ModelTable};
@@ -105,6 +108,10 @@ impl Default for Limits {
 
 /// Maximum number of stop sequences (OpenAI's limit).
 pub const MAX_STOP_SEQUENCES: usize = 4;
+/// Longest stop sequence accepted, in bytes.
+pub const MAX_STOP_BYTES: usize = 256;
+/// Temperatures below this decode greedily.
+pub const GREEDY_BELOW: f32 = 1e-5;
 
 /// Normalizes a parsed request against the served models.
 pub fn normalize(
@@ -158,6 +165,9 @@ fn reject_unsupported(request: &ChatCompletionRequest) -> Result<(), RequestErro
     }
     if request.logprobs == Some(true) {
         return Err(RequestError::invalid_param("logprobs", "`logprobs` is not supported"));
+    }
+    if request.logit_bias.as_ref().is_some_and(|b| !b.is_empty()) {
+        return Err(RequestError::invalid_param("logit_bias", "`logit_bias` is not supported"));
     }
     if request.tools.as_ref().is_some_and(|t| !t.is_empty()) {
         return Err(RequestError::invalid_param("tools", "tools are not supported by this mesh's models"));
@@ -246,8 +256,14 @@ fn normalize_sampling(request: &ChatCompletionRequest, limits: &Limits) -> Resul
             format!("at most {MAX_STOP_SEQUENCES} stop sequences are accepted"),
         ));
     }
-    // -0.0 and 0.0 are the same temperature; make the key agree.
-    let temperature = if temperature == 0.0 { 0.0 } else { temperature };
+    if stop.iter().any(|s| s.len() > MAX_STOP_BYTES) {
+        return Err(RequestError::invalid_param(
+            "stop",
+            format!("stop sequences are at most {MAX_STOP_BYTES} bytes"),
+        ));
+    }
+    // -0.0, 0.0 and vanishing temperatures all decode greedily; make the key agree.
+    let temperature = if temperature < GREEDY_BELOW { 0.0 } else { temperature };
     let greedy = temperature == 0.0;
     Ok(Sampling {
         max_tokens,
@@ -298,6 +314,18 @@ mod tests {
     }
 
     #[test]
+    fn vanishing_temperatures_are_greedy_and_long_stops_are_refused() {
+        let tiny = norm(r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"hi"}],"temperature":1e-40,"seed":3}"#)
+            .expect("valid");
+        assert_eq!((tiny.sampling.temperature, tiny.sampling.seed), (0.0, None));
+        let long = format!(
+            r#"{{"model":"smollm2-135m-instruct","messages":[{{"role":"user","content":"hi"}}],"stop":["{}"]}}"#,
+            "s".repeat(MAX_STOP_BYTES + 1)
+        );
+        assert_eq!(norm(&long).map(|_| ()).map_err(|e| e.status), Err(400));
+    }
+
+    #[test]
     fn stop_sequences_are_a_set() {
         let r = norm(r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"hi"}],"stop":["b","a","b",""]}"#)
             .expect("valid");
@@ -341,6 +369,10 @@ mod tests {
             ),
             (
                 r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"frequency_penalty":0.5}"#,
+                400,
+            ),
+            (
+                r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"logit_bias":{"1":5}}"#,
                 400,
             ),
             (r#"{"model":"gpt-4","messages":[{"role":"user","content":"x"}]}"#, 404),

@@ -48,6 +48,9 @@ pub struct ChatCompletionRequest {
     /// Log-probabilities are not served.
     #[serde(default)]
     pub logprobs: Option<bool>,
+    /// Logit bias is not served; a non-empty map is rejected.
+    #[serde(default)]
+    pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
     /// Tools are not served; a non-empty list is rejected.
     #[serde(default)]
     pub tools: Option<Vec<serde_json::Value>>,

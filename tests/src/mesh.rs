@@ -231,6 +231,31 @@ impl Mesh {
         })
     }
 
+    /// Waits until every running core node knows the leader and has applied as much as the others.
+    pub fn wait_core_converged(&self, timeout: Duration) -> anyhow::Result<()> {
+        let agent = crate::client::agent(Duration::from_secs(2));
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let applied: Vec<Option<u64>> = (0..self.cores.len())
+                .filter(|i| self.cores[*i].is_some())
+                .map(|i| {
+                    let mut response = agent.get(format!("{}/healthz", self.core_url(i))).call().ok()?;
+                    let health: serde_json::Value =
+                        serde_json::from_str(&response.body_mut().read_to_string().ok()?).ok()?;
+                    health["leader"].as_u64()?;
+                    health["last_applied"].as_u64()
+                })
+                .collect();
+            if applied.iter().all(Option::is_some) && applied.windows(2).all(|w| w[0] == w[1]) {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                bail!("core nodes did not converge within {timeout:?}: last applied {applied:?}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Base URL of core node `index` (gRPC and `/healthz`).
     pub fn core_url(&self, index: usize) -> String {
         format!("http://127.0.0.1:{}", self.ports.cores[index])

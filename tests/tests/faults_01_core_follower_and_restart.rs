@@ -35,6 +35,8 @@ fn follower_loss_and_full_restart_keep_serving_and_keep_entries() -> anyhow::Res
 
     // Restart every process on the same data directories: the entry is still there, from the core's state.
     mesh.restart()?;
+    // Ready means a leader is known; the restarted follower may still be catching up on what it missed.
+    mesh.wait_core_converged(std::time::Duration::from_secs(30))?;
     let after = mesh.regional_client(1).chat(&first)?;
     assert_eq!(after.status, 200, "{}", after.body);
     assert_eq!(after.header("x-cache"), Some("HIT-CORE"), "after restart: {:?}", after.headers);

@@ -19,12 +19,12 @@ use shared::server_timing::ServerTiming;
 use shared::{RequestError, MAX_REQUEST_BYTES};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
 use tonic::Streaming;
 use tracing::Instrument as _;
 
 use super::respond::{cache_headers, entry_response, with_headers, EVENT_STREAM};
 use crate::caller::resolve_tenant;
+use crate::core_client::STREAM_IDLE_TIMEOUT;
 use crate::error::error_response;
 use crate::server::{now_ms, AppState};
 use crate::RegionalError;
@@ -34,6 +34,8 @@ struct Admitted {
     tenant: String,
     request: NormalizedRequest,
     key: CacheKey,
+    /// `Cache-Control: only-if-cached`: answer from a cache or not at all (504), never generate.
+    only_if_cached: bool,
 }
 
 /// The handler.
@@ -71,7 +73,13 @@ async fn admit(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Admi
     let parsed = parse_chat_request(&bytes, MAX_REQUEST_BYTES)?;
     let request = normalize(&parsed, &state.settings.models, &state.limits)?;
     let key = CacheKey::derive(&tenant, &request);
-    Ok(Admitted { tenant, request, key })
+    let only_if_cached = headers
+        .get_all(axum::http::header::CACHE_CONTROL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|directive| directive.trim().eq_ignore_ascii_case("only-if-cached"));
+    Ok(Admitted { tenant, request, key, only_if_cached })
 }
 
 async fn answer(
@@ -79,7 +87,7 @@ async fn answer(
     admitted: Admitted,
     started: Instant,
 ) -> Result<Response, RegionalError> {
-    let Admitted { tenant, request, key } = admitted;
+    let Admitted { tenant, request, key, only_if_cached } = admitted;
     if let Some(entry) = state.cache.get(key.as_str(), now_ms()) {
         state.metrics.hits_regional.inc();
         let mut timing = ServerTiming::default();
@@ -108,6 +116,9 @@ async fn answer(
         ));
     }
 
+    if only_if_cached {
+        return Err(RequestError::gateway_timeout("not cached, and the request said only-if-cached").into());
+    }
     state.metrics.misses.inc();
     let generate_started = Instant::now();
     let events =
@@ -165,12 +176,22 @@ fn complete_request(
 
 /// Reads a completion stream to its `Done` event.
 async fn last_event(mut events: Streaming<CompleteEvent>) -> Result<CompleteDone, RegionalError> {
-    while let Some(event) = events.message().await? {
+    while let Some(event) = next_event(&mut events).await? {
         if let Some(Event::Done(done)) = event.event {
             return Ok(done);
         }
     }
     Err(RegionalError::Core("the completion stream ended without a result".into()))
+}
+
+/// The next event of a completion stream, failing if the core stays silent too long.
+async fn next_event(events: &mut Streaming<CompleteEvent>) -> Result<Option<CompleteEvent>, RegionalError> {
+    match tokio::time::timeout(STREAM_IDLE_TIMEOUT, events.message()).await {
+        Ok(event) => Ok(event?),
+        Err(_) => {
+            Err(RegionalError::CoreUnavailable("the core went silent in the middle of a completion".into()))
+        }
+    }
 }
 
 fn push_core_timings(timing: &mut ServerTiming, done: &CompleteDone) {
@@ -230,12 +251,13 @@ impl Relay {
         };
         send(head.role_chunk()).await;
         let mut finished = false;
-        while let Some(event) = events.next().await {
-            match event.map(|e| e.event) {
-                Ok(Some(Event::Delta(delta))) => {
+        loop {
+            match next_event(&mut events).await.map(|e| e.map(|e| e.event)) {
+                Ok(None) => break,
+                Ok(Some(Some(Event::Delta(delta)))) => {
                     send(head.content_chunk(&delta.text)).await;
                 }
-                Ok(Some(Event::Done(done))) => {
+                Ok(Some(Some(Event::Done(done)))) => {
                     if let Some(entry) = done.entry.map(CachedCompletion::from) {
                         self.state.cache.insert(entry.clone());
                         send(head.finish_chunk(&entry.finish_reason)).await;
@@ -244,9 +266,9 @@ impl Relay {
                     }
                     break;
                 }
-                Ok(None) => {}
-                Err(status) => {
-                    tracing::warn!(code = ?status.code(), message = status.message(), "completion stream failed");
+                Ok(Some(None)) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "completion stream failed");
                     break;
                 }
             }
