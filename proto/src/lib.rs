@@ -4,6 +4,7 @@
 //! - [`inference`]: core node -> inference pod (generate, health).
 //! - [`cache`]: regional node -> core node (lookup, complete).
 //! - [`raft`]: core node <-> core node (openraft RPCs, forwarded writes).
+//! - [`core`]: clients and operators -> any core node (store writes and reads, membership, status).
 //! - `convert`: `From` impls between these messages and `shared`'s domain types.
 //!
 //! The daemons convert these types to their own at the boundary; `shared` never sees them.
@@ -26,6 +27,13 @@ pub mod mesh {
             tonic::include_proto!("mesh.cache.v1");
         }
     }
+    /// `mesh.core.v1`.
+    pub mod core {
+        /// Version 1.
+        pub mod v1 {
+            tonic::include_proto!("mesh.core.v1");
+        }
+    }
     /// `mesh.raft.v1`.
     pub mod raft {
         /// Version 1.
@@ -37,6 +45,8 @@ pub mod mesh {
 
 /// Cache API between the regional tier and the core (`mesh.cache.v1`).
 pub use mesh::cache::v1 as cache;
+/// The core cluster's store and admin API (`mesh.core.v1`).
+pub use mesh::core::v1 as core;
 /// Inference pod API (`mesh.inference.v1`).
 pub use mesh::inference::v1 as inference;
 /// Raft RPCs between core nodes (`mesh.raft.v1`).

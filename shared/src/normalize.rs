@@ -19,12 +19,15 @@
 //!   formats) are
 //!   rejected with a 400 rather than silently ignored.
 
+use serde::{Deserialize, Serialize};
+
 use crate::models::{ModelRef, ModelTable};
 use crate::openai::{ChatCompletionRequest, MessageContent, StopSequences};
 use crate::RequestError;
 
 /// A message role.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Role {
     /// Instructions for the assistant.
     System,
@@ -35,6 +38,16 @@ pub enum Role {
 }
 
 impl Role {
+    /// The role a client's role name stands for (`developer` is a system message), if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "system" | "developer" => Some(Role::System),
+            "user" => Some(Role::User),
+            "assistant" => Some(Role::Assistant),
+            _ => None,
+        }
+    }
+
     /// The role's name as the chat template writes it.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -46,7 +59,7 @@ impl Role {
 }
 
 /// One normalized message.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
     /// Who speaks.
     pub role: Role,
@@ -55,7 +68,7 @@ pub struct Message {
 }
 
 /// Sampling parameters that can change the answer, with defaults filled in.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Sampling {
     /// Upper bound on generated tokens.
     pub max_tokens: u32,
@@ -184,15 +197,12 @@ fn reject_unsupported(request: &ChatCompletionRequest) -> Result<(), RequestErro
 }
 
 fn parse_role(role: &str, index: usize) -> Result<Role, RequestError> {
-    match role.trim().to_ascii_lowercase().as_str() {
-        "system" | "developer" => Ok(Role::System),
-        "user" => Ok(Role::User),
-        "assistant" => Ok(Role::Assistant),
-        other => Err(RequestError::invalid_param(
+    Role::from_name(role).ok_or_else(|| {
+        RequestError::invalid_param(
             &format!("messages[{index}].role"),
-            format!("unsupported role {other:?}; use system, user or assistant"),
-        )),
-    }
+            format!("unsupported role {:?}; use system, user or assistant", role.trim().to_ascii_lowercase()),
+        )
+    })
 }
 
 fn normalize_content(content: Option<&MessageContent>, index: usize) -> Result<String, RequestError> {

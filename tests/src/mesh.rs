@@ -329,6 +329,8 @@ impl Mesh {
             .arg(peers.join(","))
             .arg("--pods")
             .arg(format!("http://127.0.0.1:{}", self.ports.pod))
+            .arg("--tenants")
+            .arg(&self.spec.tenant)
             .env("MESH_TIER_SECRET", &self.secret);
         if index == 0 {
             command.arg("--bootstrap");

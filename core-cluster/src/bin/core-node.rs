@@ -1,14 +1,20 @@
 //! `core-node`: one node of the core cluster. Parses the command line, sets up logging and runs the node
-//! until SIGINT or SIGTERM.
+//! until SIGINT or SIGTERM. `core-node admin ...` manages a running cluster instead.
 
 use anyhow::Context;
 use clap::Parser;
+use core_cluster::admin_cli::{self, AdminArgs};
 use core_cluster::node::{self, NodeArgs};
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some("admin") {
+        let args = AdminArgs::parse_from(std::env::args().skip(1));
+        admin_cli::run(args).await?;
+        return Ok(());
+    }
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn,sled=warn"));
     tracing_subscriber::fmt().with_env_filter(filter).init();

@@ -1,6 +1,7 @@
 //! The `CoreCache` gRPC server: lookups read the local state machine; completions that miss are generated
 //! on an inference pod, streamed to the caller as they decode, and committed through Raft before `Done`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,20 +11,21 @@ use proto::cache::{
 };
 use proto::inference::{generate_event, GenerateDone, GenerateEvent, GenerateRequest, Timings};
 use shared::completion::CachedCompletion;
+use shared::normalize::{Message, Role, Sampling};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use super::context::NodeContext;
+use super::convert;
 use super::error::CoreError;
 use super::state_machine::now_ms;
-use super::types::Command;
+use super::types::{self, Command, Outcome, Prompt};
+use super::validate;
 
-/// Longest cache key accepted, in bytes.
-pub const MAX_KEY_BYTES: usize = 512;
-/// Longest tenant or model name accepted, in bytes.
-pub const MAX_NAME_BYTES: usize = 128;
+/// Numbers this node's completion writes.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 /// Events buffered toward a slow caller before generation waits for it.
 const EVENT_BUFFER: usize = 64;
 /// Longest silence from a pod in the middle of a generation before it counts as failed.
@@ -54,34 +56,16 @@ struct CompleteInput {
     ttl_s: u64,
     /// What to generate (tenant, model, messages, sampling).
     generate: GenerateRequest,
-}
-
-fn validate_key(key: &str) -> Result<(), CoreError> {
-    if key.is_empty() {
-        return Err(CoreError::InvalidArgument("key is empty".into()));
-    }
-    if key.len() > MAX_KEY_BYTES {
-        return Err(CoreError::InvalidArgument(format!("key is longer than {MAX_KEY_BYTES} bytes")));
-    }
-    Ok(())
-}
-
-fn validate_name(what: &str, value: &str) -> Result<(), CoreError> {
-    if value.is_empty() {
-        return Err(CoreError::InvalidArgument(format!("{what} is empty")));
-    }
-    if value.len() > MAX_NAME_BYTES {
-        return Err(CoreError::InvalidArgument(format!("{what} is longer than {MAX_NAME_BYTES} bytes")));
-    }
-    Ok(())
+    /// The caller's content class.
+    content_class: String,
 }
 
 fn validate_complete(request: CompleteRequest) -> Result<CompleteInput, CoreError> {
-    validate_key(&request.key)?;
+    validate::key(&request.key)?;
     let generate =
         request.generate.ok_or_else(|| CoreError::InvalidArgument("generate is missing".into()))?;
-    validate_name("tenant", &generate.tenant)?;
-    validate_name("model", &generate.model)?;
+    validate::name("tenant", &generate.tenant)?;
+    validate::name("model", &generate.model)?;
     if generate.messages.is_empty() {
         return Err(CoreError::InvalidArgument("messages are empty".into()));
     }
@@ -90,7 +74,27 @@ fn validate_complete(request: CompleteRequest) -> Result<CompleteInput, CoreErro
         model_version: request.model_version,
         ttl_s: request.ttl_s,
         generate,
+        content_class: request.content_class,
     })
+}
+
+/// The normalized request behind a generation, kept with the entry for refreshes; `None` if a role is
+/// not one the normalizer produces.
+fn prompt_of(generate: &GenerateRequest) -> Option<Prompt> {
+    let messages = generate
+        .messages
+        .iter()
+        .map(|m| Some(Message { role: Role::from_name(&m.role)?, content: m.content.clone() }))
+        .collect::<Option<Vec<_>>>()?;
+    let s = generate.sampling.clone().unwrap_or_default();
+    let sampling = Sampling {
+        max_tokens: s.max_tokens,
+        temperature: s.temperature,
+        top_p: s.top_p,
+        seed: s.seed,
+        stop: s.stop,
+    };
+    Some(Prompt { messages, sampling })
 }
 
 fn done_event(entry: CachedCompletion, timings: Option<Timings>, commit_us: u64) -> CompleteEvent {
@@ -109,10 +113,11 @@ impl CoreCache for CacheService {
         let metrics = &self.node.metrics;
         metrics.rpc_lookup.inc();
         let request = request.into_inner();
-        validate_key(&request.key)?;
-        validate_name("tenant", &request.tenant)?;
-        let entry = self.node.state.get_fresh(&request.key, &request.tenant, now_ms())?;
+        validate::key(&request.key)?;
+        validate::name("tenant", &request.tenant)?;
+        let entry = self.node.state.read(&request.key, &request.tenant, now_ms())?.map(|s| s.entry);
         if entry.is_some() {
+            self.node.hits.record(&request.key);
             metrics.lookup_hits.inc()
         } else {
             metrics.lookup_misses.inc()
@@ -133,8 +138,9 @@ impl CoreCache for CacheService {
         metrics.rpc_complete.inc();
         let input = validate_complete(request.into_inner())?;
 
-        let cached = self.node.state.get_fresh(&input.key, &input.generate.tenant, now_ms())?;
+        let cached = self.node.state.read(&input.key, &input.generate.tenant, now_ms())?.map(|s| s.entry);
         if let Some(entry) = cached.filter(|e| e.model_version == input.model_version) {
+            self.node.hits.record(&input.key);
             metrics.complete_hits.inc();
             let (tx, rx) = mpsc::channel(1);
             // A fresh channel with room for one event: this send cannot fail.
@@ -222,7 +228,7 @@ async fn generate_and_commit(
         }
     };
 
-    let entry = CachedCompletion {
+    let mut entry = CachedCompletion {
         key: input.key.clone(),
         tenant: input.generate.tenant.clone(),
         model: input.generate.model.clone(),
@@ -236,10 +242,24 @@ async fn generate_and_commit(
         ttl_s: input.ttl_s,
     };
     let commit_started = Instant::now();
-    let response = node.writer.write(Command::Put { entry: entry.clone() }).await?;
+    // Unique per generation: a later generation of the same key (after expiry) is a new write.
+    let id = format!("complete-{}-{}-{}", node.id, now_ms(), NEXT_ID.fetch_add(1, Ordering::Relaxed));
+    let command = Command::Put {
+        entry: entry.clone(),
+        content_class: input.content_class.clone(),
+        prompt: prompt_of(&input.generate),
+    };
+    let committed = node.writer.write(types::Request { id, command }).await?;
     let commit = commit_started.elapsed();
     node.metrics.commit_seconds.observe(commit.as_secs_f64());
-    tracing::debug!(log_index = response.log_id.index, commit_us = micros(commit), "committed");
+    match &committed.applied.outcome {
+        Outcome::Stored { created_ms, ttl_s, .. } => {
+            entry.created_ms = *created_ms;
+            entry.ttl_s = *ttl_s;
+        }
+        outcome => convert::outcome_result(outcome)?,
+    }
+    tracing::debug!(log_index = committed.log_index, commit_us = micros(commit), "committed");
     Ok(CompleteDone { entry: Some(entry.into()), timings: finished.timings, commit_us: micros(commit) })
 }
 
@@ -253,6 +273,7 @@ mod tests {
             key: "k".into(),
             model_version: 1,
             ttl_s: 60,
+            content_class: String::new(),
             generate: Some(GenerateRequest {
                 request_id: "r".into(),
                 tenant: "dev".into(),
@@ -277,7 +298,7 @@ mod tests {
         r.key.clear();
         assert!(invalid(r));
         let mut r = request();
-        r.key = "x".repeat(MAX_KEY_BYTES + 1);
+        r.key = "x".repeat(validate::MAX_KEY_BYTES + 1);
         assert!(invalid(r));
         let mut r = request();
         r.generate = None;

@@ -99,6 +99,9 @@ impl Cluster {
     fn config(&self, id: NodeId) -> NodeConfig {
         NodeConfig {
             id,
+            source_ip: None,
+            models: vec![shared::models::ModelRef { name: "fake".into(), version: 1 }],
+            tenants: vec!["dev".into()],
             data_dir: self.dirs[(id - 1) as usize].path().to_path_buf(),
             peers: self.addrs.iter().map(|(id, a)| (*id, a.to_string())).collect(),
             pods: vec![format!("http://{}", self.pod)],
@@ -164,6 +167,7 @@ fn complete_request(key: &str, text: &str) -> CompleteRequest {
         key: key.into(),
         model_version: 1,
         ttl_s: 3600,
+        content_class: String::new(),
         generate: Some(GenerateRequest {
             request_id: key.into(),
             tenant: "dev".into(),

@@ -1,15 +1,17 @@
 //! The core node's command line and its validated configuration.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use shared::models::{ModelRef, ModelTable};
 
 use super::auth::TierSecret;
 use super::error::CoreError;
 use super::types::NodeId;
+use super::validate;
 
 /// Environment variable that holds the tier secret (unless `--tier-secret-file` is given).
 pub const TIER_SECRET_ENV: &str = "MESH_TIER_SECRET";
@@ -34,9 +36,16 @@ pub struct NodeArgs {
     /// Every core node as `id=host:port`, comma-separated; the same list on every node.
     #[arg(long, env = "CORE_NODE_PEERS", value_delimiter = ',', value_parser = parse_peer, required = true)]
     pub peers: Vec<(NodeId, String)>,
-    /// Inference pods as `http://host:port`, comma-separated, in order of preference.
-    #[arg(long, env = "CORE_NODE_PODS", value_delimiter = ',', required = true)]
+    /// Inference pods as `http://host:port`, comma-separated, in order of preference. Without pods the node
+    /// serves the store API and lookups only (completions that miss fail as unavailable).
+    #[arg(long, env = "CORE_NODE_PODS", value_delimiter = ',')]
     pub pods: Vec<String>,
+    /// Models registered when `--bootstrap` forms the cluster, as `name@version`, comma-separated.
+    #[arg(long, env = "CORE_NODE_MODELS", default_value = shared::models::DEFAULT_MODELS)]
+    pub models: String,
+    /// Tenants created (with the default policy) when `--bootstrap` forms the cluster, comma-separated.
+    #[arg(long, env = "CORE_NODE_TENANTS", value_delimiter = ',')]
+    pub tenants: Vec<String>,
     /// Form the cluster from `--peers` if this node has no Raft state yet (give it to one node only).
     #[arg(long, env = "CORE_NODE_BOOTSTRAP")]
     pub bootstrap: bool,
@@ -76,8 +85,14 @@ impl NodeArgs {
             None => std::env::var(TIER_SECRET_ENV)
                 .map_err(|_| CoreError::Config(format!("set {TIER_SECRET_ENV} or --tier-secret-file")))?,
         };
+        let models =
+            ModelTable::parse(&self.models).map_err(|e| CoreError::Config(format!("--models: {e}")))?;
+        let source_ip = Some(self.listen.ip()).filter(|ip| !ip.is_unspecified());
         let config = NodeConfig {
             id: self.id,
+            source_ip,
+            models: models.models().to_vec(),
+            tenants: self.tenants,
             data_dir: self.data_dir,
             peers: self.peers.into_iter().collect(),
             pods: self.pods,
@@ -114,6 +129,12 @@ fn parse_peer(item: &str) -> Result<(NodeId, String), String> {
 pub struct NodeConfig {
     /// This node's Raft id (a key of `peers`).
     pub id: NodeId,
+    /// Source address of connections to other nodes (the listen IP, unless that is unspecified).
+    pub source_ip: Option<IpAddr>,
+    /// Models to register when this node forms the cluster.
+    pub models: Vec<ModelRef>,
+    /// Tenants to create when this node forms the cluster.
+    pub tenants: Vec<String>,
     /// Directory of the node's sled database.
     pub data_dir: PathBuf,
     /// Every core node's id and `host:port`, this one included; the initial Raft membership.
@@ -136,8 +157,8 @@ impl NodeConfig {
         if !self.peers.contains_key(&self.id) {
             return Err(CoreError::Config(format!("node id {} is not in --peers", self.id)));
         }
-        if self.pods.is_empty() {
-            return Err(CoreError::Config("at least one inference pod is needed (--pods)".into()));
+        for tenant in &self.tenants {
+            validate::name("tenant", tenant).map_err(|e| CoreError::Config(format!("--tenants: {e}")))?;
         }
         for pod in &self.pods {
             if !(pod.starts_with("http://") || pod.starts_with("https://")) {
@@ -248,8 +269,11 @@ mod tests {
         let mut bad = config.clone();
         bad.id = 9;
         assert!(bad.validate().is_err());
-        let mut bad = config;
+        let mut bad = config.clone();
         bad.pods = vec!["127.0.0.1:7100".into()];
+        assert!(bad.validate().is_err());
+        let mut bad = config;
+        bad.tenants = vec![String::new()];
         assert!(bad.validate().is_err());
     }
 }

@@ -4,8 +4,12 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::auth::TierSecret;
+use super::hit_reporter::HitCounter;
 use super::metrics::Metrics;
+use super::peers::PeerChannels;
 use super::pods::PodPool;
+use super::refresher::Refresher;
 use super::state_machine::StateMachineStore;
 use super::types::{NodeId, Raft};
 use super::writer::Writer;
@@ -22,6 +26,14 @@ pub struct NodeContext {
     pub writer: Writer,
     /// The inference pods.
     pub pods: Arc<PodPool>,
+    /// Channels to the other core nodes.
+    pub channels: PeerChannels,
+    /// The tier secret, for calls to other nodes.
+    pub secret: TierSecret,
+    /// Regenerates hot prompts after a model-version bump.
+    pub refresher: Refresher,
+    /// Hits served here, reported through Raft.
+    pub hits: Arc<HitCounter>,
     /// The node's metrics.
     pub metrics: Arc<Metrics>,
 }

@@ -1,11 +1,18 @@
-//! openraft messages as JSON payloads at the protobuf boundary (cached completions convert with the
-//! `From` impls in `proto`).
+//! Conversions at the protobuf boundary: openraft messages and forwarded requests as JSON payloads, and the
+//! `CoreStore` messages to and from the state machine's requests and outcomes (cached completions convert
+//! with the `From` impls in `proto`).
 
+use proto::core as pb;
 use proto::raft::RaftPayload;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use shared::completion::CachedCompletion;
+use tonic::Code;
 
+use super::apply::MAX_VALUE_BYTES;
 use super::error::CoreError;
+use super::types::{Command, InvalidateScope, Outcome, Rejection, Request, TenantPolicy};
+use super::validate;
 
 /// Wraps a value as a JSON Raft payload.
 pub fn encode<T: Serialize>(value: &T) -> Result<RaftPayload, CoreError> {
@@ -18,11 +25,110 @@ pub fn decode<T: DeserializeOwned>(payload: &RaftPayload) -> Result<T, CoreError
         .map_err(|e| CoreError::InvalidArgument(format!("raft payload: {e}")))
 }
 
+fn invalid(message: impl Into<String>) -> CoreError {
+    CoreError::InvalidArgument(message.into())
+}
+
+/// Checks a `Write` call and turns it into a state-machine request. Everything that can be checked without
+/// the state (sizes, names, missing fields) is checked here; the rest the state machine decides.
+pub fn write_request(request: pb::WriteRequest) -> Result<Request, CoreError> {
+    use pb::write_request::Command as Pb;
+    validate::request_id(&request.request_id)?;
+    let command = match request.command.ok_or_else(|| invalid("command is missing"))? {
+        Pb::Put(put) => {
+            let entry: CachedCompletion = put.entry.ok_or_else(|| invalid("put.entry is missing"))?.into();
+            validate::key(&entry.key)?;
+            validate::name("tenant", &entry.tenant)?;
+            validate::name("model", &entry.model)?;
+            validate::name("content_class", &put.content_class).or_else(|e| {
+                if put.content_class.is_empty() {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            })?;
+            if entry.model_version == 0 {
+                return Err(invalid("model_version must be at least 1"));
+            }
+            if entry.content.len() as u64 > MAX_VALUE_BYTES {
+                return Err(invalid(format!(
+                    "the value has {} bytes; the limit is {MAX_VALUE_BYTES}",
+                    entry.content.len()
+                )));
+            }
+            let mut entry = entry;
+            if entry.etag.is_empty() {
+                entry.etag = CachedCompletion::etag_of(&entry.content, &entry.finish_reason);
+            }
+            Command::Put { entry, content_class: put.content_class, prompt: None }
+        }
+        Pb::Invalidate(inv) => {
+            use pb::invalidate::Scope;
+            let scope = match inv.scope.ok_or_else(|| invalid("invalidate.scope is missing"))? {
+                Scope::Key(key) => {
+                    validate::key(&key)?;
+                    validate::name("key_tenant", &inv.key_tenant)?;
+                    InvalidateScope::Key { tenant: inv.key_tenant, key }
+                }
+                Scope::Tenant(tenant) => {
+                    validate::name("tenant", &tenant)?;
+                    InvalidateScope::Tenant { tenant }
+                }
+                Scope::ModelVersion(mv) => {
+                    validate::name("model", &mv.model)?;
+                    InvalidateScope::ModelVersion { model: mv.model, version: mv.version }
+                }
+            };
+            Command::Invalidate { scope }
+        }
+        Pb::BumpModelVersion(bump) => {
+            validate::name("model", &bump.model)?;
+            Command::BumpModelVersion { model: bump.model, version: bump.version }
+        }
+        Pb::RegisterModel(reg) => {
+            validate::name("model", &reg.model)?;
+            if reg.version == 0 {
+                return Err(invalid("version must be at least 1"));
+            }
+            Command::RegisterModel { model: reg.model, version: reg.version }
+        }
+        Pb::SetTenantPolicy(set) => {
+            validate::name("tenant", &set.tenant)?;
+            let p = set.policy.unwrap_or_default();
+            let policy = TenantPolicy {
+                max_value_bytes: p.max_value_bytes,
+                default_ttl_s: p.default_ttl_s,
+                max_ttl_s: p.max_ttl_s,
+            };
+            Command::SetTenantPolicy { tenant: set.tenant, policy }
+        }
+    };
+    Ok(Request { id: request.request_id, command })
+}
+
+/// The gRPC code of a refusal.
+pub fn rejection_code(reason: Rejection) -> Code {
+    match reason {
+        Rejection::UnknownTenant | Rejection::UnknownModel => Code::NotFound,
+        Rejection::StaleModelVersion | Rejection::Conflict => Code::FailedPrecondition,
+        Rejection::ValueTooLarge => Code::InvalidArgument,
+        Rejection::WrongTenant => Code::PermissionDenied,
+    }
+}
+
+/// An outcome as a result: a refusal becomes [`CoreError::Rejected`].
+pub fn outcome_result(outcome: &Outcome) -> Result<(), CoreError> {
+    match outcome {
+        Outcome::Rejected { reason, message } => {
+            Err(CoreError::Rejected { code: rejection_code(*reason), message: message.clone() })
+        }
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::types::Command;
-    use shared::completion::CachedCompletion;
 
     fn sample() -> CachedCompletion {
         CachedCompletion {
@@ -34,18 +140,65 @@ mod tests {
             finish_reason: "stop".into(),
             prompt_tokens: 5,
             completion_tokens: 1,
-            etag: CachedCompletion::etag_of("hello", "stop"),
+            etag: String::new(),
             created_ms: 1_700_000_000_000,
             ttl_s: 60,
         }
     }
 
+    fn put(entry: CachedCompletion) -> pb::WriteRequest {
+        pb::WriteRequest {
+            request_id: "r1".into(),
+            command: Some(pb::write_request::Command::Put(pb::PutEntry {
+                entry: Some(entry.into()),
+                content_class: "stable".into(),
+            })),
+        }
+    }
+
     #[test]
-    fn commands_round_trip_through_payloads() {
-        let cmd = Command::Put { entry: sample() };
-        let back: Command = decode(&encode(&cmd).expect("encodes")).expect("decodes");
-        assert_eq!(back, cmd);
+    fn requests_round_trip_through_payloads() {
+        let request = write_request(put(sample())).expect("valid");
+        assert_eq!(request.id, "r1");
+        let Command::Put { entry, .. } = &request.command else { panic!("not a put") };
+        assert_eq!(entry.etag, CachedCompletion::etag_of("hello", "stop"));
+        let back: Request = decode(&encode(&request).expect("encodes")).expect("decodes");
+        assert_eq!(back, request);
         let garbage = RaftPayload { json: b"{not json".to_vec() };
-        assert!(matches!(decode::<Command>(&garbage), Err(CoreError::InvalidArgument(_))));
+        assert!(matches!(decode::<Request>(&garbage), Err(CoreError::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn bad_writes_are_invalid_arguments() {
+        let bad = |r: pb::WriteRequest| matches!(write_request(r), Err(CoreError::InvalidArgument(_)));
+        assert!(bad(pb::WriteRequest { request_id: "x".into(), command: None }));
+        let mut big = sample();
+        big.content = "x".repeat(MAX_VALUE_BYTES as usize + 1);
+        assert!(bad(put(big)));
+        let mut v0 = sample();
+        v0.model_version = 0;
+        assert!(bad(put(v0)));
+        let mut no_tenant = sample();
+        no_tenant.tenant.clear();
+        assert!(bad(put(no_tenant)));
+        let mut long_id = put(sample());
+        long_id.request_id = "r".repeat(200);
+        assert!(bad(long_id));
+        let no_scope = pb::WriteRequest {
+            request_id: String::new(),
+            command: Some(pb::write_request::Command::Invalidate(pb::Invalidate {
+                scope: None,
+                key_tenant: String::new(),
+            })),
+        };
+        assert!(bad(no_scope));
+    }
+
+    #[test]
+    fn refusals_map_to_codes() {
+        let outcome =
+            Outcome::Rejected { reason: Rejection::UnknownTenant, message: "unknown tenant".into() };
+        assert!(matches!(outcome_result(&outcome), Err(CoreError::Rejected { code: Code::NotFound, .. })));
+        assert!(outcome_result(&Outcome::HitsRecorded).is_ok());
     }
 }

@@ -24,6 +24,14 @@ pub enum CoreError {
         /// What went wrong, as reported by the pod.
         message: String,
     },
+    /// The state machine refused the command (unknown tenant or model, stale version, value too large...).
+    #[error("{message}")]
+    Rejected {
+        /// The gRPC code that says which kind of refusal it is.
+        code: Code,
+        /// Why.
+        message: String,
+    },
     /// The cluster has no leader or no quorum to commit a write in time.
     #[error("no quorum: {0}")]
     NoQuorum(String),
@@ -50,7 +58,7 @@ impl From<CoreError> for Status {
             CoreError::InvalidArgument(_) => Code::InvalidArgument,
             CoreError::Unauthenticated => Code::Unauthenticated,
             CoreError::NoPod(_) | CoreError::NoQuorum(_) => Code::Unavailable,
-            CoreError::Pod { code, .. } => *code,
+            CoreError::Pod { code, .. } | CoreError::Rejected { code, .. } => *code,
             CoreError::Raft(_)
             | CoreError::Config(_)
             | CoreError::Storage(_)

@@ -7,6 +7,9 @@ use shared::metrics::{Counter, Histogram, MetricsText};
 use super::pods::PodPool;
 use super::types::NodeId;
 
+/// Bucket bounds of the group-commit batch size.
+const BATCH_BOUNDS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
+
 /// Every counter and histogram of one core node.
 #[derive(Debug)]
 pub struct Metrics {
@@ -34,6 +37,16 @@ pub struct Metrics {
     pub complete_errors: Counter,
     /// Writes this node forwarded to the leader and saw committed.
     pub forwarded_writes: Counter,
+    /// `CoreStore.Write` calls.
+    pub rpc_write: Counter,
+    /// `CoreStore.Read` calls.
+    pub rpc_read: Counter,
+    /// Requests per proposal (group commit batch sizes).
+    pub proposal_requests: Histogram,
+    /// Entries regenerated under a new model version.
+    pub refreshed: Counter,
+    /// Refresh jobs that failed.
+    pub refresh_failures: Counter,
     /// Time to commit a completion through Raft, in seconds.
     pub commit_seconds: Histogram,
     /// Time from a `Complete` call to its `Done` event (or error), in seconds.
@@ -55,6 +68,11 @@ impl Default for Metrics {
             complete_misses: Counter::default(),
             complete_errors: Counter::default(),
             forwarded_writes: Counter::default(),
+            rpc_write: Counter::default(),
+            rpc_read: Counter::default(),
+            proposal_requests: Histogram::with_bounds(BATCH_BOUNDS),
+            refreshed: Counter::default(),
+            refresh_failures: Counter::default(),
             commit_seconds: Histogram::latency(),
             complete_seconds: Histogram::latency(),
         }
@@ -75,6 +93,21 @@ impl Metrics {
             .counter(RPCS, RPCS_HELP, &[("rpc", "vote")], &self.rpc_vote)
             .counter(RPCS, RPCS_HELP, &[("rpc", "install_snapshot")], &self.rpc_install_snapshot)
             .counter(RPCS, RPCS_HELP, &[("rpc", "client_write")], &self.rpc_client_write)
+            .counter(RPCS, RPCS_HELP, &[("rpc", "write")], &self.rpc_write)
+            .counter(RPCS, RPCS_HELP, &[("rpc", "read")], &self.rpc_read)
+            .histogram(
+                "core_proposal_requests",
+                "Client requests per Raft entry proposed by this node (group commit).",
+                &[],
+                &self.proposal_requests,
+            )
+            .counter(
+                "core_refreshed_total",
+                "Entries regenerated after a model-version bump.",
+                &[],
+                &self.refreshed,
+            )
+            .counter("core_refresh_failures_total", "Refresh jobs that failed.", &[], &self.refresh_failures)
             .counter(CACHE, CACHE_HELP, &[("rpc", "lookup"), ("result", "hit")], &self.lookup_hits)
             .counter(CACHE, CACHE_HELP, &[("rpc", "lookup"), ("result", "miss")], &self.lookup_misses)
             .counter(CACHE, CACHE_HELP, &[("rpc", "complete"), ("result", "hit")], &self.complete_hits)

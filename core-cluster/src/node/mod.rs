@@ -9,30 +9,46 @@
 //! - [`config`]: the command line ([`NodeArgs`]) and the validated [`NodeConfig`].
 //! - [`auth`]: the shared tier secret and the gRPC interceptor that checks it.
 //! - [`error`]: [`CoreError`] and its one conversion to `tonic::Status`.
-//! - [`types`]: openraft's type configuration, the state-machine [`Command`] and its response.
+//! - [`types`]: openraft's type configuration: the log's [`Proposal`]s of [`Request`]s and [`Command`]s,
+//!   and their outcomes.
+//! - [`validate`]: checks on names, keys and request ids.
+//! - [`records`]: what the state machine stores per entry, tenant, model and request id; liveness.
+//! - [`hot_summary`]: the replicated top-k of each model's hottest keys.
+//! - [`apply`]: the rules of every command, over the [`apply::Tables`] trait.
+//! - [`tx_tables`]: those tables inside a sled transaction.
 //! - [`log_store`]: the Raft log, vote and committed pointer in sled.
-//! - [`state_machine`]: cache entries, last applied, membership and snapshots in sled.
+//! - [`state_machine`]: the sled state machine: apply, reads, digest, sweep, snapshots.
 //! - [`convert`]: conversions between protobuf types and domain types, JSON Raft payloads.
-//! - [`peers`]: gRPC channels to other core nodes, shared by replication and write forwarding.
+//! - [`peers`]: gRPC channels to other core nodes, shared by replication and forwarding.
 //! - [`network`]: openraft's network factory over the `Raft` gRPC service.
 //! - [`raft_service`]: the `Raft` gRPC server.
-//! - [`writer`]: commits a command through Raft from any node (locally on the leader, else forwarded).
+//! - [`group_commit`]: batches concurrent requests into one Raft entry on the leader.
+//! - [`writer`]: commits a request through Raft from any node (group commit on the leader, else forwarded).
 //! - [`pods`]: the client side of the inference pods, with failover.
+//! - [`hit_reporter`]: counts served hits and reports them through Raft.
+//! - [`refresher`]: regenerates the hottest prompts after a model-version bump.
 //! - [`cache_service`]: the `CoreCache` gRPC server (lookup, complete).
+//! - [`store_service`]: the `CoreStore` gRPC server (write, linearizable or local read).
+//! - [`admin_service`]: the `CoreAdmin` gRPC server (membership, status).
 //! - [`metrics`]: the node's Prometheus metrics.
 //! - [`http`]: `/healthz` and `/metrics`.
 //! - [`context`]: what every handler shares.
 //! - [`server`]: [`run`], which wires it all together on one listener.
 //!
 //! Architecture invariant: a Raft write is acknowledged to a caller only after it is committed (the log
-//! entry is fsynced on a quorum) and applied to the local state machine.
+//! entry is fsynced on a quorum) and applied to the leader's state machine.
 
+pub mod admin_service;
+pub mod apply;
 pub mod auth;
 pub mod cache_service;
 pub mod config;
 pub mod context;
 pub mod convert;
 pub mod error;
+pub mod group_commit;
+pub mod hit_reporter;
+pub mod hot_summary;
 pub mod http;
 pub mod log_store;
 pub mod metrics;
@@ -40,9 +56,14 @@ pub mod network;
 pub mod peers;
 pub mod pods;
 pub mod raft_service;
+pub mod records;
+pub mod refresher;
 pub mod server;
 pub mod state_machine;
+pub mod store_service;
+pub mod tx_tables;
 pub mod types;
+pub mod validate;
 pub mod writer;
 
 #[cfg(test)]
@@ -53,4 +74,4 @@ mod storage_tests;
 pub use config::{NodeArgs, NodeConfig, RaftTuning};
 pub use error::CoreError;
 pub use server::run;
-pub use types::{Command, CommandResponse, NodeId, TypeConfig};
+pub use types::{Command, NodeId, Outcome, Proposal, Request, TypeConfig};

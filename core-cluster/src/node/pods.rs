@@ -91,6 +91,11 @@ impl PodPool {
         Ok(Self { pods, secret })
     }
 
+    /// Whether no pod is configured (the node then serves the store only).
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+
     /// The pods, in order of preference.
     pub fn pods(&self) -> &[Pod] {
         &self.pods

@@ -9,22 +9,26 @@ use proto::raft::RaftPayload;
 use tonic::{Request, Response, Status};
 
 use super::convert::{decode, encode};
+use super::group_commit::GroupCommit;
 use super::metrics::Metrics;
-use super::types::{Command, NodeId, Raft, TypeConfig};
+use super::types::{NodeId, Raft, Request as ClientRequest, TypeConfig};
+use super::writer::ForwardReply;
 
 /// Serves the `Raft` gRPC service of one core node. Callers have passed the tier-secret check.
 #[derive(Clone)]
 pub struct RaftService {
     /// The local Raft node.
     raft: Raft,
+    /// Where forwarded writes join this node's batches.
+    group: GroupCommit,
     /// Request counters.
     metrics: Arc<Metrics>,
 }
 
 impl RaftService {
     /// A service in front of `raft`.
-    pub fn new(raft: Raft, metrics: Arc<Metrics>) -> Self {
-        Self { raft, metrics }
+    pub fn new(raft: Raft, group: GroupCommit, metrics: Arc<Metrics>) -> Self {
+        Self { raft, group, metrics }
     }
 }
 
@@ -57,9 +61,9 @@ impl RaftRpc for RaftService {
     #[tracing::instrument(level = "debug", name = "raft.client_write", skip_all)]
     async fn client_write(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         self.metrics.rpc_client_write.inc();
-        let command: Command = decode(request.get_ref())?;
-        // A follower that receives this answers ForwardToLeader, and the sender retries elsewhere.
-        let result = self.raft.client_write(command).await;
+        let request: ClientRequest = decode(request.get_ref())?;
+        // A node that is not the leader answers NotLeader, and the sender retries elsewhere.
+        let result: ForwardReply = self.group.submit(request).await;
         Ok(Response::new(encode(&result)?))
     }
 }

@@ -10,15 +10,20 @@ use axum::serve::ListenerExt;
 use openraft::error::{InitializeError, RaftError};
 use openraft::{BasicNode, SnapshotPolicy};
 use proto::cache::core_cache_server::CoreCacheServer;
+use proto::core::core_admin_server::CoreAdminServer;
+use proto::core::core_store_server::CoreStoreServer;
 use proto::raft::raft_server::RaftServer;
 use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Routes;
 
+use super::admin_service::AdminService;
 use super::cache_service::CacheService;
 use super::config::NodeConfig;
 use super::context::NodeContext;
 use super::error::CoreError;
+use super::group_commit::GroupCommit;
+use super::hit_reporter::{self, HitCounter};
 use super::http;
 use super::log_store::LogStore;
 use super::metrics::Metrics;
@@ -26,10 +31,14 @@ use super::network::Network;
 use super::peers::{PeerChannels, MAX_RAFT_MESSAGE_BYTES};
 use super::pods::PodPool;
 use super::raft_service::RaftService;
+use super::refresher::Refresher;
 use super::state_machine::StateMachineStore;
-use super::types::Raft;
+use super::store_service::StoreService;
+use super::types::{Command, Raft, Request, TenantPolicy};
 use super::writer::Writer;
 
+/// How often dead entries and old request ids are swept from the state machine.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 /// How often the inference pods are probed.
 const POD_PROBE_INTERVAL: Duration = Duration::from_secs(2);
 /// How long open connections may take to finish after shutdown is signalled.
@@ -55,42 +64,56 @@ pub async fn run(
     let log_store = LogStore::open(&db)?;
     let state = StateMachineStore::open(&db)?;
 
-    let channels = PeerChannels::default();
+    let channels = PeerChannels::new(config.source_ip);
     let network = Network::new(config.id, channels.clone(), config.tier_secret.clone());
     let raft = Raft::new(config.id, Arc::new(raft_config(&config)?), network, log_store, state.clone())
         .await
         .map_err(|e| CoreError::Raft(e.to_string()))?;
-    if config.bootstrap {
-        bootstrap(&raft, &config).await?;
-    }
+    let formed = config.bootstrap && bootstrap(&raft, &config).await?;
 
     let metrics = Arc::new(Metrics::default());
     let pods = Arc::new(PodPool::new(&config.pods, config.tier_secret.clone())?);
     let prober = tokio::spawn(pods.clone().watch(POD_PROBE_INTERVAL));
+    let group = GroupCommit::start(config.id, raft.clone(), metrics.clone());
     let writer = Writer::new(
         config.id,
         raft.clone(),
-        channels,
+        group.clone(),
+        channels.clone(),
         config.tier_secret.clone(),
         config.commit_timeout,
         metrics.clone(),
     );
+    let hits = Arc::new(HitCounter::default());
     let node = Arc::new(NodeContext {
         id: config.id,
         raft: raft.clone(),
-        state,
-        writer,
-        pods,
+        state: state.clone(),
+        writer: writer.clone(),
+        pods: pods.clone(),
+        channels,
+        secret: config.tier_secret.clone(),
+        refresher: Refresher::new(pods, writer.clone(), metrics.clone()),
+        hits: hits.clone(),
         metrics: metrics.clone(),
     });
+    let mut background =
+        vec![prober, tokio::spawn(hit_reporter::report(hits, writer.clone())), tokio::spawn(sweep(state))];
+    if formed {
+        background.push(tokio::spawn(seed(writer, config.clone())));
+    }
 
     let secret = &config.tier_secret;
-    let raft_rpc = RaftServer::new(RaftService::new(raft.clone(), metrics))
+    let raft_rpc = RaftServer::new(RaftService::new(raft.clone(), group, metrics))
         .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES);
     let cache_rpc = CoreCacheServer::new(CacheService::new(node.clone()));
+    let store_rpc = CoreStoreServer::new(StoreService::new(node.clone()));
+    let admin_rpc = CoreAdminServer::new(AdminService::new(node.clone()));
     let app = Routes::new(InterceptedService::new(raft_rpc, secret.interceptor()))
         .add_service(InterceptedService::new(cache_rpc, secret.interceptor()))
+        .add_service(InterceptedService::new(store_rpc, secret.interceptor()))
+        .add_service(InterceptedService::new(admin_rpc, secret.interceptor()))
         .into_axum_router()
         .merge(http::router(node));
 
@@ -126,7 +149,9 @@ pub async fn run(
             }
         }
     };
-    prober.abort();
+    for task in background {
+        task.abort();
+    }
     if let Err(e) = raft.shutdown().await {
         tracing::warn!(error = %e, "raft did not stop cleanly");
     }
@@ -184,22 +209,72 @@ fn raft_config(config: &NodeConfig) -> Result<openraft::Config, CoreError> {
 }
 
 /// Forms the cluster from `config.peers` unless this node already has Raft state (then it just rejoins).
-async fn bootstrap(raft: &Raft, config: &NodeConfig) -> Result<(), CoreError> {
+/// Returns whether this call formed it.
+async fn bootstrap(raft: &Raft, config: &NodeConfig) -> Result<bool, CoreError> {
     if raft.is_initialized().await.map_err(|e| CoreError::Raft(e.to_string()))? {
         tracing::info!("raft state found; rejoining the cluster");
-        return Ok(());
+        return Ok(false);
     }
     let members: BTreeMap<_, _> =
         config.peers.iter().map(|(id, addr)| (*id, BasicNode { addr: addr.clone() })).collect();
     match raft.initialize(members).await {
         Ok(()) => {
             tracing::info!(members = config.peers.len(), "cluster initialized");
-            Ok(())
+            Ok(true)
         }
         Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {
             tracing::info!("cluster already initialized; rejoining");
-            Ok(())
+            Ok(false)
         }
         Err(e) => Err(CoreError::Raft(format!("initialize: {e}"))),
+    }
+}
+
+/// Registers `--models` and creates `--tenants` in a cluster this node just formed, retrying until a
+/// leader commits them (request ids make the retries safe).
+async fn seed(writer: Writer, config: NodeConfig) {
+    let mut requests: Vec<Request> = config
+        .models
+        .iter()
+        .map(|m| Request {
+            id: format!("seed-model-{}", m.name),
+            command: Command::RegisterModel { model: m.name.clone(), version: m.version },
+        })
+        .collect();
+    requests.extend(config.tenants.iter().map(|t| Request {
+        id: format!("seed-tenant-{t}"),
+        command: Command::SetTenantPolicy { tenant: t.clone(), policy: TenantPolicy::default() },
+    }));
+    for request in requests {
+        loop {
+            match writer.write(request.clone()).await {
+                Ok(committed) => {
+                    tracing::info!(outcome = ?committed.applied.outcome, "seeded");
+                    break;
+                }
+                Err(e) => {
+                    tracing::info!(error = %e, "seeding waits for a leader");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Sweeps dead entries and expired request ids every [`SWEEP_INTERVAL`].
+async fn sweep(state: StateMachineStore) {
+    let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let store = state.clone();
+        match tokio::task::spawn_blocking(move || store.sweep()).await {
+            Ok(Ok((0, 0))) => {}
+            Ok(Ok((entries, requests))) => {
+                tracing::info!(entries, requests, "swept dead entries and old request ids")
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "sweep failed"),
+            Err(e) => tracing::warn!(error = %e, "sweep task failed"),
+        }
     }
 }

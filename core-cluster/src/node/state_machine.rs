@@ -1,60 +1,97 @@
-//! The replicated state machine in sled: cache entries by key, the last applied log id, the last membership,
-//! and the current snapshot.
+//! The replicated state machine in sled: cache entries, tenants, models, applied request ids, the state
+//! machine's clock, the last applied log id, the last membership, and the current snapshot.
 //!
-//! Durability: `apply` writes each batch of entries atomically (one sled transaction with the new last
-//! applied id) without its own fsync; the Raft log is durable and openraft re-applies committed entries
-//! after a crash. Snapshots are fsynced before they are reported, and openraft purges the log only up to a
-//! snapshot, so every purged entry is covered by durable state.
+//! Durability: `apply` writes each batch of log entries atomically (one sled transaction over every tree,
+//! with the new last applied id) without its own fsync; the Raft log is durable and openraft re-applies
+//! committed entries after a crash. Snapshots are fsynced before they are reported, and openraft purges the
+//! log only up to a snapshot, so every purged entry is covered by durable state.
+//!
+//! Time: the state machine's clock is the largest `issued_ms` of the proposals applied so far (the leader's
+//! clock, never the replica's), so every replica stamps the same creation times and agrees on what had
+//! expired at a given log index. Dead entries (expired at that clock, or invalidated by an epoch or version)
+//! are never served; [`StateMachineStore::sweep`] removes them later, and snapshots leave them out.
 
 // openraft's storage error is large, and every trait method returns it; the private helpers return it too
 // rather than box it only to unbox it at the trait boundary.
 #![allow(clippy::result_large_err)]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Cursor;
 
 use openraft::storage::RaftStateMachine;
 use openraft::{
     EntryPayload, LogId, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageIOError, StoredMembership,
 };
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use shared::completion::CachedCompletion;
+use sha2::{Digest, Sha256};
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
-use super::types::{Command, CommandResponse, Entry, NodeId, StorageError, TypeConfig};
+use super::apply::apply_proposal;
+use super::error::CoreError;
+use super::records::{AppliedRequest, ModelState, StoredEntry, TenantState, REQUEST_ID_RETENTION_MS};
+use super::tx_tables::TxTables;
+use super::types::{Entry, NodeId, ProposalResponse, StorageError, TypeConfig};
 
 const LAST_APPLIED: &[u8] = b"last_applied";
 const LAST_MEMBERSHIP: &[u8] = b"last_membership";
+const CLOCK: &[u8] = b"clock_ms";
 const SNAPSHOT_META: &[u8] = b"meta";
 const SNAPSHOT_DATA: &[u8] = b"data";
 
 /// Membership as stored: the last membership config and the log id that introduced it.
 type Membership = StoredMembership<NodeId, openraft::BasicNode>;
 
-/// What a snapshot is built from: the live entries, the last applied log id and the membership.
+/// What a snapshot is built from: the live state, the last applied log id and the membership.
 type SnapshotState = (SnapshotBody, Option<LogId<NodeId>>, Membership);
 
 /// The cache state machine of one core node.
 ///
-/// Cloning is cheap and shares the trees: the cache service reads entries from a clone while openraft
-/// applies to another.
+/// Cloning is cheap and shares the trees: the services read from a clone while openraft applies to another.
 #[derive(Clone, Debug)]
 pub struct StateMachineStore {
     /// The database, flushed when a snapshot is saved.
     db: sled::Db,
-    /// Cache entries as JSON, keyed by cache key.
+    /// [`StoredEntry`] JSON by cache key.
     entries: sled::Tree,
-    /// Last applied log id and last membership as JSON.
+    /// [`TenantState`] JSON by tenant name.
+    tenants: sled::Tree,
+    /// [`ModelState`] JSON by model name.
+    models: sled::Tree,
+    /// [`AppliedRequest`] JSON by request id.
+    requests: sled::Tree,
+    /// Last applied log id, last membership and the clock, as JSON.
     meta: sled::Tree,
     /// The current snapshot's metadata and bytes.
     snapshot: sled::Tree,
 }
 
-/// The bytes of a snapshot: every live entry of the state machine.
+/// The bytes of a snapshot: the whole live state.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct SnapshotBody {
-    /// The entries, in key order.
-    entries: Vec<CachedCompletion>,
+    /// The state machine's clock.
+    clock_ms: i64,
+    /// Live entries, in key order.
+    entries: Vec<(String, StoredEntry)>,
+    /// Every tenant.
+    tenants: Vec<(String, TenantState)>,
+    /// Every model.
+    models: Vec<(String, ModelState)>,
+    /// Request ids still remembered.
+    requests: Vec<(String, AppliedRequest)>,
+}
+
+/// Sizes and a digest of the live state, equal on replicas that applied the same log prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateDigest {
+    /// SHA-256 (hex) of the live entries, tenants and models.
+    pub digest: String,
+    /// Live entries.
+    pub entries: u64,
+}
+
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error> {
+    serde_json::from_slice(bytes)
 }
 
 impl StateMachineStore {
@@ -63,30 +100,52 @@ impl StateMachineStore {
         Ok(Self {
             db: db.clone(),
             entries: db.open_tree("sm_entries")?,
+            tenants: db.open_tree("sm_tenants")?,
+            models: db.open_tree("sm_models")?,
+            requests: db.open_tree("sm_requests")?,
             meta: db.open_tree("sm_meta")?,
             snapshot: db.open_tree("sm_snapshot")?,
         })
     }
 
-    /// The entry stored under `key`, expired or not. Reads the local state (bounded staleness).
-    pub fn get(&self, key: &str) -> Result<Option<CachedCompletion>, super::CoreError> {
-        match self.entries.get(key.as_bytes())? {
-            Some(bytes) => Ok(Some(serde_json::from_slice(&bytes)?)),
-            None => Ok(None),
+    fn tenant(&self, name: &str) -> Result<Option<TenantState>, CoreError> {
+        Ok(self.tenants.get(name.as_bytes())?.map(|b| decode(&b)).transpose()?)
+    }
+
+    fn model(&self, name: &str) -> Result<Option<ModelState>, CoreError> {
+        Ok(self.models.get(name.as_bytes())?.map(|b| decode(&b)).transpose()?)
+    }
+
+    /// The entry under `key` if `tenant` owns it and it is live at `now_ms`, from the local applied state.
+    pub fn read(&self, key: &str, tenant: &str, now_ms: i64) -> Result<Option<StoredEntry>, CoreError> {
+        let Some(bytes) = self.entries.get(key.as_bytes())? else {
+            return Ok(None);
+        };
+        let stored: StoredEntry = decode(&bytes)?;
+        if stored.entry.tenant != tenant {
+            return Ok(None);
         }
+        let tenant = self.tenant(tenant)?;
+        let model = self.model(&stored.entry.model)?;
+        Ok(stored.is_live(tenant.as_ref(), model.as_ref(), now_ms).then_some(stored))
     }
 
-    /// The entry under `key` if it belongs to `tenant` and has not expired at `now_ms`.
-    pub fn get_fresh(
-        &self,
-        key: &str,
-        tenant: &str,
-        now_ms: i64,
-    ) -> Result<Option<CachedCompletion>, super::CoreError> {
-        Ok(self.get(key)?.filter(|e| e.tenant == tenant && !e.is_expired(now_ms)))
+    /// Whether `tenant` exists.
+    pub fn has_tenant(&self, tenant: &str) -> Result<bool, CoreError> {
+        Ok(self.tenants.contains_key(tenant.as_bytes())?)
     }
 
-    /// Number of entries stored (expired ones included).
+    /// The current version of `model`, if it is registered.
+    pub fn model_version(&self, model: &str) -> Result<Option<u64>, CoreError> {
+        Ok(self.model(model)?.map(|m| m.version))
+    }
+
+    /// The state machine's clock: the leader's time of the last applied proposal.
+    pub fn clock_ms(&self) -> Result<i64, CoreError> {
+        Ok(self.meta.get(CLOCK)?.map(|b| decode(&b)).transpose()?.unwrap_or(0))
+    }
+
+    /// Number of entries stored (dead ones not yet swept included).
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -96,36 +155,114 @@ impl StateMachineStore {
         self.entries.is_empty()
     }
 
+    /// Tenants and models, for liveness checks over many entries.
+    fn directory(&self) -> Result<(BTreeMap<String, TenantState>, BTreeMap<String, ModelState>), CoreError> {
+        let mut tenants = BTreeMap::new();
+        for item in self.tenants.iter() {
+            let (k, v) = item?;
+            tenants.insert(String::from_utf8_lossy(&k).into_owned(), decode(&v)?);
+        }
+        let mut models = BTreeMap::new();
+        for item in self.models.iter() {
+            let (k, v) = item?;
+            models.insert(String::from_utf8_lossy(&k).into_owned(), decode(&v)?);
+        }
+        Ok((tenants, models))
+    }
+
+    /// A digest of the live state at the state machine's clock.
+    ///
+    /// Read while openraft may be applying, so it is exact only when the node is idle (tests wait for that).
+    pub fn digest(&self) -> Result<StateDigest, CoreError> {
+        let clock = self.clock_ms()?;
+        let (tenants, models) = self.directory()?;
+        let mut hasher = Sha256::new();
+        let mut entries = 0u64;
+        for item in self.entries.iter() {
+            let (key, bytes) = item?;
+            let stored: StoredEntry = decode(&bytes)?;
+            if stored.is_live(tenants.get(&stored.entry.tenant), models.get(&stored.entry.model), clock) {
+                entries += 1;
+                hasher.update((key.len() as u64).to_be_bytes());
+                hasher.update(&key);
+                hasher.update((bytes.len() as u64).to_be_bytes());
+                hasher.update(&bytes);
+            }
+        }
+        hasher.update(serde_json::to_vec(&tenants)?);
+        hasher.update(serde_json::to_vec(&models)?);
+        Ok(StateDigest { digest: shared::hex::encode(&hasher.finalize()), entries })
+    }
+
+    /// Removes entries that are dead at the state machine's clock and request ids past their retention.
+    ///
+    /// Runs beside `apply`: each removal is a compare-and-swap against the value read, so an entry that
+    /// was just rewritten is kept. Returns how many entries and request ids were removed.
+    pub fn sweep(&self) -> Result<(u64, u64), CoreError> {
+        let clock = self.clock_ms()?;
+        let (tenants, models) = self.directory()?;
+        let mut removed = (0, 0);
+        for item in self.entries.iter() {
+            let (key, bytes) = item?;
+            let stored: StoredEntry = decode(&bytes)?;
+            if !stored.is_live(tenants.get(&stored.entry.tenant), models.get(&stored.entry.model), clock)
+                && self.entries.compare_and_swap(&key, Some(&bytes), None::<&[u8]>)?.is_ok()
+            {
+                removed.0 += 1;
+            }
+        }
+        for item in self.requests.iter() {
+            let (id, bytes) = item?;
+            let request: AppliedRequest = decode(&bytes)?;
+            if request.issued_ms.saturating_add(REQUEST_ID_RETENTION_MS) < clock
+                && self.requests.compare_and_swap(&id, Some(&bytes), None::<&[u8]>)?.is_ok()
+            {
+                removed.1 += 1;
+            }
+        }
+        Ok(removed)
+    }
+
     fn read_applied(&self) -> Result<(Option<LogId<NodeId>>, Membership), StorageIOError<NodeId>> {
         let read = |key: &[u8]| -> Result<Option<sled::IVec>, StorageIOError<NodeId>> {
             self.meta.get(key).map_err(|e| StorageIOError::read_state_machine(&e))
         };
         let last_applied = match read(LAST_APPLIED)? {
-            Some(b) => serde_json::from_slice(&b).map_err(|e| StorageIOError::read_state_machine(&e))?,
+            Some(b) => decode(&b).map_err(|e| StorageIOError::read_state_machine(&e))?,
             None => None,
         };
         let membership = match read(LAST_MEMBERSHIP)? {
-            Some(b) => serde_json::from_slice(&b).map_err(|e| StorageIOError::read_state_machine(&e))?,
+            Some(b) => decode(&b).map_err(|e| StorageIOError::read_state_machine(&e))?,
             None => Membership::default(),
         };
         Ok((last_applied, membership))
     }
 
-    /// Copies the applied state, for a snapshot. Called from the state-machine task, so nothing is being
+    /// Copies the live state, for a snapshot. Called from the state-machine task, so nothing is being
     /// applied at the same time and the copy is consistent.
     fn copy_state(&self) -> Result<SnapshotState, StorageIOError<NodeId>> {
+        let err = |e: &dyn std::fmt::Display| {
+            StorageIOError::read_state_machine(&std::io::Error::other(e.to_string()))
+        };
         let (last_applied, membership) = self.read_applied()?;
-        let now = now_ms();
-        let mut body = SnapshotBody::default();
+        let clock_ms = self.clock_ms().map_err(|e| err(&e))?;
+        let (tenants, models) = self.directory().map_err(|e| err(&e))?;
+        let mut body = SnapshotBody { clock_ms, ..Default::default() };
         for item in self.entries.iter() {
-            let (_, bytes) = item.map_err(|e| StorageIOError::read_state_machine(&e))?;
-            let entry: CachedCompletion =
-                serde_json::from_slice(&bytes).map_err(|e| StorageIOError::read_state_machine(&e))?;
-            // Expired entries are never served, so a snapshot leaves them out: compaction for free.
-            if !entry.is_expired(now) {
-                body.entries.push(entry);
+            let (key, bytes) = item.map_err(|e| err(&e))?;
+            let stored: StoredEntry = decode(&bytes).map_err(|e| err(&e))?;
+            // Dead entries are never served, so a snapshot leaves them out: compaction for free.
+            if stored.is_live(tenants.get(&stored.entry.tenant), models.get(&stored.entry.model), clock_ms) {
+                body.entries.push((String::from_utf8_lossy(&key).into_owned(), stored));
             }
         }
+        for item in self.requests.iter() {
+            let (id, bytes) = item.map_err(|e| err(&e))?;
+            let request: AppliedRequest = decode(&bytes).map_err(|e| err(&e))?;
+            body.requests.push((String::from_utf8_lossy(&id).into_owned(), request));
+        }
+        body.tenants = tenants.into_iter().collect();
+        body.models = models.into_iter().collect();
         Ok((body, last_applied, membership))
     }
 
@@ -154,36 +291,58 @@ impl StateMachineStore {
         last_applied: &Option<LogId<NodeId>>,
         membership: &Membership,
     ) -> Result<(), StorageIOError<NodeId>> {
-        let mut new_entries = Vec::with_capacity(body.entries.len());
-        for entry in &body.entries {
-            let bytes = serde_json::to_vec(entry).map_err(|e| StorageIOError::write_state_machine(&e))?;
-            new_entries.push((entry.key.as_bytes().to_vec(), bytes));
+        let err = |e: &dyn std::fmt::Display| {
+            StorageIOError::write_state_machine(&std::io::Error::other(e.to_string()))
+        };
+        let encode_all = |rows: Vec<(&String, Vec<u8>)>| -> Vec<(Vec<u8>, Vec<u8>)> {
+            rows.into_iter().map(|(k, v)| (k.as_bytes().to_vec(), v)).collect()
+        };
+        let mut encoded = Vec::new();
+        for rows in [
+            body.entries
+                .iter()
+                .map(|(k, v)| serde_json::to_vec(v).map(|b| (k, b)))
+                .collect::<Result<Vec<_>, _>>(),
+            body.tenants.iter().map(|(k, v)| serde_json::to_vec(v).map(|b| (k, b))).collect(),
+            body.models.iter().map(|(k, v)| serde_json::to_vec(v).map(|b| (k, b))).collect(),
+            body.requests.iter().map(|(k, v)| serde_json::to_vec(v).map(|b| (k, b))).collect(),
+        ] {
+            encoded.push(encode_all(rows.map_err(|e| err(&e))?));
         }
-        let keep: BTreeSet<&[u8]> = new_entries.iter().map(|(k, _)| k.as_slice()).collect();
-        let mut stale = Vec::new();
-        for key in self.entries.iter().keys() {
-            let key = key.map_err(|e| StorageIOError::read_state_machine(&e))?;
-            if !keep.contains(key.as_ref()) {
-                stale.push(key);
+        let trees = [&self.entries, &self.tenants, &self.models, &self.requests];
+        let mut stale: Vec<Vec<sled::IVec>> = Vec::new();
+        for (tree, rows) in trees.iter().zip(&encoded) {
+            let keep: BTreeSet<&[u8]> = rows.iter().map(|(k, _)| k.as_slice()).collect();
+            let mut gone = Vec::new();
+            for key in tree.iter().keys() {
+                let key = key.map_err(|e| err(&e))?;
+                if !keep.contains(key.as_ref()) {
+                    gone.push(key);
+                }
             }
+            stale.push(gone);
         }
-        let applied =
-            serde_json::to_vec(last_applied).map_err(|e| StorageIOError::write_state_machine(&e))?;
-        let membership =
-            serde_json::to_vec(membership).map_err(|e| StorageIOError::write_state_machine(&e))?;
-        let result: Result<(), TransactionError<()>> =
-            (&self.entries, &self.meta).transaction(|(entries, meta)| {
-                for key in &stale {
-                    entries.remove(key.clone())?;
-                }
-                for (key, value) in &new_entries {
-                    entries.insert(key.as_slice(), value.as_slice())?;
-                }
-                meta.insert(LAST_APPLIED, applied.as_slice())?;
-                meta.insert(LAST_MEMBERSHIP, membership.as_slice())?;
-                Ok::<(), ConflictableTransactionError<()>>(())
-            });
-        result.map_err(|e| StorageIOError::write_state_machine(&io_error(e)))
+        let applied = serde_json::to_vec(last_applied).map_err(|e| err(&e))?;
+        let membership = serde_json::to_vec(membership).map_err(|e| err(&e))?;
+        let clock = serde_json::to_vec(&body.clock_ms).map_err(|e| err(&e))?;
+        let result: Result<(), TransactionError<String>> =
+            (&self.entries, &self.tenants, &self.models, &self.requests, &self.meta).transaction(
+                |(entries, tenants, models, requests, meta)| {
+                    for (i, tree) in [entries, tenants, models, requests].into_iter().enumerate() {
+                        for key in &stale[i] {
+                            tree.remove(key.clone())?;
+                        }
+                        for (key, value) in &encoded[i] {
+                            tree.insert(key.as_slice(), value.as_slice())?;
+                        }
+                    }
+                    meta.insert(LAST_APPLIED, applied.as_slice())?;
+                    meta.insert(LAST_MEMBERSHIP, membership.as_slice())?;
+                    meta.insert(CLOCK, clock.as_slice())?;
+                    Ok::<(), ConflictableTransactionError<String>>(())
+                },
+            );
+        result.map_err(|e| StorageIOError::write_state_machine(&tx_error(e)))
     }
 }
 
@@ -193,11 +352,11 @@ pub fn now_ms() -> i64 {
     i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// A failed sled transaction as an I/O error. The transactions here never abort, so only storage fails.
-fn io_error(e: TransactionError<()>) -> std::io::Error {
+/// A failed sled transaction as an I/O error: storage failed, or a value did not encode or decode.
+fn tx_error(e: TransactionError<String>) -> std::io::Error {
     match e {
         TransactionError::Storage(e) => std::io::Error::other(e),
-        TransactionError::Abort(()) => std::io::Error::other("transaction aborted"),
+        TransactionError::Abort(message) => std::io::Error::other(message),
     }
 }
 
@@ -208,52 +367,63 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         Ok(self.read_applied()?)
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<CommandResponse>, StorageError>
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<ProposalResponse>, StorageError>
     where
         I: IntoIterator<Item = Entry> + openraft::OptionalSend,
         I::IntoIter: openraft::OptionalSend,
     {
-        let mut puts: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        let mut responses = Vec::new();
-        let mut last_applied = None;
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let Some(last) = entries.last().map(|e| e.log_id) else {
+            return Ok(Vec::new());
+        };
+        let start_clock = self
+            .clock_ms()
+            .map_err(|e| StorageIOError::apply(last, &std::io::Error::other(e.to_string())))?;
         let mut membership = None;
-        for entry in entries {
-            last_applied = Some(entry.log_id);
-            match entry.payload {
-                EntryPayload::Blank => responses.push(CommandResponse::Empty),
-                EntryPayload::Normal(Command::Put { entry: completion }) => {
-                    let bytes = serde_json::to_vec(&completion)
-                        .map_err(|e| StorageIOError::apply(entry.log_id, &e))?;
-                    puts.push((completion.key.as_bytes().to_vec(), bytes));
-                    responses.push(CommandResponse::Stored { key: completion.key });
-                }
-                EntryPayload::Membership(m) => {
-                    membership = Some(Membership::new(Some(entry.log_id), m));
-                    responses.push(CommandResponse::Empty);
-                }
+        for entry in &entries {
+            if let EntryPayload::Membership(m) = &entry.payload {
+                membership = Some(Membership::new(Some(entry.log_id), m.clone()));
             }
         }
-        let Some(last) = last_applied else {
-            return Ok(responses);
-        };
         let applied = serde_json::to_vec(&Some(last)).map_err(|e| StorageIOError::apply(last, &e))?;
         let membership = match membership {
             Some(m) => Some(serde_json::to_vec(&m).map_err(|e| StorageIOError::apply(last, &e))?),
             None => None,
         };
-        let result: Result<(), TransactionError<()>> =
-            (&self.entries, &self.meta).transaction(|(tx_entries, tx_meta)| {
-                for (key, value) in &puts {
-                    tx_entries.insert(key.as_slice(), value.as_slice())?;
-                }
-                tx_meta.insert(LAST_APPLIED, applied.as_slice())?;
-                if let Some(m) = &membership {
-                    tx_meta.insert(LAST_MEMBERSHIP, m.as_slice())?;
-                }
-                Ok::<(), ConflictableTransactionError<()>>(())
-            });
-        result.map_err(|e| StorageIOError::apply(last, &io_error(e)))?;
-        Ok(responses)
+        let result: Result<Vec<ProposalResponse>, TransactionError<String>> =
+            (&self.entries, &self.tenants, &self.models, &self.requests, &self.meta).transaction(
+                |(tx_entries, tx_tenants, tx_models, tx_requests, tx_meta)| {
+                    let mut tables = TxTables {
+                        entries: tx_entries,
+                        tenants: tx_tenants,
+                        models: tx_models,
+                        requests: tx_requests,
+                    };
+                    let mut clock = start_clock;
+                    let mut responses = Vec::with_capacity(entries.len());
+                    for entry in &entries {
+                        match &entry.payload {
+                            EntryPayload::Normal(proposal) => {
+                                clock = clock.max(proposal.issued_ms);
+                                let applied = apply_proposal(&mut tables, clock, &proposal.requests)?;
+                                responses.push(ProposalResponse { applied });
+                            }
+                            EntryPayload::Blank | EntryPayload::Membership(_) => {
+                                responses.push(ProposalResponse::default())
+                            }
+                        }
+                    }
+                    let clock_bytes = serde_json::to_vec(&clock)
+                        .map_err(|e| ConflictableTransactionError::Abort(e.to_string()))?;
+                    tx_meta.insert(CLOCK, clock_bytes)?;
+                    tx_meta.insert(LAST_APPLIED, applied.as_slice())?;
+                    if let Some(m) = &membership {
+                        tx_meta.insert(LAST_MEMBERSHIP, m.as_slice())?;
+                    }
+                    Ok(responses)
+                },
+            );
+        result.map_err(|e| StorageIOError::apply(last, &tx_error(e)).into())
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
@@ -270,8 +440,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
-        let body: SnapshotBody = serde_json::from_slice(&data)
-            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+        let body: SnapshotBody =
+            decode(&data).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
         self.replace_state(&body, &meta.last_log_id, &meta.last_membership)?;
         self.save_snapshot(meta, &data).await?;
         tracing::info!(snapshot = %meta.snapshot_id, entries = body.entries.len(), "installed snapshot");
@@ -287,7 +457,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let (Some(meta), Some(data)) = (meta, data) else {
             return Ok(None);
         };
-        let meta = serde_json::from_slice(&meta).map_err(|e| read_err(&e))?;
+        let meta = decode(&meta).map_err(|e| read_err(&e))?;
         Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(data.to_vec())) }))
     }
 }

@@ -17,7 +17,10 @@ use shared::completion::CachedCompletion;
 
 use super::log_store::LogStore;
 use super::state_machine::{now_ms, StateMachineStore};
-use super::types::{Command, CommandResponse, Entry, NodeId, StorageError, TypeConfig};
+use super::types::{
+    Command, Entry, NodeId, Outcome, Proposal, ProposalResponse, Request, StorageError, TenantPolicy,
+    TypeConfig,
+};
 
 /// A directory under the system temp dir, removed when dropped.
 pub(super) struct TempDir(PathBuf);
@@ -91,38 +94,64 @@ fn completion(key: &str, tenant: &str, ttl_s: u64) -> CachedCompletion {
     }
 }
 
-fn put(index: u64, entry: CachedCompletion) -> Entry {
-    Entry { log_id: log_id(1, index), payload: EntryPayload::Normal(Command::Put { entry }) }
+fn proposal(index: u64, issued_ms: i64, commands: Vec<Command>) -> Entry {
+    let requests = commands.into_iter().map(|command| Request { id: String::new(), command }).collect();
+    Entry { log_id: log_id(1, index), payload: EntryPayload::Normal(Proposal { issued_ms, requests }) }
+}
+
+/// Entry 1 of every test: model `m` version 1 and tenant `dev`.
+fn seed() -> Entry {
+    proposal(
+        1,
+        0,
+        vec![
+            Command::RegisterModel { model: "m".into(), version: 1 },
+            Command::SetTenantPolicy { tenant: "dev".into(), policy: TenantPolicy::default() },
+        ],
+    )
+}
+
+fn put(index: u64, issued_ms: i64, entry: CachedCompletion) -> Entry {
+    proposal(index, issued_ms, vec![Command::Put { entry, content_class: "stable".into(), prompt: None }])
 }
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")
 }
 
+fn stored_key(response: &ProposalResponse) -> Option<&str> {
+    match &response.applied.first()?.outcome {
+        Outcome::Stored { key, .. } => Some(key),
+        _ => None,
+    }
+}
+
 #[test]
 fn state_survives_a_restart() {
     let dir = TempDir::new("restart");
     runtime().block_on(async {
+        let now = now_ms();
         {
             let (mut log, mut sm) = open(&dir.0).expect("open");
             log.save_vote(&Vote::new(3, 2)).await.expect("vote");
-            let entries = vec![put(1, completion("a", "dev", 600)), put(2, completion("b", "dev", 600))];
+            let entries = vec![
+                seed(),
+                put(2, now, completion("a", "dev", 600)),
+                put(3, now, completion("b", "dev", 600)),
+            ];
             // `blocking_append` waits for the flush callback, as openraft does.
             log.blocking_append(entries.clone()).await.expect("append");
             let replies = sm.apply(entries).await.expect("apply");
-            assert_eq!(
-                replies,
-                vec![
-                    CommandResponse::Stored { key: "a".into() },
-                    CommandResponse::Stored { key: "b".into() }
-                ]
-            );
+            let keys: Vec<Option<&str>> = replies.iter().skip(1).map(stored_key).collect();
+            assert_eq!(keys, vec![Some("a"), Some("b")]);
         }
         let (mut log, mut sm) = open(&dir.0).expect("reopen");
         assert_eq!(log.read_vote().await.expect("vote"), Some(Vote::new(3, 2)));
-        assert_eq!(log.try_get_log_entries(1..3).await.expect("logs").len(), 2);
-        assert_eq!(sm.applied_state().await.expect("applied").0, Some(log_id(1, 2)));
-        assert_eq!(sm.get("a").expect("read").map(|e| e.content), Some("answer for a".to_owned()));
+        assert_eq!(log.try_get_log_entries(1..4).await.expect("logs").len(), 3);
+        assert_eq!(sm.applied_state().await.expect("applied").0, Some(log_id(1, 3)));
+        let a = sm.read("a", "dev", now).expect("read").map(|s| s.entry.content);
+        assert_eq!(a, Some("answer for a".to_owned()));
+        assert_eq!(sm.clock_ms().expect("clock"), now);
     });
 }
 
@@ -131,14 +160,21 @@ fn reads_honour_tenant_and_expiry() {
     let dir = TempDir::new("fresh");
     runtime().block_on(async {
         let (_, mut sm) = open(&dir.0).expect("open");
-        let mut old = completion("old", "dev", 1);
-        old.created_ms -= 5_000;
-        sm.apply(vec![put(1, completion("k", "dev", 600)), put(2, old)]).await.expect("apply");
         let now = now_ms();
-        assert!(sm.get_fresh("k", "dev", now).expect("read").is_some());
-        assert!(sm.get_fresh("k", "other-tenant", now).expect("read").is_none());
-        assert!(sm.get_fresh("old", "dev", now).expect("read").is_none());
-        assert!(sm.get_fresh("missing", "dev", now).expect("read").is_none());
+        // Created at the (old) time of its proposal, with a one-second TTL: expired now.
+        sm.apply(vec![
+            seed(),
+            put(2, now - 5_000, completion("old", "dev", 1)),
+            put(3, now, completion("k", "dev", 600)),
+        ])
+        .await
+        .expect("apply");
+        assert!(sm.read("k", "dev", now).expect("read").is_some());
+        assert!(sm.read("k", "other-tenant", now).expect("read").is_none());
+        assert!(sm.read("old", "dev", now).expect("read").is_none());
+        assert!(sm.read("missing", "dev", now).expect("read").is_none());
+        assert_eq!(sm.sweep().expect("sweep"), (1, 0), "the expired entry is swept");
+        assert_eq!(sm.len(), 1);
     });
 }
 
@@ -148,21 +184,32 @@ fn snapshots_carry_live_entries_and_replace_state() {
     runtime().block_on(async {
         let (_, mut leader) = open(&a.0).expect("open");
         let (_, mut follower) = open(&b.0).expect("open");
-        let mut expired = completion("gone", "dev", 1);
-        expired.created_ms -= 5_000;
-        leader.apply(vec![put(1, completion("x", "dev", 600)), put(2, expired)]).await.expect("apply");
-        follower.apply(vec![put(1, completion("stale", "dev", 600))]).await.expect("apply");
+        let now = now_ms();
+        leader
+            .apply(vec![
+                seed(),
+                put(2, now - 5_000, completion("gone", "dev", 1)),
+                put(3, now, completion("x", "dev", 600)),
+            ])
+            .await
+            .expect("apply");
+        follower.apply(vec![seed(), put(2, now, completion("stale", "dev", 600))]).await.expect("apply");
 
         let snapshot = leader.get_snapshot_builder().await.build_snapshot().await.expect("build");
-        assert_eq!(snapshot.meta.last_log_id, Some(log_id(1, 2)));
+        assert_eq!(snapshot.meta.last_log_id, Some(log_id(1, 3)));
         let mut receiving = follower.begin_receiving_snapshot().await.expect("begin");
         *receiving = Cursor::new(snapshot.snapshot.into_inner());
         follower.install_snapshot(&snapshot.meta, receiving).await.expect("install");
 
-        assert!(follower.get("x").expect("read").is_some());
-        assert!(follower.get("gone").expect("read").is_none(), "expired entries stay out of snapshots");
-        assert!(follower.get("stale").expect("read").is_none(), "installing replaces the old state");
-        assert_eq!(follower.applied_state().await.expect("applied").0, Some(log_id(1, 2)));
+        assert!(follower.read("x", "dev", now).expect("read").is_some());
+        assert_eq!(
+            follower.len(),
+            1,
+            "expired entries stay out of snapshots; installing replaces the old state"
+        );
+        assert!(follower.read("stale", "dev", now).expect("read").is_none());
+        assert_eq!(follower.applied_state().await.expect("applied").0, Some(log_id(1, 3)));
+        assert_eq!(follower.digest().expect("digest"), leader.digest().expect("digest"));
         let current = follower.get_current_snapshot().await.expect("current").expect("a snapshot");
         assert_eq!(current.meta, snapshot.meta);
     });

@@ -1,19 +1,24 @@
-//! openraft's type configuration for the core cluster and the state machine's commands.
+//! openraft's type configuration for the core cluster and the state machine's commands and outcomes.
+//!
+//! Every application log entry is a [`Proposal`]: a batch of client [`Request`]s (group commit) stamped
+//! with the leader's clock. New command variants may be added; existing ones keep their JSON shape, because
+//! old entries stay in logs and snapshots.
 
 use std::io::Cursor;
 
 use openraft::BasicNode;
 use serde::{Deserialize, Serialize};
 use shared::completion::CachedCompletion;
+use shared::normalize::{Message, Sampling};
 
 /// A core node's id in the Raft group.
 pub type NodeId = u64;
 
 openraft::declare_raft_types!(
-    /// The core cluster's Raft types: commands are [`Command`], snapshots are JSON bytes in memory.
+    /// The core cluster's Raft types: entries are [`Proposal`]s, snapshots are JSON bytes in memory.
     pub TypeConfig:
-        D = Command,
-        R = CommandResponse,
+        D = Proposal,
+        R = ProposalResponse,
         NodeId = NodeId,
         Node = BasicNode,
         SnapshotData = Cursor<Vec<u8>>,
@@ -26,29 +31,218 @@ pub type Entry = openraft::Entry<TypeConfig>;
 /// A storage error of the core cluster's Raft stores.
 pub type StorageError = openraft::StorageError<NodeId>;
 
-/// A change to the authoritative cache state; the payload of every application log entry.
-///
-/// New variants may be added; existing ones keep their JSON shape, because old entries stay in logs and
-/// snapshots.
+/// One log entry's payload: requests committed together, in order, at the leader's time `issued_ms`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Proposal {
+    /// Unix milliseconds on the leader when it proposed the batch. Replicas take time from here (never
+    /// from their own clocks), so they agree on creation times and on what has expired.
+    pub issued_ms: i64,
+    /// The batched requests.
+    pub requests: Vec<Request>,
+}
+
+/// One client request: a command and the id that makes retrying it safe.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// Idempotency key; a request whose id was applied before is not applied again. Empty: no dedup.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub id: String,
+    /// What to do.
+    pub command: Command,
+}
+
+/// A change to the authoritative cache state.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Command {
     /// Stores a completion under its key, replacing whatever was there.
     Put {
-        /// The completion to store; `entry.key` is where it goes.
+        /// The completion; `entry.key` is where it goes. Its `created_ms` is replaced by the leader's time.
         entry: CachedCompletion,
+        /// The content class it was cached under (decides nothing here; recorded and returned).
+        #[serde(default)]
+        content_class: String,
+        /// The request that produced it, so that a model-version bump can regenerate hot entries.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prompt: Option<Prompt>,
+    },
+    /// Makes entries unreadable at once (lazily removed later).
+    Invalidate {
+        /// Which entries.
+        scope: InvalidateScope,
+    },
+    /// Moves a model to a newer version: every entry of an older version becomes stale in one step.
+    BumpModelVersion {
+        /// The model.
+        model: String,
+        /// The new version; 0 means the current one plus one.
+        version: u64,
+    },
+    /// Adds a model to the registry (no-op when it is there with the same version).
+    RegisterModel {
+        /// The model.
+        model: String,
+        /// Its current version (at least 1).
+        version: u64,
+    },
+    /// Creates a tenant or replaces its policy (its invalidation epoch is kept).
+    SetTenantPolicy {
+        /// The tenant.
+        tenant: String,
+        /// The policy.
+        policy: TenantPolicy,
+    },
+    /// Adds served hits to the models' hot-prompt summaries.
+    RecordHits {
+        /// Cache keys and how often each was served since the last report.
+        hits: Vec<(String, u32)>,
     },
 }
 
-/// What applying one log entry did.
+/// Which entries an [`Command::Invalidate`] removes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "result", rename_all = "snake_case")]
-pub enum CommandResponse {
-    /// A blank or membership entry: nothing changed in the cache.
-    Empty,
-    /// A completion was stored.
-    Stored {
-        /// The key it was stored under.
+#[serde(tag = "scope", rename_all = "snake_case")]
+pub enum InvalidateScope {
+    /// One entry (the tenant must own it).
+    Key {
+        /// Its owner.
+        tenant: String,
+        /// Its cache key.
         key: String,
     },
+    /// Every entry of a tenant (its epoch moves on).
+    Tenant {
+        /// The tenant.
+        tenant: String,
+    },
+    /// Every entry of one version of a model.
+    ModelVersion {
+        /// The model.
+        model: String,
+        /// The version.
+        version: u64,
+    },
+}
+
+/// A tenant's limits.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantPolicy {
+    /// Largest cached answer accepted, in bytes; 0 means the cluster's limit.
+    pub max_value_bytes: u64,
+    /// TTL of a put that gives none, in seconds; 0 means no expiry.
+    pub default_ttl_s: u64,
+    /// Longest TTL kept, in seconds (longer ones are cut to it); 0 means unlimited.
+    pub max_ttl_s: u64,
+}
+
+/// The normalized request behind an entry: enough to generate it again under a new model version.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Prompt {
+    /// The conversation.
+    pub messages: Vec<Message>,
+    /// Sampling parameters.
+    pub sampling: Sampling,
+}
+
+/// What applying one log entry did: one [`Applied`] per request of its proposal (none for blank and
+/// membership entries).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProposalResponse {
+    /// In request order.
+    pub applied: Vec<Applied>,
+}
+
+/// What one request did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Applied {
+    /// The outcome (for a duplicate: the outcome of its first application).
+    pub outcome: Outcome,
+    /// Whether the request id had been applied before, so nothing changed this time.
+    #[serde(default)]
+    pub duplicate: bool,
+}
+
+/// The outcome of one command.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    /// The entry was stored.
+    Stored {
+        /// Its key.
+        key: String,
+        /// Its creation time (the leader's clock).
+        created_ms: i64,
+        /// Its TTL after the tenant policy.
+        ttl_s: u64,
+    },
+    /// Entries were invalidated.
+    Invalidated {
+        /// Entries removed now (a key), or 0 when the scope is invalidated lazily by an epoch or version.
+        removed: u64,
+    },
+    /// A model moved to a new version.
+    ModelVersion {
+        /// The model.
+        model: String,
+        /// The version it had.
+        previous: u64,
+        /// The version it has now.
+        version: u64,
+        /// The hottest prompts of the old version, to regenerate under the new one (hottest first).
+        refresh: Vec<RefreshJob>,
+    },
+    /// A model is registered.
+    ModelRegistered {
+        /// The model.
+        model: String,
+        /// Its current version.
+        version: u64,
+    },
+    /// A tenant's policy is set.
+    TenantPolicySet {
+        /// The tenant.
+        tenant: String,
+        /// Its invalidation epoch.
+        epoch: u64,
+    },
+    /// Hits were added to the hot summaries.
+    HitsRecorded,
+    /// The command was refused; nothing changed.
+    Rejected {
+        /// Why, as a category.
+        reason: Rejection,
+        /// Why, in words.
+        message: String,
+    },
+}
+
+/// Why the state machine refused a command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rejection {
+    /// The tenant has no policy (it was never created).
+    UnknownTenant,
+    /// The model is not in the registry.
+    UnknownModel,
+    /// The entry is for an older version than the model's current one.
+    StaleModelVersion,
+    /// The value is larger than the tenant's limit.
+    ValueTooLarge,
+    /// The key belongs to another tenant.
+    WrongTenant,
+    /// The model is registered with another version, or a bump does not move forward.
+    Conflict,
+}
+
+/// One prompt to regenerate after a model-version bump.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RefreshJob {
+    /// The tenant that owns it.
+    pub tenant: String,
+    /// Its content class.
+    pub content_class: String,
+    /// Its TTL.
+    pub ttl_s: u64,
+    /// The request to generate again.
+    pub prompt: Prompt,
 }

@@ -1,36 +1,36 @@
-//! Commits a command through Raft from any node: on the leader directly, on a follower by forwarding it to
-//! the leader's `Raft.ClientWrite`. While there is no leader (an election) it retries until its deadline.
+//! Commits a request through Raft from any node: on the leader through its group commit, on a follower by
+//! forwarding it to the leader's `Raft.ClientWrite` (which joins the leader's group commit). While there is
+//! no leader (an election) it retries until its deadline.
 //!
-//! Retrying is safe because every command is idempotent: applying the same `Put` twice stores the same entry.
+//! Retrying is safe: a request with an id is applied at most once (the state machine remembers applied
+//! ids), and the commands sent without one (hit reports) tolerate a rare double count.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use openraft::error::{ClientWriteError, RaftError};
-use openraft::raft::ClientWriteResponse;
-use openraft::BasicNode;
-
 use super::auth::TierSecret;
 use super::convert;
 use super::error::CoreError;
+use super::group_commit::{Committed, GroupCommit, SubmitError};
 use super::metrics::Metrics;
 use super::peers::PeerChannels;
-use super::types::{Command, NodeId, Raft, TypeConfig};
-
-/// What a write through the leader returns.
-type WriteResult =
-    Result<ClientWriteResponse<TypeConfig>, RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>>;
+use super::types::{NodeId, Raft, Request};
 
 /// Shortest and longest pause between attempts while the cluster has no usable leader.
-const RETRY_PAUSE: (Duration, Duration) = (Duration::from_millis(50), Duration::from_millis(500));
+const RETRY_PAUSE: (Duration, Duration) = (Duration::from_millis(20), Duration::from_millis(300));
 
-/// Writes commands through Raft from this node.
+/// What a forwarded write returns.
+pub type ForwardReply = Result<Committed, SubmitError>;
+
+/// Writes requests through Raft from this node.
 #[derive(Clone)]
 pub struct Writer {
     /// This node's id.
     id: NodeId,
-    /// The local Raft node, for leadership and for local writes.
+    /// The local Raft node, for leadership.
     raft: Raft,
+    /// The local group commit (used while this node leads).
+    group: GroupCommit,
     /// Channels to the other nodes, for forwarding.
     channels: PeerChannels,
     /// Sent with forwarded writes.
@@ -46,46 +46,52 @@ impl Writer {
     pub fn new(
         id: NodeId,
         raft: Raft,
+        group: GroupCommit,
         channels: PeerChannels,
         secret: TierSecret,
         timeout: Duration,
         metrics: Arc<Metrics>,
     ) -> Self {
-        Self { id, raft, channels, secret, timeout, metrics }
+        Self { id, raft, group, channels, secret, timeout, metrics }
     }
 
-    /// Commits `command` and returns once it is applied on the leader; `NoQuorum` after the timeout.
-    pub async fn write(&self, command: Command) -> Result<ClientWriteResponse<TypeConfig>, CoreError> {
-        let deadline = Instant::now() + self.timeout;
+    /// The local group commit, for writes forwarded to this node.
+    pub fn group(&self) -> &GroupCommit {
+        &self.group
+    }
+
+    /// Commits `request` and returns once it is applied on the leader; `NoQuorum` after the timeout.
+    pub async fn write(&self, request: Request) -> Result<Committed, CoreError> {
+        self.write_within(request, self.timeout).await
+    }
+
+    /// [`Writer::write`] with its own deadline.
+    pub async fn write_within(&self, request: Request, timeout: Duration) -> Result<Committed, CoreError> {
+        let deadline = Instant::now() + timeout;
         let mut pause = RETRY_PAUSE.0;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
-                return Err(CoreError::NoQuorum(format!(
-                    "no leader committed the write within {:?}",
-                    self.timeout
-                )));
+                return Err(CoreError::NoQuorum(format!("no leader committed the write within {timeout:?}")));
             }
             // Why this attempt did not commit, when another attempt may.
             let retry: String = match self.leader() {
                 None => "no leader known".into(),
                 Some((leader, _)) if leader == self.id => {
-                    match tokio::time::timeout(remaining, self.raft.client_write(command.clone())).await {
-                        Ok(result) => match classify(result, false) {
-                            Ok(done) => return done,
-                            Err(retry) => retry,
-                        },
+                    match tokio::time::timeout(remaining, self.group.submit(request.clone())).await {
+                        Ok(Ok(committed)) => return Ok(committed),
+                        Ok(Err(e @ SubmitError::NotLeader { .. })) => e.to_string(),
+                        Ok(Err(SubmitError::Stopped(e))) => return Err(CoreError::Raft(e)),
                         Err(_) => "local write timed out".into(),
                     }
                 }
-                Some((leader, addr)) => match self.forward(&addr, &command, remaining).await {
-                    Ok(result) => match classify(result, true) {
-                        Ok(done) => {
-                            self.metrics.forwarded_writes.inc();
-                            return done;
-                        }
-                        Err(retry) => retry,
-                    },
+                Some((leader, addr)) => match self.forward(&addr, &request, remaining).await {
+                    Ok(Ok(committed)) => {
+                        self.metrics.forwarded_writes.inc();
+                        return Ok(committed);
+                    }
+                    // A remote leader that stepped down or stopped: another node takes over.
+                    Ok(Err(e)) => format!("leader {leader}: {e}"),
                     Err(e) => format!("leader {leader} at {addr}: {e}"),
                 },
             };
@@ -97,7 +103,7 @@ impl Writer {
     }
 
     /// The leader this node knows of, with its address.
-    fn leader(&self) -> Option<(NodeId, String)> {
+    pub fn leader(&self) -> Option<(NodeId, String)> {
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow();
         let leader = metrics.current_leader?;
@@ -105,40 +111,20 @@ impl Writer {
         Some((leader, node.addr.clone()))
     }
 
-    /// Sends `command` to the leader at `addr`.
+    /// Sends `request` to the leader at `addr`.
     async fn forward(
         &self,
         addr: &str,
-        command: &Command,
+        request: &Request,
         remaining: Duration,
-    ) -> Result<WriteResult, CoreError> {
+    ) -> Result<ForwardReply, CoreError> {
         let mut client = self.channels.raft_client(addr)?;
-        let mut request = self.secret.request(convert::encode(command)?);
-        request.set_timeout(remaining);
-        let reply = tokio::time::timeout(remaining, client.client_write(request))
+        let mut call = self.secret.request(convert::encode(request)?);
+        call.set_timeout(remaining);
+        let reply = tokio::time::timeout(remaining, client.client_write(call))
             .await
             .map_err(|_| CoreError::NoQuorum("forwarded write timed out".into()))?
             .map_err(|status| CoreError::NoQuorum(format!("forwarded write: {}", status.message())))?;
         Ok(serde_json::from_slice(&reply.get_ref().json)?)
-    }
-}
-
-/// Sorts a write's outcome into done (committed, or failed for good) and worth retrying (with the reason).
-///
-/// A fatal error from a remote leader (it is shutting down) is worth retrying: another node takes over.
-fn classify(
-    result: WriteResult,
-    remote: bool,
-) -> Result<Result<ClientWriteResponse<TypeConfig>, CoreError>, String> {
-    match result {
-        Ok(response) => Ok(Ok(response)),
-        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-            Err(format!("not the leader (leader hint {:?})", f.leader_id))
-        }
-        Err(RaftError::APIError(e @ ClientWriteError::ChangeMembershipError(_))) => {
-            Ok(Err(CoreError::Raft(e.to_string())))
-        }
-        Err(RaftError::Fatal(e)) if remote => Err(format!("leader stopped: {e}")),
-        Err(RaftError::Fatal(e)) => Ok(Err(CoreError::Raft(e.to_string()))),
     }
 }

@@ -154,6 +154,7 @@ fn complete_request(
         key: key.as_str().to_owned(),
         model_version: request.model.version,
         ttl_s,
+        content_class: String::new(),
         generate: Some(GenerateRequest {
             request_id: key.completion_id(),
             tenant: tenant.to_owned(),

@@ -1,0 +1,171 @@
+//! `core-node admin ...`: the operator's command line over [`CoreClient`]: status, membership changes,
+//! model versions, tenant policies and invalidation. Prints each answer as JSON.
+
+use clap::{Parser, Subcommand};
+use proto::core::{
+    invalidate, write_request, BumpModelVersion, Invalidate, ModelVersion, RegisterModel, SetTenantPolicy,
+    TenantPolicy,
+};
+
+use crate::client::CoreClient;
+use crate::node::config::TIER_SECRET_ENV;
+use crate::node::{CoreError, NodeId};
+
+/// `core-node admin`: manage a running core cluster. The tier secret comes from `MESH_TIER_SECRET`.
+#[derive(Debug, Parser)]
+#[command(name = "core-node admin", about = "Manage a running core cluster.")]
+pub struct AdminArgs {
+    /// Core nodes to talk to, as `host:port`, comma-separated (any node works; the leader is found).
+    #[arg(long, env = "CORE_NODES", value_delimiter = ',', required = true)]
+    pub nodes: Vec<String>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: AdminCommand,
+}
+
+/// One admin operation.
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Each node's view: leader, term, applied index, voters, learners, state digest.
+    Status,
+    /// Add a node as a learner (it must be running, started without --bootstrap) and wait for it to catch up.
+    AddLearner {
+        /// The new node's id.
+        #[arg(long)]
+        id: NodeId,
+        /// Its Raft address (`host:port`), as the other nodes reach it.
+        #[arg(long)]
+        addr: String,
+    },
+    /// Set the voters (promotes learners); nodes named in --remove leave the cluster.
+    SetVoters {
+        /// The voters, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        voters: Vec<NodeId>,
+        /// Nodes to remove altogether, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        remove: Vec<NodeId>,
+    },
+    /// Register a model at a version.
+    RegisterModel {
+        /// The model.
+        #[arg(long)]
+        model: String,
+        /// Its version.
+        #[arg(long, default_value_t = 1)]
+        version: u64,
+    },
+    /// Move a model to a new version: older entries go stale and the hottest prompts are regenerated.
+    BumpModel {
+        /// The model.
+        #[arg(long)]
+        model: String,
+        /// The new version (default: current + 1).
+        #[arg(long, default_value_t = 0)]
+        version: u64,
+    },
+    /// Create a tenant or replace its policy.
+    SetTenant {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// Largest cached answer in bytes (0: the cluster's limit).
+        #[arg(long, default_value_t = 0)]
+        max_value_bytes: u64,
+        /// TTL of entries stored without one, in seconds (0: none).
+        #[arg(long, default_value_t = 0)]
+        default_ttl_s: u64,
+        /// Longest TTL kept, in seconds (0: unlimited).
+        #[arg(long, default_value_t = 0)]
+        max_ttl_s: u64,
+    },
+    /// Invalidate one key (--tenant and --key), a tenant (--tenant), or a model version (--model, --version).
+    Invalidate {
+        /// The tenant (alone: all its entries).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// One key of --tenant.
+        #[arg(long)]
+        key: Option<String>,
+        /// A model (with --version).
+        #[arg(long)]
+        model: Option<String>,
+        /// The model version.
+        #[arg(long)]
+        version: Option<u64>,
+    },
+}
+
+fn print(value: &impl serde::Serialize) -> Result<(), CoreError> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// Runs one admin command.
+pub async fn run(args: AdminArgs) -> Result<(), CoreError> {
+    let secret =
+        std::env::var(TIER_SECRET_ENV).map_err(|_| CoreError::Config(format!("set {TIER_SECRET_ENV}")))?;
+    let client = CoreClient::new(args.nodes.clone(), &secret)?;
+    let write = |command| {
+        let client = client.clone();
+        async move {
+            let ack = client.write(&client.new_request_id(), command).await?;
+            print(
+                &serde_json::json!({ "log_index": ack.log_index, "leader": ack.leader_id, "outcome": ack.outcome }),
+            )
+        }
+    };
+    match args.command {
+        AdminCommand::Status => {
+            for addr in &args.nodes {
+                match client.status(addr).await {
+                    Ok(s) => print(&serde_json::json!({
+                        "addr": addr, "id": s.id, "leader": s.leader_id, "term": s.term,
+                        "last_log_index": s.last_log_index, "applied_index": s.applied_index,
+                        "snapshot_index": s.snapshot_index, "voters": s.voters, "learners": s.learners,
+                        "entries": s.entries, "state_digest": s.state_digest,
+                    }))?,
+                    Err(e) => print(&serde_json::json!({ "addr": addr, "error": e.to_string() }))?,
+                }
+            }
+            Ok(())
+        }
+        AdminCommand::AddLearner { id, addr } => {
+            let reply = client.add_learner(id, &addr).await?;
+            print(
+                &serde_json::json!({ "log_index": reply.log_index, "voters": reply.voters, "learners": reply.learners }),
+            )
+        }
+        AdminCommand::SetVoters { voters, remove } => {
+            let reply = client.change_membership(voters, remove).await?;
+            print(
+                &serde_json::json!({ "log_index": reply.log_index, "voters": reply.voters, "learners": reply.learners }),
+            )
+        }
+        AdminCommand::RegisterModel { model, version } => {
+            write(write_request::Command::RegisterModel(RegisterModel { model, version })).await
+        }
+        AdminCommand::BumpModel { model, version } => {
+            write(write_request::Command::BumpModelVersion(BumpModelVersion { model, version })).await
+        }
+        AdminCommand::SetTenant { tenant, max_value_bytes, default_ttl_s, max_ttl_s } => {
+            let policy = Some(TenantPolicy { max_value_bytes, default_ttl_s, max_ttl_s });
+            write(write_request::Command::SetTenantPolicy(SetTenantPolicy { tenant, policy })).await
+        }
+        AdminCommand::Invalidate { tenant, key, model, version } => {
+            let (scope, key_tenant) = match (tenant, key, model, version) {
+                (Some(tenant), Some(key), None, None) => (invalidate::Scope::Key(key), tenant),
+                (Some(tenant), None, None, None) => (invalidate::Scope::Tenant(tenant), String::new()),
+                (None, None, Some(model), Some(version)) => {
+                    (invalidate::Scope::ModelVersion(ModelVersion { model, version }), String::new())
+                }
+                _ => {
+                    return Err(CoreError::InvalidArgument(
+                        "give --tenant and --key, or --tenant, or --model and --version".into(),
+                    ))
+                }
+            };
+            write(write_request::Command::Invalidate(Invalidate { scope: Some(scope), key_tenant })).await
+        }
+    }
+}

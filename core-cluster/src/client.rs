@@ -1,0 +1,309 @@
+//! `CoreClient`: the client library of the core cluster's store and admin API.
+//!
+//! Give it the addresses of any core nodes. It talks to the node it believes leads (learned from replies),
+//! moves on to the next node when one is unreachable or cannot commit, and retries until its deadline.
+//! Retrying a write is safe because every write carries a request id, and the state machine applies an id
+//! at most once (within the retention window), so a put that was committed but whose answer was lost is
+//! not applied twice.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use proto::core::core_admin_client::CoreAdminClient;
+use proto::core::core_store_client::CoreStoreClient;
+use proto::core::{
+    write_request, AddLearnerRequest, ChangeMembershipRequest, MembershipReply, PutEntry, ReadRequest,
+    StatusReply, StatusRequest, WriteRequest,
+};
+use shared::completion::CachedCompletion;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+use crate::node::auth::TierSecret;
+use crate::node::{CoreError, NodeId};
+
+/// How a read is served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Consistency {
+    /// Confirmed with a quorum by the leader: reflects every write acknowledged before the read began.
+    Linearizable,
+    /// The answering node's applied state: possibly behind, no quorum round trip.
+    Local,
+}
+
+/// A committed write.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WriteAck {
+    /// The log index it was committed at.
+    pub log_index: u64,
+    /// Whether its request id had been applied before (nothing was applied again).
+    pub duplicate: bool,
+    /// The state machine's outcome (e.g. `{"outcome":"stored","key":...}`).
+    pub outcome: serde_json::Value,
+    /// The leader that committed it.
+    pub leader_id: NodeId,
+}
+
+/// Default deadline of one call, retries included.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a single attempt on one node may take before the client tries another.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Shortest and longest pause after a failed attempt.
+const RETRY_PAUSE: (Duration, Duration) = (Duration::from_millis(20), Duration::from_millis(300));
+
+/// A client of the core cluster. Cloning is cheap; clones share connections and what was learned.
+#[derive(Clone, Debug)]
+pub struct CoreClient {
+    inner: Arc<Inner>,
+    timeout: Duration,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// Each node's address and its channel.
+    nodes: Vec<(String, Channel)>,
+    secret: TierSecret,
+    /// Which node index answered as which node id.
+    ids: Mutex<HashMap<NodeId, usize>>,
+    /// The index to try first.
+    preferred: AtomicUsize,
+    /// Numbers the request ids this client makes up.
+    next_id: AtomicU64,
+    /// Distinguishes this client's request ids from other clients'.
+    client_tag: String,
+}
+
+fn channel(addr: &str) -> Result<Channel, CoreError> {
+    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| CoreError::Config(format!("core address {addr:?}: {e}")))?
+        .connect_timeout(Duration::from_secs(1))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(5))
+        .keep_alive_timeout(Duration::from_secs(5));
+    Ok(endpoint.connect_lazy())
+}
+
+/// Whether a failed call may succeed on another node or later.
+fn retryable(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unavailable
+            | Code::DeadlineExceeded
+            | Code::Cancelled
+            | Code::Unknown
+            | Code::Aborted
+            | Code::Internal
+    )
+}
+
+/// A status that will not change on retry, as the error the caller sees.
+fn final_error(status: Status) -> CoreError {
+    match status.code() {
+        Code::InvalidArgument => CoreError::InvalidArgument(status.message().to_owned()),
+        Code::Unauthenticated => CoreError::Unauthenticated,
+        code => CoreError::Rejected { code, message: status.message().to_owned() },
+    }
+}
+
+impl CoreClient {
+    /// A client of the nodes at `addrs` (`host:port`), authenticating with the tier `secret`.
+    pub fn new(addrs: Vec<String>, secret: &str) -> Result<Self, CoreError> {
+        if addrs.is_empty() {
+            return Err(CoreError::Config("no core node addresses".into()));
+        }
+        let nodes =
+            addrs.into_iter().map(|a| Ok((a.clone(), channel(&a)?))).collect::<Result<_, CoreError>>()?;
+        let since_epoch =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let inner = Inner {
+            nodes,
+            secret: TierSecret::new(secret)?,
+            ids: Mutex::default(),
+            preferred: AtomicUsize::new(0),
+            next_id: AtomicU64::new(0),
+            client_tag: format!("{:x}-{:x}", std::process::id(), since_epoch.as_nanos()),
+        };
+        Ok(Self { inner: Arc::new(inner), timeout: DEFAULT_TIMEOUT })
+    }
+
+    /// The same client with another per-call deadline (retries included).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// A request id unique to this client.
+    pub fn new_request_id(&self) -> String {
+        format!("c-{}-{}", self.inner.client_tag, self.inner.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Notes that the node at `index` is `served_by`, and that `leader` leads.
+    fn learn(&self, index: usize, served_by: NodeId, leader: NodeId) {
+        let mut ids = self.inner.ids.lock().unwrap_or_else(|p| p.into_inner());
+        if served_by != 0 {
+            ids.insert(served_by, index);
+        }
+        if let Some(&leader_index) = ids.get(&leader) {
+            self.inner.preferred.store(leader_index, Ordering::Relaxed);
+        }
+    }
+
+    /// Runs `call` on the preferred node, moving on to the next one after a retryable failure, until it
+    /// succeeds, fails for good, or the deadline passes.
+    async fn with_retries<T, F, Fut>(&self, what: &str, mut call: F) -> Result<(usize, T), CoreError>
+    where
+        F: FnMut(Channel, Duration) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let deadline = Instant::now() + self.timeout;
+        let mut pause = RETRY_PAUSE.0;
+        let count = self.inner.nodes.len();
+        let mut last_error = String::from("no attempt made");
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(CoreError::NoQuorum(format!(
+                    "{what} did not succeed within {:?}: {last_error}",
+                    self.timeout
+                )));
+            }
+            let index = self.inner.preferred.load(Ordering::Relaxed) % count;
+            let (addr, channel) = &self.inner.nodes[index];
+            let attempt = remaining.min(ATTEMPT_TIMEOUT);
+            match tokio::time::timeout(attempt, call(channel.clone(), attempt)).await {
+                Ok(Ok(reply)) => return Ok((index, reply)),
+                Ok(Err(status)) if !retryable(&status) => return Err(final_error(status)),
+                Ok(Err(status)) => last_error = format!("{addr}: {}", status.message()),
+                Err(_) => last_error = format!("{addr}: no answer within {attempt:?}"),
+            }
+            // Try the next node; the leader's index is learned again from the next reply.
+            let _ = self.inner.preferred.compare_exchange(
+                index,
+                (index + 1) % count,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            let left = deadline.saturating_duration_since(Instant::now());
+            tokio::time::sleep(pause.min(left)).await;
+            pause = (pause * 2).min(RETRY_PAUSE.1);
+        }
+    }
+
+    /// Commits `command` under `request_id` (reuse the id when retrying on your own).
+    pub async fn write(
+        &self,
+        request_id: &str,
+        command: write_request::Command,
+    ) -> Result<WriteAck, CoreError> {
+        let request = WriteRequest { request_id: request_id.to_owned(), command: Some(command) };
+        let secret = self.inner.secret.clone();
+        let (index, reply) = self
+            .with_retries("write", |channel, attempt| {
+                let mut call = secret.request(request.clone());
+                call.set_timeout(attempt);
+                async move { CoreStoreClient::new(channel).write(call).await.map(tonic::Response::into_inner) }
+            })
+            .await?;
+        self.learn(index, reply.served_by, reply.leader_id);
+        Ok(WriteAck {
+            log_index: reply.log_index,
+            duplicate: reply.duplicate,
+            outcome: serde_json::from_str(&reply.outcome_json).unwrap_or(serde_json::Value::Null),
+            leader_id: reply.leader_id,
+        })
+    }
+
+    /// Stores `entry` under its key.
+    pub async fn put(
+        &self,
+        request_id: &str,
+        entry: CachedCompletion,
+        content_class: &str,
+    ) -> Result<WriteAck, CoreError> {
+        let put = PutEntry { entry: Some(entry.into()), content_class: content_class.to_owned() };
+        self.write(request_id, write_request::Command::Put(put)).await
+    }
+
+    /// The live entry under `key` owned by `tenant`, if any.
+    pub async fn read(
+        &self,
+        tenant: &str,
+        key: &str,
+        consistency: Consistency,
+    ) -> Result<Option<CachedCompletion>, CoreError> {
+        let consistency = match consistency {
+            Consistency::Linearizable => proto::core::Consistency::Linearizable,
+            Consistency::Local => proto::core::Consistency::Local,
+        };
+        let request =
+            ReadRequest { key: key.to_owned(), tenant: tenant.to_owned(), consistency: consistency as i32 };
+        let secret = self.inner.secret.clone();
+        let (index, reply) = self
+            .with_retries("read", |channel, attempt| {
+                let mut call = secret.request(request.clone());
+                call.set_timeout(attempt);
+                async move { CoreStoreClient::new(channel).read(call).await.map(tonic::Response::into_inner) }
+            })
+            .await?;
+        self.learn(index, reply.served_by, reply.leader_id);
+        Ok(reply.entry.map(Into::into))
+    }
+
+    /// One node's status (no retries, no other node): its view of the cluster and its state digest.
+    pub async fn status(&self, addr: &str) -> Result<StatusReply, CoreError> {
+        let known = self.inner.nodes.iter().find(|(a, _)| a == addr).map(|(_, c)| c.clone());
+        let channel = match known {
+            Some(channel) => channel,
+            None => channel(addr)?,
+        };
+        let mut call = self.inner.secret.request(StatusRequest {});
+        call.set_timeout(ATTEMPT_TIMEOUT);
+        let reply = tokio::time::timeout(ATTEMPT_TIMEOUT, CoreAdminClient::new(channel).status(call))
+            .await
+            .map_err(|_| CoreError::NoQuorum(format!("{addr} did not answer")))?
+            .map_err(|s| CoreError::NoQuorum(format!("{addr}: {}", s.message())))?;
+        Ok(reply.into_inner())
+    }
+
+    /// Adds node `id` at `addr` as a learner and waits until it has caught up.
+    pub async fn add_learner(&self, id: NodeId, addr: &str) -> Result<MembershipReply, CoreError> {
+        let request = AddLearnerRequest { id, addr: addr.to_owned() };
+        let secret = self.inner.secret.clone();
+        let (_, reply) = self
+            .with_retries("add learner", |channel, attempt| {
+                let mut call = secret.request(request.clone());
+                call.set_timeout(attempt);
+                async move {
+                    CoreAdminClient::new(channel).add_learner(call).await.map(tonic::Response::into_inner)
+                }
+            })
+            .await?;
+        Ok(reply)
+    }
+
+    /// Makes `voters` the voting members; nodes in `remove` leave the cluster altogether.
+    pub async fn change_membership(
+        &self,
+        voters: Vec<NodeId>,
+        remove: Vec<NodeId>,
+    ) -> Result<MembershipReply, CoreError> {
+        let request = ChangeMembershipRequest { voters, remove };
+        let secret = self.inner.secret.clone();
+        let (_, reply) = self
+            .with_retries("change membership", |channel, attempt| {
+                let mut call = secret.request(request.clone());
+                call.set_timeout(attempt);
+                async move {
+                    CoreAdminClient::new(channel)
+                        .change_membership(call)
+                        .await
+                        .map(tonic::Response::into_inner)
+                }
+            })
+            .await?;
+        Ok(reply)
+    }
+}

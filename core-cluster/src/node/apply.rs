@@ -1,0 +1,515 @@
+//! Applying one proposal's requests to the state machine's tables: the rules of every command, written
+//! against the [`Tables`] trait so that the same code runs inside a sled transaction and in unit tests.
+//!
+//! Applying never fails for a reason the command carries: a command that breaks a rule (unknown tenant,
+//! oversized value, stale version) becomes an [`Outcome::Rejected`] and changes nothing. Only the storage
+//! itself can fail.
+
+use std::collections::BTreeMap;
+
+use super::records::{AppliedRequest, ModelState, StoredEntry, TenantState};
+use super::types::{Applied, Command, InvalidateScope, Outcome, RefreshJob, Rejection, Request};
+
+/// Largest cached answer the cluster accepts, in bytes (a tenant policy may set less).
+pub const MAX_VALUE_BYTES: u64 = 1024 * 1024;
+/// Prompts queued for regeneration after a model-version bump.
+pub const REFRESH_TOP: usize = 16;
+
+/// Keyed access to the state machine's tables.
+pub trait Tables {
+    /// A storage failure.
+    type Error;
+    /// The entry under a cache key.
+    fn entry(&mut self, key: &str) -> Result<Option<StoredEntry>, Self::Error>;
+    /// Stores an entry.
+    fn put_entry(&mut self, key: &str, entry: &StoredEntry) -> Result<(), Self::Error>;
+    /// Removes an entry.
+    fn remove_entry(&mut self, key: &str) -> Result<(), Self::Error>;
+    /// A tenant.
+    fn tenant(&mut self, name: &str) -> Result<Option<TenantState>, Self::Error>;
+    /// Stores a tenant.
+    fn put_tenant(&mut self, name: &str, tenant: &TenantState) -> Result<(), Self::Error>;
+    /// A model.
+    fn model(&mut self, name: &str) -> Result<Option<ModelState>, Self::Error>;
+    /// Stores a model.
+    fn put_model(&mut self, name: &str, model: &ModelState) -> Result<(), Self::Error>;
+    /// An applied request id.
+    fn request(&mut self, id: &str) -> Result<Option<AppliedRequest>, Self::Error>;
+    /// Records an applied request id.
+    fn put_request(&mut self, id: &str, request: &AppliedRequest) -> Result<(), Self::Error>;
+}
+
+/// Applies one proposal's requests at the state machine's time `clock_ms`, in order.
+///
+/// Models touched by several requests are read once and written once, at the end.
+pub fn apply_proposal<T: Tables>(
+    tables: &mut T,
+    clock_ms: i64,
+    requests: &[Request],
+) -> Result<Vec<Applied>, T::Error> {
+    let mut applier = Applier { tables, clock_ms, models: BTreeMap::new() };
+    let mut applied = Vec::with_capacity(requests.len());
+    for request in requests {
+        applied.push(applier.apply(request)?);
+    }
+    for (name, model) in &applier.models {
+        if let Some(model) = model {
+            applier.tables.put_model(name, model)?;
+        }
+    }
+    Ok(applied)
+}
+
+/// The state of one proposal's application.
+struct Applier<'a, T> {
+    tables: &'a mut T,
+    clock_ms: i64,
+    /// Models read so far (`None`: not registered), written back at the end.
+    models: BTreeMap<String, Option<ModelState>>,
+}
+
+fn rejected(reason: Rejection, message: impl Into<String>) -> Outcome {
+    Outcome::Rejected { reason, message: message.into() }
+}
+
+impl<T: Tables> Applier<'_, T> {
+    fn apply(&mut self, request: &Request) -> Result<Applied, T::Error> {
+        if !request.id.is_empty() {
+            if let Some(previous) = self.tables.request(&request.id)? {
+                return Ok(Applied { outcome: previous.outcome, duplicate: true });
+            }
+        }
+        let outcome = self.command(&request.command)?;
+        if !request.id.is_empty() {
+            let record = AppliedRequest { issued_ms: self.clock_ms, outcome: outcome.clone() };
+            self.tables.put_request(&request.id, &record)?;
+        }
+        Ok(Applied { outcome, duplicate: false })
+    }
+
+    fn model(&mut self, name: &str) -> Result<Option<&mut ModelState>, T::Error> {
+        if !self.models.contains_key(name) {
+            let model = self.tables.model(name)?;
+            self.models.insert(name.to_owned(), model);
+        }
+        Ok(self.models.get_mut(name).and_then(Option::as_mut))
+    }
+
+    fn command(&mut self, command: &Command) -> Result<Outcome, T::Error> {
+        match command {
+            Command::Put { entry, content_class, prompt } => {
+                let Some(tenant) = self.tables.tenant(&entry.tenant)? else {
+                    return Ok(rejected(
+                        Rejection::UnknownTenant,
+                        format!("unknown tenant {:?}", entry.tenant),
+                    ));
+                };
+                let clock_ms = self.clock_ms;
+                let Some(model) = self.model(&entry.model)? else {
+                    return Ok(rejected(Rejection::UnknownModel, format!("unknown model {:?}", entry.model)));
+                };
+                if entry.model_version < model.version {
+                    return Ok(rejected(
+                        Rejection::StaleModelVersion,
+                        format!(
+                            "model {:?} is at version {}, not {}",
+                            entry.model, model.version, entry.model_version
+                        ),
+                    ));
+                }
+                if entry.model_version > model.version {
+                    return Ok(rejected(
+                        Rejection::Conflict,
+                        format!(
+                            "model {:?} has no version {} yet (current {})",
+                            entry.model, entry.model_version, model.version
+                        ),
+                    ));
+                }
+                let model_epoch = model.epoch;
+                let limit = match tenant.policy.max_value_bytes {
+                    0 => MAX_VALUE_BYTES,
+                    n => n.min(MAX_VALUE_BYTES),
+                };
+                if entry.content.len() as u64 > limit {
+                    return Ok(rejected(
+                        Rejection::ValueTooLarge,
+                        format!(
+                            "the value has {} bytes; tenant {:?} accepts at most {limit}",
+                            entry.content.len(),
+                            entry.tenant
+                        ),
+                    ));
+                }
+                if let Some(existing) = self.tables.entry(&entry.key)? {
+                    if existing.entry.tenant != entry.tenant {
+                        return Ok(rejected(Rejection::WrongTenant, "the key belongs to another tenant"));
+                    }
+                }
+                let mut ttl_s = if entry.ttl_s == 0 { tenant.policy.default_ttl_s } else { entry.ttl_s };
+                if tenant.policy.max_ttl_s != 0 && (ttl_s == 0 || ttl_s > tenant.policy.max_ttl_s) {
+                    ttl_s = tenant.policy.max_ttl_s;
+                }
+                let mut stored_entry = entry.clone();
+                stored_entry.created_ms = clock_ms;
+                stored_entry.ttl_s = ttl_s;
+                let stored = StoredEntry {
+                    entry: stored_entry,
+                    content_class: content_class.clone(),
+                    tenant_epoch: tenant.epoch,
+                    model_epoch,
+                    prompt: prompt.clone(),
+                };
+                self.tables.put_entry(&entry.key, &stored)?;
+                if let Some(model) = self.model(&entry.model)? {
+                    model.hot.record(&entry.key, 1);
+                }
+                Ok(Outcome::Stored { key: entry.key.clone(), created_ms: clock_ms, ttl_s })
+            }
+            Command::Invalidate { scope } => self.invalidate(scope),
+            Command::BumpModelVersion { model: name, version } => {
+                let Some(model) = self.model(name)?.cloned() else {
+                    return Ok(rejected(Rejection::UnknownModel, format!("unknown model {name:?}")));
+                };
+                let next = if *version == 0 { model.version + 1 } else { *version };
+                if next <= model.version {
+                    return Ok(rejected(
+                        Rejection::Conflict,
+                        format!(
+                            "model {name:?} is at version {}; a bump must go higher than that",
+                            model.version
+                        ),
+                    ));
+                }
+                let mut refresh = Vec::new();
+                for (key, _) in model.hot.hottest(REFRESH_TOP) {
+                    let Some(stored) = self.tables.entry(&key)? else { continue };
+                    let tenant = self.tables.tenant(&stored.entry.tenant)?;
+                    let Some(prompt) = stored.prompt.clone() else { continue };
+                    if stored.is_live(tenant.as_ref(), Some(&model), i64::MIN) {
+                        refresh.push(RefreshJob {
+                            tenant: stored.entry.tenant.clone(),
+                            content_class: stored.content_class.clone(),
+                            ttl_s: stored.entry.ttl_s,
+                            prompt,
+                        });
+                    }
+                }
+                if let Some(current) = self.model(name)? {
+                    current.version = next;
+                    current.hot = Default::default();
+                }
+                Ok(Outcome::ModelVersion {
+                    model: name.clone(),
+                    previous: model.version,
+                    version: next,
+                    refresh,
+                })
+            }
+            Command::RegisterModel { model: name, version } => {
+                if *version == 0 {
+                    return Ok(rejected(Rejection::Conflict, "model versions start at 1"));
+                }
+                match self.model(name)? {
+                    Some(existing) if existing.version == *version => {}
+                    Some(existing) => {
+                        return Ok(rejected(
+                            Rejection::Conflict,
+                            format!("model {name:?} is registered at version {}", existing.version),
+                        ))
+                    }
+                    None => {
+                        let model = ModelState { version: *version, ..Default::default() };
+                        self.models.insert(name.clone(), Some(model));
+                    }
+                }
+                Ok(Outcome::ModelRegistered { model: name.clone(), version: *version })
+            }
+            Command::SetTenantPolicy { tenant: name, policy } => {
+                let mut tenant = self.tables.tenant(name)?.unwrap_or_default();
+                tenant.policy = policy.clone();
+                self.tables.put_tenant(name, &tenant)?;
+                Ok(Outcome::TenantPolicySet { tenant: name.clone(), epoch: tenant.epoch })
+            }
+            Command::RecordHits { hits } => {
+                for (key, count) in hits {
+                    let Some(stored) = self.tables.entry(key)? else { continue };
+                    if let Some(model) = self.model(&stored.entry.model)? {
+                        if model.version == stored.entry.model_version {
+                            model.hot.record(key, u64::from(*count));
+                        }
+                    }
+                }
+                Ok(Outcome::HitsRecorded)
+            }
+        }
+    }
+
+    fn invalidate(&mut self, scope: &InvalidateScope) -> Result<Outcome, T::Error> {
+        match scope {
+            InvalidateScope::Key { tenant, key } => match self.tables.entry(key)? {
+                None => Ok(Outcome::Invalidated { removed: 0 }),
+                Some(stored) if &stored.entry.tenant != tenant => {
+                    Ok(rejected(Rejection::WrongTenant, "the key belongs to another tenant"))
+                }
+                Some(stored) => {
+                    self.tables.remove_entry(key)?;
+                    if let Some(model) = self.model(&stored.entry.model)? {
+                        model.hot.forget(key);
+                    }
+                    Ok(Outcome::Invalidated { removed: 1 })
+                }
+            },
+            InvalidateScope::Tenant { tenant: name } => {
+                let Some(mut tenant) = self.tables.tenant(name)? else {
+                    return Ok(rejected(Rejection::UnknownTenant, format!("unknown tenant {name:?}")));
+                };
+                tenant.epoch += 1;
+                self.tables.put_tenant(name, &tenant)?;
+                Ok(Outcome::Invalidated { removed: 0 })
+            }
+            InvalidateScope::ModelVersion { model: name, version } => {
+                let Some(model) = self.model(name)? else {
+                    return Ok(rejected(Rejection::UnknownModel, format!("unknown model {name:?}")));
+                };
+                if *version == model.version {
+                    model.epoch += 1;
+                    model.hot = Default::default();
+                }
+                Ok(Outcome::Invalidated { removed: 0 })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::types::{Prompt, TenantPolicy};
+    use shared::completion::CachedCompletion;
+    use shared::normalize::{Message, Role, Sampling};
+    use std::convert::Infallible;
+
+    /// The tables in memory.
+    #[derive(Default)]
+    struct Memory {
+        entries: BTreeMap<String, StoredEntry>,
+        tenants: BTreeMap<String, TenantState>,
+        models: BTreeMap<String, ModelState>,
+        requests: BTreeMap<String, AppliedRequest>,
+    }
+
+    impl Tables for Memory {
+        type Error = Infallible;
+        fn entry(&mut self, key: &str) -> Result<Option<StoredEntry>, Infallible> {
+            Ok(self.entries.get(key).cloned())
+        }
+        fn put_entry(&mut self, key: &str, entry: &StoredEntry) -> Result<(), Infallible> {
+            self.entries.insert(key.into(), entry.clone());
+            Ok(())
+        }
+        fn remove_entry(&mut self, key: &str) -> Result<(), Infallible> {
+            self.entries.remove(key);
+            Ok(())
+        }
+        fn tenant(&mut self, name: &str) -> Result<Option<TenantState>, Infallible> {
+            Ok(self.tenants.get(name).cloned())
+        }
+        fn put_tenant(&mut self, name: &str, tenant: &TenantState) -> Result<(), Infallible> {
+            self.tenants.insert(name.into(), tenant.clone());
+            Ok(())
+        }
+        fn model(&mut self, name: &str) -> Result<Option<ModelState>, Infallible> {
+            Ok(self.models.get(name).cloned())
+        }
+        fn put_model(&mut self, name: &str, model: &ModelState) -> Result<(), Infallible> {
+            self.models.insert(name.into(), model.clone());
+            Ok(())
+        }
+        fn request(&mut self, id: &str) -> Result<Option<AppliedRequest>, Infallible> {
+            Ok(self.requests.get(id).cloned())
+        }
+        fn put_request(&mut self, id: &str, request: &AppliedRequest) -> Result<(), Infallible> {
+            self.requests.insert(id.into(), request.clone());
+            Ok(())
+        }
+    }
+
+    fn entry(key: &str, tenant: &str, version: u64, content: &str) -> CachedCompletion {
+        CachedCompletion {
+            key: key.into(),
+            tenant: tenant.into(),
+            model: "m".into(),
+            model_version: version,
+            content: content.into(),
+            finish_reason: "stop".into(),
+            prompt_tokens: 1,
+            completion_tokens: 1,
+            etag: CachedCompletion::etag_of(content, "stop"),
+            created_ms: 0,
+            ttl_s: 0,
+        }
+    }
+
+    fn put(key: &str, tenant: &str, version: u64) -> Command {
+        let prompt = Prompt {
+            messages: vec![Message { role: Role::User, content: format!("q {key}") }],
+            sampling: Sampling { max_tokens: 8, temperature: 0.0, top_p: 1.0, seed: None, stop: vec![] },
+        };
+        Command::Put {
+            entry: entry(key, tenant, version, "answer"),
+            content_class: "default".into(),
+            prompt: Some(prompt),
+        }
+    }
+
+    fn req(id: &str, command: Command) -> Request {
+        Request { id: id.into(), command }
+    }
+
+    fn one(tables: &mut Memory, clock: i64, request: Request) -> Applied {
+        let mut applied = apply_proposal(tables, clock, &[request]).expect("in memory");
+        applied.remove(0)
+    }
+
+    fn seeded() -> Memory {
+        let mut t = Memory::default();
+        let setup = [
+            req("", Command::RegisterModel { model: "m".into(), version: 1 }),
+            req("", Command::SetTenantPolicy { tenant: "a".into(), policy: TenantPolicy::default() }),
+            req("", Command::SetTenantPolicy { tenant: "b".into(), policy: TenantPolicy::default() }),
+        ];
+        apply_proposal(&mut t, 1, &setup).expect("in memory");
+        t
+    }
+
+    fn live(t: &mut Memory, key: &str, now: i64) -> bool {
+        let Some(stored) = t.entries.get(key).cloned() else { return false };
+        let tenant = t.tenants.get(&stored.entry.tenant).cloned();
+        let model = t.models.get(&stored.entry.model).cloned();
+        stored.is_live(tenant.as_ref(), model.as_ref(), now)
+    }
+
+    #[test]
+    fn puts_take_the_leader_clock_and_dedupe_by_request_id() {
+        let mut t = seeded();
+        let first = one(&mut t, 1000, req("r1", put("k1", "a", 1)));
+        assert!(matches!(first.outcome, Outcome::Stored { created_ms: 1000, .. }));
+        assert!(!first.duplicate);
+        let again = one(&mut t, 2000, req("r1", put("k1", "a", 1)));
+        assert!(again.duplicate);
+        assert_eq!(again.outcome, first.outcome);
+        assert_eq!(t.entries["k1"].entry.created_ms, 1000);
+    }
+
+    #[test]
+    fn rejects_unknown_tenants_models_versions_and_big_values() {
+        let mut t = seeded();
+        let reason = |a: Applied| match a.outcome {
+            Outcome::Rejected { reason, .. } => Some(reason),
+            _ => None,
+        };
+        assert_eq!(reason(one(&mut t, 5, req("", put("k", "nobody", 1)))), Some(Rejection::UnknownTenant));
+        let mut other_model = put("k", "a", 1);
+        if let Command::Put { entry, .. } = &mut other_model {
+            entry.model = "x".into();
+        }
+        assert_eq!(reason(one(&mut t, 5, req("", other_model))), Some(Rejection::UnknownModel));
+        assert_eq!(reason(one(&mut t, 5, req("", put("k", "a", 2)))), Some(Rejection::Conflict));
+        let small = TenantPolicy { max_value_bytes: 3, ..Default::default() };
+        one(&mut t, 5, req("", Command::SetTenantPolicy { tenant: "a".into(), policy: small }));
+        assert_eq!(reason(one(&mut t, 5, req("", put("k", "a", 1)))), Some(Rejection::ValueTooLarge));
+        assert!(t.entries.is_empty(), "nothing stored by a rejected put");
+    }
+
+    #[test]
+    fn ttl_comes_from_the_policy_and_expiry_from_the_put_clock() {
+        let mut t = seeded();
+        let policy = TenantPolicy { default_ttl_s: 10, max_ttl_s: 60, ..Default::default() };
+        one(&mut t, 5, req("", Command::SetTenantPolicy { tenant: "a".into(), policy }));
+        one(&mut t, 1_000, req("", put("k", "a", 1)));
+        assert_eq!(t.entries["k"].entry.ttl_s, 10);
+        assert!(live(&mut t, "k", 10_999));
+        assert!(!live(&mut t, "k", 11_000));
+        let mut long = put("k2", "a", 1);
+        if let Command::Put { entry, .. } = &mut long {
+            entry.ttl_s = 3600;
+        }
+        one(&mut t, 1_000, req("", long));
+        assert_eq!(t.entries["k2"].entry.ttl_s, 60);
+    }
+
+    #[test]
+    fn invalidation_by_key_tenant_and_model_version() {
+        let mut t = seeded();
+        for (k, tenant) in [("k1", "a"), ("k2", "a"), ("k3", "b")] {
+            one(&mut t, 10, req("", put(k, tenant, 1)));
+        }
+        let wrong = one(
+            &mut t,
+            11,
+            req(
+                "",
+                Command::Invalidate { scope: InvalidateScope::Key { tenant: "b".into(), key: "k1".into() } },
+            ),
+        );
+        assert!(matches!(wrong.outcome, Outcome::Rejected { reason: Rejection::WrongTenant, .. }));
+        one(
+            &mut t,
+            11,
+            req(
+                "",
+                Command::Invalidate { scope: InvalidateScope::Key { tenant: "a".into(), key: "k1".into() } },
+            ),
+        );
+        assert!(!t.entries.contains_key("k1"));
+        one(
+            &mut t,
+            12,
+            req("", Command::Invalidate { scope: InvalidateScope::Tenant { tenant: "a".into() } }),
+        );
+        assert!(!live(&mut t, "k2", 13));
+        assert!(live(&mut t, "k3", 13));
+        one(&mut t, 14, req("", put("k2", "a", 1)));
+        assert!(live(&mut t, "k2", 15), "a put after the invalidation is live");
+        one(
+            &mut t,
+            16,
+            req(
+                "",
+                Command::Invalidate {
+                    scope: InvalidateScope::ModelVersion { model: "m".into(), version: 1 },
+                },
+            ),
+        );
+        assert!(!live(&mut t, "k2", 17) && !live(&mut t, "k3", 17));
+    }
+
+    #[test]
+    fn a_version_bump_stales_everything_and_lists_the_hottest_prompts() {
+        let mut t = seeded();
+        for k in ["k1", "k2", "k3"] {
+            one(&mut t, 10, req("", put(k, "a", 1)));
+        }
+        one(
+            &mut t,
+            11,
+            req(
+                "",
+                Command::RecordHits { hits: vec![("k2".into(), 50), ("k3".into(), 5), ("gone".into(), 9)] },
+            ),
+        );
+        let bump = one(&mut t, 12, req("", Command::BumpModelVersion { model: "m".into(), version: 0 }));
+        let Outcome::ModelVersion { previous, version, refresh, .. } = bump.outcome else {
+            panic!("bump failed: {bump:?}");
+        };
+        assert_eq!((previous, version), (1, 2));
+        let order: Vec<&str> = refresh.iter().map(|j| j.prompt.messages[0].content.as_str()).collect();
+        assert_eq!(order, vec!["q k2", "q k3", "q k1"]);
+        assert!(!live(&mut t, "k1", 13));
+        let stale = one(&mut t, 13, req("", put("k9", "a", 1)));
+        assert!(matches!(stale.outcome, Outcome::Rejected { reason: Rejection::StaleModelVersion, .. }));
+        let back = one(&mut t, 13, req("", Command::BumpModelVersion { model: "m".into(), version: 2 }));
+        assert!(matches!(back.outcome, Outcome::Rejected { reason: Rejection::Conflict, .. }));
+    }
+}

@@ -1,0 +1,66 @@
+//! What the state machine stores per cache entry, tenant, model and applied request, and when an entry is
+//! live. Entries are invalidated lazily: a tenant's or a model's epoch moves on (and a version bump moves the
+//! model's version), so one command makes any number of entries stale; the stale ones are removed later.
+
+use serde::{Deserialize, Serialize};
+use shared::completion::CachedCompletion;
+
+use super::hot_summary::HotSummary;
+use super::types::{Outcome, Prompt, TenantPolicy};
+
+/// One cache entry as stored.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoredEntry {
+    /// The completion (its `created_ms` is the leader's time of the put).
+    pub entry: CachedCompletion,
+    /// The content class it was cached under.
+    pub content_class: String,
+    /// The owner's invalidation epoch when it was stored.
+    pub tenant_epoch: u64,
+    /// The model's invalidation epoch when it was stored.
+    pub model_epoch: u64,
+    /// The request that produced it, when known.
+    pub prompt: Option<Prompt>,
+}
+
+/// A tenant: its policy and its invalidation epoch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantState {
+    /// The limits.
+    pub policy: TenantPolicy,
+    /// Entries stored under an older epoch are invalid.
+    pub epoch: u64,
+}
+
+/// A registered model.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelState {
+    /// The current version; entries of other versions are stale.
+    pub version: u64,
+    /// Entries of the current version stored under an older epoch are invalid.
+    pub epoch: u64,
+    /// The current version's hottest keys.
+    pub hot: HotSummary,
+}
+
+/// A request id that was applied, with its outcome (so a retry gets the same answer).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AppliedRequest {
+    /// When it was applied (the leader's clock); ids are forgotten [`REQUEST_ID_RETENTION_MS`] later.
+    pub issued_ms: i64,
+    /// What it did.
+    pub outcome: Outcome,
+}
+
+/// How long an applied request id is remembered: a client retrying for longer may apply twice.
+pub const REQUEST_ID_RETENTION_MS: i64 = 10 * 60 * 1000;
+
+impl StoredEntry {
+    /// Whether the entry may be served at `now_ms`, given its tenant and model as they are now.
+    pub fn is_live(&self, tenant: Option<&TenantState>, model: Option<&ModelState>, now_ms: i64) -> bool {
+        let tenant_ok = tenant.is_some_and(|t| t.epoch == self.tenant_epoch);
+        let model_ok =
+            model.is_some_and(|m| m.version == self.entry.model_version && m.epoch == self.model_epoch);
+        tenant_ok && model_ok && !self.entry.is_expired(now_ms)
+    }
+}

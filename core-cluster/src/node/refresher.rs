@@ -1,0 +1,129 @@
+//! Invalidate-then-refresh: after a model-version bump, the old version's hottest prompts (from the
+//! replicated hot summary, returned by the bump) are generated again on the inference pods and stored under
+//! the new version's keys, so the first readers after a bump still hit.
+//!
+//! The node that committed the bump runs the jobs, one at a time, in the background. A job that fails (no
+//! pod, pod error, the model moved on again) is counted and skipped; nothing is retried.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto::inference::{generate_event, ChatMessage, GenerateRequest};
+use shared::cache_key::CacheKey;
+use shared::completion::CachedCompletion;
+use shared::models::ModelRef;
+use shared::normalize::NormalizedRequest;
+
+use super::error::CoreError;
+use super::metrics::Metrics;
+use super::pods::PodPool;
+use super::types::{Command, RefreshJob, Request};
+use super::writer::Writer;
+
+/// Longest silence from a pod during a refresh generation.
+const POD_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs refresh jobs on this node.
+#[derive(Clone)]
+pub struct Refresher {
+    pods: Arc<PodPool>,
+    writer: Writer,
+    metrics: Arc<Metrics>,
+}
+
+impl Refresher {
+    /// A refresher that generates on `pods` and commits through `writer`.
+    pub fn new(pods: Arc<PodPool>, writer: Writer, metrics: Arc<Metrics>) -> Self {
+        Self { pods, writer, metrics }
+    }
+
+    /// Regenerates `jobs` under `model` version `version` in the background.
+    pub fn spawn(&self, model: String, version: u64, jobs: Vec<RefreshJob>) {
+        if jobs.is_empty() {
+            return;
+        }
+        if self.pods.is_empty() {
+            tracing::warn!(%model, version, jobs = jobs.len(), "no inference pods configured; refresh skipped");
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let total = jobs.len();
+            let mut done = 0;
+            for job in jobs {
+                match this.refresh(&model, version, job).await {
+                    Ok(key) => {
+                        done += 1;
+                        this.metrics.refreshed.inc();
+                        tracing::debug!(%key, "refreshed");
+                    }
+                    Err(e) => {
+                        this.metrics.refresh_failures.inc();
+                        tracing::warn!(error = %e, %model, version, "refresh job failed");
+                    }
+                }
+            }
+            tracing::info!(%model, version, done, total, "refresh after version bump finished");
+        });
+    }
+
+    async fn refresh(&self, model: &str, version: u64, job: RefreshJob) -> Result<String, CoreError> {
+        let normalized = NormalizedRequest {
+            model: ModelRef { name: model.to_owned(), version },
+            messages: job.prompt.messages.clone(),
+            sampling: job.prompt.sampling.clone(),
+            stream: false,
+        };
+        let key = CacheKey::derive(&job.tenant, &normalized).as_str().to_owned();
+        let s = &job.prompt.sampling;
+        let generate = GenerateRequest {
+            request_id: format!("refresh-{key}"),
+            tenant: job.tenant.clone(),
+            model: model.to_owned(),
+            messages: job
+                .prompt
+                .messages
+                .iter()
+                .map(|m| ChatMessage { role: m.role.as_str().to_owned(), content: m.content.clone() })
+                .collect(),
+            sampling: Some(proto::inference::Sampling {
+                max_tokens: s.max_tokens,
+                temperature: s.temperature,
+                top_p: s.top_p,
+                seed: s.seed,
+                stop: s.stop.clone(),
+            }),
+        };
+        let (_, mut stream) = self.pods.generate(generate).await?;
+        let mut content = String::new();
+        let done = loop {
+            let message = tokio::time::timeout(POD_IDLE_TIMEOUT, stream.message())
+                .await
+                .map_err(|_| CoreError::NoPod("the pod went silent during a refresh".into()))?
+                .map_err(|s| CoreError::Pod { code: s.code(), message: s.message().to_owned() })?
+                .ok_or_else(|| CoreError::NoPod("the pod's stream ended without Done".into()))?;
+            match message.event {
+                Some(generate_event::Event::Delta(delta)) => content.push_str(&delta.text),
+                Some(generate_event::Event::Done(done)) => break done,
+                None => {}
+            }
+        };
+        let entry = CachedCompletion {
+            key: key.clone(),
+            tenant: job.tenant,
+            model: model.to_owned(),
+            model_version: version,
+            etag: CachedCompletion::etag_of(&content, &done.finish_reason),
+            content,
+            finish_reason: done.finish_reason,
+            prompt_tokens: done.prompt_tokens,
+            completion_tokens: done.completion_tokens,
+            created_ms: 0,
+            ttl_s: job.ttl_s,
+        };
+        let command = Command::Put { entry, content_class: job.content_class, prompt: Some(job.prompt) };
+        let committed = self.writer.write(Request { id: format!("refresh-{key}"), command }).await?;
+        super::convert::outcome_result(&committed.applied.outcome)?;
+        Ok(key)
+    }
+}

@@ -1,0 +1,118 @@
+//! The `CoreStore` gRPC server: writes commit through Raft from any node (group commit on the leader);
+//! reads are linearizable (read index on the leader; a follower forwards them to the leader) unless the
+//! caller asks for the local applied state.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto::core::core_store_server::CoreStore;
+use proto::core::{Consistency, ReadReply, ReadRequest, WriteReply, WriteRequest};
+use tonic::{Request, Response, Status};
+
+use super::context::NodeContext;
+use super::convert;
+use super::error::CoreError;
+use super::state_machine::now_ms;
+use super::validate;
+
+/// Metadata that marks a read forwarded by a follower, so that it is never forwarded twice.
+const FORWARDED: &str = "x-mesh-forwarded";
+/// How long a linearizable read may wait for the leader's quorum check.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Serves `CoreStore` on one core node. Callers have passed the tier-secret check.
+#[derive(Clone)]
+pub struct StoreService {
+    /// The node's shared parts.
+    node: Arc<NodeContext>,
+}
+
+impl StoreService {
+    /// A service over `node`.
+    pub fn new(node: Arc<NodeContext>) -> Self {
+        Self { node }
+    }
+
+    /// Confirms leadership with a quorum and waits until the state machine has applied up to the read
+    /// index, so the local state reflects every write acknowledged before the read began.
+    async fn ensure_linearizable(&self) -> Result<(), CoreError> {
+        match tokio::time::timeout(READ_TIMEOUT, self.node.raft.ensure_linearizable()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(CoreError::NoQuorum(format!("linearizable read: {e}"))),
+            Err(_) => Err(CoreError::NoQuorum("linearizable read: no quorum answered in time".into())),
+        }
+    }
+
+    /// Sends a linearizable read to the leader.
+    async fn forward_read(&self, read: ReadRequest) -> Result<ReadReply, CoreError> {
+        let (leader, addr) =
+            self.node.writer.leader().ok_or_else(|| CoreError::NoQuorum("no leader known".into()))?;
+        let mut client = self.node.channels.store_client(&addr)?;
+        let mut call = self.node.secret.request(read);
+        call.metadata_mut().insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
+        call.set_timeout(READ_TIMEOUT);
+        let reply = client.read(call).await.map_err(|s| {
+            CoreError::NoQuorum(format!("read forwarded to leader {leader}: {}", s.message()))
+        })?;
+        Ok(reply.into_inner())
+    }
+
+    fn local_read(&self, read: &ReadRequest) -> Result<ReadReply, CoreError> {
+        let health = self.node.health();
+        let stored = self.node.state.read(&read.key, &read.tenant, now_ms())?;
+        Ok(ReadReply {
+            content_class: stored.as_ref().map(|s| s.content_class.clone()).unwrap_or_default(),
+            entry: stored.map(|s| s.entry.into()),
+            applied_index: health.last_applied.unwrap_or(0),
+            leader_id: health.leader.unwrap_or(0),
+            served_by: self.node.id,
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl CoreStore for StoreService {
+    #[tracing::instrument(name = "core.write", skip_all)]
+    async fn write(&self, request: Request<WriteRequest>) -> Result<Response<WriteReply>, Status> {
+        self.node.metrics.rpc_write.inc();
+        let request = convert::write_request(request.into_inner())?;
+        let committed = self.node.writer.write(request).await?;
+        convert::outcome_result(&committed.applied.outcome)?;
+        let outcome_json = serde_json::to_string(&committed.applied.outcome).map_err(CoreError::from)?;
+        if let super::types::Outcome::ModelVersion { model, version, refresh, .. } =
+            &committed.applied.outcome
+        {
+            if !committed.applied.duplicate {
+                self.node.refresher.spawn(model.clone(), *version, refresh.clone());
+            }
+        }
+        Ok(Response::new(WriteReply {
+            log_index: committed.log_index,
+            duplicate: committed.applied.duplicate,
+            outcome_json,
+            leader_id: committed.leader_id,
+            served_by: self.node.id,
+        }))
+    }
+
+    #[tracing::instrument(name = "core.read", skip_all, fields(key = %request.get_ref().key))]
+    async fn read(&self, request: Request<ReadRequest>) -> Result<Response<ReadReply>, Status> {
+        self.node.metrics.rpc_read.inc();
+        let forwarded = request.metadata().contains_key(FORWARDED);
+        let read = request.into_inner();
+        validate::key(&read.key)?;
+        validate::name("tenant", &read.tenant)?;
+        let local = read.consistency == Consistency::Local as i32;
+        if !local {
+            let is_leader = self.node.health().leader == Some(self.node.id);
+            if !is_leader {
+                if forwarded {
+                    return Err(CoreError::NoQuorum("this node is no longer the leader".into()).into());
+                }
+                return Ok(Response::new(self.forward_read(read).await?));
+            }
+            self.ensure_linearizable().await?;
+        }
+        Ok(Response::new(self.local_read(&read)?))
+    }
+}
