@@ -321,3 +321,129 @@ async fn a_follower_that_missed_purged_logs_catches_up_from_a_snapshot() {
         node.stop().await;
     }
 }
+
+fn store_client(cluster: &Cluster) -> crate::client::CoreClient {
+    let addrs = cluster.addrs.values().map(|a| a.to_string()).collect();
+    crate::client::CoreClient::new(addrs, SECRET).expect("client").with_timeout(Duration::from_secs(10))
+}
+
+fn entry(key: &str, tenant: &str, model: &str, content: &str) -> shared::completion::CachedCompletion {
+    shared::completion::CachedCompletion {
+        key: key.into(),
+        tenant: tenant.into(),
+        model: model.into(),
+        model_version: 1,
+        content: content.into(),
+        finish_reason: "stop".into(),
+        prompt_tokens: 1,
+        completion_tokens: 1,
+        etag: String::new(),
+        created_ms: 0,
+        ttl_s: 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_store_api_dedupes_retries_refuses_bad_input_and_reads_linearizably() {
+    use crate::client::Consistency;
+    use proto::core::write_request::Command as Pb;
+    let cluster = new_cluster(FakePod::default(), RaftTuning::default()).await;
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3 {
+        nodes.insert(id, cluster.start(id).await);
+    }
+    wait_for_leader(&cluster, &[1, 2, 3]).await;
+    let client = store_client(&cluster);
+    // Seeding (model `fake`, tenant `dev`) happens right after the cluster forms; wait for it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let first = loop {
+        match client.put("put-1", entry("k1", "dev", "fake", "one"), "stable").await {
+            Ok(ack) => break ack,
+            Err(e) => assert!(Instant::now() < deadline, "seeding never finished: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(!first.duplicate);
+    assert_eq!(first.outcome["outcome"], "stored");
+    // A retry with the same id is not applied again, even with another value.
+    let retry = client.put("put-1", entry("k1", "dev", "fake", "two"), "stable").await.expect("retry");
+    assert!(retry.duplicate);
+    for id in 1..=3u64 {
+        let local =
+            crate::client::CoreClient::new(vec![cluster.addrs[&id].to_string()], SECRET).expect("client");
+        let read = local.read("dev", "k1", Consistency::Linearizable).await.expect("linearizable read");
+        assert_eq!(read.map(|e| e.content).as_deref(), Some("one"), "node {id}");
+    }
+    assert_eq!(client.read("other", "k1", Consistency::Local).await.expect("read"), None);
+
+    let code = |r: Result<crate::client::WriteAck, CoreError>| match r {
+        Err(CoreError::Rejected { code, .. }) => Some(code),
+        Err(CoreError::InvalidArgument(_)) => Some(Code::InvalidArgument),
+        _ => None,
+    };
+    assert_eq!(code(client.put("p2", entry("k2", "nobody", "fake", "x"), "").await), Some(Code::NotFound));
+    assert_eq!(code(client.put("p3", entry("k3", "dev", "nope", "x"), "").await), Some(Code::NotFound));
+    let big = "x".repeat(super::apply::MAX_VALUE_BYTES as usize + 1);
+    assert_eq!(
+        code(client.put("p4", entry("k4", "dev", "fake", &big), "").await),
+        Some(Code::InvalidArgument)
+    );
+    let tight = Pb::SetTenantPolicy(proto::core::SetTenantPolicy {
+        tenant: "dev".into(),
+        policy: Some(proto::core::TenantPolicy { max_value_bytes: 4, default_ttl_s: 0, max_ttl_s: 0 }),
+    });
+    client.write("policy", tight).await.expect("policy");
+    assert_eq!(
+        code(client.put("p5", entry("k5", "dev", "fake", "too long"), "").await),
+        Some(Code::InvalidArgument)
+    );
+    let read = client.read("dev", "k1", Consistency::Linearizable).await.expect("read");
+    assert_eq!(read.map(|e| e.content).as_deref(), Some("one"), "refusals harm nothing stored");
+    for (_, node) in nodes {
+        node.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_version_bump_stales_old_entries_and_regenerates_the_hottest() {
+    use proto::core::write_request::Command as Pb;
+    use shared::normalize::{Message, NormalizedRequest, Role, Sampling};
+    let pod = FakePod::default();
+    let cluster = new_cluster(pod.clone(), RaftTuning::default()).await;
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3 {
+        nodes.insert(id, cluster.start(id).await);
+    }
+    let leader = wait_for_leader(&cluster, &[1, 2, 3]).await;
+    complete(cluster.addrs[&leader], "k1", "hi").await.expect("complete");
+    complete(cluster.addrs[&leader], "k2", "there").await.expect("complete");
+    assert_eq!(lookup(cluster.addrs[&leader], "k1").await.as_deref(), Some("echo: hi"));
+
+    let ack = store_client(&cluster)
+        .write(
+            "bump",
+            Pb::BumpModelVersion(proto::core::BumpModelVersion { model: "fake".into(), version: 0 }),
+        )
+        .await
+        .expect("bump");
+    assert_eq!(ack.outcome["version"], 2);
+    assert_eq!(lookup(cluster.addrs[&leader], "k1").await, None, "old-version entries are stale at once");
+
+    // The pod's fake request carries no sampling, so the prompt's sampling is all zeros.
+    let sampling = Sampling { max_tokens: 0, temperature: 0.0, top_p: 0.0, seed: None, stop: vec![] };
+    let new_key = |text: &str| {
+        let request = NormalizedRequest {
+            model: shared::models::ModelRef { name: "fake".into(), version: 2 },
+            messages: vec![Message { role: Role::User, content: text.into() }],
+            sampling: sampling.clone(),
+            stream: false,
+        };
+        shared::cache_key::CacheKey::derive("dev", &request).as_str().to_owned()
+    };
+    wait_for_entry(&cluster, &[1, 2, 3], &new_key("hi"), "echo: hi").await;
+    wait_for_entry(&cluster, &[1, 2, 3], &new_key("there"), "echo: there").await;
+    assert_eq!(pod.calls.load(Ordering::SeqCst), 4, "two generations, then two refreshes");
+    for (_, node) in nodes {
+        node.stop().await;
+    }
+}
