@@ -30,7 +30,8 @@ pub struct NodeArgs {
     /// Address to listen on, for gRPC (Raft, CoreCache) and HTTP (/healthz, /metrics) alike.
     #[arg(long, env = "CORE_NODE_LISTEN")]
     pub listen: SocketAddr,
-    /// Directory of this node's sled database (Raft log, vote, state machine, snapshots).
+    /// Directory of this node's sled databases: `sled/` (Raft log and vote, fsynced per append) and
+    /// `sled-state/` (state machine and snapshots).
     #[arg(long, env = "CORE_NODE_DATA_DIR")]
     pub data_dir: PathBuf,
     /// Every core node as `id=host:port`, comma-separated; the same list on every node.

@@ -60,9 +60,13 @@ pub async fn run(
 ) -> Result<(), CoreError> {
     config.validate()?;
     let local_addr = listener.local_addr()?;
-    let db = open_db(&config).await?;
-    let log_store = LogStore::open(&db)?;
-    let state = StateMachineStore::open(&db)?;
+    std::fs::create_dir_all(&config.data_dir)?;
+    // Two databases: the log is fsynced on every append, the state machine only at snapshots (openraft
+    // re-applies the durable log after a crash), so each log fsync writes only log data.
+    let log_db = open_db(config.data_dir.join("sled")).await?;
+    let state_db = open_db(config.data_dir.join("sled-state")).await?;
+    let log_store = LogStore::open(&log_db)?;
+    let state = StateMachineStore::open(&state_db)?;
 
     let channels = PeerChannels::new(config.source_ip);
     let network = Network::new(config.id, channels.clone(), config.tier_secret.clone());
@@ -155,7 +159,8 @@ pub async fn run(
     if let Err(e) = raft.shutdown().await {
         tracing::warn!(error = %e, "raft did not stop cleanly");
     }
-    db.flush_async().await?;
+    log_db.flush_async().await?;
+    state_db.flush_async().await?;
     tracing::info!("core node stopped");
     match result {
         Ok(Ok(())) => Ok(()),
@@ -164,13 +169,11 @@ pub async fn run(
     }
 }
 
-/// Opens the node's sled database under `data_dir` (sled's open blocks, so it runs off the runtime).
+/// Opens a sled database at `path` (sled's open blocks, so it runs off the runtime).
 ///
 /// sled holds an exclusive lock on its files. A previous instance that is still exiting (a quick restart)
 /// holds it for a moment, so a locked database is retried for up to [`LOCK_WAIT`].
-async fn open_db(config: &NodeConfig) -> Result<sled::Db, CoreError> {
-    std::fs::create_dir_all(&config.data_dir)?;
-    let path = config.data_dir.join("sled");
+async fn open_db(path: std::path::PathBuf) -> Result<sled::Db, CoreError> {
     let deadline = tokio::time::Instant::now() + LOCK_WAIT;
     loop {
         let config = sled::Config::new().path(path.clone());

@@ -42,6 +42,9 @@ const SNAPSHOT_DATA: &[u8] = b"data";
 /// Membership as stored: the last membership config and the log id that introduced it.
 type Membership = StoredMembership<NodeId, openraft::BasicNode>;
 
+/// Every tenant and every model, by name.
+type Directory = (BTreeMap<String, TenantState>, BTreeMap<String, ModelState>);
+
 /// What a snapshot is built from: the live state, the last applied log id and the membership.
 type SnapshotState = (SnapshotBody, Option<LogId<NodeId>>, Membership);
 
@@ -156,7 +159,7 @@ impl StateMachineStore {
     }
 
     /// Tenants and models, for liveness checks over many entries.
-    fn directory(&self) -> Result<(BTreeMap<String, TenantState>, BTreeMap<String, ModelState>), CoreError> {
+    fn directory(&self) -> Result<Directory, CoreError> {
         let mut tenants = BTreeMap::new();
         for item in self.tenants.iter() {
             let (k, v) = item?;

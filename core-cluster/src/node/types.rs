@@ -52,6 +52,10 @@ pub struct Request {
 }
 
 /// A change to the authoritative cache state.
+///
+/// `Put` is much larger than the rest; boxing it would only add an allocation, since commands are built
+/// once and moved into a proposal.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Command {
