@@ -12,7 +12,9 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
 
 setup_apt() {
-  local want=(rustc-web rust-web-src lld-22) missing=()
+  # etcd-server: the core benchmark's peer; protobuf-compiler and libprotobuf-dev (protoc and the
+  # well-known .proto files): the etcd-client crate's build script.
+  local want=(rustc-web rust-web-src lld-22 etcd-server protobuf-compiler libprotobuf-dev) missing=()
   for p in "${want[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   if [ ${#missing[@]} -eq 0 ]; then log "apt: ${want[*]} present"; return; fi
   log "apt: installing ${missing[*]}"

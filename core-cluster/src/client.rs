@@ -50,7 +50,7 @@ pub struct WriteAck {
 /// Default deadline of one call, retries included.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a single attempt on one node may take before the client tries another.
-const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Shortest and longest pause after a failed attempt.
 const RETRY_PAUSE: (Duration, Duration) = (Duration::from_millis(20), Duration::from_millis(300));
 

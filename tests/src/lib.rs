@@ -8,8 +8,14 @@
 //! - [`ports`]: free loopback ports.
 //! - [`client`]: a small blocking HTTP client for the OpenAI endpoint (plain and streamed).
 //! - [`mesh`]: a whole local mesh: core nodes, the inference pod, regional nodes and the edge.
+//! - [`fault_proxy`]: a TCP proxy that refuses and cuts connections by source IP, for partitions.
+//! - [`core_cluster`]: a core cluster alone (no pods), each node behind a fault proxy, for store tests.
+//! - [`bench`]: benchmarks against peers measured side by side (`mesh bench core`: the core against etcd).
 
+pub mod bench;
 pub mod client;
+pub mod core_cluster;
+pub mod fault_proxy;
 pub mod mesh;
 pub mod paths;
 pub mod ports;

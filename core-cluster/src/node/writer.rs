@@ -74,6 +74,9 @@ impl Writer {
             if remaining.is_zero() {
                 return Err(CoreError::NoQuorum(format!("no leader committed the write within {timeout:?}")));
             }
+            if !self.is_member() {
+                return Err(CoreError::NoQuorum(format!("node {} is not a member of the cluster", self.id)));
+            }
             // Why this attempt did not commit, when another attempt may.
             let retry: String = match self.leader() {
                 None => "no leader known".into(),
@@ -100,6 +103,14 @@ impl Writer {
             tokio::time::sleep(pause.min(left)).await;
             pause = (pause * 2).min(RETRY_PAUSE.1);
         }
+    }
+
+    /// Whether this node is in the membership it knows of (a removed node stops serving writes at once,
+    /// so that clients move on instead of waiting for a leader it will never learn).
+    pub fn is_member(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        metrics.membership_config.membership().get_node(&self.id).is_some()
     }
 
     /// The leader this node knows of, with its address.

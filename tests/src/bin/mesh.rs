@@ -1,11 +1,13 @@
 //! `mesh`: the local launcher. `mesh up` starts a complete mesh on this machine (3 core nodes, the
 //! inference pod, 2 regional nodes, the edge under `wrangler dev`) in the foreground; Ctrl-C stops it.
+//! `mesh bench core` measures the core cluster against etcd side by side (`shared/design/BENCHMARKS.md`).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
+use mesh_harness::bench::{self, CoreBenchOptions};
 use mesh_harness::{Mesh, MeshSpec};
 
 /// Command line.
@@ -37,6 +39,33 @@ enum Command {
         #[arg(long, default_value_t = 2)]
         regional_nodes: usize,
     },
+    /// Run a benchmark suite against its peer, side by side; prints a table.
+    Bench {
+        #[command(subcommand)]
+        suite: BenchSuite,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchSuite {
+    /// The core cluster against a three-member etcd 3.4, with a write+fsync loop as the floor.
+    Core {
+        /// Also write the figures as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Measured seconds of each phase.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// Concurrent clients of the put phases (comma-separated); the largest also drives the reads.
+        #[arg(long, value_delimiter = ',', default_value = "1,64")]
+        clients: Vec<usize>,
+        /// Bytes of each value (etcd) and of each completion's content (ours).
+        #[arg(long, default_value_t = 1024)]
+        value_bytes: usize,
+        /// Where the run keeps cluster data and logs (removed after a successful run).
+        #[arg(long, env = "MESH_BENCH_DIR", default_value = ".cache/bench")]
+        dir: PathBuf,
+    },
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -57,7 +86,31 @@ fn install_stop_handlers() {
 }
 
 fn main() -> anyhow::Result<()> {
-    let Command::Up { data_dir, edge_port, base_port, api_key, regional_nodes } = Cli::parse().command;
+    match Cli::parse().command {
+        Command::Up { data_dir, edge_port, base_port, api_key, regional_nodes } => {
+            up(data_dir, edge_port, base_port, api_key, regional_nodes)
+        }
+        Command::Bench { suite: BenchSuite::Core { json, seconds, clients, value_bytes, dir } } => {
+            install_stop_handlers();
+            let options = CoreBenchOptions { seconds, clients, value_bytes, dir, stop: &STOP };
+            let report = bench::core_suite::run(&options)?;
+            print!("\n{}", report.table());
+            if let Some(path) = json {
+                report.write_json(&path)?;
+                println!("\nwrote {}", path.display());
+            }
+            Ok(())
+        }
+    }
+}
+
+fn up(
+    data_dir: PathBuf,
+    edge_port: u16,
+    base_port: u16,
+    api_key: String,
+    regional_nodes: usize,
+) -> anyhow::Result<()> {
     install_stop_handlers();
     let started = Instant::now();
     let spec = MeshSpec {

@@ -1,0 +1,44 @@
+//! A scratch directory for one benchmark run (cluster data, logs, the fsync file), removed when dropped
+//! unless the run failed and its logs are worth keeping.
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+
+/// A fresh directory under a parent; removed on drop unless [`ScratchDir::keep`] was called.
+#[derive(Debug)]
+pub struct ScratchDir {
+    /// The directory.
+    path: PathBuf,
+    /// Whether to leave it in place on drop.
+    keep: bool,
+}
+
+impl ScratchDir {
+    /// Creates `<parent>/<prefix>-<pid>-<unix ms>`.
+    pub fn create(parent: &Path, prefix: &str) -> anyhow::Result<Self> {
+        let ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        let path = parent.join(format!("{prefix}-{}-{ms}", std::process::id()));
+        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(Self { path, keep: false })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Leaves the directory in place when dropped (to read the logs of a failed run).
+    pub fn keep(&mut self) {
+        self.keep = true;
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
