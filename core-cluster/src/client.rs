@@ -32,6 +32,9 @@ pub enum Consistency {
     Linearizable,
     /// The answering node's applied state: possibly behind, no quorum round trip.
     Local,
+    /// The answering node's applied state, if a leader confirmed it within this many milliseconds;
+    /// otherwise the next node is tried.
+    BoundedStaleness(u32),
 }
 
 /// A committed write.
@@ -234,12 +237,17 @@ impl CoreClient {
         key: &str,
         consistency: Consistency,
     ) -> Result<Option<CachedCompletion>, CoreError> {
-        let consistency = match consistency {
-            Consistency::Linearizable => proto::core::Consistency::Linearizable,
-            Consistency::Local => proto::core::Consistency::Local,
+        let (consistency, max_staleness_ms) = match consistency {
+            Consistency::Linearizable => (proto::core::Consistency::Linearizable, 0),
+            Consistency::Local => (proto::core::Consistency::Local, 0),
+            Consistency::BoundedStaleness(ms) => (proto::core::Consistency::Local, ms.max(1)),
         };
-        let request =
-            ReadRequest { key: key.to_owned(), tenant: tenant.to_owned(), consistency: consistency as i32 };
+        let request = ReadRequest {
+            key: key.to_owned(),
+            tenant: tenant.to_owned(),
+            consistency: consistency as i32,
+            max_staleness_ms,
+        };
         let secret = self.inner.secret.clone();
         let (index, reply) = self
             .with_retries("read", |channel, attempt| {

@@ -397,8 +397,18 @@ async fn the_store_api_dedupes_retries_refuses_bad_input_and_reads_linearizably(
         code(client.put("p5", entry("k5", "dev", "fake", "too long"), "").await),
         Some(Code::InvalidArgument)
     );
+    // A frame that is not a protobuf message at all.
+    let status = raw_write(cluster.addrs[&1], vec![0xff, 0xff, 0xff, 0x0f, 0x02]).await;
+    assert!(matches!(status.code(), Code::Internal | Code::InvalidArgument), "{status:?}");
     let read = client.read("dev", "k1", Consistency::Linearizable).await.expect("read");
     assert_eq!(read.map(|e| e.content).as_deref(), Some("one"), "refusals harm nothing stored");
+    // Bounded-staleness reads: every node heard from the leader within the last few heartbeats.
+    for id in 1..=3u64 {
+        let local =
+            crate::client::CoreClient::new(vec![cluster.addrs[&id].to_string()], SECRET).expect("client");
+        let read = local.read("dev", "k1", Consistency::BoundedStaleness(5_000)).await.expect("bounded read");
+        assert_eq!(read.map(|e| e.content).as_deref(), Some("one"), "node {id}");
+    }
     for (_, node) in nodes {
         node.stop().await;
     }
@@ -445,5 +455,52 @@ async fn a_version_bump_stales_old_entries_and_regenerates_the_hottest() {
     assert_eq!(pod.calls.load(Ordering::SeqCst), 4, "two generations, then two refreshes");
     for (_, node) in nodes {
         node.stop().await;
+    }
+}
+
+/// Sends `bytes` as the body of a `CoreStore.Write` call, bypassing protobuf encoding; returns the error.
+async fn raw_write(addr: SocketAddr, bytes: Vec<u8>) -> Status {
+    use bytes::{Buf, BufMut};
+    use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+
+    #[derive(Clone, Copy, Default)]
+    struct Raw;
+    impl Codec for Raw {
+        type Encode = Vec<u8>;
+        type Decode = Vec<u8>;
+        type Encoder = Raw;
+        type Decoder = Raw;
+        fn encoder(&mut self) -> Raw {
+            Raw
+        }
+        fn decoder(&mut self) -> Raw {
+            Raw
+        }
+    }
+    impl Encoder for Raw {
+        type Item = Vec<u8>;
+        type Error = Status;
+        fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+            dst.put_slice(&item);
+            Ok(())
+        }
+    }
+    impl Decoder for Raw {
+        type Item = Vec<u8>;
+        type Error = Status;
+        fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, Status> {
+            Ok(Some(src.copy_to_bytes(src.remaining()).to_vec()))
+        }
+    }
+
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{addr}")).expect("uri").connect_lazy();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("ready");
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/mesh.core.v1.CoreStore/Write");
+    let request = TierSecret::new(SECRET).expect("secret").request(bytes);
+    match grpc.unary(request, path, Raw).await {
+        Ok(_) => panic!("a malformed write was accepted"),
+        Err(status) => status,
     }
 }

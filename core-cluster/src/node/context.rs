@@ -6,9 +6,11 @@ use serde::Serialize;
 
 use super::auth::TierSecret;
 use super::hit_reporter::HitCounter;
+use super::leader_contact::LeaderContact;
 use super::metrics::Metrics;
 use super::peers::PeerChannels;
 use super::pods::PodPool;
+use super::read_barrier::ReadBarrier;
 use super::refresher::Refresher;
 use super::state_machine::StateMachineStore;
 use super::types::{NodeId, Raft};
@@ -34,6 +36,10 @@ pub struct NodeContext {
     pub refresher: Refresher,
     /// Hits served here, reported through Raft.
     pub hits: Arc<HitCounter>,
+    /// Shares quorum rounds between concurrent linearizable reads.
+    pub read_barrier: ReadBarrier,
+    /// When a leader last confirmed this node's state: bounds the staleness of local reads.
+    pub contact: Arc<LeaderContact>,
     /// The node's metrics.
     pub metrics: Arc<Metrics>,
 }

@@ -28,6 +28,8 @@
 //! - [`hit_reporter`]: counts served hits and reports them through Raft.
 //! - [`refresher`]: regenerates the hottest prompts after a model-version bump.
 //! - [`cache_service`]: the `CoreCache` gRPC server (lookup, complete).
+//! - [`leader_contact`]: when a leader last confirmed this node's state (bounded-staleness reads).
+//! - [`read_barrier`]: quorum rounds shared by concurrent linearizable reads.
 //! - [`store_service`]: the `CoreStore` gRPC server (write, linearizable or local read).
 //! - [`admin_service`]: the `CoreAdmin` gRPC server (membership, status).
 //! - [`metrics`]: the node's Prometheus metrics.
@@ -50,12 +52,14 @@ pub mod group_commit;
 pub mod hit_reporter;
 pub mod hot_summary;
 pub mod http;
+pub mod leader_contact;
 pub mod log_store;
 pub mod metrics;
 pub mod network;
 pub mod peers;
 pub mod pods;
 pub mod raft_service;
+pub mod read_barrier;
 pub mod records;
 pub mod refresher;
 pub mod server;

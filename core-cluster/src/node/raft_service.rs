@@ -3,13 +3,14 @@
 
 use std::sync::Arc;
 
-use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, VoteRequest};
 use proto::raft::raft_server::Raft as RaftRpc;
 use proto::raft::RaftPayload;
 use tonic::{Request, Response, Status};
 
 use super::convert::{decode, encode};
 use super::group_commit::GroupCommit;
+use super::leader_contact::LeaderContact;
 use super::metrics::Metrics;
 use super::types::{NodeId, Raft, Request as ClientRequest, TypeConfig};
 use super::writer::ForwardReply;
@@ -21,14 +22,16 @@ pub struct RaftService {
     raft: Raft,
     /// Where forwarded writes join this node's batches.
     group: GroupCommit,
+    /// Updated on every accepted AppendEntries.
+    contact: Arc<LeaderContact>,
     /// Request counters.
     metrics: Arc<Metrics>,
 }
 
 impl RaftService {
     /// A service in front of `raft`.
-    pub fn new(raft: Raft, group: GroupCommit, metrics: Arc<Metrics>) -> Self {
-        Self { raft, group, metrics }
+    pub fn new(raft: Raft, group: GroupCommit, contact: Arc<LeaderContact>, metrics: Arc<Metrics>) -> Self {
+        Self { raft, group, contact, metrics }
     }
 }
 
@@ -39,6 +42,9 @@ impl RaftRpc for RaftService {
         self.metrics.rpc_append_entries.inc();
         let req: AppendEntriesRequest<TypeConfig> = decode(request.get_ref())?;
         let result = self.raft.append_entries(req).await;
+        if matches!(result, Ok(AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_))) {
+            self.contact.touch();
+        }
         Ok(Response::new(encode(&result)?))
     }
 

@@ -25,12 +25,14 @@ use super::error::CoreError;
 use super::group_commit::GroupCommit;
 use super::hit_reporter::{self, HitCounter};
 use super::http;
+use super::leader_contact::LeaderContact;
 use super::log_store::LogStore;
 use super::metrics::Metrics;
 use super::network::Network;
 use super::peers::{PeerChannels, MAX_RAFT_MESSAGE_BYTES};
 use super::pods::PodPool;
 use super::raft_service::RaftService;
+use super::read_barrier::ReadBarrier;
 use super::refresher::Refresher;
 use super::state_machine::StateMachineStore;
 use super::store_service::StoreService;
@@ -89,6 +91,7 @@ pub async fn run(
         metrics.clone(),
     );
     let hits = Arc::new(HitCounter::default());
+    let contact = Arc::new(LeaderContact::default());
     let node = Arc::new(NodeContext {
         id: config.id,
         raft: raft.clone(),
@@ -99,6 +102,8 @@ pub async fn run(
         secret: config.tier_secret.clone(),
         refresher: Refresher::new(pods, writer.clone(), metrics.clone()),
         hits: hits.clone(),
+        read_barrier: ReadBarrier::default(),
+        contact: contact.clone(),
         metrics: metrics.clone(),
     });
     let mut background =
@@ -108,7 +113,7 @@ pub async fn run(
     }
 
     let secret = &config.tier_secret;
-    let raft_rpc = RaftServer::new(RaftService::new(raft.clone(), group, metrics))
+    let raft_rpc = RaftServer::new(RaftService::new(raft.clone(), group, contact, metrics))
         .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES);
     let cache_rpc = CoreCacheServer::new(CacheService::new(node.clone()));

@@ -33,16 +33,6 @@ impl StoreService {
         Self { node }
     }
 
-    /// Confirms leadership with a quorum and waits until the state machine has applied up to the read
-    /// index, so the local state reflects every write acknowledged before the read began.
-    async fn ensure_linearizable(&self) -> Result<(), CoreError> {
-        match tokio::time::timeout(READ_TIMEOUT, self.node.raft.ensure_linearizable()).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(CoreError::NoQuorum(format!("linearizable read: {e}"))),
-            Err(_) => Err(CoreError::NoQuorum("linearizable read: no quorum answered in time".into())),
-        }
-    }
-
     /// Sends a linearizable read to the leader.
     async fn forward_read(&self, read: ReadRequest) -> Result<ReadReply, CoreError> {
         let (leader, addr) =
@@ -103,6 +93,16 @@ impl CoreStore for StoreService {
         validate::key(&read.key)?;
         validate::name("tenant", &read.tenant)?;
         let local = read.consistency == Consistency::Local as i32;
+        if local && read.max_staleness_ms > 0 {
+            let staleness = self.node.contact.staleness_ms(self.node.id, &self.node.raft);
+            if staleness.is_none_or(|ms| ms > u64::from(read.max_staleness_ms)) {
+                return Err(CoreError::NoQuorum(format!(
+                    "this node's state may be stale (last leader contact {staleness:?} ms ago, bound {} ms)",
+                    read.max_staleness_ms
+                ))
+                .into());
+            }
+        }
         if !local {
             let is_leader = self.node.health().leader == Some(self.node.id);
             if !is_leader {
@@ -111,7 +111,10 @@ impl CoreStore for StoreService {
                 }
                 return Ok(Response::new(self.forward_read(read).await?));
             }
-            self.ensure_linearizable().await?;
+            // Confirms leadership with a quorum (shared with concurrent reads) and waits until the state
+            // machine has applied up to the read index, so the local state reflects every write
+            // acknowledged before this read began.
+            self.node.read_barrier.wait(&self.node.raft, READ_TIMEOUT).await?;
         }
         Ok(Response::new(self.local_read(&read)?))
     }
