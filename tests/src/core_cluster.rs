@@ -31,6 +31,8 @@ const NODE_READY: Duration = Duration::from_secs(60);
 
 /// Tenants and model the bootstrap node registers.
 const TENANTS: &str = "t1,t2";
+/// How many tenants [`TENANTS`] names.
+const SEEDED_TENANTS: u64 = 2;
 const MODELS: &str = "m@1";
 
 /// What to start.
@@ -94,6 +96,10 @@ pub struct Health {
     pub term: u64,
     /// The node's last applied log index.
     pub last_applied: u64,
+    /// Tenants in its state machine.
+    pub tenants: u64,
+    /// Models in its state machine.
+    pub models: u64,
 }
 
 /// A running core cluster; every process is stopped when it is dropped.
@@ -155,7 +161,23 @@ impl CoreCluster {
             cluster.nodes.insert(id, node);
         }
         cluster.start_all()?;
+        cluster.wait_seeded(NODE_READY)?;
         Ok(cluster)
+    }
+
+    /// Waits until node 1 has applied the tenants and model that it seeds when it forms the cluster.
+    fn wait_seeded(&self, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let health = self.health(1);
+            if health.as_ref().is_some_and(|h| h.tenants >= SEEDED_TENANTS && h.models >= 1) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("the cluster was not seeded within {timeout:?}: {health:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Starts another node `id` (not a member yet: `--peers` names only itself, no bootstrap) and waits
@@ -261,6 +283,8 @@ impl CoreCluster {
             leader: body["leader"].as_u64().filter(|l| *l != 0),
             term: body["term"].as_u64().unwrap_or(0),
             last_applied: body["last_applied"].as_u64().unwrap_or(0),
+            tenants: body["tenants"].as_u64().unwrap_or(0),
+            models: body["models"].as_u64().unwrap_or(0),
         })
     }
 

@@ -166,6 +166,7 @@ impl Mesh {
                 core.wait_ready(&url, CORE_READY)?;
             }
         }
+        self.wait_core_seeded(CORE_READY)?;
         for index in 0..self.regionals.len() {
             if self.regionals[index].is_none() {
                 let mut regional = self.spawn_regional(index)?;
@@ -229,6 +230,31 @@ impl Mesh {
                 serde_json::from_str(&response.body_mut().read_to_string().ok()?).ok()?;
             health["leader"].as_u64()
         })
+    }
+
+    /// Waits until a core node has the development tenant and the models (seeded when the cluster forms;
+    /// a cluster restarted from its data has them at once).
+    fn wait_core_seeded(&self, timeout: Duration) -> anyhow::Result<()> {
+        let agent = crate::client::agent(Duration::from_secs(2));
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let seeded = (0..self.cores.len()).filter(|i| self.cores[*i].is_some()).any(|i| {
+                let health = agent
+                    .get(format!("{}/healthz", self.core_url(i)))
+                    .call()
+                    .ok()
+                    .and_then(|mut r| r.body_mut().read_to_string().ok())
+                    .and_then(|body| serde_json::from_str::<serde_json::Value>(&body).ok());
+                health.is_some_and(|h| h["tenants"].as_u64() >= Some(1) && h["models"].as_u64() >= Some(1))
+            });
+            if seeded {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                bail!("the core cluster did not register its tenant and models within {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// Waits until every running core node knows the leader and has applied as much as the others.

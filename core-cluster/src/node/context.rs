@@ -55,6 +55,10 @@ pub struct Health {
     pub term: u64,
     /// Index of the last entry applied to the state machine.
     pub last_applied: Option<u64>,
+    /// Tenants in the local state machine (a fresh cluster has its `--tenants` once seeding is applied).
+    pub tenants: usize,
+    /// Models in the local state machine.
+    pub models: usize,
 }
 
 impl NodeContext {
@@ -67,6 +71,8 @@ impl NodeContext {
             leader: m.current_leader,
             term: m.current_term,
             last_applied: m.last_applied.map(|id| id.index),
+            tenants: self.state.tenant_count(),
+            models: self.state.model_count(),
         }
     }
 

@@ -153,6 +153,16 @@ impl StateMachineStore {
         self.entries.len()
     }
 
+    /// Number of tenants.
+    pub fn tenant_count(&self) -> usize {
+        self.tenants.len()
+    }
+
+    /// Number of registered models.
+    pub fn model_count(&self) -> usize {
+        self.models.len()
+    }
+
     /// Whether no entry is stored.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
