@@ -8,6 +8,11 @@ use core_cluster::node::{self, NodeArgs};
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc instead of glibc's allocator: the Raft path allocates and frees many short-lived buffers
+/// (sled node copies, JSON payloads), where glibc spent about a quarter of the node's CPU time.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     if std::env::args().nth(1).as_deref() == Some("admin") {
