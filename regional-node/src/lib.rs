@@ -5,7 +5,7 @@
 //! - [`config`]: the documented command-line / environment configuration.
 //! - [`server`]: [`server::run`], which serves the HTTP routes on a given listener until shutdown.
 //! - [`http`]: the route handlers (`/v1/chat/completions`, `/v1/models`, `/healthz`, `/metrics`).
-//! - [`exact_cache`]: the in-memory exact-match cache, bounded by bytes.
+//! - [`exact_cache`]: the in-memory exact-match cache, bounded by bytes, with W-TinyLFU admission.
 //! - [`core_client`]: the gRPC client of the core cluster, failing over between core nodes.
 //! - [`caller`]: who is calling (a tenant with an API key, or the edge tier with the shared secret).
 //! - [`embedding`]: the all-MiniLM-L6-v2 sentence embedder the semantic tier builds on.

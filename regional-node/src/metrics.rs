@@ -48,6 +48,8 @@ impl RegionalMetrics {
     pub fn render(&self, region: &str, cache: CacheStats) -> String {
         let r = [("region", region)];
         let tier = |t: &'static str| [("region", region), ("tier", t)];
+        let outcome = |o: &'static str| [("region", region), ("outcome", o)];
+        let cause = |c: &'static str| [("region", region), ("cause", c)];
         MetricsText::default()
             .counter("mesh_regional_requests_total", "Chat completion requests received.", &r, &self.requests)
             .counter(
@@ -95,6 +97,73 @@ impl RegionalMetrics {
             )
             .gauge("mesh_regional_cache_entries", "Entries in the exact cache.", &r, cache.entries as f64)
             .gauge("mesh_regional_cache_bytes", "Bytes in the exact cache.", &r, cache.bytes as f64)
+            .counter(
+                "mesh_regional_cache_admissions_total",
+                "Entries offered to the exact cache's main space, by outcome.",
+                &outcome("admitted"),
+                &counted(cache.admitted),
+            )
+            .counter(
+                "mesh_regional_cache_admissions_total",
+                "Entries offered to the exact cache's main space, by outcome.",
+                &outcome("rejected"),
+                &counted(cache.rejected),
+            )
+            .counter(
+                "mesh_regional_cache_admissions_total",
+                "Entries offered to the exact cache's main space, by outcome.",
+                &outcome("oversized"),
+                &counted(cache.oversized),
+            )
+            .counter(
+                "mesh_regional_cache_removals_total",
+                "Entries removed from the exact cache, by cause.",
+                &cause("evicted"),
+                &counted(cache.evicted),
+            )
+            .counter(
+                "mesh_regional_cache_removals_total",
+                "Entries removed from the exact cache, by cause.",
+                &cause("expired"),
+                &counted(cache.expired),
+            )
             .finish()
+    }
+}
+
+/// A counter holding `n`, to export a count kept elsewhere (the cache's, under its locks).
+fn counted(n: u64) -> Counter {
+    let counter = Counter::default();
+    counter.add(n);
+    counter
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_the_cache_counters_by_outcome_and_cause() {
+        let cache = CacheStats {
+            entries: 2,
+            bytes: 300,
+            admitted: 5,
+            rejected: 4,
+            evicted: 3,
+            expired: 1,
+            oversized: 6,
+        };
+        let text = RegionalMetrics::default().render("eu", cache);
+        for line in [
+            "mesh_regional_cache_entries{region=\"eu\"} 2",
+            "mesh_regional_cache_admissions_total{region=\"eu\",outcome=\"admitted\"} 5",
+            "mesh_regional_cache_admissions_total{region=\"eu\",outcome=\"rejected\"} 4",
+            "mesh_regional_cache_admissions_total{region=\"eu\",outcome=\"oversized\"} 6",
+            "mesh_regional_cache_removals_total{region=\"eu\",cause=\"evicted\"} 3",
+            "mesh_regional_cache_removals_total{region=\"eu\",cause=\"expired\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+        }
+        assert_eq!(text.matches("# TYPE mesh_regional_cache_admissions_total counter").count(), 1);
     }
 }
