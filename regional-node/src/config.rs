@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use shared::auth::TenantKeys;
+use shared::content_class::{self, TtlPolicy};
 use shared::models::ModelTable;
 
 use crate::RegionalError;
@@ -31,9 +32,17 @@ pub struct RegionalConfig {
     /// Bytes of memory the exact cache may hold.
     #[arg(long, env = "MESH_REGIONAL_CACHE_BYTES", default_value_t = 256 * 1024 * 1024)]
     pub cache_bytes: usize,
-    /// Time to live of new entries, in seconds (0: no expiry).
-    #[arg(long, env = "MESH_CACHE_TTL_S", default_value_t = 86_400)]
-    pub ttl_s: u64,
+    /// Time to live of new `volatile` answers (prices, schedules, "this week"), in seconds. For this and
+    /// the other class TTLs, 0 leaves the TTL to the tenant's policy at the core (no expiry if it has
+    /// none). `realtime` answers are never cached and have no TTL to set.
+    #[arg(long, env = "MESH_CACHE_TTL_VOLATILE_S", default_value_t = content_class::DEFAULT_VOLATILE_TTL_S)]
+    pub ttl_volatile_s: u64,
+    /// Time to live of new `default` answers (nothing says how fast they change), in seconds.
+    #[arg(long, env = "MESH_CACHE_TTL_DEFAULT_S", default_value_t = content_class::DEFAULT_DEFAULT_TTL_S)]
+    pub ttl_default_s: u64,
+    /// Time to live of new `stable` answers (definitions, math, code, history), in seconds.
+    #[arg(long, env = "MESH_CACHE_TTL_STABLE_S", default_value_t = content_class::DEFAULT_STABLE_TTL_S)]
+    pub ttl_stable_s: u64,
     /// File holding the shared secret between tiers (otherwise `MESH_TIER_SECRET`).
     #[arg(long, env = "MESH_TIER_SECRET_FILE")]
     pub tier_secret_file: Option<PathBuf>,
@@ -50,6 +59,8 @@ pub struct Settings {
     pub models: ModelTable,
     /// The shared secret between tiers (never logged).
     pub tier_secret: Secret,
+    /// How long answers of each content class are cached.
+    pub ttl: TtlPolicy,
 }
 
 /// A secret that never prints.
@@ -77,6 +88,45 @@ impl RegionalConfig {
         if self.core.is_empty() {
             return Err(RegionalError::Config("at least one --core URL is needed".into()));
         }
-        Ok(Settings { config: self, tenants, models, tier_secret: Secret(secret) })
+        let ttl = self.ttl_policy();
+        Ok(Settings { config: self, tenants, models, tier_secret: Secret(secret), ttl })
+    }
+
+    /// The TTL of each content class, from the `--ttl-*-s` flags.
+    pub fn ttl_policy(&self) -> TtlPolicy {
+        TtlPolicy {
+            volatile_s: self.ttl_volatile_s,
+            default_s: self.ttl_default_s,
+            stable_s: self.ttl_stable_s,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_ttls_default_to_the_shared_policy() {
+        let config = RegionalConfig::try_parse_from(["regional-node", "--core", "http://127.0.0.1:1"]);
+        let config = config.expect("flags parse");
+        assert_eq!(config.ttl_policy(), TtlPolicy::default());
+    }
+
+    #[test]
+    fn class_ttls_come_from_their_flags() {
+        let config = RegionalConfig::try_parse_from([
+            "regional-node",
+            "--core",
+            "http://127.0.0.1:1",
+            "--ttl-volatile-s",
+            "60",
+            "--ttl-default-s",
+            "600",
+            "--ttl-stable-s",
+            "604800",
+        ])
+        .expect("flags parse");
+        assert_eq!(config.ttl_policy(), TtlPolicy { volatile_s: 60, default_s: 600, stable_s: 604_800 });
     }
 }

@@ -5,6 +5,8 @@
 //! - [`openai`]: the OpenAI chat-completions wire types (requests, responses, stream chunks, errors).
 //! - [`normalize`]: turns a request into the canonical form that is both generated and keyed.
 //! - [`cache_key`]: the versioned cache key over (tenant, model, model version, normalized request).
+//! - [`content_class`]: content classes (realtime, volatile, default, stable), their classifier and the
+//!   TTL policy that decides how long each class is cached.
 //! - [`models`]: the served-model table (name and current version).
 //! - [`completion`]: a cached chat completion and how it renders as a response or an SSE stream.
 //! - [`auth`]: API-key hashing, the tenant key table, constant-time comparison of secrets.
@@ -19,6 +21,7 @@
 pub mod auth;
 pub mod cache_key;
 pub mod completion;
+pub mod content_class;
 pub mod error;
 pub mod hex;
 pub mod metrics;
@@ -37,5 +40,10 @@ pub const TIER_SECRET_HEADER: &str = "x-mesh-secret";
 pub const TENANT_HEADER: &str = "x-mesh-tenant";
 /// Header with the request's cache key, for debugging and for clients that want to invalidate.
 pub const CACHE_KEY_HEADER: &str = "x-cache-key";
+/// Header with the content class of a chat answer (`realtime`, `volatile`, `default` or `stable`).
+pub const CACHE_CLASS_HEADER: &str = "x-cache-class";
+/// Header with the TTL, in seconds, that the content class of a chat answer gets (0 for realtime: not
+/// cached).
+pub const CACHE_TTL_HEADER: &str = "x-cache-ttl";
 /// Largest request body any tier accepts.
 pub const MAX_REQUEST_BYTES: usize = 256 * 1024;

@@ -1,4 +1,9 @@
 //! `POST /v1/chat/completions`: regional cache, then the core's state, then generation through the core.
+//!
+//! Each request is classified ([`shared::content_class`]) and cached for its class's TTL. A realtime
+//! request is never answered from a cache and its answer is never stored here; it is still generated
+//! through the core, which always commits what it generates, so it is sent with [`UNCACHED_CORE_TTL_S`]
+//! and expires there at once (TTL 0 would mean the tenant's default, or no expiry).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -13,6 +18,7 @@ use proto::cache::{CompleteDone, CompleteEvent, CompleteRequest};
 use proto::inference::{ChatMessage, GenerateRequest, Sampling};
 use shared::cache_key::CacheKey;
 use shared::completion::{CachedCompletion, StreamHead};
+use shared::content_class::classify;
 use shared::normalize::{normalize, NormalizedRequest};
 use shared::openai::{parse_chat_request, SSE_DONE};
 use shared::server_timing::ServerTiming;
@@ -22,7 +28,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 use tracing::Instrument as _;
 
-use super::respond::{cache_headers, entry_response, with_headers, EVENT_STREAM};
+use super::respond::{cache_headers, entry_response, with_headers, ClassTtl, EVENT_STREAM};
 use crate::caller::resolve_tenant;
 use crate::core_client::STREAM_IDLE_TIMEOUT;
 use crate::error::error_response;
@@ -34,6 +40,8 @@ struct Admitted {
     tenant: String,
     request: NormalizedRequest,
     key: CacheKey,
+    /// The request's content class and the TTL it gets.
+    class: ClassTtl,
     /// `Cache-Control: only-if-cached`: answer from a cache or not at all (504), never generate.
     only_if_cached: bool,
 }
@@ -53,7 +61,12 @@ pub async fn chat_completions(
             return error_response(&error);
         }
     };
-    let span = tracing::debug_span!("chat", tenant = %admitted.tenant, key = %admitted.key);
+    let span = tracing::debug_span!(
+        "chat",
+        tenant = %admitted.tenant,
+        key = %admitted.key,
+        class = admitted.class.class.as_str()
+    );
     match answer(&state, admitted, started).instrument(span).await {
         Ok(response) => response,
         Err(error) => {
@@ -73,13 +86,14 @@ async fn admit(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Admi
     let parsed = parse_chat_request(&bytes, MAX_REQUEST_BYTES)?;
     let request = normalize(&parsed, &state.settings.models, &state.limits)?;
     let key = CacheKey::derive(&tenant, &request);
+    let class = ClassTtl::new(classify(&request), &state.settings.ttl);
     let only_if_cached = headers
         .get_all(axum::http::header::CACHE_CONTROL)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .any(|directive| directive.trim().eq_ignore_ascii_case("only-if-cached"));
-    Ok(Admitted { tenant, request, key, only_if_cached })
+    Ok(Admitted { tenant, request, key, class, only_if_cached })
 }
 
 async fn answer(
@@ -87,8 +101,9 @@ async fn answer(
     admitted: Admitted,
     started: Instant,
 ) -> Result<Response, RegionalError> {
-    let Admitted { tenant, request, key, only_if_cached } = admitted;
-    if let Some(entry) = state.cache.get(key.as_str(), now_ms()) {
+    let Admitted { tenant, request, key, class, only_if_cached } = admitted;
+    let cached = if class.cacheable() { state.cache.get(key.as_str(), now_ms()) } else { None };
+    if let Some(entry) = cached {
         state.metrics.hits_regional.inc();
         let mut timing = ServerTiming::default();
         timing.push_ms("regional", elapsed_ms(started));
@@ -96,12 +111,12 @@ async fn answer(
         return Ok(entry_response(
             &entry,
             request.stream,
-            cache_headers("HIT-REGIONAL", key.as_str(), &timing, Some(&entry)),
+            cache_headers("HIT-REGIONAL", key.as_str(), &timing, class, Some(&entry)),
         ));
     }
 
     let lookup_started = Instant::now();
-    let found = state.core.lookup(key.as_str(), &tenant).await?;
+    let found = if class.cacheable() { state.core.lookup(key.as_str(), &tenant).await? } else { None };
     let lookup_ms = elapsed_ms(lookup_started);
     if let Some(entry) = found.filter(|e| !e.is_expired(now_ms()) && e.key == key.as_str()) {
         state.cache.insert(entry.clone());
@@ -112,7 +127,7 @@ async fn answer(
         return Ok(entry_response(
             &entry,
             request.stream,
-            cache_headers("HIT-CORE", key.as_str(), &timing, Some(&entry)),
+            cache_headers("HIT-CORE", key.as_str(), &timing, class, Some(&entry)),
         ));
     }
 
@@ -121,10 +136,9 @@ async fn answer(
     }
     state.metrics.misses.inc();
     let generate_started = Instant::now();
-    let events =
-        state.core.complete(complete_request(&tenant, &key, &request, state.settings.config.ttl_s)).await?;
+    let events = state.core.complete(complete_request(&tenant, &key, &request, class)).await?;
     if request.stream {
-        return Ok(stream_miss(state, events, &key, &request, started, lookup_ms));
+        return Ok(stream_miss(state, events, &key, &request, class, started, lookup_ms));
     }
     let done = last_event(events).await?;
     let entry = done
@@ -132,7 +146,9 @@ async fn answer(
         .clone()
         .map(CachedCompletion::from)
         .ok_or_else(|| RegionalError::Core("completion without an entry".into()))?;
-    state.cache.insert(entry.clone());
+    if class.cacheable() {
+        state.cache.insert(entry.clone());
+    }
     let mut timing = ServerTiming::default();
     timing
         .push_ms("regional", elapsed_ms(started))
@@ -140,21 +156,25 @@ async fn answer(
         .push_ms("core", elapsed_ms(generate_started));
     push_core_timings(&mut timing, &done);
     state.metrics.latency_miss.observe(started.elapsed().as_secs_f64());
-    Ok(entry_response(&entry, false, cache_headers("MISS", key.as_str(), &timing, Some(&entry))))
+    Ok(entry_response(&entry, false, cache_headers("MISS", key.as_str(), &timing, class, Some(&entry))))
 }
+
+/// TTL asked of the core for an answer that must not be cached: the core commits every answer it
+/// generates, and 0 would mean the tenant's default TTL (or none), so the entry is made to expire at once.
+pub const UNCACHED_CORE_TTL_S: u64 = 1;
 
 fn complete_request(
     tenant: &str,
     key: &CacheKey,
     request: &NormalizedRequest,
-    ttl_s: u64,
+    class: ClassTtl,
 ) -> CompleteRequest {
     let sampling = &request.sampling;
     CompleteRequest {
         key: key.as_str().to_owned(),
         model_version: request.model.version,
-        ttl_s,
-        content_class: String::new(),
+        ttl_s: if class.cacheable() { class.ttl_s } else { UNCACHED_CORE_TTL_S },
+        content_class: class.class.as_str().to_owned(),
         generate: Some(GenerateRequest {
             request_id: key.completion_id(),
             tenant: tenant.to_owned(),
@@ -205,13 +225,15 @@ fn push_core_timings(timing: &mut ServerTiming, done: &CompleteDone) {
     timing.push_micros("raft-commit", done.commit_us);
 }
 
-/// Streams a miss to the client as it is generated. The entry is stored in the regional cache before
-/// `[DONE]` is sent, so a client (or the edge) that asks again after the stream ends gets a hit.
+/// Streams a miss to the client as it is generated. The entry is stored in the regional cache (unless its
+/// class is not cacheable) before `[DONE]` is sent, so a client (or the edge) that asks again after the
+/// stream ends gets a hit.
 fn stream_miss(
     state: &Arc<AppState>,
     events: Streaming<CompleteEvent>,
     key: &CacheKey,
     request: &NormalizedRequest,
+    class: ClassTtl,
     started: Instant,
     lookup_ms: f64,
 ) -> Response {
@@ -221,12 +243,18 @@ fn stream_miss(
         id: key.completion_id(),
         created: now_ms() / 1000,
         model: request.model.name.clone(),
+        cacheable: class.cacheable(),
     };
     tokio::spawn(async move { relay.run(events, tx, started).await });
     let mut timing = ServerTiming::default();
     timing.push_ms("regional", elapsed_ms(started)).push_ms("core-lookup", lookup_ms);
     let body = Body::from_stream(ReceiverStream::new(rx));
-    with_headers(StatusCode::OK, EVENT_STREAM, body, cache_headers("MISS", key.as_str(), &timing, None))
+    with_headers(
+        StatusCode::OK,
+        EVENT_STREAM,
+        body,
+        cache_headers("MISS", key.as_str(), &timing, class, None),
+    )
 }
 
 /// Relays a core completion stream as OpenAI SSE chunks.
@@ -235,6 +263,8 @@ struct Relay {
     id: String,
     created: i64,
     model: String,
+    /// Whether the finished entry goes into the regional cache.
+    cacheable: bool,
 }
 
 impl Relay {
@@ -260,7 +290,9 @@ impl Relay {
                 }
                 Ok(Some(Some(Event::Done(done)))) => {
                     if let Some(entry) = done.entry.map(CachedCompletion::from) {
-                        self.state.cache.insert(entry.clone());
+                        if self.cacheable {
+                            self.state.cache.insert(entry.clone());
+                        }
                         send(head.finish_chunk(&entry.finish_reason)).await;
                         send(SSE_DONE.to_owned()).await;
                         finished = true;
@@ -285,4 +317,48 @@ impl Relay {
 
 fn elapsed_ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use shared::content_class::{ContentClass, TtlPolicy};
+    use shared::models::ModelRef;
+    use shared::normalize::{Message, Role, Sampling};
+
+    use super::*;
+
+    fn request(text: &str) -> NormalizedRequest {
+        NormalizedRequest {
+            model: ModelRef { name: "m".into(), version: 3 },
+            messages: vec![Message { role: Role::User, content: text.into() }],
+            sampling: Sampling { max_tokens: 16, temperature: 0.0, top_p: 1.0, seed: None, stop: vec![] },
+            stream: false,
+        }
+    }
+
+    fn core_request(text: &str, policy: &TtlPolicy) -> CompleteRequest {
+        let request = request(text);
+        let key = CacheKey::derive("t", &request);
+        complete_request("t", &key, &request, ClassTtl::new(classify(&request), policy))
+    }
+
+    #[test]
+    fn the_core_gets_the_class_and_its_ttl() {
+        let policy = TtlPolicy { volatile_s: 120, default_s: 1_800, stable_s: 7 * 86_400 };
+        let stable = core_request("What is a monad?", &policy);
+        assert_eq!((stable.content_class.as_str(), stable.ttl_s), ("stable", 604_800));
+        let volatile = core_request("EUR to USD exchange rate", &policy);
+        assert_eq!((volatile.content_class.as_str(), volatile.ttl_s), ("volatile", 120));
+        let default = core_request("Write a haiku about autumn", &policy);
+        assert_eq!((default.content_class.as_str(), default.ttl_s), ("default", 1_800));
+        assert_eq!(default.model_version, 3);
+    }
+
+    #[test]
+    fn realtime_answers_expire_at_the_core_at_once() {
+        let realtime = core_request("What's the weather right now?", &TtlPolicy::default());
+        assert_eq!(realtime.content_class, ContentClass::Realtime.as_str());
+        assert_eq!(realtime.ttl_s, UNCACHED_CORE_TTL_S);
+        assert_ne!(realtime.ttl_s, 0, "0 would take the tenant's default TTL at the core");
+    }
 }

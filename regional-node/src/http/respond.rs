@@ -4,24 +4,61 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 use shared::completion::CachedCompletion;
+use shared::content_class::{ContentClass, TtlPolicy};
 use shared::server_timing::ServerTiming;
 
 /// `Content-Type` of server-sent events.
 pub const EVENT_STREAM: &str = "text/event-stream";
 
-/// Headers every chat answer carries: which tier answered, the key, timing, and (when known) validators.
+/// A request's content class and the TTL this node's policy gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClassTtl {
+    /// The class of the last user message.
+    pub class: ContentClass,
+    /// The class's TTL in seconds (0 for realtime, which is not cached).
+    pub ttl_s: u64,
+}
+
+impl ClassTtl {
+    /// The class and its TTL under `policy`.
+    pub fn new(class: ContentClass, policy: &TtlPolicy) -> Self {
+        Self { class, ttl_s: policy.ttl_s(class) }
+    }
+
+    /// Whether answers of this class may be cached.
+    pub fn cacheable(self) -> bool {
+        TtlPolicy::cacheable(self.class)
+    }
+}
+
+/// Headers every chat answer carries: which tier answered, the key, timing, the content class and its TTL,
+/// and (when known) validators.
+///
+/// `X-Cache-TTL` is the TTL the class gets under this node's policy; `Cache-Control: max-age` is what is
+/// left of the entry's own life (it may have been stored under another policy, or capped by the tenant's).
+/// A realtime answer says `no-store`, so that neither the edge nor the client keeps it.
 pub fn cache_headers(
     x_cache: &'static str,
     key: &str,
     timing: &ServerTiming,
+    class: ClassTtl,
     entry: Option<&CachedCompletion>,
 ) -> HeaderMap {
     let mut headers = HeaderMap::new();
     headers.insert(HeaderName::from_static(shared::X_CACHE), HeaderValue::from_static(x_cache));
     insert(&mut headers, HeaderName::from_static(shared::CACHE_KEY_HEADER), key);
     insert(&mut headers, HeaderName::from_static("server-timing"), timing.as_str());
+    headers.insert(
+        HeaderName::from_static(shared::CACHE_CLASS_HEADER),
+        HeaderValue::from_static(class.class.as_str()),
+    );
+    headers.insert(HeaderName::from_static(shared::CACHE_TTL_HEADER), HeaderValue::from(class.ttl_s));
     if let Some(entry) = entry {
         insert(&mut headers, header::ETAG, &entry.etag);
+    }
+    if !class.cacheable() {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    } else if let Some(entry) = entry {
         let max_age = entry.remaining_ttl_s(crate::server::now_ms()).unwrap_or(365 * 86_400);
         insert(&mut headers, header::CACHE_CONTROL, &format!("private, max-age={max_age}"));
     }
@@ -56,4 +93,57 @@ pub fn with_headers(
     response.headers_mut().extend(headers);
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(ttl_s: u64) -> CachedCompletion {
+        CachedCompletion {
+            key: "k".into(),
+            tenant: "t".into(),
+            model: "m".into(),
+            model_version: 1,
+            content: "hi".into(),
+            finish_reason: "stop".into(),
+            prompt_tokens: 1,
+            completion_tokens: 1,
+            etag: CachedCompletion::etag_of("hi", "stop"),
+            created_ms: crate::server::now_ms(),
+            ttl_s,
+        }
+    }
+
+    fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+        headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    #[test]
+    fn every_answer_names_its_class_and_ttl() {
+        let stable = ClassTtl::new(ContentClass::Stable, &TtlPolicy::default());
+        let timing = ServerTiming::default();
+        for entry in [None, Some(entry(86_400))] {
+            let headers = cache_headers("MISS", "k", &timing, stable, entry.as_ref());
+            assert_eq!(header(&headers, "x-cache-class"), Some("stable"));
+            assert_eq!(header(&headers, "x-cache-ttl"), Some("86400"));
+        }
+        let volatile = ClassTtl::new(ContentClass::Volatile, &TtlPolicy::default());
+        let headers = cache_headers("HIT-REGIONAL", "k", &timing, volatile, Some(&entry(300)));
+        assert_eq!(header(&headers, "x-cache-class"), Some("volatile"));
+        assert_eq!(header(&headers, "x-cache-ttl"), Some("300"));
+        let max_age = header(&headers, "cache-control").and_then(|v| v.strip_prefix("private, max-age="));
+        assert!(max_age.and_then(|v| v.parse::<u64>().ok()).is_some_and(|s| s <= 300), "{max_age:?}");
+    }
+
+    #[test]
+    fn realtime_answers_are_not_to_be_stored() {
+        let realtime = ClassTtl::new(ContentClass::Realtime, &TtlPolicy::default());
+        assert!(!realtime.cacheable());
+        let headers = cache_headers("MISS", "k", &ServerTiming::default(), realtime, Some(&entry(1)));
+        assert_eq!(header(&headers, "x-cache-class"), Some("realtime"));
+        assert_eq!(header(&headers, "x-cache-ttl"), Some("0"));
+        assert_eq!(header(&headers, "cache-control"), Some("no-store"));
+        assert!(headers.contains_key(header::ETAG));
+    }
 }
