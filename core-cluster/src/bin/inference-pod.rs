@@ -7,7 +7,9 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Parser;
-use core_cluster::inference::{config::DEFAULT_MODEL_NAME, run, PodConfig, TierSecret, WeightFormat};
+use core_cluster::inference::config::{EngineConfig, DEFAULT_MODEL_NAME};
+use core_cluster::inference::model::KvPrecision;
+use core_cluster::inference::{run, PodConfig, TierSecret, WeightFormat};
 
 /// Environment variable holding the shared secret between tiers.
 const SECRET_ENV: &str = "MESH_TIER_SECRET";
@@ -36,6 +38,24 @@ struct Args {
     /// Most requests waiting for the model before new ones are refused.
     #[arg(long, env = "MESH_POD_MAX_QUEUE", default_value_t = 64)]
     max_queue: usize,
+    /// KV cache blocks (f32: about 46 KiB per token, so the default 2,048 blocks of 16 take 1.4 GiB).
+    #[arg(long, env = "MESH_POD_KV_BLOCKS", default_value_t = 2048)]
+    kv_blocks: usize,
+    /// Tokens per KV block, the unit of prefix caching.
+    #[arg(long, env = "MESH_POD_BLOCK_SIZE", default_value_t = 16)]
+    block_size: usize,
+    /// How the KV cache stores keys and values: `f32` (exact) or `int8` (a quarter of the memory).
+    #[arg(long, env = "MESH_POD_KV_PRECISION", value_enum, default_value = "f32")]
+    kv_precision: KvPrecision,
+    /// Most sequences in one batched step.
+    #[arg(long, env = "MESH_POD_MAX_RUNNING", default_value_t = 32)]
+    max_running: usize,
+    /// Token budget of one step; longer prompts are prefilled in chunks between decode steps.
+    #[arg(long, env = "MESH_POD_MAX_BATCHED_TOKENS", default_value_t = 512)]
+    max_batched_tokens: usize,
+    /// Prompt-lookup speculative decoding for requests that do not say (`true` or `false`).
+    #[arg(long, env = "MESH_POD_SPECULATIVE", default_value_t = true, action = clap::ArgAction::Set)]
+    speculative: bool,
     /// File holding the tier secret (otherwise it is read from `MESH_TIER_SECRET`).
     #[arg(long, env = "MESH_TIER_SECRET_FILE")]
     tier_secret_file: Option<PathBuf>,
@@ -61,7 +81,15 @@ fn main() -> anyhow::Result<()> {
     let config = PodConfig::new(args.model_path, TierSecret::new(secret))
         .with_model_name(args.model_name)
         .with_weights(args.weights)
-        .with_max_queue(args.max_queue);
+        .with_max_queue(args.max_queue)
+        .with_engine(EngineConfig {
+            kv_blocks: args.kv_blocks.max(1),
+            block_size: args.block_size.max(1),
+            kv_precision: args.kv_precision,
+            max_running: args.max_running.max(1),
+            max_batched_tokens: args.max_batched_tokens.max(1),
+            speculative: args.speculative,
+        });
 
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -5,6 +5,9 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use super::model::KvPrecision;
+use super::speculative::SpeculativeConfig;
+use super::step_loop::LoopConfig;
 use super::weights::WeightFormat;
 
 /// The model name the pod serves unless told otherwise.
@@ -28,6 +31,9 @@ pub struct PodConfig {
     /// Most requests waiting for the model before new ones are refused with `RESOURCE_EXHAUSTED`.
     #[serde(default = "default_max_queue")]
     pub max_queue: usize,
+    /// The KV cache and the batching limits.
+    #[serde(default)]
+    pub engine: EngineConfig,
     /// The shared secret every gRPC call must carry in `x-mesh-secret`.
     #[serde(skip)]
     pub tier_secret: TierSecret,
@@ -41,6 +47,7 @@ impl PodConfig {
             model_name: default_model_name(),
             weights: WeightFormat::default(),
             max_queue: default_max_queue(),
+            engine: EngineConfig::default(),
             tier_secret,
         }
     }
@@ -57,10 +64,64 @@ impl PodConfig {
         self
     }
 
+    /// Sizes the KV cache and the batches.
+    pub fn with_engine(mut self, engine: EngineConfig) -> Self {
+        self.engine = engine;
+        self
+    }
+
     /// Sets the most requests that may wait in the queue.
     pub fn with_max_queue(mut self, max_queue: usize) -> Self {
         self.max_queue = max_queue;
         self
+    }
+}
+
+/// The KV cache and the batching limits.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineConfig {
+    /// KV cache blocks (f32: about 46 KiB per token for SmolLM2-135M, so 2,048 blocks of 16 tokens
+    /// take 1.4 GiB; int8 takes a quarter).
+    pub kv_blocks: usize,
+    /// Tokens per KV block (the unit of prefix caching).
+    pub block_size: usize,
+    /// How keys and values are stored.
+    pub kv_precision: KvPrecision,
+    /// Most sequences in one step.
+    pub max_running: usize,
+    /// Most tokens in one step; a longer prompt is prefilled in chunks between decode steps.
+    pub max_batched_tokens: usize,
+    /// Whether requests that do not say use prompt-lookup speculative decoding.
+    pub speculative: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            kv_blocks: 2048,
+            block_size: 16,
+            kv_precision: KvPrecision::F32,
+            max_running: 32,
+            max_batched_tokens: 512,
+            speculative: true,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// The step loop's configuration, with `max_waiting` requests allowed to wait.
+    pub fn loop_config(&self, max_waiting: usize) -> LoopConfig {
+        LoopConfig {
+            kv_blocks: self.kv_blocks,
+            block_size: self.block_size,
+            kv_precision: self.kv_precision,
+            max_running: self.max_running,
+            max_batched_tokens: self.max_batched_tokens,
+            max_waiting: max_waiting.max(1),
+            speculative_by_default: self.speculative,
+            speculative: SpeculativeConfig::default(),
+        }
     }
 }
 

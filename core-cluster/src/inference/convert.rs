@@ -2,7 +2,7 @@
 
 use proto::inference as pb;
 
-use super::request::{ChatMessage, GenerationRequest, Role, SamplingParams, Timings};
+use super::request::{ChatMessage, GenerationRequest, Priority, Role, SamplingParams, Timings};
 use super::worker::GenerationEvent;
 use super::InferenceError;
 
@@ -27,7 +27,16 @@ impl TryFrom<pb::GenerateRequest> for GenerationRequest {
                 top_p: s.top_p,
                 seed: s.seed,
                 stop: s.stop,
+                top_k: s.top_k,
             },
+            priority: match pb::Priority::try_from(r.priority) {
+                Ok(pb::Priority::Batch) => Priority::Batch,
+                Ok(pb::Priority::Interactive) => Priority::Interactive,
+                Err(_) => {
+                    return Err(InferenceError::InvalidRequest(format!("unknown priority {}", r.priority)))
+                }
+            },
+            speculative: r.speculative,
         })
     }
 }
@@ -43,6 +52,7 @@ impl From<Timings> for pb::Timings {
             prefill_us: micros(t.prefill),
             decode_us: micros(t.decode),
             ttft_us: micros(t.ttft),
+            tpot_us: micros(t.tpot),
         }
     }
 }
@@ -58,6 +68,9 @@ impl From<GenerationEvent> for Result<pb::GenerateEvent, tonic::Status> {
                 prompt_tokens: s.prompt_tokens,
                 completion_tokens: s.completion_tokens,
                 timings: Some(s.timings.into()),
+                cached_prompt_tokens: s.cached_prompt_tokens,
+                draft_tokens: s.draft_tokens,
+                accepted_draft_tokens: s.accepted_draft_tokens,
             }),
             GenerationEvent::Failed(e) => return Err(e.into()),
         };

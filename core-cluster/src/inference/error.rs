@@ -25,6 +25,17 @@ pub enum InferenceError {
     /// The queue is full; the caller should retry later or elsewhere.
     #[error("queue full ({0} requests waiting)")]
     QueueFull(usize),
+    /// The KV cache cannot hold the sequence even with every other sequence preempted.
+    #[error("the KV cache cannot hold this sequence ({needed} blocks needed, {available} available)")]
+    KvCacheFull {
+        /// Blocks the sequence needed.
+        needed: usize,
+        /// Blocks there were.
+        available: usize,
+    },
+    /// A forward step failed.
+    #[error("inference step failed: {0}")]
+    Internal(String),
     /// The model is still loading or the worker has stopped.
     #[error("model not ready")]
     NotReady,
@@ -64,11 +75,11 @@ impl From<InferenceError> for tonic::Status {
             E::InvalidRequest(_) | E::UnknownModel { .. } | E::PromptTooLong { .. } => {
                 tonic::Status::invalid_argument(e.to_string())
             }
-            E::QueueFull(_) => tonic::Status::resource_exhausted(e.to_string()),
+            E::QueueFull(_) | E::KvCacheFull { .. } => tonic::Status::resource_exhausted(e.to_string()),
             E::NotReady => tonic::Status::unavailable(e.to_string()),
             E::Cancelled => tonic::Status::cancelled(e.to_string()),
             // Internal details stay in the pod's log, not in the caller's error.
-            E::ModelFile { .. } | E::Metadata(_) | E::Candle(_) | E::Tokenizer(_) => {
+            E::ModelFile { .. } | E::Metadata(_) | E::Candle(_) | E::Tokenizer(_) | E::Internal(_) => {
                 tracing::error!(error = %e, source = ?std::error::Error::source(&e), "generation failed");
                 tonic::Status::internal("inference failed")
             }

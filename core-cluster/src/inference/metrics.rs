@@ -32,6 +32,16 @@ pub struct PodMetrics {
     pub ttft_seconds: Histogram,
     /// Average time per output token after the first, per request.
     pub tpot_seconds: Histogram,
+    /// Sequences preempted (their KV freed, to be recomputed) because blocks ran out.
+    pub preempted: Counter,
+    /// Tokens computed by forward steps (prefill chunks, decodes and drafts).
+    pub step_tokens: Counter,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_prompt_tokens: Counter,
+    /// Speculative decoding: draft tokens proposed.
+    pub draft_tokens: Counter,
+    /// Speculative decoding: draft tokens accepted.
+    pub accepted_draft_tokens: Counter,
 }
 
 impl Default for PodMetrics {
@@ -49,6 +59,11 @@ impl Default for PodMetrics {
             decode_seconds: Histogram::latency(),
             ttft_seconds: Histogram::latency(),
             tpot_seconds: Histogram::latency(),
+            preempted: Counter::default(),
+            step_tokens: Counter::default(),
+            cached_prompt_tokens: Counter::default(),
+            draft_tokens: Counter::default(),
+            accepted_draft_tokens: Counter::default(),
         }
     }
 }
@@ -62,6 +77,9 @@ impl PodMetrics {
         }
         self.prompt_tokens.add(u64::from(summary.prompt_tokens));
         self.generated_tokens.add(u64::from(summary.completion_tokens));
+        self.cached_prompt_tokens.add(u64::from(summary.cached_prompt_tokens));
+        self.draft_tokens.add(u64::from(summary.draft_tokens));
+        self.accepted_draft_tokens.add(u64::from(summary.accepted_draft_tokens));
         let t = &summary.timings;
         self.queue_seconds.observe(t.queue.as_secs_f64());
         self.prefill_seconds.observe(t.prefill.as_secs_f64());
@@ -86,8 +104,30 @@ impl PodMetrics {
             .counter("inference_requests_total", help, &outcome("failed"), &self.failed)
             .counter("inference_prompt_tokens_total", "Prompt tokens processed.", m, &self.prompt_tokens)
             .counter("inference_generated_tokens_total", "Tokens generated.", m, &self.generated_tokens)
-            .gauge("inference_queue_depth", "Requests waiting for the model.", m, load.queued() as f64)
-            .gauge("inference_running", "Requests being generated.", m, load.running() as f64)
+            .counter(
+                "inference_cached_prompt_tokens_total",
+                "Prompt tokens from the prefix cache.",
+                m,
+                &self.cached_prompt_tokens,
+            )
+            .counter("inference_step_tokens_total", "Tokens computed by forward steps.", m, &self.step_tokens)
+            .counter("inference_preemptions_total", "Sequences preempted for KV blocks.", m, &self.preempted)
+            .counter(
+                "inference_draft_tokens_total",
+                "Speculative draft tokens proposed.",
+                m,
+                &self.draft_tokens,
+            )
+            .counter(
+                "inference_accepted_draft_tokens_total",
+                "Speculative draft tokens accepted (over proposed: the acceptance rate).",
+                m,
+                &self.accepted_draft_tokens,
+            )
+            .gauge("inference_queue_depth", "Requests waiting to start.", m, load.queued() as f64)
+            .gauge("inference_running", "Sequences in the running batch.", m, load.running() as f64)
+            .gauge("inference_kv_free_blocks", "KV blocks free or evictable.", m, load.free_blocks() as f64)
+            .gauge("inference_kv_total_blocks", "KV blocks in the pool.", m, load.total_blocks() as f64)
             .histogram("inference_queue_seconds", "Time waiting for the model.", m, &self.queue_seconds)
             .histogram("inference_prefill_seconds", "Prompt processing time.", m, &self.prefill_seconds)
             .histogram(

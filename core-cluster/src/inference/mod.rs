@@ -6,19 +6,27 @@
 //! - [`chat_template`]: ChatML prompts, with the markers as token ids so content cannot forge them.
 //! - [`detokenizer`]: incremental decoding that only ever emits complete UTF-8.
 //! - [`stop`]: stop strings, held back until they can no longer match.
-//! - [`sampler`]: greedy argmax or seeded temperature / top-p sampling.
+//! - [`sampler`]: greedy argmax or seeded temperature / top-k / top-p sampling on plain logits.
+//! - [`rng`]: the seeded generator sampling draws from.
 //! - [`request`]: the domain types of a generation (validated parameters, outcome, timings).
 //! - [`weights`]: how the quantized weights are held (Q4_1 as stored, or requantized to Q8_0).
-//! - [`engine`]: loads the model and runs one generation (chunked prefill, then one token per step).
-//! - [`worker`]: the queue and the dedicated OS thread that owns the engine.
+//! - [`model`]: our Llama forward pass over a paged KV cache.
+//! - [`engine`]: loads the model and its tokenizer.
+//! - [`kv`]: the KV block manager: free list, reference counts, copy-on-write, prefix caching.
+//! - [`scheduler`]: continuous batching: decodes first, chunked prefill, priorities, preemption.
+//! - [`speculative`]: prompt-lookup drafts, their adaptive length, and exact verification.
+//! - [`generation`]: one sequence's output side (detokenizing, stop strings, events, timings).
+//! - [`step_loop`]: the loop that runs one batched forward step after another.
+//! - [`worker`]: the handle to the step loop's thread (queueing, load).
 //! - [`convert`]: protobuf <-> domain conversions (prost types stop there).
 //! - [`auth`]: the interceptor that checks the tier secret on every gRPC call.
 //! - [`service`]: the tonic `InferencePod` service.
 //! - [`metrics`]: Prometheus counters, histograms and gauges.
 //! - [`server`]: [`run`], one listener for gRPC (h2c) and HTTP `/healthz`, `/metrics`.
 //!
-//! Architecture Invariant: the model runs on exactly one OS thread, one request at a time; async tasks
-//! only validate, tokenize, queue and stream.
+//! Architecture Invariant: the model and its KV cache belong to exactly one OS thread (the step
+//! loop), which batches every running sequence into each forward step; async tasks only validate,
+//! tokenize, queue and stream.
 //!
 //! Architecture Invariant: text sent to a client never contains a ChatML marker, a request's stop
 //! string, or a partial UTF-8 sequence.
@@ -30,11 +38,18 @@ pub mod convert;
 pub mod detokenizer;
 pub mod engine;
 pub mod error;
+pub mod generation;
+pub mod kv;
 pub mod metrics;
+pub mod model;
 pub mod request;
+pub mod rng;
 pub mod sampler;
+pub mod scheduler;
 pub mod server;
 pub mod service;
+pub mod speculative;
+pub mod step_loop;
 pub mod stop;
 pub mod tokenizer;
 pub mod weights;

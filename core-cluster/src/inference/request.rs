@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+pub use super::scheduler::Priority;
 use super::InferenceError;
 
 /// Most stop strings one request may carry.
@@ -66,6 +67,8 @@ pub struct SamplingParams {
     pub temperature: f32,
     /// Nucleus sampling mass in (0, 1]; 0 means 1 (no truncation).
     pub top_p: f32,
+    /// Keep only the `top_k` most likely tokens before top-p; 0 means no truncation.
+    pub top_k: u32,
     /// Seed of the sampler's random generator; a random one when absent.
     pub seed: Option<u64>,
     /// Generation stops before the first occurrence of any of these; the text excludes it.
@@ -75,7 +78,7 @@ pub struct SamplingParams {
 impl SamplingParams {
     /// Greedy decoding of at most `max_tokens` tokens, no stop strings.
     pub fn greedy(max_tokens: u32) -> Self {
-        Self { max_tokens, temperature: 0.0, top_p: 1.0, seed: None, stop: Vec::new() }
+        Self { max_tokens, temperature: 0.0, top_p: 1.0, top_k: 0, seed: None, stop: Vec::new() }
     }
 
     /// Checks the parameters against the model's context window.
@@ -105,7 +108,7 @@ impl SamplingParams {
 pub struct GenerationRequest {
     /// The caller's id for the request, for logs.
     pub request_id: String,
-    /// The tenant the request belongs to, for logs.
+    /// The tenant the request belongs to: it salts the prefix cache, so tenants never share KV.
     pub tenant: String,
     /// The model asked for; must be the one the pod serves (case-insensitive).
     pub model: String,
@@ -113,6 +116,10 @@ pub struct GenerationRequest {
     pub messages: Vec<ChatMessage>,
     /// How to sample and when to stop.
     pub sampling: SamplingParams,
+    /// Interactive or batch.
+    pub priority: Priority,
+    /// Prompt-lookup speculative decoding; `None` means the pod's default.
+    pub speculative: Option<bool>,
 }
 
 impl GenerationRequest {
@@ -161,6 +168,8 @@ pub struct Timings {
     pub decode: Duration,
     /// From arrival in the queue to the first generated token.
     pub ttft: Duration,
+    /// Mean time per generated token after the first.
+    pub tpot: Duration,
 }
 
 /// How a finished generation went.
@@ -174,6 +183,12 @@ pub struct GenerationSummary {
     pub completion_tokens: u32,
     /// Where the time went.
     pub timings: Timings,
+    /// Prompt tokens whose KV came from the prefix cache.
+    pub cached_prompt_tokens: u32,
+    /// Speculative decoding: draft tokens proposed.
+    pub draft_tokens: u32,
+    /// Speculative decoding: draft tokens accepted.
+    pub accepted_draft_tokens: u32,
 }
 
 #[cfg(test)]
@@ -187,6 +202,8 @@ mod tests {
             model: "m".into(),
             messages: vec![ChatMessage::new(Role::User, "hi")],
             sampling: SamplingParams::greedy(8),
+            priority: Priority::Interactive,
+            speculative: None,
         }
     }
 

@@ -52,7 +52,7 @@ pub async fn run(
                 context = engine.context_len(),
                 "model loaded"
             );
-            service.set_ready(engine, config.max_queue).context("starting the inference worker")?;
+            service.set_ready(engine, config.engine.loop_config(config.max_queue), config.max_queue).context("starting the inference worker")?;
         }
     }
     server.await.context("serving")
@@ -139,6 +139,7 @@ mod tests {
             model: model.into(),
             messages: vec![pb::ChatMessage { role: "user".into(), content: question.into() }],
             sampling: Some(pb::Sampling { max_tokens, ..Default::default() }),
+            ..Default::default()
         }
     }
 
@@ -172,7 +173,7 @@ mod tests {
             (chat("gpt-4", "hi", 5), "unknown model"),
             (chat(model, "hi", 0), "max_tokens 0"),
             (chat(model, "hi", 1_000_000), "max_tokens over the context"),
-            (chat(model, &"word ".repeat(5000), 5), "prompt over the context"),
+            (chat(model, &"word ".repeat(9000), 5), "prompt over the context"),
             (pb::GenerateRequest { messages: vec![], ..chat(model, "hi", 5) }, "no messages"),
         ] {
             let status = client.generate(authed(bad)).await.map(|_| ()).expect_err(what);

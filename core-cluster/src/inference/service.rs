@@ -12,8 +12,9 @@ use tonic::{Request, Response, Status};
 use super::chat_template::encode_prompt;
 use super::metrics::PodMetrics;
 use super::request::GenerationRequest;
+use super::step_loop::LoopConfig;
 use super::tokenizer::ChatTokenizer;
-use super::worker::{GenerationEvent, Load, Worker};
+use super::worker::{GenerationEvent, Load, Submission, Worker};
 use super::{Engine, InferenceError};
 
 /// The pod's request handling, shared by the gRPC service and the HTTP routes. Cheap to clone.
@@ -41,6 +42,8 @@ struct Ready {
     tokenizer: Arc<ChatTokenizer>,
     /// The model's context window.
     context: usize,
+    /// Bytes of weights one decode step reads.
+    weight_bytes_per_token: usize,
 }
 
 /// The stream of a `Generate` call.
@@ -59,11 +62,12 @@ impl InferenceService {
     }
 
     /// Hands the loaded model to a new worker thread; requests are accepted from now on.
-    pub fn set_ready(&self, engine: Engine, max_queue: usize) -> std::io::Result<()> {
+    pub fn set_ready(&self, engine: Engine, config: LoopConfig, max_queue: usize) -> std::io::Result<()> {
         let tokenizer = Arc::clone(engine.tokenizer());
         let context = engine.context_len();
-        let worker = Worker::spawn(Arc::new(engine), Arc::clone(&self.shared.metrics), max_queue)?;
-        if self.shared.ready.set(Ready { worker, tokenizer, context }).is_err() {
+        let weight_bytes_per_token = engine.model().weight_bytes_per_token();
+        let worker = Worker::spawn(Arc::new(engine), Arc::clone(&self.shared.metrics), config, max_queue)?;
+        if self.shared.ready.set(Ready { worker, tokenizer, context, weight_bytes_per_token }).is_err() {
             tracing::warn!("model loaded twice; keeping the first");
         }
         Ok(())
@@ -103,7 +107,13 @@ impl InferenceService {
                 context: ready.context,
             });
         }
-        ready.worker.submit(prompt, request.sampling)
+        let submission = Submission {
+            sampling: request.sampling,
+            tenant: request.tenant,
+            priority: request.priority,
+            speculative: request.speculative,
+        };
+        ready.worker.submit(prompt, submission)
     }
 }
 
@@ -141,6 +151,10 @@ impl InferencePod for InferenceService {
             model: self.shared.model_name.clone(),
             queue_depth: u32::try_from(load.queued()).unwrap_or(u32::MAX),
             running: u32::try_from(load.running()).unwrap_or(u32::MAX),
+            free_blocks: u32::try_from(load.free_blocks()).unwrap_or(u32::MAX),
+            total_blocks: u32::try_from(load.total_blocks()).unwrap_or(u32::MAX),
+            block_size: u32::try_from(load.block_size()).unwrap_or(u32::MAX),
+            weight_bytes_per_token: ready.weight_bytes_per_token as u64,
         }))
     }
 }

@@ -1,105 +1,124 @@
-//! The request queue and the dedicated OS thread that runs the model, one request at a time.
+//! The handle to the step loop's thread: queueing generations and reading how busy it is.
 //!
-//! The model's forward pass is CPU-bound and parallel inside (candle's thread pool), so it runs on
-//! its own thread rather than on the async runtime, and requests take turns in arrival order.
+//! The forward pass is CPU-bound and parallel inside (candle's thread pool), so the loop runs on
+//! its own OS thread rather than on the async runtime.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
+pub use super::generation::GenerationEvent;
 use super::metrics::PodMetrics;
-use super::request::{GenerationSummary, SamplingParams};
+use super::request::{Priority, SamplingParams};
+use super::step_loop::{Job, LoopConfig, StepLoop};
 use super::{Engine, InferenceError};
 
-/// What a queued generation sends back, in order: text pieces, then exactly one `Done` or `Failed`.
-#[derive(Debug)]
-pub enum GenerationEvent {
-    /// More text.
-    Text(String),
-    /// The generation finished.
-    Done(GenerationSummary),
-    /// The generation failed; no more events follow.
-    Failed(InferenceError),
-}
-
-/// How busy the worker is.
+/// How busy the step loop is, published after every step.
 #[derive(Debug, Default)]
 pub struct Load {
-    /// Requests waiting for the model.
-    queued: AtomicUsize,
-    /// Requests being generated (0 or 1).
-    running: AtomicUsize,
+    /// Requests queued and not yet running (in the channel or the scheduler's waiting queues).
+    pub(super) queued: AtomicUsize,
+    /// The scheduler's waiting sequences, as of the last step.
+    pub(super) waiting: AtomicUsize,
+    /// Sequences in the running batch.
+    pub(super) running: AtomicUsize,
+    /// KV blocks free or evictable.
+    pub(super) free_blocks: AtomicUsize,
+    /// KV blocks in the pool.
+    pub(super) total_blocks: AtomicUsize,
+    /// Tokens per KV block.
+    pub(super) block_size: AtomicUsize,
 }
 
 impl Load {
-    /// Requests waiting for the model.
+    /// Requests waiting to start.
     pub fn queued(&self) -> usize {
-        self.queued.load(Ordering::Relaxed)
+        self.queued.load(Ordering::Relaxed) + self.waiting.load(Ordering::Relaxed)
     }
 
-    /// Requests being generated.
+    /// Sequences being generated.
     pub fn running(&self) -> usize {
         self.running.load(Ordering::Relaxed)
     }
+
+    /// KV blocks that could be handed out now.
+    pub fn free_blocks(&self) -> usize {
+        self.free_blocks.load(Ordering::Relaxed)
+    }
+
+    /// KV blocks in the pool.
+    pub fn total_blocks(&self) -> usize {
+        self.total_blocks.load(Ordering::Relaxed)
+    }
+
+    /// Tokens per KV block.
+    pub fn block_size(&self) -> usize {
+        self.block_size.load(Ordering::Relaxed)
+    }
 }
 
-/// A generation waiting for the model.
-struct Job {
-    /// The templated prompt.
-    prompt: Vec<u32>,
+/// What a caller asks of the worker, besides the prompt.
+#[derive(Debug, Clone)]
+pub struct Submission {
     /// How to sample.
-    sampling: SamplingParams,
-    /// When it was queued.
-    enqueued: Instant,
-    /// The request's span, so the worker's logs carry its fields.
-    span: tracing::Span,
-    /// Where events go; closed when the client has gone.
-    events: UnboundedSender<GenerationEvent>,
+    pub sampling: SamplingParams,
+    /// The tenant, which salts the prefix cache.
+    pub tenant: String,
+    /// Interactive or batch.
+    pub priority: Priority,
+    /// Speculate or not; `None` for the pod's default.
+    pub speculative: Option<bool>,
 }
 
-/// A handle to the worker thread. The thread exits when every handle is dropped.
+/// A handle to the step loop. The thread exits when every handle is dropped.
 #[derive(Clone)]
 pub struct Worker {
-    /// The queue into the worker thread.
     jobs: mpsc::Sender<Job>,
-    /// Queue depth and running count.
     load: Arc<Load>,
-    /// Most requests that may wait.
     max_queue: usize,
 }
 
 impl Worker {
-    /// Starts the worker thread, which owns `engine` from now on.
-    pub fn spawn(engine: Arc<Engine>, metrics: Arc<PodMetrics>, max_queue: usize) -> std::io::Result<Self> {
+    /// Starts the step loop, which owns the KV cache from now on.
+    pub fn spawn(
+        engine: Arc<Engine>,
+        metrics: Arc<PodMetrics>,
+        config: LoopConfig,
+        max_queue: usize,
+    ) -> std::io::Result<Self> {
         let (jobs, rx) = mpsc::channel::<Job>();
         let load = Arc::new(Load::default());
-        let thread_load = Arc::clone(&load);
-        std::thread::Builder::new().name("inference-worker".into()).spawn(move || {
-            for job in rx {
-                thread_load.queued.fetch_sub(1, Ordering::Relaxed);
-                run_job(&engine, &metrics, &thread_load, job);
-            }
-            tracing::debug!("inference worker stopped");
-        })?;
+        let step_loop = StepLoop::new(engine, config, metrics, Arc::clone(&load));
+        std::thread::Builder::new().name("inference-steps".into()).spawn(move || step_loop.run(rx))?;
         Ok(Self { jobs, load, max_queue })
     }
 
     /// Queues a generation; its events arrive on the returned receiver. Dropping the receiver
-    /// cancels the generation (before it starts, or at its next piece of text).
+    /// cancels the generation (before it starts, or at its next token).
     pub fn submit(
         &self,
         prompt: Vec<u32>,
-        sampling: SamplingParams,
+        submission: Submission,
     ) -> Result<UnboundedReceiver<GenerationEvent>, InferenceError> {
-        let max = self.max_queue;
-        self.load
-            .queued
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| (q < max).then_some(q + 1))
-            .map_err(InferenceError::QueueFull)?;
+        let queued = self.load.queued();
+        if queued >= self.max_queue {
+            return Err(InferenceError::QueueFull(queued));
+        }
+        self.load.queued.fetch_add(1, Ordering::Relaxed);
         let (events, rx) = unbounded_channel();
-        let job = Job { prompt, sampling, enqueued: Instant::now(), span: tracing::Span::current(), events };
+        let Submission { sampling, tenant, priority, speculative } = submission;
+        let job = Job {
+            prompt,
+            sampling,
+            tenant,
+            priority,
+            speculative,
+            enqueued: Instant::now(),
+            span: tracing::Span::current(),
+            events,
+        };
         if self.jobs.send(job).is_err() {
             self.load.queued.fetch_sub(1, Ordering::Relaxed);
             return Err(InferenceError::NotReady);
@@ -107,91 +126,11 @@ impl Worker {
         Ok(rx)
     }
 
-    /// Queue depth and running count.
+    /// How busy the loop is.
     pub fn load(&self) -> &Arc<Load> {
         &self.load
     }
 }
 
-fn run_job(engine: &Engine, metrics: &PodMetrics, load: &Load, job: Job) {
-    let Job { prompt, sampling, enqueued, span, events } = job;
-    let _entered = span.enter();
-    if events.is_closed() {
-        metrics.cancelled.inc();
-        tracing::debug!("client left before its turn");
-        return;
-    }
-    load.running.fetch_add(1, Ordering::Relaxed);
-    let result = engine.generate(&prompt, &sampling, enqueued, &mut |text| {
-        events.send(GenerationEvent::Text(text.to_owned())).is_ok()
-    });
-    load.running.fetch_sub(1, Ordering::Relaxed);
-    let event = match result {
-        Ok(summary) => {
-            metrics.record(&summary);
-            GenerationEvent::Done(summary)
-        }
-        Err(InferenceError::Cancelled) => {
-            metrics.cancelled.inc();
-            tracing::debug!("client left during generation");
-            return;
-        }
-        Err(e) => {
-            metrics.failed.inc();
-            GenerationEvent::Failed(e)
-        }
-    };
-    // The client may have gone just now; nothing to do then.
-    let _ = events.send(event);
-}
-
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-    use crate::inference::chat_template::encode_prompt;
-    use crate::inference::request::{ChatMessage, FinishReason, Role};
-    use crate::inference::test_support::engine;
-
-    fn prompt() -> Vec<u32> {
-        encode_prompt(engine().tokenizer(), &[ChatMessage::new(Role::User, "Say hello.")]).expect("prompt")
-    }
-
-    #[test]
-    fn runs_jobs_in_turn_and_skips_abandoned_ones() {
-        let metrics = Arc::new(PodMetrics::default());
-        let worker = Worker::spawn(Arc::clone(engine()), Arc::clone(&metrics), 4).expect("spawn");
-        let mut first = worker.submit(prompt(), SamplingParams::greedy(3)).expect("submit");
-        let second = worker.submit(prompt(), SamplingParams::greedy(3)).expect("submit");
-        assert!(worker.load().queued() + worker.load().running() >= 1);
-        drop(second);
-
-        let mut done = None;
-        while let Some(event) = first.blocking_recv() {
-            match event {
-                GenerationEvent::Text(t) => assert!(done.is_none() && !t.is_empty()),
-                GenerationEvent::Done(summary) => done = Some(summary),
-                GenerationEvent::Failed(e) => panic!("{e}"),
-            }
-        }
-        let done = done.expect("Done");
-        assert_eq!((done.finish_reason, done.completion_tokens), (FinishReason::Length, 3));
-
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while metrics.cancelled.get() == 0 {
-            assert!(Instant::now() < deadline, "the abandoned job was never skipped");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert_eq!(metrics.finished_length.get(), 1);
-        assert_eq!((worker.load().queued(), worker.load().running()), (0, 0));
-    }
-
-    #[test]
-    fn refuses_work_beyond_the_queue_limit() {
-        let worker = Worker::spawn(Arc::clone(engine()), Arc::default(), 0).expect("spawn");
-        let refused = worker.submit(prompt(), SamplingParams::greedy(1));
-        assert!(matches!(refused, Err(InferenceError::QueueFull(0))));
-        assert_eq!(worker.load().queued(), 0);
-    }
-}
+mod tests;

@@ -280,6 +280,7 @@ mod tests {
                 model: "m".into(),
                 messages: vec![ChatMessage { role: "user".into(), content: "hi".into() }],
                 sampling: None,
+                ..Default::default()
             }),
         }
     }

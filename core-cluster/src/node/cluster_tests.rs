@@ -52,7 +52,8 @@ impl InferencePod for FakePod {
             finish_reason: "stop".into(),
             prompt_tokens: 2,
             completion_tokens: 2,
-            timings: Some(Timings { queue_us: 1, prefill_us: 2, decode_us: 3, ttft_us: 4 }),
+            timings: Some(Timings { queue_us: 1, prefill_us: 2, decode_us: 3, ttft_us: 4, tpot_us: 1 }),
+            ..Default::default()
         };
         let events = vec![
             Ok(delta("echo: ")),
@@ -63,7 +64,7 @@ impl InferencePod for FakePod {
     }
 
     async fn health(&self, _: Request<HealthRequest>) -> Result<Response<HealthReply>, Status> {
-        Ok(Response::new(HealthReply { model: "fake".into(), queue_depth: 0, running: 0 }))
+        Ok(Response::new(HealthReply { model: "fake".into(), ..Default::default() }))
     }
 }
 
@@ -174,6 +175,7 @@ fn complete_request(key: &str, text: &str) -> CompleteRequest {
             model: "fake".into(),
             messages: vec![ChatMessage { role: "user".into(), content: text.into() }],
             sampling: None,
+            ..Default::default()
         }),
     }
 }

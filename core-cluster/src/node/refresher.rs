@@ -92,7 +92,9 @@ impl Refresher {
                 top_p: s.top_p,
                 seed: s.seed,
                 stop: s.stop.clone(),
+                ..Default::default()
             }),
+            ..Default::default()
         };
         let (_, mut stream) = self.pods.generate(generate).await?;
         let mut content = String::new();

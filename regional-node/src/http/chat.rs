@@ -190,7 +190,9 @@ fn complete_request(
                 top_p: sampling.top_p,
                 seed: sampling.seed,
                 stop: sampling.stop.clone(),
+                ..Default::default()
             }),
+            ..Default::default()
         }),
     }
 }

@@ -1,0 +1,167 @@
+//! The output side of one sequence: sampling state, detokenizing, stop strings, events, timings.
+
+use std::time::Instant;
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::detokenizer::IncrementalDecoder;
+use super::request::{FinishReason, GenerationSummary, SamplingParams, Timings};
+use super::sampler::Sampler;
+use super::speculative::Speculator;
+use super::stop::StopMatcher;
+use super::tokenizer::ChatTokenizer;
+use super::InferenceError;
+
+/// What a queued generation sends back, in order: text pieces, then exactly one `Done` or `Failed`.
+#[derive(Debug)]
+pub enum GenerationEvent {
+    /// More text.
+    Text(String),
+    /// The generation finished.
+    Done(GenerationSummary),
+    /// The generation failed; no more events follow.
+    Failed(InferenceError),
+}
+
+/// What happened to a sequence after it took a token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// It wants more tokens.
+    Continue,
+    /// It is done.
+    Finished(FinishReason),
+    /// Nobody is listening any more.
+    Abandoned,
+}
+
+/// One running generation's state outside the KV cache.
+pub struct Generation {
+    /// How to sample and when to stop.
+    pub params: SamplingParams,
+    /// The token picker.
+    pub sampler: Sampler,
+    /// Prompt-lookup drafting, when this request speculates.
+    pub speculator: Option<Speculator>,
+    /// Draft tokens appended to the sequence for the next step to verify.
+    pub pending_drafts: Vec<u32>,
+    /// Tokens in the templated prompt.
+    pub prompt_len: usize,
+    /// Tokens generated so far (the end-of-turn token counts).
+    pub generated: u32,
+    /// The request's span, so logs carry its fields.
+    pub span: tracing::Span,
+    /// When the request was queued.
+    pub enqueued: Instant,
+    /// When it was first scheduled.
+    pub admitted: Option<Instant>,
+    /// When its first token was sampled.
+    pub first_token_at: Option<Instant>,
+    events: UnboundedSender<GenerationEvent>,
+    decoder: IncrementalDecoder,
+    stops: StopMatcher,
+}
+
+impl Generation {
+    /// A generation that has not started.
+    pub fn new(
+        params: SamplingParams,
+        prompt_len: usize,
+        speculator: Option<Speculator>,
+        events: UnboundedSender<GenerationEvent>,
+        span: tracing::Span,
+        enqueued: Instant,
+    ) -> Self {
+        Self {
+            sampler: Sampler::new(&params),
+            stops: StopMatcher::new(&params.stop),
+            params,
+            speculator,
+            pending_drafts: Vec::new(),
+            prompt_len,
+            generated: 0,
+            span,
+            enqueued,
+            admitted: None,
+            first_token_at: None,
+            events,
+            decoder: IncrementalDecoder::new(),
+        }
+    }
+
+    /// True when the client has gone.
+    pub fn is_abandoned(&self) -> bool {
+        self.events.is_closed()
+    }
+
+    /// Tokens the sequence may still generate.
+    pub fn remaining(&self) -> usize {
+        self.params.max_tokens.saturating_sub(self.generated) as usize
+    }
+
+    /// Takes one generated token: streams its text and says whether the sequence goes on.
+    /// `context_left` is how many more positions the context has after this token.
+    pub fn take(&mut self, token: u32, tokenizer: &ChatTokenizer, context_left: usize) -> Progress {
+        self.generated += 1;
+        let special = tokenizer.special_tokens();
+        if token == special.im_end || token == special.end_of_text {
+            return Progress::Finished(FinishReason::Stop);
+        }
+        // Other special tokens (`<|im_start|>`, `<file_sep>`, ...) never reach the client.
+        if !tokenizer.is_special(token) {
+            let text = self.decoder.push(tokenizer.token_bytes(token));
+            if !text.is_empty() {
+                let scan = self.stops.push(&text);
+                if !scan.emit.is_empty() && self.events.send(GenerationEvent::Text(scan.emit)).is_err() {
+                    return Progress::Abandoned;
+                }
+                if scan.stopped {
+                    return Progress::Finished(FinishReason::Stop);
+                }
+            }
+        }
+        if self.generated >= self.params.max_tokens || context_left == 0 {
+            return Progress::Finished(FinishReason::Length);
+        }
+        Progress::Continue
+    }
+
+    /// Sends what stop-string matching held back, then the summary; returns the summary.
+    pub fn finish(
+        &mut self,
+        reason: FinishReason,
+        cached_prompt_tokens: usize,
+    ) -> Result<GenerationSummary, InferenceError> {
+        let tail = self.stops.finish();
+        if !tail.is_empty() && self.events.send(GenerationEvent::Text(tail)).is_err() {
+            return Err(InferenceError::Cancelled);
+        }
+        let end = Instant::now();
+        let admitted = self.admitted.unwrap_or(end);
+        let first = self.first_token_at.unwrap_or(end);
+        let decode = end.saturating_duration_since(first);
+        let after_first = self.generated.saturating_sub(1).max(1);
+        let stats = self.speculator.as_ref().map(Speculator::stats).unwrap_or_default();
+        let summary = GenerationSummary {
+            finish_reason: reason,
+            prompt_tokens: self.prompt_len as u32,
+            completion_tokens: self.generated,
+            timings: Timings {
+                queue: admitted.saturating_duration_since(self.enqueued),
+                prefill: first.saturating_duration_since(admitted),
+                decode,
+                ttft: first.saturating_duration_since(self.enqueued),
+                tpot: decode / after_first,
+            },
+            cached_prompt_tokens: cached_prompt_tokens as u32,
+            draft_tokens: u32::try_from(stats.drafted).unwrap_or(u32::MAX),
+            accepted_draft_tokens: u32::try_from(stats.accepted).unwrap_or(u32::MAX),
+        };
+        let _ = self.events.send(GenerationEvent::Done(summary));
+        Ok(summary)
+    }
+
+    /// Ends the generation with an error.
+    pub fn fail(&self, error: InferenceError) {
+        let _ = self.events.send(GenerationEvent::Failed(error));
+    }
+}
