@@ -151,8 +151,8 @@ impl CoreCache for CacheService {
         }
         metrics.complete_misses.inc();
 
-        let (pod, stream) = match self.node.pods.generate(input.generate.clone()).await {
-            Ok((pod, stream)) => (pod.to_owned(), stream),
+        let (pod, stream, in_flight) = match self.node.pods.generate(input.generate.clone()).await {
+            Ok((pod, stream, in_flight)) => (pod.to_owned(), stream, in_flight),
             Err(e) => {
                 metrics.complete_errors.inc();
                 tracing::warn!(error = %e, "no pod took the generation");
@@ -163,7 +163,12 @@ impl CoreCache for CacheService {
         // Generation and commit run on their own task so that a caller who hangs up mid-stream does not
         // stop the entry from being committed.
         let span = tracing::info_span!("core.complete.generate", pod = %pod);
-        tokio::spawn(run_completion(self.node.clone(), input, stream, tx, started).instrument(span));
+        let node = self.node.clone();
+        let completion = async move {
+            run_completion(node, input, stream, tx, started).await;
+            drop(in_flight);
+        };
+        tokio::spawn(completion.instrument(span));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }

@@ -1,7 +1,10 @@
-//! The client side of the inference pods: picks the first healthy pod in `--pods` order and fails over to
-//! the next when one cannot be reached or is full. A background probe keeps each pod's health current.
+//! The client side of the inference pods: routes each generation to the healthy pod with the lowest
+//! predicted cost for its model, and fails over to the next when one cannot be reached or is full.
+//! A background probe keeps each pod's health and load (queue, running sequences, free KV blocks)
+//! current; calls this node has in flight on a pod count too, so a burst between probes spreads out.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +33,83 @@ pub struct Pod {
     generate_calls: Counter,
     /// Calls to the pod that failed to connect or were refused.
     failures: Counter,
+    /// What the pod's last `Health` said.
+    reported: Mutex<ReportedLoad>,
+    /// Generations this node has started on the pod and not yet seen finish.
+    in_flight: Arc<InFlightCounts>,
+}
+
+/// What this node has in flight on one pod.
+#[derive(Debug, Default)]
+struct InFlightCounts {
+    /// Generations.
+    requests: AtomicUsize,
+    /// Their predicted tokens (prompt estimate plus `max_tokens`).
+    tokens: AtomicU64,
+}
+
+/// A pod's load as its `Health` reports it.
+#[derive(Debug, Clone, Default)]
+struct ReportedLoad {
+    /// The model it serves (empty until the first probe).
+    model: String,
+    /// Requests waiting to start.
+    queue_depth: u32,
+    /// Sequences in its running batch.
+    running: u32,
+    /// KV blocks it could hand out now, and their size in tokens.
+    free_blocks: u32,
+    block_size: u32,
+}
+
+/// Prompt tokens per byte of message text, roughly (byte-level BPE on English).
+const TOKENS_PER_BYTE: f64 = 0.3;
+/// Tokens a queued or running request on a pod is assumed to still cost when nothing better is known.
+const TOKENS_PER_REPORTED_REQUEST: u64 = 256;
+
+/// What a generation is predicted to cost in tokens: its prompt (estimated from its bytes) and its output.
+pub fn predicted_tokens(request: &GenerateRequest) -> u64 {
+    let bytes: usize = request.messages.iter().map(|m| m.content.len() + m.role.len() + 4).sum();
+    let output = request.sampling.as_ref().map_or(256, |s| u64::from(s.max_tokens));
+    (bytes as f64 * TOKENS_PER_BYTE) as u64 + output
+}
+
+impl Pod {
+    /// The pod's predicted backlog in tokens if `request` (costing `tokens`) joined it, or `None` when
+    /// it serves another model. A pod whose free KV blocks cannot hold the request ranks after every
+    /// pod that can.
+    fn predicted_cost(&self, request: &GenerateRequest, tokens: u64) -> Option<(bool, u64)> {
+        let load = self.reported.lock().map(|l| l.clone()).unwrap_or_default();
+        if !load.model.is_empty() && !load.model.eq_ignore_ascii_case(&request.model) {
+            return None;
+        }
+        let reported = u64::from(load.queue_depth + load.running) * TOKENS_PER_REPORTED_REQUEST;
+        let backlog = reported.max(self.in_flight.tokens.load(Ordering::Relaxed)) + tokens;
+        let kv_short = load.block_size > 0 && u64::from(load.free_blocks) * u64::from(load.block_size) < tokens;
+        Some((kv_short, backlog))
+    }
+}
+
+/// Counts a generation as in flight on a pod until dropped (the caller holds it while streaming).
+#[derive(Debug)]
+pub struct InFlight {
+    counts: Arc<InFlightCounts>,
+    tokens: u64,
+}
+
+impl InFlight {
+    fn start(counts: &Arc<InFlightCounts>, tokens: u64) -> Self {
+        counts.requests.fetch_add(1, Ordering::Relaxed);
+        counts.tokens.fetch_add(tokens, Ordering::Relaxed);
+        Self { counts: Arc::clone(counts), tokens }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.counts.requests.fetch_sub(1, Ordering::Relaxed);
+        self.counts.tokens.fetch_sub(self.tokens, Ordering::Relaxed);
+    }
 }
 
 impl Pod {
@@ -86,6 +166,8 @@ impl PodPool {
                 healthy: AtomicBool::new(true),
                 generate_calls: Counter::default(),
                 failures: Counter::default(),
+                reported: Mutex::default(),
+                in_flight: Arc::default(),
             });
         }
         Ok(Self { pods, secret })
@@ -101,22 +183,30 @@ impl PodPool {
         &self.pods
     }
 
-    /// Starts a generation on the first pod that takes it: healthy pods first, in order, then the others
-    /// (their health may be stale). Returns the pod's URL and its event stream.
+    /// Starts a generation on the pod that takes it at the lowest predicted cost: healthy pods serving the
+    /// request's model by predicted backlog, then the others (their health may be stale). Returns the pod's
+    /// URL, its event stream, and a guard that counts the generation against the pod while it is held.
     pub async fn generate(
         &self,
         request: GenerateRequest,
-    ) -> Result<(&str, Streaming<GenerateEvent>), CoreError> {
-        let order =
-            self.pods.iter().filter(|p| p.is_healthy()).chain(self.pods.iter().filter(|p| !p.is_healthy()));
-        let mut last_error = String::from("no pods configured");
-        for pod in order {
+    ) -> Result<(&str, Streaming<GenerateEvent>, InFlight), CoreError> {
+        let tokens = predicted_tokens(&request);
+        let mut ranked: Vec<(bool, (bool, u64), usize)> = self
+            .pods
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.predicted_cost(&request, tokens).map(|cost| (!p.is_healthy(), cost, i)))
+            .collect();
+        ranked.sort();
+        let mut last_error = String::from("no pods configured for this model");
+        for pod in ranked.into_iter().map(|(_, _, i)| &self.pods[i]) {
             pod.generate_calls.inc();
             let mut client = pod.client.clone();
+            let guard = InFlight::start(&pod.in_flight, tokens);
             match client.generate(self.secret.request(request.clone())).await {
                 Ok(response) => {
                     pod.set_healthy(true);
-                    return Ok((&pod.url, response.into_inner()));
+                    return Ok((&pod.url, response.into_inner(), guard));
                 }
                 Err(status) if matches!(status.code(), Code::Unavailable | Code::ResourceExhausted) => {
                     pod.failures.inc();
@@ -141,8 +231,20 @@ impl PodPool {
             let mut client = pod.client.clone();
             let mut request = self.secret.request(HealthRequest {});
             request.set_timeout(PROBE_TIMEOUT);
-            let healthy =
-                matches!(tokio::time::timeout(PROBE_TIMEOUT, client.health(request)).await, Ok(Ok(_)));
+            let reply = match tokio::time::timeout(PROBE_TIMEOUT, client.health(request)).await {
+                Ok(Ok(reply)) => Some(reply.into_inner()),
+                _ => None,
+            };
+            let healthy = reply.is_some();
+            if let (Some(reply), Ok(mut load)) = (reply, pod.reported.lock()) {
+                *load = ReportedLoad {
+                    model: reply.model,
+                    queue_depth: reply.queue_depth,
+                    running: reply.running,
+                    free_blocks: reply.free_blocks,
+                    block_size: reply.block_size,
+                };
+            }
             if !healthy {
                 pod.failures.inc();
             }
@@ -158,5 +260,60 @@ impl PodPool {
             ticker.tick().await;
             self.probe().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::inference::{ChatMessage, Sampling};
+
+    fn request(model: &str, text: &str, max_tokens: u32) -> GenerateRequest {
+        GenerateRequest {
+            model: model.into(),
+            messages: vec![ChatMessage { role: "user".into(), content: text.into() }],
+            sampling: Some(Sampling { max_tokens, ..Default::default() }),
+            ..Default::default()
+        }
+    }
+
+    fn pool() -> PodPool {
+        let urls = ["http://127.0.0.1:1".to_owned(), "http://127.0.0.1:2".to_owned()];
+        PodPool::new(&urls, TierSecret::new("s").expect("secret")).expect("pool")
+    }
+
+    fn report(pod: &Pod, model: &str, queue_depth: u32, running: u32, free_blocks: u32) {
+        *pod.reported.lock().expect("lock") =
+            ReportedLoad { model: model.into(), queue_depth, running, free_blocks, block_size: 16 };
+    }
+
+    #[tokio::test]
+    async fn the_less_loaded_pod_costs_less_and_in_flight_calls_count() {
+        let pool = pool();
+        let (a, b) = (&pool.pods[0], &pool.pods[1]);
+        report(a, "m", 3, 8, 1000);
+        report(b, "m", 0, 1, 1000);
+        let r = request("m", "hello there", 64);
+        let tokens = predicted_tokens(&r);
+        assert!(tokens >= 64);
+        assert!(b.predicted_cost(&r, tokens) < a.predicted_cost(&r, tokens));
+        // Work this node sent to `b` since its last report makes it the dearer one.
+        let guards: Vec<InFlight> = (0..20).map(|_| InFlight::start(&b.in_flight, 256)).collect();
+        assert!(a.predicted_cost(&r, tokens) < b.predicted_cost(&r, tokens));
+        drop(guards);
+        assert_eq!(b.in_flight.tokens.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn pods_of_another_model_or_without_room_rank_last() {
+        let pool = pool();
+        let (a, b) = (&pool.pods[0], &pool.pods[1]);
+        let r = request("m", "hi", 512);
+        report(a, "other-model", 0, 0, 1000);
+        assert_eq!(a.predicted_cost(&r, 600), None);
+        report(a, "m", 0, 0, 2);
+        report(b, "m", 5, 5, 1000);
+        let (a_cost, b_cost) = (a.predicted_cost(&r, 600), b.predicted_cost(&r, 600));
+        assert!(b_cost < a_cost, "{a_cost:?} vs {b_cost:?}: 2 free blocks of 16 cannot hold 600 tokens");
     }
 }

@@ -96,7 +96,7 @@ impl Refresher {
             }),
             ..Default::default()
         };
-        let (_, mut stream) = self.pods.generate(generate).await?;
+        let (_, mut stream, _in_flight) = self.pods.generate(generate).await?;
         let mut content = String::new();
         let done = loop {
             let message = tokio::time::timeout(POD_IDLE_TIMEOUT, stream.message())
