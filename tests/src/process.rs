@@ -48,6 +48,16 @@ impl ManagedProcess {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// How it ended, or `None` while it runs.
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Where its stdout and stderr go.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
     /// The last `max_bytes` of its log.
     pub fn log_tail(&self, max_bytes: usize) -> String {
         let mut text = String::new();

@@ -53,8 +53,9 @@ struct Args {
     /// Token budget of one step; longer prompts are prefilled in chunks between decode steps.
     #[arg(long, env = "MESH_POD_MAX_BATCHED_TOKENS", default_value_t = 512)]
     max_batched_tokens: usize,
-    /// Prompt-lookup speculative decoding for requests that do not say (`true` or `false`).
-    #[arg(long, env = "MESH_POD_SPECULATIVE", default_value_t = true, action = clap::ArgAction::Set)]
+    /// Prompt-lookup speculative decoding for requests that do not say (`true` or `false`). Off by
+    /// default: on a CPU where the matmuls are compute-bound, verifying drafts costs what it saves.
+    #[arg(long, env = "MESH_POD_SPECULATIVE", default_value_t = false, action = clap::ArgAction::Set)]
     speculative: bool,
     /// File holding the tier secret (otherwise it is read from `MESH_TIER_SECRET`).
     #[arg(long, env = "MESH_TIER_SECRET_FILE")]

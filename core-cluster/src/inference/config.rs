@@ -92,7 +92,9 @@ pub struct EngineConfig {
     pub max_running: usize,
     /// Most tokens in one step; a longer prompt is prefilled in chunks between decode steps.
     pub max_batched_tokens: usize,
-    /// Whether requests that do not say use prompt-lookup speculative decoding.
+    /// Whether requests that do not say use prompt-lookup speculative decoding. Off by default:
+    /// with candle's compute-bound CPU kernels, verifying `k` drafts costs about `k` decode steps,
+    /// so speculation measured 0.88x on an input-grounded task (65% of drafts accepted).
     pub speculative: bool,
 }
 
@@ -104,7 +106,7 @@ impl Default for EngineConfig {
             kv_precision: KvPrecision::F32,
             max_running: 32,
             max_batched_tokens: 512,
-            speculative: true,
+            speculative: false,
         }
     }
 }

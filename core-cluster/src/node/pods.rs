@@ -4,8 +4,8 @@
 //! current; calls this node has in flight on a pod count too, so a burst between probes spreads out.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use proto::inference::inference_pod_client::InferencePodClient;
@@ -85,7 +85,8 @@ impl Pod {
         }
         let reported = u64::from(load.queue_depth + load.running) * TOKENS_PER_REPORTED_REQUEST;
         let backlog = reported.max(self.in_flight.tokens.load(Ordering::Relaxed)) + tokens;
-        let kv_short = load.block_size > 0 && u64::from(load.free_blocks) * u64::from(load.block_size) < tokens;
+        let kv_short =
+            load.block_size > 0 && u64::from(load.free_blocks) * u64::from(load.block_size) < tokens;
         Some((kv_short, backlog))
     }
 }

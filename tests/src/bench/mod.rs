@@ -9,17 +9,42 @@
 //! - [`etcd`]: a three-member etcd cluster and its client side.
 //! - [`core`]: our core cluster's client side.
 //! - [`core_suite`]: `mesh bench core`, putting the above together.
+//! - [`gen_target`]: what the pod suite asks of a text-generation server, and what one generation did.
+//! - [`llama_cpp`]: the pod's peer: locating (or installing) llama.cpp, and `llama-bench`.
+//! - [`llama_server`]: `llama-server` with parallel slots, driven over HTTP.
+//! - [`pod`]: our inference pod and its gRPC client side.
+//! - [`prompts`]: the pod suite's prompts (ShareGPT turns, sized prefill and prefix prompts, tasks).
+//! - [`sharegpt`]: reading ShareGPT V3 first turns.
+//! - [`throughput`]: output tokens/s of N concurrent requests inside a fixed window.
+//! - [`gen_phases`]: the phases both systems of the pod suite go through.
+//! - [`bandwidth`]: a STREAM-like memory copy, for the single-stream decode ceiling.
+//! - [`gguf`]: the weight bytes a decode step of a GGUF file reads.
+//! - [`pod_rows`]: the pod suite's figures and rows (goal ratios, ceilings).
+//! - [`pod_suite`]: `mesh bench pod`, putting the above together.
 //! - [`report`]: the table and the JSON.
 //! - [`scratch`]: the run's scratch directory.
 
+pub mod bandwidth;
 pub mod core;
 pub mod core_suite;
 pub mod etcd;
 pub mod floor;
+pub mod gen_phases;
+pub mod gen_target;
+pub mod gguf;
 pub mod kv_target;
+pub mod llama_cpp;
+pub mod llama_server;
 pub mod load;
+pub mod pod;
+pub mod pod_rows;
+pub mod pod_suite;
+pub mod prompts;
 pub mod report;
 pub mod scratch;
+pub mod sharegpt;
+pub mod throughput;
 
 pub use core_suite::CoreBenchOptions;
+pub use pod_suite::PodBenchOptions;
 pub use report::Report;

@@ -52,6 +52,14 @@ impl Better {
             Better::Lower => "lower",
         }
     }
+
+    /// How a goal ratio bounds the ratio: from below when higher is better, from above otherwise.
+    fn goal_sign(self) -> &'static str {
+        match self {
+            Better::Higher => ">=",
+            Better::Lower => "<=",
+        }
+    }
 }
 
 /// One compared figure.
@@ -145,7 +153,7 @@ impl Report {
                 format!("{} {}", figure(r.ours), r.unit),
                 format!("{} {}", figure(r.peer_value), r.unit),
                 format!("{:.2} ({} is better)", r.ratio(), r.better.as_str()),
-                r.goal_ratio.map_or_else(|| "-".into(), |g| format!(">= {g:.2}")),
+                r.goal_ratio.map_or_else(|| "-".into(), |g| format!("{} {g:.2}", r.better.goal_sign())),
                 r.limit.map_or_else(|| "-".into(), |l| format!("{} {}", figure(l), r.unit)),
                 machine.clone(),
             ]);
@@ -252,6 +260,9 @@ mod tests {
         assert!(table.contains("puts_per_s_c64"));
         assert!(table.contains("1.50 (higher is better)"));
         assert!(table.contains("2 cores, 23 GiB"));
+        let lower = Row { better: Better::Lower, goal_ratio: Some(0.2), ..row(None) };
+        let table = Report { rows: vec![lower], ..report }.table();
+        assert!(table.contains("<= 0.20"), "{table}");
     }
 
     #[test]

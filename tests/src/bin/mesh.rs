@@ -1,13 +1,14 @@
 //! `mesh`: the local launcher. `mesh up` starts a complete mesh on this machine (3 core nodes, the
 //! inference pod, 2 regional nodes, the edge under `wrangler dev`) in the foreground; Ctrl-C stops it.
-//! `mesh bench core` measures the core cluster against etcd side by side (`shared/design/BENCHMARKS.md`).
+//! `mesh bench core` measures the core cluster against etcd, and `mesh bench pod` the inference pod against
+//! llama.cpp, side by side (`shared/design/BENCHMARKS.md`).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use mesh_harness::bench::{self, CoreBenchOptions};
+use mesh_harness::bench::{self, CoreBenchOptions, PodBenchOptions, Report};
 use mesh_harness::{Mesh, MeshSpec};
 
 /// Command line.
@@ -66,6 +67,52 @@ enum BenchSuite {
         #[arg(long, env = "MESH_BENCH_DIR", default_value = ".cache/bench")]
         dir: PathBuf,
     },
+    /// The inference pod against llama.cpp (llama-bench, llama-server) on the same GGUF and threads.
+    Pod {
+        /// Also write the figures as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// CPU threads of both systems.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// Measured seconds of each concurrency phase.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Concurrent requests of the throughput phases (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "8,16,32")]
+        concurrency: Vec<usize>,
+        /// Most tokens of each request of the throughput phases (the same for both systems).
+        #[arg(long, default_value_t = 64)]
+        max_tokens: u32,
+        /// Tokens of the single-stream decode.
+        #[arg(long, default_value_t = 128)]
+        decode_tokens: u32,
+        /// Prompt tokens of the prefill test.
+        #[arg(long, default_value_t = 512)]
+        prefill_tokens: u32,
+        /// Tokens of the shared system prompt of the cached/cold TTFT test.
+        #[arg(long, default_value_t = 1024)]
+        prefix_tokens: u32,
+        /// Samples of the prefill and TTFT tests (distinct prompts), and llama-bench repetitions.
+        #[arg(long, default_value_t = 3)]
+        reps: u32,
+        /// Longest ShareGPT first turn sent, in characters.
+        #[arg(long, default_value_t = 1000)]
+        max_prompt_chars: usize,
+        /// Directory of llama-bench and llama-server (default: where scripts/install-llama-cpp.sh builds).
+        #[arg(long, env = "LLAMA_CPP_BIN_DIR")]
+        llama_bin_dir: Option<PathBuf>,
+        /// Fail with the command to run instead of running scripts/install-llama-cpp.sh when llama.cpp is
+        /// missing.
+        #[arg(long)]
+        no_install: bool,
+        /// An extra argument for inference-pod (repeat for several).
+        #[arg(long = "pod-arg", allow_hyphen_values = true)]
+        pod_args: Vec<String>,
+        /// Where the run keeps its logs (removed after a successful run).
+        #[arg(long, env = "MESH_BENCH_DIR", default_value = ".cache/bench")]
+        dir: PathBuf,
+    },
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -93,15 +140,57 @@ fn main() -> anyhow::Result<()> {
         Command::Bench { suite: BenchSuite::Core { json, seconds, clients, value_bytes, dir } } => {
             install_stop_handlers();
             let options = CoreBenchOptions { seconds, clients, value_bytes, dir, stop: &STOP };
-            let report = bench::core_suite::run(&options)?;
-            print!("\n{}", report.table());
-            if let Some(path) = json {
-                report.write_json(&path)?;
-                println!("\nwrote {}", path.display());
-            }
-            Ok(())
+            print_report(&bench::core_suite::run(&options)?, json)
+        }
+        Command::Bench {
+            suite:
+                BenchSuite::Pod {
+                    json,
+                    threads,
+                    seconds,
+                    concurrency,
+                    max_tokens,
+                    decode_tokens,
+                    prefill_tokens,
+                    prefix_tokens,
+                    reps,
+                    max_prompt_chars,
+                    llama_bin_dir,
+                    no_install,
+                    pod_args,
+                    dir,
+                },
+        } => {
+            install_stop_handlers();
+            let options = PodBenchOptions {
+                threads,
+                seconds,
+                concurrency,
+                max_tokens,
+                decode_tokens,
+                prefill_tokens,
+                prefix_tokens,
+                reps,
+                max_prompt_chars,
+                llama_bin_dir,
+                install: !no_install,
+                pod_args,
+                dir,
+                stop: &STOP,
+            };
+            print_report(&bench::pod_suite::run(&options)?, json)
         }
     }
+}
+
+/// Prints a suite's table and writes its JSON where asked.
+fn print_report(report: &Report, json: Option<PathBuf>) -> anyhow::Result<()> {
+    print!("\n{}", report.table());
+    if let Some(path) = json {
+        report.write_json(&path)?;
+        println!("\nwrote {}", path.display());
+    }
+    Ok(())
 }
 
 fn up(
