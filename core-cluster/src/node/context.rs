@@ -76,6 +76,15 @@ impl NodeContext {
         }
     }
 
+    /// The leader this node knows of and its last applied log index, from Raft's metrics alone: the
+    /// read path's cheap subset of [`health`](Self::health), which also counts tenants and models by
+    /// walking their trees.
+    pub fn raft_position(&self) -> (Option<u64>, Option<u64>) {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        (m.current_leader, m.last_applied.map(|id| id.index))
+    }
+
     /// The metrics in Prometheus text format.
     pub fn render_metrics(&self) -> String {
         let raft = self.raft.metrics().borrow().clone();

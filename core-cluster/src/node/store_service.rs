@@ -48,13 +48,13 @@ impl StoreService {
     }
 
     fn local_read(&self, read: &ReadRequest) -> Result<ReadReply, CoreError> {
-        let health = self.node.health();
+        let (leader, last_applied) = self.node.raft_position();
         let stored = self.node.state.read(&read.key, &read.tenant, now_ms())?;
         Ok(ReadReply {
             content_class: stored.as_ref().map(|s| s.content_class.clone()).unwrap_or_default(),
             entry: stored.map(|s| s.entry.into()),
-            applied_index: health.last_applied.unwrap_or(0),
-            leader_id: health.leader.unwrap_or(0),
+            applied_index: last_applied.unwrap_or(0),
+            leader_id: leader.unwrap_or(0),
             served_by: self.node.id,
         })
     }
@@ -104,7 +104,7 @@ impl CoreStore for StoreService {
             }
         }
         if !local {
-            let is_leader = self.node.health().leader == Some(self.node.id);
+            let is_leader = self.node.raft_position().0 == Some(self.node.id);
             if !is_leader {
                 if forwarded {
                     return Err(CoreError::NoQuorum("this node is no longer the leader".into()).into());
