@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use core_cluster::inference::config::{EngineConfig, DEFAULT_MODEL_NAME};
 use core_cluster::inference::model::KvPrecision;
-use core_cluster::inference::{run, PodConfig, TierSecret, WeightFormat};
+use core_cluster::inference::{run, PodConfig, TierSecret};
 
 /// Environment variable holding the shared secret between tiers.
 const SECRET_ENV: &str = "MESH_TIER_SECRET";
@@ -27,9 +27,6 @@ struct Args {
     /// Model name requests must use.
     #[arg(long, env = "MESH_POD_MODEL_NAME", default_value = DEFAULT_MODEL_NAME)]
     model_name: String,
-    /// How to hold the quantized weights: `q8_0` (Q4_1 requantized at load; fast) or `as-stored`.
-    #[arg(long, env = "MESH_POD_WEIGHTS", value_enum, default_value = "q8_0")]
-    weights: WeightFormat,
     /// CPU threads for the model's kernels. candle's pool pins its threads and spins while it waits
     /// for them, which collapses throughput (10x here) when the cores are shared with other
     /// processes; raise it only on a host whose cores the pod has to itself.
@@ -81,7 +78,6 @@ fn main() -> anyhow::Result<()> {
     };
     let config = PodConfig::new(args.model_path, TierSecret::new(secret))
         .with_model_name(args.model_name)
-        .with_weights(args.weights)
         .with_max_queue(args.max_queue)
         .with_engine(EngineConfig {
             kv_blocks: args.kv_blocks.max(1),

@@ -8,7 +8,6 @@ use serde::Deserialize;
 use super::model::KvPrecision;
 use super::speculative::SpeculativeConfig;
 use super::step_loop::LoopConfig;
-use super::weights::WeightFormat;
 
 /// The model name the pod serves unless told otherwise.
 pub const DEFAULT_MODEL_NAME: &str = "smollm2-135m-instruct";
@@ -25,9 +24,6 @@ pub struct PodConfig {
     /// The name requests must use in their `model` field.
     #[serde(default = "default_model_name")]
     pub model_name: String,
-    /// How the linear weights are held in memory (default: requantized to Q8_0 for speed).
-    #[serde(default)]
-    pub weights: WeightFormat,
     /// Most requests waiting for the model before new ones are refused with `RESOURCE_EXHAUSTED`.
     #[serde(default = "default_max_queue")]
     pub max_queue: usize,
@@ -45,7 +41,6 @@ impl PodConfig {
         Self {
             model_path: model_path.into(),
             model_name: default_model_name(),
-            weights: WeightFormat::default(),
             max_queue: default_max_queue(),
             engine: EngineConfig::default(),
             tier_secret,
@@ -55,12 +50,6 @@ impl PodConfig {
     /// Serves the model under `name` instead of [`DEFAULT_MODEL_NAME`].
     pub fn with_model_name(mut self, name: impl Into<String>) -> Self {
         self.model_name = name.into();
-        self
-    }
-
-    /// Holds the weights in `format`.
-    pub fn with_weights(mut self, format: WeightFormat) -> Self {
-        self.weights = format;
         self
     }
 

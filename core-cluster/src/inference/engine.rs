@@ -1,16 +1,13 @@
 //! The loaded model: our Llama forward pass ([`LlamaModel`]) and its tokenizer.
 
 use std::fs::File;
-use std::io::{Read, Seek};
 use std::path::Path;
 use std::sync::Arc;
 
 use candle_core::quantized::gguf_file;
-use candle_core::Device;
 
 use super::model::LlamaModel;
 use super::tokenizer::ChatTokenizer;
-use super::weights::{requantize_q4_1, WeightFormat};
 use super::InferenceError;
 
 /// The model and its tokenizer, shared by the step loop and the request handlers.
@@ -22,20 +19,14 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Loads a GGUF model (Llama architecture) and its tokenizer onto the CPU, holding the linear
-    /// weights in `format`.
-    pub fn load(path: &Path, format: WeightFormat) -> Result<Self, InferenceError> {
+    /// Loads a GGUF model (Llama architecture) and its tokenizer onto the CPU, the linear weights
+    /// in the file's own block format.
+    pub fn load(path: &Path) -> Result<Self, InferenceError> {
         let io_error = |source| InferenceError::ModelFile { path: path.display().to_string(), source };
         let mut file = File::open(path).map_err(io_error)?;
         let content = gguf_file::Content::read(&mut file).map_err(|e| e.with_path(path))?;
         let tokenizer = Arc::new(ChatTokenizer::from_gguf(&content)?);
-        let model = match format {
-            WeightFormat::AsStored => load_model(&content, &mut file)?,
-            WeightFormat::Q8_0 => {
-                let (content, mut image) = requantize_q4_1(&content, &mut file, &Device::Cpu)?;
-                load_model(&content, &mut image)?
-            }
-        };
+        let model = LlamaModel::from_gguf(&content, &mut file)?;
         Ok(Self { model, tokenizer })
     }
 
@@ -53,11 +44,4 @@ impl Engine {
     pub fn context_len(&self) -> usize {
         self.model.shape().context
     }
-}
-
-fn load_model<R: Read + Seek>(
-    content: &gguf_file::Content,
-    reader: &mut R,
-) -> Result<LlamaModel, InferenceError> {
-    LlamaModel::from_gguf(content, reader)
 }

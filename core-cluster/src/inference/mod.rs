@@ -9,7 +9,6 @@
 //! - [`sampler`]: greedy argmax or seeded temperature / top-k / top-p sampling on plain logits.
 //! - [`rng`]: the seeded generator sampling draws from.
 //! - [`request`]: the domain types of a generation (validated parameters, outcome, timings).
-//! - [`weights`]: how the quantized weights are held (Q4_1 as stored, or requantized to Q8_0).
 //! - [`model`]: our Llama forward pass over a paged KV cache.
 //! - [`engine`]: loads the model and its tokenizer.
 //! - [`kv`]: the KV block manager: free list, reference counts, copy-on-write, prefix caching.
@@ -52,14 +51,12 @@ pub mod speculative;
 pub mod step_loop;
 pub mod stop;
 pub mod tokenizer;
-pub mod weights;
 pub mod worker;
 
 pub use config::{PodConfig, TierSecret};
 pub use engine::Engine;
 pub use error::InferenceError;
 pub use server::run;
-pub use weights::WeightFormat;
 
 #[cfg(test)]
 pub(crate) mod test_support;

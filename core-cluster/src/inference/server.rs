@@ -33,10 +33,10 @@ pub async fn run(
     let server = axum::serve(listener, app).with_graceful_shutdown(shutdown).into_future();
     tokio::pin!(server);
 
-    let (path, format) = (config.model_path.clone(), config.weights);
+    let path = config.model_path.clone();
     let load = tokio::task::spawn_blocking(move || {
         let started = Instant::now();
-        Engine::load(&path, format).map(|engine| (engine, started.elapsed()))
+        Engine::load(&path).map(|engine| (engine, started.elapsed()))
     });
     tokio::select! {
         served = &mut server => {

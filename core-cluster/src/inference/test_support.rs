@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use super::tokenizer::ChatTokenizer;
-use super::weights::WeightFormat;
 use super::Engine;
 
 /// The GGUF file under `MESH_MODELS_DIR` (default: the workspace's `.cache/models`).
@@ -20,7 +19,7 @@ pub(crate) fn engine() -> &'static Arc<Engine> {
     static ENGINE: OnceLock<Arc<Engine>> = OnceLock::new();
     ENGINE.get_or_init(|| {
         let path = model_path();
-        let engine = Engine::load(&path, WeightFormat::default())
+        let engine = Engine::load(&path)
             .unwrap_or_else(|e| panic!("loading {}: {e} (run .ci/setup.sh models)", path.display()));
         Arc::new(engine)
     })

@@ -7,7 +7,7 @@ use candle_core::Device;
 
 use super::batch::Batch;
 use super::kv_pool::KvPool;
-use super::layers::{matmul, Weights};
+use super::layers::Weights;
 use super::paged_attention::{paged_attention, AttentionRow, AttentionShape};
 use super::rope::RopeTable;
 use super::shape::ModelShape;
@@ -19,7 +19,6 @@ pub struct LlamaModel {
     shape: ModelShape,
     weights: Weights,
     rope: RopeTable,
-    device: Device,
 }
 
 /// Where one row of the step sits.
@@ -31,16 +30,15 @@ struct Row<'a> {
 }
 
 impl LlamaModel {
-    /// Loads the model from a GGUF file (already requantized if wanted).
+    /// Loads the model from a GGUF file.
     pub fn from_gguf<R: Read + Seek>(
         content: &gguf_file::Content,
         reader: &mut R,
     ) -> Result<Self, InferenceError> {
-        let device = Device::Cpu;
         let shape = ModelShape::from_gguf(content)?;
-        let weights = Weights::from_gguf(content, reader, &shape, &device)?;
+        let weights = Weights::from_gguf(content, reader, &shape, &Device::Cpu)?;
         let rope = RopeTable::new(shape.head_dim, shape.rope_base, shape.context);
-        Ok(Self { shape, weights, rope, device })
+        Ok(Self { shape, weights, rope })
     }
 
     /// The model's dimensions.
@@ -90,7 +88,7 @@ impl LlamaModel {
 
         for (l, layer) in self.weights.layers.iter().enumerate() {
             rms_norm(&x, &layer.attention_norm, s.norm_eps, &mut normed);
-            let mut qkv = matmul(&layer.qkv, &normed, n, &self.device)?;
+            let mut qkv = layer.qkv.matmul(&normed, n);
             for (r, row) in rows.iter().enumerate() {
                 let fused = &mut qkv[r * qkv_width..(r + 1) * qkv_width];
                 let (q, kvs) = fused.split_at_mut(s.hidden);
@@ -101,17 +99,17 @@ impl LlamaModel {
                 queries[r * s.hidden..(r + 1) * s.hidden].copy_from_slice(q);
             }
             paged_attention(kv.layer(l), attention, &attention_rows, &queries, &mut attended);
-            add(&mut x, &matmul(&layer.output, &attended, n, &self.device)?);
+            add(&mut x, &layer.output.matmul(&attended, n));
 
             rms_norm(&x, &layer.ffn_norm, s.norm_eps, &mut normed);
-            let gate_up = matmul(&layer.gate_up, &normed, n, &self.device)?;
+            let gate_up = layer.gate_up.matmul(&normed, n);
             for (r, out) in activated.chunks_exact_mut(s.ffn).enumerate() {
                 let (gate, up) = gate_up[r * 2 * s.ffn..(r + 1) * 2 * s.ffn].split_at(s.ffn);
                 for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
                     *o = g / (1.0 + (-g).exp()) * u;
                 }
             }
-            add(&mut x, &matmul(&layer.down, &activated, n, &self.device)?);
+            add(&mut x, &layer.down.matmul(&activated, n));
         }
 
         // Only the rows whose logits were asked for go through the output projection.
@@ -130,7 +128,7 @@ impl LlamaModel {
         }
         let mut final_norm = vec![0.0; selected.len()];
         rms_norm(&selected, &self.weights.norm, s.norm_eps, &mut final_norm);
-        matmul(&self.weights.output, &final_norm, picked, &self.device)
+        Ok(self.weights.output.matmul(&final_norm, picked))
     }
 
     /// Positions and KV slots of every row, checked against the tables and the context.

@@ -2,13 +2,15 @@
 //!
 //! The query, key and value projections share their input, and so do the gate and up projections
 //! of the feed-forward block; each trio or pair is fused into one quantized matrix (their rows
-//! stacked), so a step runs one matmul where the reference runs three or two.
+//! stacked), so a step runs one matmul where the reference runs three or two. The linear weights
+//! stay in the file's block format (Q4_1 and Q8_0 for SmolLM2) and run on our own kernel.
 
 use std::io::{Read, Seek};
 
-use candle_core::quantized::{ggml_file, gguf_file, QMatMul, QTensor};
-use candle_core::{Device, Module, Tensor};
+use candle_core::quantized::{gguf_file, QTensor};
+use candle_core::Device;
 
+use super::quant::QuantMatrix;
 use super::shape::ModelShape;
 use crate::inference::InferenceError;
 
@@ -16,13 +18,13 @@ use crate::inference::InferenceError;
 #[derive(Debug)]
 pub struct Layer {
     /// Q, K and V projections, stacked: `[hidden + 2 * kv_width, hidden]`.
-    pub qkv: QMatMul,
+    pub qkv: QuantMatrix,
     /// Attention output projection.
-    pub output: QMatMul,
+    pub output: QuantMatrix,
     /// Gate and up projections, stacked: `[2 * ffn, hidden]`.
-    pub gate_up: QMatMul,
+    pub gate_up: QuantMatrix,
     /// Down projection.
-    pub down: QMatMul,
+    pub down: QuantMatrix,
     /// RMS norm weights before attention.
     pub attention_norm: Vec<f32>,
     /// RMS norm weights before the feed-forward block.
@@ -39,7 +41,7 @@ pub struct Weights {
     /// The final RMS norm.
     pub norm: Vec<f32>,
     /// The output projection to the vocabulary (the token embedding when the file ties them).
-    pub output: QMatMul,
+    pub output: QuantMatrix,
     /// Bytes of weights one decode step reads: every linear weight, the output projection, the norms.
     pub bytes_per_token: usize,
 }
@@ -52,73 +54,48 @@ impl Weights {
         shape: &ModelShape,
         device: &Device,
     ) -> Result<Self, InferenceError> {
-        let mut bytes = 0usize;
-        let mut tensor = |name: &str| -> Result<QTensor, InferenceError> {
-            let t = content.tensor(reader, name, device)?;
-            bytes += t.storage_size_in_bytes();
-            Ok(t)
-        };
+        let mut tensor = |name: &str| content.tensor(reader, name, device);
+        let matrix = |t: QTensor| QuantMatrix::from_qtensor(&t);
         let embedding_q = tensor("token_embd.weight")?;
         let embedding = embedding_q.dequantize(device)?.flatten_all()?.to_vec1::<f32>()?;
         let norm = vector(tensor("output_norm.weight")?, device)?;
         let output = match content.tensor_infos.contains_key("output.weight") {
-            true => tensor("output.weight")?,
-            // Tied: the embedding doubles as the output projection, read once per step as such.
-            false => embedding_q,
+            true => matrix(tensor("output.weight")?)?,
+            // Tied: the embedding doubles as the output projection.
+            false => matrix(embedding_q)?,
         };
         let mut layers = Vec::with_capacity(shape.layers);
         for i in 0..shape.layers {
-            let name = |suffix: &str| format!("blk.{i}.{suffix}.weight");
-            let qkv = fuse(&[tensor(&name("attn_q"))?, tensor(&name("attn_k"))?, tensor(&name("attn_v"))?])?;
-            let gate_up = fuse(&[tensor(&name("ffn_gate"))?, tensor(&name("ffn_up"))?])?;
+            let mut named = |suffix: &str| matrix(tensor(&format!("blk.{i}.{suffix}.weight"))?);
+            let qkv = QuantMatrix::stack(vec![named("attn_q")?, named("attn_k")?, named("attn_v")?])?;
+            let gate_up = QuantMatrix::stack(vec![named("ffn_gate")?, named("ffn_up")?])?;
+            let (output, down) = (named("attn_output")?, named("ffn_down")?);
+            let mut norm_weights =
+                |suffix: &str| vector(tensor(&format!("blk.{i}.{suffix}.weight"))?, device);
             layers.push(Layer {
-                qkv: QMatMul::from_qtensor(qkv)?,
-                output: QMatMul::from_qtensor(tensor(&name("attn_output"))?)?,
-                gate_up: QMatMul::from_qtensor(gate_up)?,
-                down: QMatMul::from_qtensor(tensor(&name("ffn_down"))?)?,
-                attention_norm: vector(tensor(&name("attn_norm"))?, device)?,
-                ffn_norm: vector(tensor(&name("ffn_norm"))?, device)?,
+                qkv,
+                output,
+                gate_up,
+                down,
+                attention_norm: norm_weights("attn_norm")?,
+                ffn_norm: norm_weights("ffn_norm")?,
             });
         }
-        // The embedding table itself is only indexed (a row per token), not streamed.
-        let embedding_table = content
-            .tensor_infos
-            .get("token_embd.weight")
-            .map(|info| info.shape.elem_count() / info.ggml_dtype.block_size() * info.ggml_dtype.type_size())
-            .unwrap_or_default();
-        let tied = !content.tensor_infos.contains_key("output.weight");
-        let bytes_per_token = if tied { bytes } else { bytes - embedding_table };
-        Ok(Self { embedding, layers, norm, output: QMatMul::from_qtensor(output)?, bytes_per_token })
+        // A decode step streams every linear weight and the output projection once; the embedding
+        // table is only indexed, a row per token.
+        let norms = (norm.len()
+            + layers.iter().map(|l| l.attention_norm.len() + l.ffn_norm.len()).sum::<usize>())
+            * 4;
+        let linear: usize = layers
+            .iter()
+            .map(|l| l.qkv.bytes() + l.output.bytes() + l.gate_up.bytes() + l.down.bytes())
+            .sum();
+        let bytes_per_token = linear + output.bytes() + norms;
+        Ok(Self { embedding, layers, norm, output, bytes_per_token })
     }
 }
 
 /// A 1-D weight (a norm) as plain floats.
 fn vector(t: QTensor, device: &Device) -> Result<Vec<f32>, InferenceError> {
     Ok(t.dequantize(device)?.flatten_all()?.to_vec1::<f32>()?)
-}
-
-/// Stacks the rows of same-typed quantized matrices that share their input width.
-fn fuse(parts: &[QTensor]) -> Result<QTensor, InferenceError> {
-    let first = parts.first().ok_or_else(|| InferenceError::Metadata("nothing to fuse".into()))?;
-    let (dtype, (_, k)) = (first.dtype(), first.shape().dims2()?);
-    let mut rows = 0;
-    let mut data = Vec::new();
-    for part in parts {
-        let (n, pk) = part.shape().dims2()?;
-        if part.dtype() != dtype || pk != k {
-            return Err(InferenceError::Metadata(format!(
-                "cannot fuse {:?} [{n}, {pk}] with {dtype:?} [_, {k}]",
-                part.dtype()
-            )));
-        }
-        rows += n;
-        data.extend_from_slice(&part.data()?);
-    }
-    Ok(ggml_file::qtensor_from_ggml(dtype, &data, vec![rows, k], &Device::Cpu)?)
-}
-
-/// `x @ w^T` for `x` of `rows` rows, as plain floats.
-pub fn matmul(w: &QMatMul, x: &[f32], rows: usize, device: &Device) -> Result<Vec<f32>, InferenceError> {
-    let input = Tensor::from_slice(x, (rows, x.len() / rows.max(1)), device)?;
-    Ok(w.forward(&input)?.flatten_all()?.to_vec1::<f32>()?)
 }

@@ -22,6 +22,7 @@ pub mod forward;
 pub mod kv_pool;
 pub mod layers;
 pub mod paged_attention;
+pub mod quant;
 pub mod rope;
 pub mod shape;
 
