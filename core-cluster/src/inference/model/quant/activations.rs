@@ -1,19 +1,26 @@
 //! Activations quantized to 8 bits per 32-element block, once per matmul.
 
+use super::kernel::TILE_ROWS;
 use super::BLOCK;
 
-/// `rows` rows of activations as signed 8-bit blocks: each block of 32 values keeps its scale
-/// `d` (value ≈ `d * q`) and `d * Σq`, which the Q4_1 weights' offset term needs.
+/// Rows of activations as signed 8-bit blocks: each block of 32 values keeps its scale `d`
+/// (value ≈ `d * q`) and `d * Σq`, which the Q4_1 weights' offset term needs.
+///
+/// Rows are stored in tiles of [`TILE_ROWS`], block-major inside a tile (`[tile][block][row]`),
+/// so the kernel reads one block of all a tile's rows, and their scales, as one run. The last
+/// tile is padded with zero rows.
 #[derive(Debug, Default)]
 pub struct QuantizedRows {
     /// Blocks per row.
-    pub blocks: usize,
-    /// `[row][block][32]`.
-    pub quants: Vec<i8>,
-    /// `[row][block]`: the scale of each block.
-    pub scales: Vec<f32>,
-    /// `[row][block]`: `scale * Σ quants` of each block.
-    pub sums: Vec<f32>,
+    blocks: usize,
+    /// Rows quantized (without the padding).
+    rows: usize,
+    /// `[tile][block][row][32]`.
+    quants: Vec<i8>,
+    /// `[tile][block][row]`: the scale of each block.
+    scales: Vec<f32>,
+    /// `[tile][block][row]`: `scale * Σ quants` of each block.
+    sums: Vec<f32>,
 }
 
 impl QuantizedRows {
@@ -21,17 +28,65 @@ impl QuantizedRows {
     pub fn quantize(&mut self, x: &[f32], rows: usize) {
         let width = x.len() / rows.max(1);
         debug_assert_eq!(width % BLOCK, 0, "activation width must be whole blocks");
-        let total = x.len() / BLOCK;
         self.blocks = width / BLOCK;
-        self.quants.resize(total * BLOCK, 0);
-        self.scales.resize(total, 0.0);
-        self.sums.resize(total, 0.0);
-        let blocks = x.chunks_exact(BLOCK).zip(self.quants.chunks_exact_mut(BLOCK));
-        for ((values, quants), (scale, sum)) in blocks.zip(self.scales.iter_mut().zip(&mut self.sums)) {
-            let (d, total) = quantize_block(values, quants);
-            *scale = d;
-            *sum = d * total as f32;
+        self.rows = rows;
+        let slots = self.tiles() * self.blocks * TILE_ROWS;
+        self.quants.clear();
+        self.quants.resize(slots * BLOCK, 0);
+        self.scales.clear();
+        self.scales.resize(slots, 0.0);
+        self.sums.clear();
+        self.sums.resize(slots, 0.0);
+        for (r, row) in x.chunks_exact(width).enumerate() {
+            for (b, values) in row.chunks_exact(BLOCK).enumerate() {
+                let slot = ((r / TILE_ROWS) * self.blocks + b) * TILE_ROWS + r % TILE_ROWS;
+                let (d, total) = quantize_block(values, &mut self.quants[slot * BLOCK..(slot + 1) * BLOCK]);
+                self.scales[slot] = d;
+                self.sums[slot] = d * total as f32;
+            }
         }
+    }
+
+    /// Rows quantized.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Tiles of [`TILE_ROWS`] rows, the last one padded.
+    pub fn tiles(&self) -> usize {
+        self.rows.div_ceil(TILE_ROWS)
+    }
+
+    /// Blocks per row.
+    pub fn blocks(&self) -> usize {
+        self.blocks
+    }
+
+    /// Tile `tile`'s quants, `[block][row][32]`.
+    #[inline(always)]
+    pub fn tile_quants(&self, tile: usize) -> &[i8] {
+        let size = self.blocks * TILE_ROWS * BLOCK;
+        &self.quants[tile * size..(tile + 1) * size]
+    }
+
+    /// Tile `tile`'s block scales, `[block][row]`.
+    #[inline(always)]
+    pub fn tile_scales(&self, tile: usize) -> &[f32] {
+        let size = self.blocks * TILE_ROWS;
+        &self.scales[tile * size..(tile + 1) * size]
+    }
+
+    /// Tile `tile`'s block sums (`scale * Σq`), `[block][row]`.
+    #[inline(always)]
+    pub fn tile_sums(&self, tile: usize) -> &[f32] {
+        let size = self.blocks * TILE_ROWS;
+        &self.sums[tile * size..(tile + 1) * size]
+    }
+
+    /// Row `row`'s value at `input`, dequantized (for tests and the reference kernel).
+    pub fn value(&self, row: usize, input: usize) -> f32 {
+        let slot = ((row / TILE_ROWS) * self.blocks + input / BLOCK) * TILE_ROWS + row % TILE_ROWS;
+        self.scales[slot] * self.quants[slot * BLOCK + input % BLOCK] as f32
     }
 }
 
@@ -53,20 +108,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn blocks_round_trip_within_half_a_step() {
-        let x: Vec<f32> = (0..128).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+    fn blocks_round_trip_within_half_a_step_and_padding_is_zero() {
+        let rows = TILE_ROWS + 3;
+        let x: Vec<f32> = (0..rows * 64).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
         let mut q = QuantizedRows::default();
-        q.quantize(&x, 2);
-        assert_eq!(q.blocks, 2);
-        for (b, values) in x.chunks_exact(BLOCK).enumerate() {
-            let d = q.scales[b];
-            let mut sum = 0.0;
-            for (i, &v) in values.iter().enumerate() {
-                let back = d * q.quants[b * BLOCK + i] as f32;
-                assert!((back - v).abs() <= d / 2.0 + 1e-6, "{back} vs {v}");
-                sum += q.quants[b * BLOCK + i] as f32;
-            }
-            assert!((q.sums[b] - d * sum).abs() < 1e-4);
+        q.quantize(&x, rows);
+        assert_eq!((q.blocks(), q.rows(), q.tiles()), (2, rows, 2));
+        for (i, &v) in x.iter().enumerate() {
+            let (row, input) = (i / 64, i % 64);
+            let slot = ((row / TILE_ROWS) * 2 + input / BLOCK) * TILE_ROWS + row % TILE_ROWS;
+            let d = q.scales[slot];
+            assert!((q.value(row, input) - v).abs() <= d / 2.0 + 1e-6, "{} vs {v}", q.value(row, input));
+            let total: i32 = q.quants[slot * BLOCK..(slot + 1) * BLOCK].iter().map(|&v| v as i32).sum();
+            assert!((q.sums[slot] - d * total as f32).abs() < 1e-4);
+        }
+        for row in rows..2 * TILE_ROWS {
+            assert!((0..64).all(|input| q.value(row, input) == 0.0), "padding row {row}");
         }
     }
 
@@ -74,7 +131,7 @@ mod tests {
     fn a_zero_block_has_zero_scale_and_quants() {
         let mut q = QuantizedRows::default();
         q.quantize(&[0.0; 32], 1);
-        assert_eq!(q.scales, vec![0.0]);
+        assert!(q.scales.iter().all(|&d| d == 0.0));
         assert!(q.quants.iter().all(|&v| v == 0));
     }
 }

@@ -156,12 +156,17 @@ impl QuantMatrix {
         self.outputs * self.blocks() * per_block
     }
 
-    /// The quants of output `output`'s block `block`.
+    /// The quants of every block of output `output`, `[block][quant bytes]`.
     #[inline(always)]
+    pub fn output_quants(&self, output: usize) -> &[u8] {
+        let size = self.blocks() * self.format.quant_bytes();
+        &self.quants[output * size..(output + 1) * size]
+    }
+
+    /// The quants of output `output`'s block `block`.
     pub fn quants(&self, output: usize, block: usize) -> &[u8] {
         let size = self.format.quant_bytes();
-        let at = (output * self.blocks() + block) * size;
-        &self.quants[at..at + size]
+        &self.output_quants(output)[block * size..(block + 1) * size]
     }
 
     /// Output `output`'s block scales.

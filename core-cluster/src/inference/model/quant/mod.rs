@@ -3,7 +3,7 @@
 //! candle's CPU matmul dots each activation row with each weight row separately and has no SIMD
 //! path for Q4_1, which made it three quarters of a step. Here the activations are quantized to
 //! 8 bits once per call ([`activations`]), the weights stay in the file's format ([`matrix`]),
-//! and the kernel ([`kernel`]) unpacks a block of one output's weights once for up to eight
+//! and the kernel ([`kernel`]) unpacks a block of one output's weights once for a tile of eight
 //! activation rows. Outputs are split across candle's thread pool in groups, so attention and
 //! the matmuls share one set of threads.
 //!
@@ -18,7 +18,7 @@ use std::cell::RefCell;
 use std::sync::Mutex;
 
 use activations::QuantizedRows;
-use kernel::{Kernel, TILE_ROWS};
+use kernel::{Kernels, TILE_ROWS};
 pub use matrix::{BlockFormat, QuantMatrix};
 
 /// Weights (and activations) per quantization block.
@@ -26,6 +26,9 @@ pub const BLOCK: usize = 32;
 
 /// Outputs per unit of parallel work.
 const GROUP_OUTPUTS: usize = 16;
+
+/// Fewest real rows for which the tile kernel (which always computes eight) beats the row kernel.
+const TILE_ROWS_WORTH_A_TILE: usize = 5;
 
 thread_local! {
     /// The quantized activations of the current call, reused across calls.
@@ -39,41 +42,48 @@ impl QuantMatrix {
         ROWS.with(|quantized| {
             let mut quantized = quantized.borrow_mut();
             quantized.quantize(x, rows);
-            self.matmul_quantized(&quantized, rows, kernel::kernel())
+            self.matmul_quantized(&quantized, kernel::kernels())
         })
     }
 
-    /// The matmul over already quantized rows with the given kernel.
-    fn matmul_quantized(&self, x: &QuantizedRows, rows: usize, kernel: Kernel) -> Vec<f32> {
-        let outputs = self.outputs();
-        // Each group writes its outputs' columns, `[output][row]`, into its own run.
-        let mut by_output = vec![0.0f32; outputs * rows];
-        let groups: Vec<Mutex<&mut [f32]>> =
-            by_output.chunks_mut(GROUP_OUTPUTS * rows).map(Mutex::new).collect();
+    /// The matmul over already quantized rows with the given kernels.
+    fn matmul_quantized(&self, x: &QuantizedRows, kernels: Kernels) -> Vec<f32> {
+        let (rows, outputs) = (x.rows(), self.outputs());
+        // Each group of outputs writes its own run, `[row][GROUP_OUTPUTS]`.
+        let run = rows * GROUP_OUTPUTS;
+        let mut by_group = vec![0.0f32; outputs.div_ceil(GROUP_OUTPUTS) * run];
+        let groups: Vec<Mutex<&mut [f32]>> = by_group.chunks_mut(run).map(Mutex::new).collect();
         candle_core::utils::barrier_pool().execute_chunked(groups.len(), |range| {
-            let mut tile = [0.0f32; TILE_ROWS];
             for group in range {
-                let Ok(mut column) = groups[group].lock() else { continue };
+                let Ok(mut results) = groups[group].lock() else { continue };
                 let first_output = group * GROUP_OUTPUTS;
-                let group_outputs = GROUP_OUTPUTS.min(outputs - first_output);
-                for first_row in (0..rows).step_by(TILE_ROWS) {
+                for tile in 0..x.tiles() {
+                    let first_row = tile * TILE_ROWS;
                     let tile_rows = TILE_ROWS.min(rows - first_row);
-                    for o in 0..group_outputs {
-                        kernel(self, x, first_row, tile_rows, first_output + o, &mut tile);
-                        column[o * rows + first_row..o * rows + first_row + tile_rows]
-                            .copy_from_slice(&tile[..tile_rows]);
+                    for o in 0..GROUP_OUTPUTS.min(outputs - first_output) {
+                        if tile_rows >= TILE_ROWS_WORTH_A_TILE {
+                            let values = (kernels.tile)(self, x, tile, first_output + o);
+                            for (i, value) in values.into_iter().take(tile_rows).enumerate() {
+                                results[(first_row + i) * GROUP_OUTPUTS + o] = value;
+                            }
+                        } else {
+                            for row in first_row..first_row + tile_rows {
+                                results[row * GROUP_OUTPUTS + o] =
+                                    (kernels.row)(self, x, row, first_output + o);
+                            }
+                        }
                     }
                 }
             }
         });
         drop(groups);
-        if rows == 1 {
-            return by_output;
-        }
         let mut out = vec![0.0f32; rows * outputs];
-        for (o, column) in by_output.chunks_exact(rows).enumerate() {
-            for (r, &value) in column.iter().enumerate() {
-                out[r * outputs + o] = value;
+        for (group, results) in by_group.chunks_exact(run).enumerate() {
+            let first_output = group * GROUP_OUTPUTS;
+            let width = GROUP_OUTPUTS.min(outputs - first_output);
+            for (row, values) in results.chunks_exact(GROUP_OUTPUTS).enumerate() {
+                out[row * outputs + first_output..row * outputs + first_output + width]
+                    .copy_from_slice(&values[..width]);
             }
         }
         out
