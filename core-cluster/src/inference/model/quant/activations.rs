@@ -1,5 +1,7 @@
 //! Activations quantized to 8 bits per 32-element block, once per matmul.
 
+use std::sync::Mutex;
+
 use super::kernel::TILE_ROWS;
 use super::BLOCK;
 
@@ -24,26 +26,35 @@ pub struct QuantizedRows {
 }
 
 impl QuantizedRows {
-    /// Quantizes `x`, `rows` rows of a width that is a multiple of 32, reusing this buffer.
+    /// Quantizes `x`, `rows` rows of a width that is a multiple of 32, reusing this buffer. Tiles
+    /// are quantized in parallel on candle's pool when there are several.
     pub fn quantize(&mut self, x: &[f32], rows: usize) {
         let width = x.len() / rows.max(1);
         debug_assert_eq!(width % BLOCK, 0, "activation width must be whole blocks");
         self.blocks = width / BLOCK;
         self.rows = rows;
+        // Every slot of a real row is overwritten below; the padding rows are zeroed by their tile.
         let slots = self.tiles() * self.blocks * TILE_ROWS;
-        self.quants.clear();
         self.quants.resize(slots * BLOCK, 0);
-        self.scales.clear();
         self.scales.resize(slots, 0.0);
-        self.sums.clear();
         self.sums.resize(slots, 0.0);
-        for (r, row) in x.chunks_exact(width).enumerate() {
-            for (b, values) in row.chunks_exact(BLOCK).enumerate() {
-                let slot = ((r / TILE_ROWS) * self.blocks + b) * TILE_ROWS + r % TILE_ROWS;
-                let (d, total) = quantize_block(values, &mut self.quants[slot * BLOCK..(slot + 1) * BLOCK]);
-                self.scales[slot] = d;
-                self.sums[slot] = d * total as f32;
+        let tile_slots = self.blocks * TILE_ROWS;
+        let tiles = self.quants.chunks_mut(tile_slots * BLOCK).zip(self.scales.chunks_mut(tile_slots));
+        let tiles: Vec<_> = tiles.zip(self.sums.chunks_mut(tile_slots)).map(Mutex::new).collect();
+        let tile_values = x.chunks(TILE_ROWS * width);
+        let quantize_tile = |tile: usize, values: &[f32]| {
+            if let Ok(mut guard) = tiles[tile].lock() {
+                let ((quants, scales), sums) = &mut *guard;
+                quantize_tile(values, width, quants, scales, sums);
             }
+        };
+        if tiles.len() > 1 {
+            let tile_values: Vec<&[f32]> = tile_values.collect();
+            candle_core::utils::barrier_pool().execute_chunked(tiles.len(), |range| {
+                range.for_each(|tile| quantize_tile(tile, tile_values[tile]));
+            });
+        } else {
+            tile_values.enumerate().for_each(|(tile, values)| quantize_tile(tile, values));
         }
     }
 
@@ -90,14 +101,39 @@ impl QuantizedRows {
     }
 }
 
+/// Quantizes one tile's rows (`values`, up to [`TILE_ROWS`] rows of `width`) into its
+/// `[block][row]` slots, zeroing the slots of missing rows.
+fn quantize_tile(values: &[f32], width: usize, quants: &mut [i8], scales: &mut [f32], sums: &mut [f32]) {
+    let rows = values.len() / width;
+    for (r, row) in values.chunks_exact(width).enumerate() {
+        for (b, block) in row.chunks_exact(BLOCK).enumerate() {
+            let slot = b * TILE_ROWS + r;
+            let (d, total) = quantize_block(block, &mut quants[slot * BLOCK..(slot + 1) * BLOCK]);
+            scales[slot] = d;
+            sums[slot] = d * total as f32;
+        }
+    }
+    for b in 0..width / BLOCK {
+        for slot in b * TILE_ROWS + rows..(b + 1) * TILE_ROWS {
+            quants[slot * BLOCK..(slot + 1) * BLOCK].fill(0);
+            scales[slot] = 0.0;
+            sums[slot] = 0.0;
+        }
+    }
+}
+
 /// Rounds one block to `[-127, 127]` around its largest magnitude; returns the scale and `Σq`.
+///
+/// Halves round away from zero, as llama.cpp's `roundf`; written as a truncating cast of
+/// `v ± 0.5` because `f32::round` is a libm call on the x86-64 baseline.
 pub fn quantize_block(values: &[f32], quants: &mut [i8]) -> (f32, i32) {
     let max = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let d = max / 127.0;
     let inverse = if d > 0.0 { 1.0 / d } else { 0.0 };
     let mut total = 0i32;
     for (q, &v) in quants.iter_mut().zip(values) {
-        *q = (v * inverse).round() as i8;
+        let scaled = v * inverse;
+        *q = (scaled + 0.5f32.copysign(scaled)) as i8;
         total += *q as i32;
     }
     (d, total)

@@ -6,11 +6,12 @@
 //! with `vpmaddwd`. The tile kernel unpacks a block of the output's weights once for all eight
 //! rows, folds the eight rows' integer dot products into one vector with three rounds of
 //! `vphaddd`, and scales them by the eight rows' block scales in one multiply-add, so the
-//! per-row cost of a block is a load and two multiplies. Q4_1's offset term, `Σ min · (d · Σq)`,
+//! per-row cost of a block is a load and two multiplies. Weight scales stay `f16`, as in the
+//! file, and are widened with F16C. Q4_1's offset term, `Σ min · (d · Σq)`,
 //! does not depend on the quants: one more multiply-add per block for the whole tile.
 
 use super::activations::QuantizedRows;
-use super::matrix::{BlockFormat, QuantMatrix};
+use super::matrix::{to_f32, BlockFormat, QuantMatrix};
 use super::BLOCK;
 
 /// Activation rows of one tile.
@@ -21,24 +22,41 @@ pub const TILE_ROWS: usize = 8;
 pub struct Kernels {
     /// `tile(w, x, t, o)[i] = Σ_k x[t * TILE_ROWS + i][k] · w[o][k]`.
     pub tile: fn(&QuantMatrix, &QuantizedRows, usize, usize) -> [f32; TILE_ROWS],
+    /// The tile against outputs `o` and `o + 1`: `[tile(w, x, t, o), tile(w, x, t, o + 1)]`.
+    pub pair: fn(&QuantMatrix, &QuantizedRows, usize, usize) -> [[f32; TILE_ROWS]; 2],
     /// `row(w, x, r, o) = Σ_k x[r][k] · w[o][k]`.
     pub row: fn(&QuantMatrix, &QuantizedRows, usize, usize) -> f32,
+    /// The row against outputs `o..o + 4`. Four outputs keep four chains of multiply-adds in
+    /// flight, which a single short row (18 blocks here) cannot.
+    pub row_quad: fn(&QuantMatrix, &QuantizedRows, usize, usize) -> [f32; 4],
 }
 
 /// The widest kernels this CPU runs.
 pub fn kernels() -> Kernels {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-        return Kernels { tile: avx2::tile, row: avx2::row };
+    if std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("f16c")
+    {
+        return Kernels { tile: avx2::tile, pair: avx2::pair, row: avx2::row, row_quad: avx2::row_quad };
     }
     PORTABLE
 }
 
 /// The reference kernels, in plain integer arithmetic.
-pub const PORTABLE: Kernels = Kernels { tile: portable_tile, row: portable_row };
+pub const PORTABLE: Kernels =
+    Kernels { tile: portable_tile, pair: portable_pair, row: portable_row, row_quad: portable_row_quad };
 
 fn portable_tile(w: &QuantMatrix, x: &QuantizedRows, tile: usize, output: usize) -> [f32; TILE_ROWS] {
     std::array::from_fn(|i| portable_row(w, x, tile * TILE_ROWS + i, output))
+}
+
+fn portable_pair(w: &QuantMatrix, x: &QuantizedRows, tile: usize, output: usize) -> [[f32; TILE_ROWS]; 2] {
+    [portable_tile(w, x, tile, output), portable_tile(w, x, tile, output + 1)]
+}
+
+fn portable_row_quad(w: &QuantMatrix, x: &QuantizedRows, row: usize, output: usize) -> [f32; 4] {
+    std::array::from_fn(|o| portable_row(w, x, row, output + o))
 }
 
 fn portable_row(w: &QuantMatrix, x: &QuantizedRows, row: usize, output: usize) -> f32 {
@@ -60,9 +78,9 @@ fn portable_row(w: &QuantMatrix, x: &QuantizedRows, row: usize, output: usize) -
                 block.iter().zip(activations).map(|(&q, &a)| q as i8 as i32 * a as i32).sum()
             }
         };
-        total += scale * scales[slot] * dot as f32;
+        total += to_f32(scale) * scales[slot] * dot as f32;
         if w.format() == BlockFormat::Q4_1 {
-            total += w.mins(output)[b] * sums[slot];
+            total += to_f32(w.mins(output)[b]) * sums[slot];
         }
     }
     total
@@ -80,13 +98,26 @@ mod avx2 {
 
     /// The tile kernel for the matrix's format.
     pub fn tile(w: &QuantMatrix, x: &QuantizedRows, tile: usize, output: usize) -> [f32; TILE_ROWS] {
-        // SAFETY: `kernels()` hands these out only after detecting AVX2 and FMA at run time, the
+        // SAFETY: `kernels()` hands these out only after detecting AVX2, FMA and F16C at run time, the
         // one requirement of a `target_feature` function.
         #[allow(unsafe_code)]
         unsafe {
+            let [values] = match w.format() {
+                BlockFormat::Q4_1 => tile_avx2::<true, 1>(w, x, tile, output),
+                BlockFormat::Q8_0 => tile_avx2::<false, 1>(w, x, tile, output),
+            };
+            values
+        }
+    }
+
+    /// The two-output tile kernel for the matrix's format.
+    pub fn pair(w: &QuantMatrix, x: &QuantizedRows, tile: usize, output: usize) -> [[f32; TILE_ROWS]; 2] {
+        // SAFETY: as in `tile`.
+        #[allow(unsafe_code)]
+        unsafe {
             match w.format() {
-                BlockFormat::Q4_1 => tile_avx2::<true>(w, x, tile, output),
-                BlockFormat::Q8_0 => tile_avx2::<false>(w, x, tile, output),
+                BlockFormat::Q4_1 => tile_avx2::<true, 2>(w, x, tile, output),
+                BlockFormat::Q8_0 => tile_avx2::<false, 2>(w, x, tile, output),
             }
         }
     }
@@ -96,16 +127,29 @@ mod avx2 {
         // SAFETY: as in `tile`.
         #[allow(unsafe_code)]
         unsafe {
+            let [value] = match w.format() {
+                BlockFormat::Q4_1 => row_avx2::<true, 1>(w, x, row, output),
+                BlockFormat::Q8_0 => row_avx2::<false, 1>(w, x, row, output),
+            };
+            value
+        }
+    }
+
+    /// The four-output row kernel for the matrix's format.
+    pub fn row_quad(w: &QuantMatrix, x: &QuantizedRows, row: usize, output: usize) -> [f32; 4] {
+        // SAFETY: as in `tile`.
+        #[allow(unsafe_code)]
+        unsafe {
             match w.format() {
-                BlockFormat::Q4_1 => row_avx2::<true>(w, x, row, output),
-                BlockFormat::Q8_0 => row_avx2::<false>(w, x, row, output),
+                BlockFormat::Q4_1 => row_avx2::<true, 4>(w, x, row, output),
+                BlockFormat::Q8_0 => row_avx2::<false, 4>(w, x, row, output),
             }
         }
     }
 
     /// One block of weights as 32 unsigned bytes, and for Q8_0 the signs to move onto the
     /// activations.
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn weight_block<const NIBBLES: bool>(quants: &[u8]) -> (__m256i, __m256i) {
         if NIBBLES {
             let packed: __m128i = pod_read_unaligned(quants);
@@ -118,7 +162,7 @@ mod avx2 {
     }
 
     /// Eight `i32` partial sums of one block's dot product of weights and activations.
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn block_dot<const NIBBLES: bool>(magnitudes: __m256i, signs: __m256i, activations: &[i8]) -> __m256i {
         let mut activations: __m256i = pod_read_unaligned(cast_slice(activations));
         if !NIBBLES {
@@ -127,68 +171,111 @@ mod avx2 {
         _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes, activations), _mm256_set1_epi16(1))
     }
 
-    #[target_feature(enable = "avx2,fma")]
-    fn tile_avx2<const NIBBLES: bool>(
+    /// `OUTPUTS` consecutive outputs against one tile. Two outputs share each activation load
+    /// and keep two independent chains of multiply-adds in flight.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn tile_avx2<const NIBBLES: bool, const OUTPUTS: usize>(
         w: &QuantMatrix,
         x: &QuantizedRows,
         tile: usize,
-        output: usize,
-    ) -> [f32; TILE_ROWS] {
-        let weights = w.output_quants(output).chunks_exact(w.format().quant_bytes());
+        first_output: usize,
+    ) -> [[f32; TILE_ROWS]; OUTPUTS] {
+        let size = w.format().quant_bytes();
+        let weights: [&[u8]; OUTPUTS] = std::array::from_fn(|o| w.output_quants(first_output + o));
+        let scales: [&[u16]; OUTPUTS] = std::array::from_fn(|o| w.scales(first_output + o));
         let activations = x.tile_quants(tile).chunks_exact(TILE_ROWS * BLOCK);
-        let blocks =
-            weights.zip(w.scales(output)).zip(activations.zip(x.tile_scales(tile).chunks_exact(TILE_ROWS)));
-        let mut total = _mm256_setzero_ps();
-        for ((quants, &scale), (rows, row_scales)) in blocks {
-            let (magnitudes, signs) = weight_block::<NIBBLES>(quants);
-            let dot = |r: usize| block_dot::<NIBBLES>(magnitudes, signs, &rows[r * BLOCK..(r + 1) * BLOCK]);
-            let pairs = [
-                _mm256_hadd_epi32(dot(0), dot(1)),
-                _mm256_hadd_epi32(dot(2), dot(3)),
-                _mm256_hadd_epi32(dot(4), dot(5)),
-                _mm256_hadd_epi32(dot(6), dot(7)),
-            ];
-            // Each 128-bit half now holds rows 0-3 (and 4-7) summed over its half of the block.
-            let (low, high) = (_mm256_hadd_epi32(pairs[0], pairs[1]), _mm256_hadd_epi32(pairs[2], pairs[3]));
-            let sums = _mm256_add_epi32(
-                _mm256_permute2x128_si256(low, high, 0x20),
-                _mm256_permute2x128_si256(low, high, 0x31),
-            );
+        let mut totals = [_mm256_setzero_ps(); OUTPUTS];
+        for (b, (rows, row_scales)) in
+            activations.zip(x.tile_scales(tile).chunks_exact(TILE_ROWS)).enumerate()
+        {
+            let blocks: [(__m256i, __m256i); OUTPUTS] =
+                std::array::from_fn(|o| weight_block::<NIBBLES>(&weights[o][b * size..(b + 1) * size]));
+            // Rows two at a time: each pair's dot products folded at once with `vphaddd`.
+            let mut pairs = [[_mm256_setzero_si256(); 4]; OUTPUTS];
+            for (p, two_rows) in rows.chunks_exact(2 * BLOCK).enumerate() {
+                let (first, second) = two_rows.split_at(BLOCK);
+                for (o, &(magnitudes, signs)) in blocks.iter().enumerate() {
+                    let dots = (
+                        block_dot::<NIBBLES>(magnitudes, signs, first),
+                        block_dot::<NIBBLES>(magnitudes, signs, second),
+                    );
+                    pairs[o][p] = _mm256_hadd_epi32(dots.0, dots.1);
+                }
+            }
             let row_scales: __m256 = pod_read_unaligned(cast_slice(row_scales));
-            let scales = _mm256_mul_ps(_mm256_set1_ps(scale), row_scales);
-            total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scales, total);
-        }
-        if NIBBLES {
-            for (&min, sums) in w.mins(output).iter().zip(x.tile_sums(tile).chunks_exact(TILE_ROWS)) {
-                let sums: __m256 = pod_read_unaligned(cast_slice(sums));
-                total = _mm256_fmadd_ps(_mm256_set1_ps(min), sums, total);
+            for ((total, pairs), scale) in totals.iter_mut().zip(pairs).zip(scales) {
+                // Each 128-bit half now holds rows 0-3 (and 4-7) summed over its half of the block.
+                let (low, high) =
+                    (_mm256_hadd_epi32(pairs[0], pairs[1]), _mm256_hadd_epi32(pairs[2], pairs[3]));
+                let sums = _mm256_add_epi32(
+                    _mm256_permute2x128_si256(low, high, 0x20),
+                    _mm256_permute2x128_si256(low, high, 0x31),
+                );
+                let scales = _mm256_mul_ps(broadcast_f16(scale[b]), row_scales);
+                *total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scales, *total);
             }
         }
-        bytemuck::cast(total)
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    fn row_avx2<const NIBBLES: bool>(w: &QuantMatrix, x: &QuantizedRows, row: usize, output: usize) -> f32 {
-        let (tile, lane) = (row / TILE_ROWS, row % TILE_ROWS);
-        let weights = w.output_quants(output).chunks_exact(w.format().quant_bytes());
-        let activations = x.tile_quants(tile).chunks_exact(TILE_ROWS * BLOCK);
-        let blocks =
-            weights.zip(w.scales(output)).zip(activations.zip(x.tile_scales(tile).chunks_exact(TILE_ROWS)));
-        let mut total = _mm256_setzero_ps();
-        for ((quants, &scale), (rows, row_scales)) in blocks {
-            let (magnitudes, signs) = weight_block::<NIBBLES>(quants);
-            let dot = block_dot::<NIBBLES>(magnitudes, signs, &rows[lane * BLOCK..(lane + 1) * BLOCK]);
-            total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(scale * row_scales[lane]), total);
-        }
-        let mut sum = horizontal_sum(total);
         if NIBBLES {
-            let sums = x.tile_sums(tile).chunks_exact(TILE_ROWS);
-            sum += w.mins(output).iter().zip(sums).map(|(min, sums)| min * sums[lane]).sum::<f32>();
+            for (o, total) in totals.iter_mut().enumerate() {
+                for (&min, sums) in
+                    w.mins(first_output + o).iter().zip(x.tile_sums(tile).chunks_exact(TILE_ROWS))
+                {
+                    let sums: __m256 = pod_read_unaligned(cast_slice(sums));
+                    *total = _mm256_fmadd_ps(broadcast_f16(min), sums, *total);
+                }
+            }
         }
-        sum
+        totals.map(bytemuck::cast)
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn row_avx2<const NIBBLES: bool, const OUTPUTS: usize>(
+        w: &QuantMatrix,
+        x: &QuantizedRows,
+        row: usize,
+        first_output: usize,
+    ) -> [f32; OUTPUTS] {
+        let (tile, lane) = (row / TILE_ROWS, row % TILE_ROWS);
+        let size = w.format().quant_bytes();
+        let weights: [&[u8]; OUTPUTS] = std::array::from_fn(|o| w.output_quants(first_output + o));
+        let scales: [&[u16]; OUTPUTS] = std::array::from_fn(|o| w.scales(first_output + o));
+        let mins: [&[u16]; OUTPUTS] =
+            std::array::from_fn(|o| if NIBBLES { w.mins(first_output + o) } else { &[] });
+        let activations = x.tile_quants(tile).chunks_exact(TILE_ROWS * BLOCK);
+        let blocks = activations
+            .zip(x.tile_scales(tile).chunks_exact(TILE_ROWS))
+            .zip(x.tile_sums(tile).chunks_exact(TILE_ROWS));
+        // Independent chains: each output's scaled dot products, and (Q4_1) its offsets.
+        let mut totals = [_mm256_setzero_ps(); OUTPUTS];
+        let mut offsets = [_mm256_setzero_ps(); OUTPUTS];
+        for (b, ((rows, row_scales), row_sums)) in blocks.enumerate() {
+            let activations = &rows[lane * BLOCK..(lane + 1) * BLOCK];
+            let row_scale = _mm256_set1_ps(row_scales[lane]);
+            for o in 0..OUTPUTS {
+                let (magnitudes, signs) = weight_block::<NIBBLES>(&weights[o][b * size..(b + 1) * size]);
+                let dot = block_dot::<NIBBLES>(magnitudes, signs, activations);
+                let scale = _mm256_mul_ps(broadcast_f16(scales[o][b]), row_scale);
+                totals[o] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, totals[o]);
+                if NIBBLES {
+                    offsets[o] = _mm256_fmadd_ps(
+                        broadcast_f16(mins[o][b]),
+                        _mm256_set1_ps(row_sums[lane]),
+                        offsets[o],
+                    );
+                }
+            }
+        }
+        // Every lane of an offset chain holds the same sum.
+        std::array::from_fn(|o| horizontal_sum(totals[o]) + _mm256_cvtss_f32(offsets[o]))
+    }
+
+    /// An `f16` (bits) in all eight lanes.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn broadcast_f16(bits: u16) -> __m256 {
+        _mm256_cvtph_ps(_mm_set1_epi16(bits as i16))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn horizontal_sum(v: __m256) -> f32 {
         let halves = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         let pairs = _mm_add_ps(halves, _mm_movehl_ps(halves, halves));

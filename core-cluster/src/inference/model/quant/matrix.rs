@@ -36,10 +36,10 @@ pub struct QuantMatrix {
     inputs: usize,
     /// `[output][block][quant bytes]`.
     quants: Vec<u8>,
-    /// `[output][block]`.
-    scales: Vec<f32>,
+    /// `[output][block]`, `f16` bits as the file stores them (half the bytes a step streams).
+    scales: Vec<u16>,
     /// `[output][block]`; empty for formats without an offset.
-    mins: Vec<f32>,
+    mins: Vec<u16>,
 }
 
 impl QuantMatrix {
@@ -66,7 +66,7 @@ impl QuantMatrix {
         let mut block = [0i8; BLOCK];
         for (b, chunk) in values.chunks_exact(BLOCK).enumerate() {
             let (scale, _) = quantize_block(chunk, &mut block);
-            matrix.scales[b] = scale;
+            matrix.scales[b] = f16::from_f32(scale).to_bits();
             for (dst, &q) in matrix.quants[b * BLOCK..(b + 1) * BLOCK].iter_mut().zip(&block) {
                 *dst = q as u8;
             }
@@ -96,7 +96,7 @@ impl QuantMatrix {
             )));
         }
         let mut matrix = Self::zeroed(format, outputs, inputs);
-        let half_at = |b: &[u8], at: usize| f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32();
+        let half_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
         let quant_bytes = format.quant_bytes();
         for (b, block) in bytes.chunks_exact(block_bytes).enumerate() {
             matrix.scales[b] = half_at(block, 0);
@@ -152,7 +152,7 @@ impl QuantMatrix {
 
     /// Bytes one pass over the weights reads.
     pub fn bytes(&self) -> usize {
-        let per_block = self.format.quant_bytes() + if self.mins.is_empty() { 4 } else { 8 };
+        let per_block = self.format.quant_bytes() + if self.mins.is_empty() { 2 } else { 4 };
         self.outputs * self.blocks() * per_block
     }
 
@@ -169,15 +169,15 @@ impl QuantMatrix {
         &self.output_quants(output)[block * size..(block + 1) * size]
     }
 
-    /// Output `output`'s block scales.
+    /// Output `output`'s block scales, as `f16` bits.
     #[inline(always)]
-    pub fn scales(&self, output: usize) -> &[f32] {
+    pub fn scales(&self, output: usize) -> &[u16] {
         &self.scales[output * self.blocks()..(output + 1) * self.blocks()]
     }
 
-    /// Output `output`'s block offsets (Q4_1 only).
+    /// Output `output`'s block offsets (Q4_1 only), as `f16` bits.
     #[inline(always)]
-    pub fn mins(&self, output: usize) -> &[f32] {
+    pub fn mins(&self, output: usize) -> &[u16] {
         &self.mins[output * self.blocks()..(output + 1) * self.blocks()]
     }
 
@@ -185,12 +185,12 @@ impl QuantMatrix {
     pub fn weight(&self, output: usize, input: usize) -> f32 {
         let (block, i) = (input / BLOCK, input % BLOCK);
         let quants = self.quants(output, block);
-        let scale = self.scales(output)[block];
+        let scale = to_f32(self.scales(output)[block]);
         match self.format {
             BlockFormat::Q4_1 => {
                 let byte = quants[i % (BLOCK / 2)];
                 let q = if i < BLOCK / 2 { byte & 0x0F } else { byte >> 4 };
-                scale * q as f32 + self.mins(output)[block]
+                scale * q as f32 + to_f32(self.mins(output)[block])
             }
             BlockFormat::Q8_0 => scale * quants[i] as i8 as f32,
         }
@@ -204,8 +204,13 @@ impl QuantMatrix {
             outputs,
             inputs,
             quants: vec![0; blocks * format.quant_bytes()],
-            scales: vec![0.0; blocks],
-            mins: if format == BlockFormat::Q4_1 { vec![0.0; blocks] } else { Vec::new() },
+            scales: vec![0; blocks],
+            mins: if format == BlockFormat::Q4_1 { vec![0; blocks] } else { Vec::new() },
         }
     }
+}
+
+/// An `f16`'s bits as `f32`.
+pub fn to_f32(bits: u16) -> f32 {
+    f16::from_bits(bits).to_f32()
 }

@@ -60,16 +60,34 @@ impl QuantMatrix {
                 for tile in 0..x.tiles() {
                     let first_row = tile * TILE_ROWS;
                     let tile_rows = TILE_ROWS.min(rows - first_row);
-                    for o in 0..GROUP_OUTPUTS.min(outputs - first_output) {
-                        if tile_rows >= TILE_ROWS_WORTH_A_TILE {
-                            let values = (kernels.tile)(self, x, tile, first_output + o);
+                    let group_outputs = GROUP_OUTPUTS.min(outputs - first_output);
+                    if tile_rows >= TILE_ROWS_WORTH_A_TILE {
+                        let mut store = |o: usize, values: [f32; TILE_ROWS]| {
                             for (i, value) in values.into_iter().take(tile_rows).enumerate() {
                                 results[(first_row + i) * GROUP_OUTPUTS + o] = value;
                             }
-                        } else {
-                            for row in first_row..first_row + tile_rows {
-                                results[row * GROUP_OUTPUTS + o] =
-                                    (kernels.row)(self, x, row, first_output + o);
+                        };
+                        for o in (0..group_outputs).step_by(2) {
+                            if o + 1 < group_outputs {
+                                let [a, b] = (kernels.pair)(self, x, tile, first_output + o);
+                                store(o, a);
+                                store(o + 1, b);
+                            } else {
+                                store(o, (kernels.tile)(self, x, tile, first_output + o));
+                            }
+                        }
+                    } else {
+                        for row in first_row..first_row + tile_rows {
+                            let results = &mut results[row * GROUP_OUTPUTS..(row + 1) * GROUP_OUTPUTS];
+                            for o in (0..group_outputs).step_by(4) {
+                                if o + 4 <= group_outputs {
+                                    let values = (kernels.row_quad)(self, x, row, first_output + o);
+                                    results[o..o + 4].copy_from_slice(&values);
+                                } else {
+                                    for o in o..group_outputs {
+                                        results[o] = (kernels.row)(self, x, row, first_output + o);
+                                    }
+                                }
                             }
                         }
                     }
