@@ -143,26 +143,3 @@ fn refuses_work_beyond_the_queue_limit() {
     let refused = worker.submit(prompt(None, "hi"), submission(1, false));
     assert!(matches!(refused, Err(InferenceError::QueueFull(0))));
 }
-
-/// Not a check: prints decode throughput with 1 and 16 concurrent streams, for profiling by hand
-/// (`cargo test --release -p core-cluster --lib throughput_by_hand -- --ignored --nocapture`).
-#[test]
-#[ignore]
-fn throughput_by_hand() {
-    for streams in [1usize, 16] {
-        let (worker, _) = worker(EngineConfig { speculative: false, ..EngineConfig::default() }, 64);
-        let started = std::time::Instant::now();
-        let receivers: Vec<_> = (0..streams)
-            .map(|i| {
-                let question = format!("Write a long essay about the history of city number {i}.");
-                worker.submit(prompt(None, &question), submission(128, false)).expect("submit")
-            })
-            .collect();
-        let tokens: u32 = receivers.into_iter().map(|r| collect(r).1.completion_tokens).sum();
-        let seconds = started.elapsed().as_secs_f64();
-        eprintln!(
-            "{streams} streams: {tokens} tokens in {seconds:.2} s = {:.1} tok/s",
-            f64::from(tokens) / seconds
-        );
-    }
-}

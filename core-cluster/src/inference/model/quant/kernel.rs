@@ -26,8 +26,8 @@ pub struct Kernels {
     pub pair: fn(&QuantMatrix, &QuantizedRows, usize, usize) -> [[f32; TILE_ROWS]; 2],
     /// `row(w, x, r, o) = Σ_k x[r][k] · w[o][k]`.
     pub row: fn(&QuantMatrix, &QuantizedRows, usize, usize) -> f32,
-    /// The row against outputs `o..o + 4`. Four outputs keep four chains of multiply-adds in
-    /// flight, which a single short row (18 blocks here) cannot.
+    /// The row against outputs `o..o + 4`: one weight block of each of four outputs per step, and
+    /// their four dot products folded and scaled together.
     pub row_quad: fn(&QuantMatrix, &QuantizedRows, usize, usize) -> [f32; 4],
 }
 
@@ -228,6 +228,10 @@ mod avx2 {
         totals.map(bytemuck::cast)
     }
 
+    /// One row against `OUTPUTS` (1 or 4) consecutive outputs, computing bit for bit what the
+    /// tile kernel computes for that row: each block's integer dot product exactly, then one
+    /// `f32` multiply-add by `weight scale × row scale`, blocks in order, then the offsets. A
+    /// row's logits therefore do not depend on what it is batched with.
     #[target_feature(enable = "avx2,fma,f16c")]
     fn row_avx2<const NIBBLES: bool, const OUTPUTS: usize>(
         w: &QuantMatrix,
@@ -239,46 +243,57 @@ mod avx2 {
         let size = w.format().quant_bytes();
         let weights: [&[u8]; OUTPUTS] = std::array::from_fn(|o| w.output_quants(first_output + o));
         let scales: [&[u16]; OUTPUTS] = std::array::from_fn(|o| w.scales(first_output + o));
-        let mins: [&[u16]; OUTPUTS] =
-            std::array::from_fn(|o| if NIBBLES { w.mins(first_output + o) } else { &[] });
         let activations = x.tile_quants(tile).chunks_exact(TILE_ROWS * BLOCK);
-        let blocks = activations
-            .zip(x.tile_scales(tile).chunks_exact(TILE_ROWS))
-            .zip(x.tile_sums(tile).chunks_exact(TILE_ROWS));
-        // Independent chains: each output's scaled dot products, and (Q4_1) its offsets.
-        let mut totals = [_mm256_setzero_ps(); OUTPUTS];
-        let mut offsets = [_mm256_setzero_ps(); OUTPUTS];
-        for (b, ((rows, row_scales), row_sums)) in blocks.enumerate() {
+        // Lane `o` of `total` is output `o`; lanes past `OUTPUTS` stay zero.
+        let mut total = _mm_setzero_ps();
+        for (b, (rows, row_scales)) in
+            activations.zip(x.tile_scales(tile).chunks_exact(TILE_ROWS)).enumerate()
+        {
             let activations = &rows[lane * BLOCK..(lane + 1) * BLOCK];
-            let row_scale = _mm256_set1_ps(row_scales[lane]);
-            for o in 0..OUTPUTS {
-                let (magnitudes, signs) = weight_block::<NIBBLES>(&weights[o][b * size..(b + 1) * size]);
-                let dot = block_dot::<NIBBLES>(magnitudes, signs, activations);
-                let scale = _mm256_mul_ps(broadcast_f16(scales[o][b]), row_scale);
-                totals[o] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, totals[o]);
-                if NIBBLES {
-                    offsets[o] = _mm256_fmadd_ps(
-                        broadcast_f16(mins[o][b]),
-                        _mm256_set1_ps(row_sums[lane]),
-                        offsets[o],
-                    );
+            let dots: [__m256i; 4] = std::array::from_fn(|o| {
+                if o >= OUTPUTS {
+                    return _mm256_setzero_si256();
                 }
+                let (magnitudes, signs) = weight_block::<NIBBLES>(&weights[o][b * size..(b + 1) * size]);
+                block_dot::<NIBBLES>(magnitudes, signs, activations)
+            });
+            let folded =
+                _mm256_hadd_epi32(_mm256_hadd_epi32(dots[0], dots[1]), _mm256_hadd_epi32(dots[2], dots[3]));
+            let sums = _mm_add_epi32(_mm256_castsi256_si128(folded), _mm256_extracti128_si256(folded, 1));
+            let weight_scales =
+                f16_lanes(std::array::from_fn(|o| if o < OUTPUTS { scales[o][b] } else { 0 }));
+            let scale = _mm_mul_ps(weight_scales, _mm_set1_ps(row_scales[lane]));
+            total = _mm_fmadd_ps(_mm_cvtepi32_ps(sums), scale, total);
+        }
+        if NIBBLES {
+            let mins: [&[u16]; OUTPUTS] = std::array::from_fn(|o| w.mins(first_output + o));
+            for (b, row_sums) in x.tile_sums(tile).chunks_exact(TILE_ROWS).enumerate() {
+                let mins = f16_lanes(std::array::from_fn(|o| if o < OUTPUTS { mins[o][b] } else { 0 }));
+                total = _mm_fmadd_ps(mins, _mm_set1_ps(row_sums[lane]), total);
             }
         }
-        // Every lane of an offset chain holds the same sum.
-        std::array::from_fn(|o| horizontal_sum(totals[o]) + _mm256_cvtss_f32(offsets[o]))
+        let lanes: [f32; 4] = bytemuck::cast(total);
+        std::array::from_fn(|o| lanes[o])
+    }
+
+    /// Four `f16`s (bits) as four `f32` lanes.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn f16_lanes(bits: [u16; 4]) -> __m128 {
+        _mm_cvtph_ps(_mm_set_epi16(
+            0,
+            0,
+            0,
+            0,
+            bits[3] as i16,
+            bits[2] as i16,
+            bits[1] as i16,
+            bits[0] as i16,
+        ))
     }
 
     /// An `f16` (bits) in all eight lanes.
     #[target_feature(enable = "avx2,fma,f16c")]
     fn broadcast_f16(bits: u16) -> __m256 {
         _mm256_cvtph_ps(_mm_set1_epi16(bits as i16))
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn horizontal_sum(v: __m256) -> f32 {
-        let halves = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let pairs = _mm_add_ps(halves, _mm_movehl_ps(halves, halves));
-        _mm_cvtss_f32(_mm_add_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1)))
     }
 }

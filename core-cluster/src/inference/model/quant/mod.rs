@@ -84,8 +84,10 @@ impl QuantMatrix {
                                     let values = (kernels.row_quad)(self, x, row, first_output + o);
                                     results[o..o + 4].copy_from_slice(&values);
                                 } else {
-                                    for o in o..group_outputs {
-                                        results[o] = (kernels.row)(self, x, row, first_output + o);
+                                    for (o, result) in
+                                        results.iter_mut().enumerate().take(group_outputs).skip(o)
+                                    {
+                                        *result = (kernels.row)(self, x, row, first_output + o);
                                     }
                                 }
                             }

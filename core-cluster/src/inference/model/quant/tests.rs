@@ -113,3 +113,22 @@ fn malformed_tensors_are_refused() {
     let odd = quantized(&random(2 * 48, 9), 2, 48, GgmlDType::F32);
     assert!(QuantMatrix::from_qtensor(&odd).is_err(), "rows must be whole blocks");
 }
+
+#[test]
+fn a_row_gets_the_same_bits_alone_and_in_any_tile() {
+    let (outputs, inputs) = (21, 160);
+    let weights = random(outputs * inputs, 10);
+    let x = random(13 * inputs, 11);
+    for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0] {
+        let w = QuantMatrix::from_qtensor(&quantized(&weights, outputs, inputs, dtype)).expect("matrix");
+        // 13 rows: one full tile (tile kernel) and a tail of 5 (tile kernel on a padded tile).
+        let batched = w.matmul(&x, 13);
+        for (r, row) in x.chunks_exact(inputs).enumerate() {
+            let alone = w.matmul(row, 1);
+            assert_eq!(&batched[r * outputs..(r + 1) * outputs], alone.as_slice(), "{dtype:?} row {r}");
+        }
+        // 3 rows: the row kernel, four outputs at a time and one by one.
+        let few = w.matmul(&x[..3 * inputs], 3);
+        assert_eq!(&few[..], &batched[..3 * outputs], "{dtype:?} row kernel on 3 rows");
+    }
+}
