@@ -28,17 +28,22 @@ impl BlockFormat {
     }
 }
 
+/// Outputs whose scales are stored side by side, so a kernel loads one block's four scales at once.
+pub const QUAD: usize = 4;
+
 /// `[outputs][inputs]` weights, each output's blocks contiguous, as `y = x @ w^T` reads them.
+/// Outputs are padded with zero weights to a whole number of [`QUAD`]s.
 #[derive(Debug)]
 pub struct QuantMatrix {
     format: BlockFormat,
     outputs: usize,
     inputs: usize,
-    /// `[output][block][quant bytes]`.
+    /// `[quad][block][QUAD][quant bytes]`: a block of four outputs is one contiguous run, so the
+    /// kernels stream the weights front to back.
     quants: Vec<u8>,
-    /// `[output][block]`, `f16` bits as the file stores them (half the bytes a step streams).
+    /// `[quad][block][QUAD]`, `f16` bits as the file stores them (half the bytes of `f32`).
     scales: Vec<u16>,
-    /// `[output][block]`; empty for formats without an offset.
+    /// `[quad][block][QUAD]`; empty for formats without an offset.
     mins: Vec<u16>,
 }
 
@@ -62,16 +67,17 @@ impl QuantMatrix {
 
     /// Quantizes plain `[outputs][inputs]` floats to Q8_0.
     pub fn q8_0_from_f32(values: &[f32], outputs: usize, inputs: usize) -> Self {
-        let mut matrix = Self::zeroed(BlockFormat::Q8_0, outputs, inputs);
+        let blocks = values.len() / BLOCK;
+        let (mut quants, mut scales) = (vec![0u8; blocks * BLOCK], vec![0u16; blocks]);
         let mut block = [0i8; BLOCK];
         for (b, chunk) in values.chunks_exact(BLOCK).enumerate() {
             let (scale, _) = quantize_block(chunk, &mut block);
-            matrix.scales[b] = f16::from_f32(scale).to_bits();
-            for (dst, &q) in matrix.quants[b * BLOCK..(b + 1) * BLOCK].iter_mut().zip(&block) {
+            scales[b] = f16::from_f32(scale).to_bits();
+            for (dst, &q) in quants[b * BLOCK..(b + 1) * BLOCK].iter_mut().zip(&block) {
                 *dst = q as u8;
             }
         }
-        matrix
+        Self::assemble(BlockFormat::Q8_0, outputs, inputs, quants, &scales, &[])
     }
 
     /// Splits GGML block bytes (`f16` scale, `f16` min for Q4_1, then the quants) into the
@@ -95,17 +101,18 @@ impl QuantMatrix {
                 blocks * block_bytes
             )));
         }
-        let mut matrix = Self::zeroed(format, outputs, inputs);
         let half_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
         let quant_bytes = format.quant_bytes();
-        for (b, block) in bytes.chunks_exact(block_bytes).enumerate() {
-            matrix.scales[b] = half_at(block, 0);
+        let mut quants = Vec::with_capacity(blocks * quant_bytes);
+        let (mut scales, mut mins) = (Vec::with_capacity(blocks), Vec::new());
+        for block in bytes.chunks_exact(block_bytes) {
+            scales.push(half_at(block, 0));
             if format == BlockFormat::Q4_1 {
-                matrix.mins[b] = half_at(block, 2);
+                mins.push(half_at(block, 2));
             }
-            matrix.quants[b * quant_bytes..(b + 1) * quant_bytes].copy_from_slice(&block[header..]);
+            quants.extend_from_slice(&block[header..]);
         }
-        Ok(matrix)
+        Ok(Self::assemble(format, outputs, inputs, quants, &scales, &mins))
     }
 
     /// Stacks matrices of one format and input width, outputs after outputs (fusing Q/K/V).
@@ -114,20 +121,27 @@ impl QuantMatrix {
         let Some(first) = parts.next() else {
             return Err(InferenceError::Metadata("nothing to stack".into()));
         };
-        let mut stacked = first;
-        for part in parts {
-            if part.format != stacked.format || part.inputs != stacked.inputs {
+        let (format, inputs) = (first.format, first.inputs);
+        let (mut outputs, mut quants, mut scales, mut mins) = (0, Vec::new(), Vec::new(), Vec::new());
+        for part in std::iter::once(first).chain(parts) {
+            if part.format != format || part.inputs != inputs {
                 return Err(InferenceError::Metadata(format!(
-                    "cannot stack {:?} [_, {}] under {:?} [_, {}]",
-                    part.format, part.inputs, stacked.format, stacked.inputs
+                    "cannot stack {:?} [_, {}] under {format:?} [_, {inputs}]",
+                    part.format, part.inputs
                 )));
             }
-            stacked.outputs += part.outputs;
-            stacked.quants.extend_from_slice(&part.quants);
-            stacked.scales.extend_from_slice(&part.scales);
-            stacked.mins.extend_from_slice(&part.mins);
+            for output in 0..part.outputs {
+                for block in 0..part.blocks() {
+                    quants.extend_from_slice(part.quants(output, block));
+                    scales.push(part.scale(output, block));
+                    if format == BlockFormat::Q4_1 {
+                        mins.push(part.min(output, block));
+                    }
+                }
+            }
+            outputs += part.outputs;
         }
-        Ok(stacked)
+        Ok(Self::assemble(format, outputs, inputs, quants, &scales, &mins))
     }
 
     /// The block format.
@@ -156,57 +170,92 @@ impl QuantMatrix {
         self.outputs * self.blocks() * per_block
     }
 
-    /// The quants of every block of output `output`, `[block][quant bytes]`.
-    #[inline(always)]
-    pub fn output_quants(&self, output: usize) -> &[u8] {
-        let size = self.blocks() * self.format.quant_bytes();
-        &self.quants[output * size..(output + 1) * size]
-    }
-
     /// The quants of output `output`'s block `block`.
+    #[inline(always)]
     pub fn quants(&self, output: usize, block: usize) -> &[u8] {
         let size = self.format.quant_bytes();
-        &self.output_quants(output)[block * size..(block + 1) * size]
+        let at = (((output / QUAD) * self.blocks() + block) * QUAD + output % QUAD) * size;
+        &self.quants[at..at + size]
     }
 
-    /// Output `output`'s block scales, as `f16` bits.
+    /// The quants of quad `quad`, `[block][QUAD][quant bytes]`.
     #[inline(always)]
-    pub fn scales(&self, output: usize) -> &[u16] {
-        &self.scales[output * self.blocks()..(output + 1) * self.blocks()]
+    pub fn quad_quants(&self, quad: usize) -> &[u8] {
+        let size = self.blocks() * QUAD * self.format.quant_bytes();
+        &self.quants[quad * size..(quad + 1) * size]
     }
 
-    /// Output `output`'s block offsets (Q4_1 only), as `f16` bits.
+    /// Outputs rounded up to whole quads (the zero weights of the padding give zeros).
+    pub fn padded_outputs(&self) -> usize {
+        self.outputs.next_multiple_of(QUAD)
+    }
+
+    /// The scales of quad `quad` (outputs `4 * quad..`), `[block][QUAD]`, as `f16` bits.
     #[inline(always)]
-    pub fn mins(&self, output: usize) -> &[u16] {
-        &self.mins[output * self.blocks()..(output + 1) * self.blocks()]
+    pub fn quad_scales(&self, quad: usize) -> &[u16] {
+        &self.scales[quad * self.blocks() * QUAD..(quad + 1) * self.blocks() * QUAD]
+    }
+
+    /// The offsets of quad `quad`, `[block][QUAD]`, as `f16` bits (Q4_1 only).
+    #[inline(always)]
+    pub fn quad_mins(&self, quad: usize) -> &[u16] {
+        &self.mins[quad * self.blocks() * QUAD..(quad + 1) * self.blocks() * QUAD]
+    }
+
+    /// The scale of output `output`'s block `block`, as `f16` bits.
+    #[inline(always)]
+    pub fn scale(&self, output: usize, block: usize) -> u16 {
+        self.quad_scales(output / QUAD)[block * QUAD + output % QUAD]
+    }
+
+    /// The offset of output `output`'s block `block`, as `f16` bits (Q4_1 only).
+    #[inline(always)]
+    pub fn min(&self, output: usize, block: usize) -> u16 {
+        self.quad_mins(output / QUAD)[block * QUAD + output % QUAD]
     }
 
     /// The weight at (`output`, `input`), dequantized: the definition the kernels must meet.
     pub fn weight(&self, output: usize, input: usize) -> f32 {
         let (block, i) = (input / BLOCK, input % BLOCK);
         let quants = self.quants(output, block);
-        let scale = to_f32(self.scales(output)[block]);
+        let scale = to_f32(self.scale(output, block));
         match self.format {
             BlockFormat::Q4_1 => {
                 let byte = quants[i % (BLOCK / 2)];
                 let q = if i < BLOCK / 2 { byte & 0x0F } else { byte >> 4 };
-                scale * q as f32 + to_f32(self.mins(output)[block])
+                scale * q as f32 + to_f32(self.min(output, block))
             }
             BlockFormat::Q8_0 => scale * quants[i] as i8 as f32,
         }
     }
 
-    /// A matrix of zero weights.
-    fn zeroed(format: BlockFormat, outputs: usize, inputs: usize) -> Self {
-        let blocks = outputs * inputs / BLOCK;
-        Self {
-            format,
-            outputs,
-            inputs,
-            quants: vec![0; blocks * format.quant_bytes()],
-            scales: vec![0; blocks],
-            mins: if format == BlockFormat::Q4_1 { vec![0; blocks] } else { Vec::new() },
+    /// Pads `[output][block]` quants, scales and offsets to whole quads and lays them out by quad.
+    fn assemble(
+        format: BlockFormat,
+        outputs: usize,
+        inputs: usize,
+        quants: Vec<u8>,
+        scales: &[u16],
+        mins: &[u16],
+    ) -> Self {
+        let (blocks, padded, size) = (inputs / BLOCK, outputs.next_multiple_of(QUAD), format.quant_bytes());
+        let mut by_quad_quants = vec![0u8; padded * blocks * size];
+        for (i, block) in quants.chunks_exact(size).enumerate() {
+            let (output, b) = (i / blocks, i % blocks);
+            let at = (((output / QUAD) * blocks + b) * QUAD + output % QUAD) * size;
+            by_quad_quants[at..at + size].copy_from_slice(block);
         }
+        let quants = by_quad_quants;
+        let by_quad = |natural: &[u16]| {
+            let mut laid_out = vec![0u16; padded * blocks];
+            for (i, &bits) in natural.iter().enumerate() {
+                let (output, block) = (i / blocks, i % blocks);
+                laid_out[((output / QUAD) * blocks + block) * QUAD + output % QUAD] = bits;
+            }
+            laid_out
+        };
+        let mins = if format == BlockFormat::Q4_1 { by_quad(mins) } else { Vec::new() };
+        Self { format, outputs, inputs, quants, scales: by_quad(scales), mins }
     }
 }
 

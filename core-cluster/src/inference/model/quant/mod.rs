@@ -19,7 +19,7 @@ use std::sync::Mutex;
 
 use activations::QuantizedRows;
 use kernel::{Kernels, TILE_ROWS};
-pub use matrix::{BlockFormat, QuantMatrix};
+pub use matrix::{BlockFormat, QuantMatrix, QUAD};
 
 /// Weights (and activations) per quantization block.
 pub const BLOCK: usize = 32;
@@ -28,6 +28,7 @@ pub const BLOCK: usize = 32;
 const GROUP_OUTPUTS: usize = 16;
 
 /// Fewest real rows for which the tile kernel (which always computes eight) beats the row kernel.
+/// Outputs per group are a multiple of [`QUAD`] (and so of the tile kernel's two).
 const TILE_ROWS_WORTH_A_TILE: usize = 5;
 
 thread_local! {
@@ -48,47 +49,38 @@ impl QuantMatrix {
 
     /// The matmul over already quantized rows with the given kernels.
     fn matmul_quantized(&self, x: &QuantizedRows, kernels: Kernels) -> Vec<f32> {
-        let (rows, outputs) = (x.rows(), self.outputs());
+        let (rows, outputs, padded) = (x.rows(), self.outputs(), self.padded_outputs());
         // Each group of outputs writes its own run, `[row][GROUP_OUTPUTS]`.
         let run = rows * GROUP_OUTPUTS;
-        let mut by_group = vec![0.0f32; outputs.div_ceil(GROUP_OUTPUTS) * run];
+        let mut by_group = vec![0.0f32; padded.div_ceil(GROUP_OUTPUTS) * run];
         let groups: Vec<Mutex<&mut [f32]>> = by_group.chunks_mut(run).map(Mutex::new).collect();
         candle_core::utils::barrier_pool().execute_chunked(groups.len(), |range| {
             for group in range {
                 let Ok(mut results) = groups[group].lock() else { continue };
                 let first_output = group * GROUP_OUTPUTS;
+                let group_outputs = GROUP_OUTPUTS.min(padded - first_output);
                 for tile in 0..x.tiles() {
                     let first_row = tile * TILE_ROWS;
                     let tile_rows = TILE_ROWS.min(rows - first_row);
-                    let group_outputs = GROUP_OUTPUTS.min(outputs - first_output);
                     if tile_rows >= TILE_ROWS_WORTH_A_TILE {
-                        let mut store = |o: usize, values: [f32; TILE_ROWS]| {
-                            for (i, value) in values.into_iter().take(tile_rows).enumerate() {
-                                results[(first_row + i) * GROUP_OUTPUTS + o] = value;
-                            }
-                        };
                         for o in (0..group_outputs).step_by(2) {
-                            if o + 1 < group_outputs {
-                                let [a, b] = (kernels.pair)(self, x, tile, first_output + o);
-                                store(o, a);
-                                store(o + 1, b);
-                            } else {
-                                store(o, (kernels.tile)(self, x, tile, first_output + o));
+                            let values = (kernels.pair)(self, x, tile, first_output + o);
+                            for (i, pair) in (first_row..first_row + tile_rows).enumerate() {
+                                results[pair * GROUP_OUTPUTS + o] = values[0][i];
+                                results[pair * GROUP_OUTPUTS + o + 1] = values[1][i];
                             }
                         }
                     } else {
                         for row in first_row..first_row + tile_rows {
-                            let results = &mut results[row * GROUP_OUTPUTS..(row + 1) * GROUP_OUTPUTS];
-                            for o in (0..group_outputs).step_by(4) {
-                                if o + 4 <= group_outputs {
-                                    let values = (kernels.row_quad)(self, x, row, first_output + o);
-                                    results[o..o + 4].copy_from_slice(&values);
+                            for o in (0..group_outputs).step_by(2 * QUAD) {
+                                let at = row * GROUP_OUTPUTS + o;
+                                if o + 2 * QUAD <= group_outputs {
+                                    let [a, b] = (kernels.quad_pair)(self, x, row, first_output + o);
+                                    results[at..at + QUAD].copy_from_slice(&a);
+                                    results[at + QUAD..at + 2 * QUAD].copy_from_slice(&b);
                                 } else {
-                                    for (o, result) in
-                                        results.iter_mut().enumerate().take(group_outputs).skip(o)
-                                    {
-                                        *result = (kernels.row)(self, x, row, first_output + o);
-                                    }
+                                    let values = (kernels.quad)(self, x, row, first_output + o);
+                                    results[at..at + QUAD].copy_from_slice(&values);
                                 }
                             }
                         }
@@ -100,10 +92,10 @@ impl QuantMatrix {
         let mut out = vec![0.0f32; rows * outputs];
         for (group, results) in by_group.chunks_exact(run).enumerate() {
             let first_output = group * GROUP_OUTPUTS;
-            let width = GROUP_OUTPUTS.min(outputs - first_output);
+            let width = GROUP_OUTPUTS.min(outputs.saturating_sub(first_output));
             for (row, values) in results.chunks_exact(GROUP_OUTPUTS).enumerate() {
-                out[row * outputs + first_output..row * outputs + first_output + width]
-                    .copy_from_slice(&values[..width]);
+                let at = row * outputs + first_output;
+                out[at..at + width].copy_from_slice(&values[..width]);
             }
         }
         out
