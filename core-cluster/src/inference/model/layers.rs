@@ -91,7 +91,43 @@ impl Weights {
             .map(|l| l.qkv.bytes() + l.output.bytes() + l.gate_up.bytes() + l.down.bytes())
             .sum();
         let bytes_per_token = linear + output.bytes() + norms;
-        Ok(Self { embedding, layers, norm, output, bytes_per_token })
+        let weights = Self { embedding, layers, norm, output, bytes_per_token };
+        weights.check(shape)?;
+        Ok(weights)
+    }
+
+    /// Refuses weights whose sizes disagree with the model's metadata, which would otherwise
+    /// surface as a panic in the middle of a step.
+    fn check(&self, s: &ModelShape) -> Result<(), InferenceError> {
+        let wrong = |what: &str, got: String, want: String| {
+            Err(InferenceError::Metadata(format!("{what} is {got}, the metadata implies {want}")))
+        };
+        let matrix = |what: &str, m: &QuantMatrix, outputs: usize, inputs: usize| {
+            if (m.outputs(), m.inputs()) != (outputs, inputs) {
+                return wrong(
+                    what,
+                    format!("[{}, {}]", m.outputs(), m.inputs()),
+                    format!("[{outputs}, {inputs}]"),
+                );
+            }
+            Ok(())
+        };
+        let vector = |what: &str, v: &[f32], len: usize| match v.len() == len {
+            true => Ok(()),
+            false => wrong(what, format!("{} long", v.len()), format!("{len}")),
+        };
+        vector("the token embedding", &self.embedding, s.vocab * s.hidden)?;
+        vector("the output norm", &self.norm, s.hidden)?;
+        matrix("the output projection", &self.output, s.vocab, s.hidden)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            matrix(&format!("block {i}'s Q/K/V"), &layer.qkv, s.hidden + 2 * s.kv_width(), s.hidden)?;
+            matrix(&format!("block {i}'s attention output"), &layer.output, s.hidden, s.hidden)?;
+            matrix(&format!("block {i}'s gate/up"), &layer.gate_up, 2 * s.ffn, s.hidden)?;
+            matrix(&format!("block {i}'s down projection"), &layer.down, s.hidden, s.ffn)?;
+            vector(&format!("block {i}'s attention norm"), &layer.attention_norm, s.hidden)?;
+            vector(&format!("block {i}'s feed-forward norm"), &layer.ffn_norm, s.hidden)?;
+        }
+        Ok(())
     }
 }
 

@@ -1,6 +1,6 @@
 //! Activations quantized to 8 bits per 32-element block, once per matmul.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use super::kernel::TILE_ROWS;
 use super::BLOCK;
@@ -43,10 +43,10 @@ impl QuantizedRows {
         let tiles: Vec<_> = tiles.zip(self.sums.chunks_mut(tile_slots)).map(Mutex::new).collect();
         let tile_values = x.chunks(TILE_ROWS * width);
         let quantize_tile = |tile: usize, values: &[f32]| {
-            if let Ok(mut guard) = tiles[tile].lock() {
-                let ((quants, scales), sums) = &mut *guard;
-                quantize_tile(values, width, quants, scales, sums);
-            }
+            // Each tile has its own lock, never contended; a poisoned one still holds its slices.
+            let mut guard = tiles[tile].lock().unwrap_or_else(PoisonError::into_inner);
+            let ((quants, scales), sums) = &mut *guard;
+            quantize_tile(values, width, quants, scales, sums);
         };
         if tiles.len() > 1 {
             let tile_values: Vec<&[f32]> = tile_values.collect();
@@ -124,8 +124,10 @@ fn quantize_tile(values: &[f32], width: usize, quants: &mut [i8], scales: &mut [
 
 /// Rounds one block to `[-127, 127]` around its largest magnitude; returns the scale and `Σq`.
 ///
-/// Halves round away from zero, as llama.cpp's `roundf`; written as a truncating cast of
-/// `v ± 0.5` because `f32::round` is a libm call on the x86-64 baseline.
+/// Halves round away from zero, as with llama.cpp's `roundf`, written as a truncating cast of
+/// `v ± 0.5` because `f32::round` is a libm call on the x86-64 baseline (values a hair under a
+/// half may round up). Quants are clamped to ±127 (a subnormal scale's inverse overflows), and a
+/// NaN becomes 0.
 pub fn quantize_block(values: &[f32], quants: &mut [i8]) -> (f32, i32) {
     let max = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let d = max / 127.0;
@@ -133,7 +135,7 @@ pub fn quantize_block(values: &[f32], quants: &mut [i8]) -> (f32, i32) {
     let mut total = 0i32;
     for (q, &v) in quants.iter_mut().zip(values) {
         let scaled = v * inverse;
-        *q = (scaled + 0.5f32.copysign(scaled)) as i8;
+        *q = (scaled + 0.5f32.copysign(scaled)).clamp(-127.0, 127.0) as i8;
         total += *q as i32;
     }
     (d, total)

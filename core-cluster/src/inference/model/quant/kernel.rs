@@ -4,8 +4,8 @@
 //! The AVX2 build multiplies unsigned weights by signed activations with `vpmaddubsw` (Q4_1's
 //! nibbles are unsigned already; Q8_0 moves the weight's sign onto the activation) and widens
 //! with `vpmaddwd`. The tile kernel unpacks a block of an output's weights once for all eight
-//! rows, folds the eight rows' integer dot products into one vector with three rounds of
-//! `vphaddd`, and scales them by the eight rows' block scales in one multiply-add, so the
+//! rows, folds the eight rows' integer dot products into one vector with two rounds of `vphaddd`
+//! and a lane swap, and scales them by the eight rows' block scales in one multiply-add, so the
 //! per-row cost of a block is a load and two multiplies. The row kernel folds four outputs'
 //! dot products the same way. Weight scales stay `f16`, as in the file, and are widened with
 //! F16C. Q4_1's offset term, `Σ min · (d · Σq)`, does not depend on the quants: one more
@@ -264,12 +264,12 @@ mod avx2 {
             }
         }
         if NIBBLES {
+            let mins: [&[u16]; QUADS] = std::array::from_fn(|q| w.quad_mins(first_quad + q));
             let sums = x.tile_sums(tile).chunks_exact(TILE_ROWS);
             for (b, sums) in sums.enumerate() {
                 let sum = _mm_set1_ps(sums[lane]);
-                for (q, total) in totals.iter_mut().enumerate() {
-                    let mins = &w.quad_mins(first_quad + q)[b * QUAD..(b + 1) * QUAD];
-                    *total = _mm_fmadd_ps(f16_quad(mins), sum, *total);
+                for (total, mins) in totals.iter_mut().zip(&mins) {
+                    *total = _mm_fmadd_ps(f16_quad(&mins[b * QUAD..(b + 1) * QUAD]), sum, *total);
                 }
             }
         }

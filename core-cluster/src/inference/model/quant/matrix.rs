@@ -31,8 +31,9 @@ impl BlockFormat {
 /// Outputs whose scales are stored side by side, so a kernel loads one block's four scales at once.
 pub const QUAD: usize = 4;
 
-/// `[outputs][inputs]` weights, each output's blocks contiguous, as `y = x @ w^T` reads them.
-/// Outputs are padded with zero weights to a whole number of [`QUAD`]s.
+/// `[outputs][inputs]` weights, as `y = x @ w^T` reads them, laid out by quad: the blocks of four
+/// consecutive outputs interleaved. Outputs are padded with zero weights to a whole number of
+/// [`QUAD`]s.
 #[derive(Debug)]
 pub struct QuantMatrix {
     format: BlockFormat,
@@ -52,21 +53,26 @@ impl QuantMatrix {
     /// quantized to Q8_0.
     pub fn from_qtensor(tensor: &QTensor) -> Result<Self, InferenceError> {
         let (outputs, inputs) = tensor.shape().dims2()?;
-        if inputs % BLOCK != 0 {
-            return Err(InferenceError::Metadata(format!("a row of {inputs} weights is not whole blocks")));
-        }
+        check_width(inputs)?;
         match tensor.dtype() {
             GgmlDType::Q4_1 => Self::from_ggml_blocks(BlockFormat::Q4_1, &tensor.data()?, outputs, inputs),
             GgmlDType::Q8_0 => Self::from_ggml_blocks(BlockFormat::Q8_0, &tensor.data()?, outputs, inputs),
             _ => {
                 let values = tensor.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
-                Ok(Self::q8_0_from_f32(&values, outputs, inputs))
+                Self::q8_0_from_f32(&values, outputs, inputs)
             }
         }
     }
 
     /// Quantizes plain `[outputs][inputs]` floats to Q8_0.
-    pub fn q8_0_from_f32(values: &[f32], outputs: usize, inputs: usize) -> Self {
+    pub fn q8_0_from_f32(values: &[f32], outputs: usize, inputs: usize) -> Result<Self, InferenceError> {
+        check_width(inputs)?;
+        if values.len() != outputs * inputs {
+            return Err(InferenceError::Metadata(format!(
+                "{} values for a [{outputs}, {inputs}] matrix",
+                values.len()
+            )));
+        }
         let blocks = values.len() / BLOCK;
         let (mut quants, mut scales) = (vec![0u8; blocks * BLOCK], vec![0u16; blocks]);
         let mut block = [0i8; BLOCK];
@@ -77,7 +83,7 @@ impl QuantMatrix {
                 *dst = q as u8;
             }
         }
-        Self::assemble(BlockFormat::Q8_0, outputs, inputs, quants, &scales, &[])
+        Ok(Self::assemble(BlockFormat::Q8_0, outputs, inputs, quants, &scales, &[]))
     }
 
     /// Splits GGML block bytes (`f16` scale, `f16` min for Q4_1, then the quants) into the
@@ -88,6 +94,7 @@ impl QuantMatrix {
         outputs: usize,
         inputs: usize,
     ) -> Result<Self, InferenceError> {
+        check_width(inputs)?;
         let header = match format {
             BlockFormat::Q4_1 => 4,
             BlockFormat::Q8_0 => 2,
@@ -257,6 +264,14 @@ impl QuantMatrix {
         let mins = if format == BlockFormat::Q4_1 { by_quad(mins) } else { Vec::new() };
         Self { format, outputs, inputs, quants, scales: by_quad(scales), mins }
     }
+}
+
+/// Refuses a row width that is not a positive number of whole blocks.
+fn check_width(inputs: usize) -> Result<(), InferenceError> {
+    if inputs == 0 || !inputs.is_multiple_of(BLOCK) {
+        return Err(InferenceError::Metadata(format!("a row of {inputs} weights is not whole blocks")));
+    }
+    Ok(())
 }
 
 /// An `f16`'s bits as `f32`.

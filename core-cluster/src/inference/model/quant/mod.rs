@@ -8,14 +8,15 @@
 //! the matmuls share one set of threads.
 //!
 //! The result differs from `f32` arithmetic only by the activations' rounding to 8 bits, as in
-//! llama.cpp's and candle's quantized matmuls.
+//! llama.cpp's and candle's quantized matmuls. Weights of other types (`f16`, K-quants) are
+//! requantized to Q8_0 at load.
 
 pub mod activations;
 pub mod kernel;
 pub mod matrix;
 
 use std::cell::RefCell;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use activations::QuantizedRows;
 use kernel::{Kernels, TILE_ROWS};
@@ -40,6 +41,9 @@ impl QuantMatrix {
     /// `x @ w^T` for `rows` rows of `x` (`[rows][inputs]`), as `[rows][outputs]`.
     pub fn matmul(&self, x: &[f32], rows: usize) -> Vec<f32> {
         assert_eq!(x.len(), rows * self.inputs(), "activations must be [rows][inputs]");
+        if rows == 0 {
+            return Vec::new();
+        }
         ROWS.with(|quantized| {
             let mut quantized = quantized.borrow_mut();
             quantized.quantize(x, rows);
@@ -56,7 +60,8 @@ impl QuantMatrix {
         let groups: Vec<Mutex<&mut [f32]>> = by_group.chunks_mut(run).map(Mutex::new).collect();
         candle_core::utils::barrier_pool().execute_chunked(groups.len(), |range| {
             for group in range {
-                let Ok(mut results) = groups[group].lock() else { continue };
+                // Each group has its own lock, never contended; a poisoned one still holds its run.
+                let mut results = groups[group].lock().unwrap_or_else(PoisonError::into_inner);
                 let first_output = group * GROUP_OUTPUTS;
                 let group_outputs = GROUP_OUTPUTS.min(padded - first_output);
                 for tile in 0..x.tiles() {

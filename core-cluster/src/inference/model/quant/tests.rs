@@ -132,3 +132,19 @@ fn a_row_gets_the_same_bits_alone_and_in_any_tile() {
         assert_eq!(&few[..], &batched[..3 * outputs], "{dtype:?} row kernel on 3 rows");
     }
 }
+
+#[test]
+fn q8_0_weights_of_minus_128_are_multiplied_exactly() {
+    // The file format allows -128 (0x80) though llama.cpp's quantizer never writes it.
+    let (outputs, inputs) = (4, 64);
+    let mut bytes = Vec::new();
+    for block in 0..outputs * inputs / BLOCK {
+        bytes.extend_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
+        bytes.extend((0..BLOCK).map(|i| if (i + block) % 3 == 0 { 0x80 } else { (i * 7) as u8 }));
+    }
+    let w = QuantMatrix::from_ggml_blocks(BlockFormat::Q8_0, &bytes, outputs, inputs).expect("matrix");
+    let x: Vec<f32> = (0..2 * inputs).map(|i| if i % 2 == 0 { -1.0 } else { 0.5 }).collect();
+    let mut q = QuantizedRows::default();
+    q.quantize(&x, 2);
+    assert_close(&w.matmul(&x, 2), &exact(&w, &q, 2), 1e-4, "-128 weights");
+}
