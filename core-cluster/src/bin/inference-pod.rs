@@ -41,7 +41,8 @@ struct Args {
     /// Tokens per KV block, the unit of prefix caching.
     #[arg(long, env = "MESH_POD_BLOCK_SIZE", default_value_t = 16)]
     block_size: usize,
-    /// How the KV cache stores keys and values: `f32` (exact) or `int8` (a quarter of the memory).
+    /// How the KV cache stores keys and values: `f32` (exact), `f16` (half the memory) or `int8`
+    /// (a quarter).
     #[arg(long, env = "MESH_POD_KV_PRECISION", value_enum, default_value = "f32")]
     kv_precision: KvPrecision,
     /// Most sequences in one batched step.

@@ -71,7 +71,7 @@ impl PodConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct EngineConfig {
     /// KV cache blocks (f32: about 46 KiB per token for SmolLM2-135M, so 2,048 blocks of 16 tokens
-    /// take 1.4 GiB; int8 takes a quarter).
+    /// take 1.4 GiB; f16 takes half, int8 a quarter).
     pub kv_blocks: usize,
     /// Tokens per KV block (the unit of prefix caching).
     pub block_size: usize,
@@ -81,9 +81,10 @@ pub struct EngineConfig {
     pub max_running: usize,
     /// Most tokens in one step; a longer prompt is prefilled in chunks between decode steps.
     pub max_batched_tokens: usize,
-    /// Whether requests that do not say use prompt-lookup speculative decoding. Off by default:
-    /// with candle's compute-bound CPU kernels, verifying `k` drafts costs about `k` decode steps,
-    /// so speculation measured 0.88x on an input-grounded task (65% of drafts accepted).
+    /// Whether requests that do not say use prompt-lookup speculative decoding. It measured 1.8x
+    /// to 2.4x on an input-grounded task (`mesh bench pod`), but it is off by default until it is
+    /// measured on ordinary traffic and under concurrency, where drafts are rarely accepted and
+    /// verification rows take room from other sequences.
     pub speculative: bool,
 }
 

@@ -7,6 +7,8 @@
 use std::cell::RefCell;
 use std::sync::Mutex;
 
+use half::slice::HalfFloatSliceExt as _;
+
 use super::kv_pool::{KvGeometry, KvTensor, LayerKv};
 
 /// What one row attends to: positions `0..=position` of the sequence whose blocks are `table`.
@@ -57,12 +59,43 @@ pub fn paged_attention(
 }
 
 thread_local! {
-    /// Attention scores of the item being computed, reused across items.
-    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// The per-item buffers, reused across items.
+    static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch { scores: Vec::new(), block: Vec::new() }) };
+}
+
+/// Buffers of one item's attention.
+struct Scratch {
+    /// Scores of the item's query heads, `[group][context]`.
+    scores: Vec<f32>,
+    /// One block of an `f16` cache widened to `f32`, `[offset][head_dim]`.
+    block: Vec<f32>,
+}
+
+impl Scratch {
+    /// The `len` vectors from vector `first` of `tensor` as `f32`s, or `None` for int8.
+    #[inline(always)]
+    fn run<'a>(
+        block: &'a mut Vec<f32>,
+        tensor: &'a KvTensor,
+        first: usize,
+        len: usize,
+        hd: usize,
+    ) -> Option<&'a [f32]> {
+        let range = first * hd..(first + len) * hd;
+        match tensor {
+            KvTensor::F32(data) => Some(&data[range]),
+            KvTensor::F16(data) => {
+                block.resize(len * hd, 0.0);
+                data[range].convert_to_f32_slice(block);
+                Some(block)
+            }
+            KvTensor::Int8 { .. } => None,
+        }
+    }
 }
 
 /// The per-item kernel's signature.
-type Kernel = fn(&LayerKv, AttentionShape, AttentionRow<'_>, usize, &[f32], &mut [f32], &mut Vec<f32>);
+type Kernel = fn(&LayerKv, AttentionShape, AttentionRow<'_>, usize, &[f32], &mut [f32], &mut Scratch);
 
 /// The widest kernel this CPU runs.
 fn kernel() -> Kernel {
@@ -81,7 +114,7 @@ fn attend_avx2(
     head: usize,
     query: &[f32],
     out: &mut [f32],
-    scratch: &mut Vec<f32>,
+    scratch: &mut Scratch,
 ) {
     #[target_feature(enable = "avx2,fma")]
     fn with_avx2(
@@ -91,7 +124,7 @@ fn attend_avx2(
         head: usize,
         query: &[f32],
         out: &mut [f32],
-        scratch: &mut Vec<f32>,
+        scratch: &mut Scratch,
     ) {
         attend(layer, shape, row, head, query, out, scratch)
     }
@@ -110,7 +143,7 @@ fn attend_portable(
     head: usize,
     query: &[f32],
     out: &mut [f32],
-    scratch: &mut Vec<f32>,
+    scratch: &mut Scratch,
 ) {
     attend(layer, shape, row, head, query, out, scratch)
 }
@@ -124,8 +157,9 @@ fn attend(
     head: usize,
     query: &[f32],
     out: &mut [f32],
-    scores: &mut Vec<f32>,
+    scratch: &mut Scratch,
 ) {
+    let Scratch { scores, block: widened } = scratch;
     let g = shape.geometry;
     let (hd, bs, group) = (g.head_dim, g.block_size, shape.group);
     let context = row.position + 1;
@@ -139,15 +173,17 @@ fn attend(
         }
         let len = bs.min(context - start);
         let first = g.vector(block as usize, head, 0);
+        let run = Scratch::run(widened, &layer.keys, first, len, hd);
         for offset in 0..len {
             let vector = first + offset;
             for j in 0..group {
                 let q = &query[j * hd..(j + 1) * hd];
-                let score = match &layer.keys {
-                    KvTensor::F32(keys) => dot(q, &keys[vector * hd..(vector + 1) * hd]),
-                    KvTensor::Int8 { data, scales } => {
+                let score = match (run, &layer.keys) {
+                    (Some(keys), _) => dot(q, &keys[offset * hd..(offset + 1) * hd]),
+                    (None, KvTensor::Int8 { data, scales }) => {
                         dot_i8(q, &data[vector * hd..(vector + 1) * hd]) * scales[vector]
                     }
+                    (None, _) => unreachable!("only int8 has no f32 run"),
                 };
                 scores[j * context + start + offset] = score * shape.scale;
             }
@@ -165,16 +201,18 @@ fn attend(
         }
         let len = bs.min(context - start);
         let first = g.vector(block as usize, head, 0);
+        let run = Scratch::run(widened, &layer.values, first, len, hd);
         for offset in 0..len {
             let vector = first + offset;
             for j in 0..group {
                 let weight = scores[j * context + start + offset];
                 let o = &mut out[j * hd..(j + 1) * hd];
-                match &layer.values {
-                    KvTensor::F32(values) => axpy(o, weight, &values[vector * hd..(vector + 1) * hd]),
-                    KvTensor::Int8 { data, scales } => {
+                match (run, &layer.values) {
+                    (Some(values), _) => axpy(o, weight, &values[offset * hd..(offset + 1) * hd]),
+                    (None, KvTensor::Int8 { data, scales }) => {
                         axpy_i8(o, weight * scales[vector], &data[vector * hd..(vector + 1) * hd])
                     }
+                    (None, _) => unreachable!("only int8 has no f32 run"),
                 }
             }
         }
@@ -335,6 +373,11 @@ mod tests {
     #[test]
     fn matches_plain_attention_through_a_scattered_block_table() {
         run(KvPrecision::F32, 1e-5);
+    }
+
+    #[test]
+    fn f16_kv_stays_close_to_plain_attention() {
+        run(KvPrecision::F16, 2e-3);
     }
 
     #[test]

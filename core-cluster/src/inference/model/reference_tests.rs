@@ -235,8 +235,9 @@ fn sequences_in_one_batch_get_the_logits_they_get_alone() {
     assert!(max_difference(&logits[vocab..], &alone_a[0]) < 1e-3);
 }
 
-#[test]
-fn int8_kv_cache_effect_is_small() {
+/// Greedy agreement with the f32 cache (tokens equal before the first difference, over all
+/// tokens) and the largest logit difference after prefill, over four questions.
+fn kv_precision_effect(precision: KvPrecision) -> (usize, usize, f32) {
     let questions = [
         "What is the capital of France?",
         "List three uses of copper.",
@@ -247,15 +248,27 @@ fn int8_kv_cache_effect_is_small() {
     for question in questions {
         let tokens = prompt(question);
         let (exact, exact_logits) = our_greedy(&tokens, 16, 64, KvPrecision::F32);
-        let (int8, int8_logits) = our_greedy(&tokens, 16, 64, KvPrecision::Int8);
-        worst = worst.max(max_difference(&exact_logits[0], &int8_logits[0]));
-        let same = exact.iter().zip(&int8).take_while(|(a, b)| a == b).count();
-        agreeing += same;
+        let (rounded, rounded_logits) = our_greedy(&tokens, 16, 64, precision);
+        worst = worst.max(max_difference(&exact_logits[0], &rounded_logits[0]));
+        agreeing += exact.iter().zip(&rounded).take_while(|(a, b)| a == b).count();
         total += exact.len();
     }
     eprintln!(
-        "int8 KV: max |logit difference| after prefill {worst}; greedy agreement {agreeing}/{total} tokens"
+        "{precision:?} KV: max |logit difference| after prefill {worst}; greedy agreement {agreeing}/{total} tokens"
     );
+    (agreeing, total, worst)
+}
+
+#[test]
+fn int8_kv_cache_effect_is_small() {
+    let (agreeing, total, worst) = kv_precision_effect(KvPrecision::Int8);
+    assert!(worst < 2.0, "{worst}");
+    assert!(agreeing * 2 >= total, "{agreeing}/{total}");
+}
+
+#[test]
+fn f16_kv_cache_effect_is_small() {
+    let (agreeing, total, worst) = kv_precision_effect(KvPrecision::F16);
     assert!(worst < 2.0, "{worst}");
     assert!(agreeing * 2 >= total, "{agreeing}/{total}");
 }

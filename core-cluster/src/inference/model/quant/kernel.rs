@@ -253,8 +253,18 @@ mod avx2 {
             let activations = &rows[lane * BLOCK..(lane + 1) * BLOCK];
             let row_scale = _mm_set1_ps(row_scales[lane]);
             for ((total, weights), scales) in totals.iter_mut().zip(&weights).zip(&scales) {
+                let here = &weights[b * QUAD * size..(b + 1) * QUAD * size];
+                prefetch(here.as_ptr().wrapping_add(QUADS * weights.len()));
+                if b % 8 == 0 {
+                    // Eight blocks' scales (and offsets) of a quad fill one line.
+                    let ahead = QUADS * scales.len();
+                    prefetch(scales[b * QUAD..].as_ptr().wrapping_add(ahead).cast());
+                    if NIBBLES {
+                        prefetch(w.quad_mins(first_quad)[b * QUAD..].as_ptr().wrapping_add(ahead).cast());
+                    }
+                }
                 let mut dots = [_mm256_setzero_si256(); QUAD];
-                let blocks = weights[b * QUAD * size..(b + 1) * QUAD * size].chunks_exact(size);
+                let blocks = here.chunks_exact(size);
                 for (dot, block) in dots.iter_mut().zip(blocks) {
                     let (magnitudes, signs) = weight_block::<NIBBLES>(block);
                     *dot = block_dot::<NIBBLES>(magnitudes, signs, activations);
@@ -285,6 +295,18 @@ mod avx2 {
                 BlockFormat::Q4_1 => quads_avx2::<true, 2>(w, x, row, output),
                 BlockFormat::Q8_0 => quads_avx2::<false, 2>(w, x, row, output),
             }
+        }
+    }
+
+    /// Asks for the cache line at `at` ahead of its use. The row kernels call it one call ahead
+    /// of their weight streams (the next quads lie right after), which the hardware prefetcher
+    /// alone does not keep up with. A prefetch never faults, so `at` may be past the matrix.
+    #[inline(always)]
+    fn prefetch(at: *const u8) {
+        // SAFETY: `prefetch` is only a hint: it reads nothing and cannot fault on any address.
+        #[allow(unsafe_code)]
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(at.cast());
         }
     }
 
