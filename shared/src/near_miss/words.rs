@@ -1,0 +1,370 @@
+//! Splits a question into the words the verifier compares: numbers, negators, relation markers,
+//! function words and content words.
+//!
+//! Everything here is English grammar (contractions, number words, function words), not a list
+//! of questions: the same rules hold for any two texts.
+
+/// What a word is to the verifier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WordKind {
+    /// A quantity, normalized (`"1,000"` and `"thousand"` are `1000`; `"3rd"` and `"third"` are `3rd`).
+    Number(String),
+    /// A word that negates (`not`, `no`, `never`, `without`, ...; `n't` is split off as `not`).
+    Negator,
+    /// A preposition that orders a relation (`from`, `to`, `into`, `than`, `before`, `after`, `vs`):
+    /// the content word after it plays a role that must not swap.
+    Marker,
+    /// An article, pronoun, auxiliary, question word or politeness word: carries no content.
+    Function,
+    /// Anything else: the words whose meaning must be the same on both sides.
+    Content,
+}
+
+/// One word of a text, lowercased, with its kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Word {
+    /// The word as written, lowercased (`"c++"`, `"node.js"`, `"3.5"`).
+    pub text: String,
+    /// What it is.
+    pub kind: WordKind,
+}
+
+/// The words of `text`, in order.
+pub fn words(text: &str) -> Vec<Word> {
+    let mut out = Vec::new();
+    for raw in raw_tokens(&text.to_lowercase()) {
+        for piece in expand_contraction(&raw) {
+            let kind = classify(&piece);
+            let text = if kind == WordKind::Marker && (piece == "into" || piece == "onto") {
+                "to".into()
+            } else {
+                piece
+            };
+            out.push(Word { text, kind });
+        }
+    }
+    out
+}
+
+/// Splits on anything that cannot be inside a word. Kept inside: letters, digits, `+` and `#`
+/// (`c++`, `c#`), an apostrophe between letters (`don't`), and `.`, `,`, `:` or `/` between two
+/// alphanumerics (`node.js`, `3.5`, `1,000`, `10:30`, `24/7`). Hyphens split (`12-day` is `12 day`,
+/// as it is when written apart), and so does a number from its unit (`10kg` is `10 kg`).
+fn raw_tokens(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut tokens = Vec::new();
+    let mut current = String::new();
+    for (i, &c) in chars.iter().enumerate() {
+        let between = |allowed: bool| {
+            allowed
+                && i > 0
+                && chars[i - 1].is_alphanumeric()
+                && chars.get(i + 1).is_some_and(|n| n.is_alphanumeric())
+        };
+        let keep = c.is_alphanumeric()
+            || ((c == '+' || c == '#') && !current.is_empty())
+            || between(c == '\'' || c == '’')
+            || between(matches!(c, '.' | ',' | ':' | '/'));
+        let unit_after_number = c.is_alphabetic()
+            && current.chars().all(|d| d.is_ascii_digit() || d == '.' || d == ',')
+            && !current.is_empty()
+            && !is_ordinal_suffix(&chars[i..]);
+        if keep && unit_after_number {
+            tokens.push(std::mem::take(&mut current));
+            current.push(c);
+        } else if keep {
+            current.push(if c == '’' { '\'' } else { c });
+        } else if !current.is_empty() {
+            tokens.push(std::mem::take(&mut current));
+        }
+    }
+    if !current.is_empty() {
+        tokens.push(current);
+    }
+    tokens
+}
+
+/// Whether the letters at the start of `rest` are an ordinal's suffix (`3rd`, `10th`).
+fn is_ordinal_suffix(rest: &[char]) -> bool {
+    let letters: String = rest.iter().take_while(|c| c.is_alphabetic()).collect();
+    matches!(letters.as_str(), "st" | "nd" | "rd" | "th")
+}
+
+/// `don't` -> `do not`, `can't` -> `can not`, `it's` -> `it is`, `john's` -> `john`.
+fn expand_contraction(token: &str) -> Vec<String> {
+    let Some((stem, suffix)) = token.rsplit_once('\'') else { return vec![token.to_string()] };
+    match suffix {
+        "t" if stem.ends_with('n') => {
+            let base = match stem {
+                "can" => "can",
+                "won" => "will",
+                "shan" => "shall",
+                _ => stem.strip_suffix('n').unwrap_or(stem),
+            };
+            vec![base.to_string(), "not".to_string()]
+        }
+        "s" | "" => vec![stem.to_string()],
+        "re" => vec![stem.to_string(), "are".to_string()],
+        "ve" => vec![stem.to_string(), "have".to_string()],
+        "ll" => vec![stem.to_string(), "will".to_string()],
+        "d" => vec![stem.to_string(), "would".to_string()],
+        "m" => vec![stem.to_string(), "am".to_string()],
+        _ => vec![token.to_string()],
+    }
+}
+
+fn classify(word: &str) -> WordKind {
+    // `into` and `onto` relate what `to` does.
+    let word = match word {
+        "into" | "onto" => "to",
+        other => other,
+    };
+    if let Some(number) = number(word) {
+        return WordKind::Number(number);
+    }
+    if NEGATORS.contains(&word) {
+        WordKind::Negator
+    } else if MARKERS.contains(&word) {
+        WordKind::Marker
+    } else if FUNCTION_WORDS.contains(&word) {
+        WordKind::Function
+    } else {
+        WordKind::Content
+    }
+}
+
+/// The normalized quantity a word stands for, if it is one.
+fn number(word: &str) -> Option<String> {
+    let digits: String = word.chars().filter(|&c| c != ',').collect();
+    if digits.chars().next().is_some_and(|c| c.is_ascii_digit()) {
+        // `3rd`, `10th`, `2nd` -> ordinal; `5k`, `10kg`, `3.5`, `24/7` stay as written.
+        for suffix in ["st", "nd", "rd", "th"] {
+            if let Some(n) = digits.strip_suffix(suffix) {
+                if n.chars().all(|c| c.is_ascii_digit()) {
+                    return Some(format!("{n}th"));
+                }
+            }
+        }
+        return Some(digits);
+    }
+    let cardinal = CARDINALS.iter().position(|&w| w == word).map(|n| n.to_string());
+    let ordinal = ORDINALS.iter().position(|&w| w == word).map(|n| format!("{}th", n + 1));
+    let large = match word {
+        "hundred" => Some("100".to_string()),
+        "thousand" => Some("1000".to_string()),
+        "million" => Some("1000000".to_string()),
+        "billion" => Some("1000000000".to_string()),
+        "dozen" => Some("12".to_string()),
+        "half" => Some("0.5".to_string()),
+        "twice" | "double" => Some("2x".to_string()),
+        "triple" => Some("3x".to_string()),
+        _ => None,
+    };
+    cardinal.or(ordinal).or(large)
+}
+
+const CARDINALS: [&str; 21] = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+    "twenty",
+];
+
+const ORDINALS: [&str; 10] =
+    ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth"];
+
+const NEGATORS: &[&str] =
+    &["not", "no", "never", "without", "none", "nothing", "nobody", "neither", "nor", "cannot", "non"];
+
+/// Prepositions whose object plays a role in a relation; `to` also marks an infinitive, so a
+/// marker is compared only when both texts have it.
+pub const MARKERS: &[&str] =
+    &["from", "to", "than", "before", "after", "over", "under", "above", "below", "by"];
+
+/// Markers that reverse each other's relation.
+pub const OPPOSITE_MARKERS: [(&str, &str); 3] = [("before", "after"), ("above", "below"), ("over", "under")];
+
+/// Articles, pronouns, auxiliaries, question words, prepositions and conjunctions that relate no
+/// roles, politeness words, and the verbs of a request itself ("write me", "give me", "make a
+/// list of"), which say that an answer is wanted, not what it is about.
+const FUNCTION_WORDS: &[&str] = &[
+    "a",
+    "an",
+    "the",
+    "this",
+    "that",
+    "these",
+    "those",
+    "some",
+    "any",
+    "i",
+    "me",
+    "my",
+    "mine",
+    "we",
+    "us",
+    "our",
+    "you",
+    "your",
+    "yours",
+    "he",
+    "him",
+    "his",
+    "she",
+    "her",
+    "it",
+    "its",
+    "they",
+    "them",
+    "their",
+    "is",
+    "am",
+    "are",
+    "was",
+    "were",
+    "be",
+    "been",
+    "being",
+    "do",
+    "does",
+    "did",
+    "doing",
+    "have",
+    "has",
+    "had",
+    "can",
+    "could",
+    "will",
+    "would",
+    "shall",
+    "should",
+    "may",
+    "might",
+    "must",
+    "what",
+    "whats",
+    "which",
+    "who",
+    "whom",
+    "whose",
+    "how",
+    "why",
+    "when",
+    "where",
+    "in",
+    "on",
+    "at",
+    "of",
+    "for",
+    "with",
+    "by",
+    "about",
+    "as",
+    "and",
+    "or",
+    "but",
+    "if",
+    "so",
+    "then",
+    "there",
+    "here",
+    "please",
+    "kindly",
+    "thanks",
+    "thank",
+    "hi",
+    "hello",
+    "hey",
+    "tell",
+    "give",
+    "show",
+    "let",
+    "know",
+    "want",
+    "like",
+    "need",
+    "just",
+    "also",
+    "way",
+    "whether",
+    "according",
+    "along",
+    "regarding",
+    "via",
+    "through",
+    "within",
+    "using",
+    "vs",
+    "versus",
+    "between",
+    "against",
+    "out",
+    "write",
+    "provide",
+    "make",
+    "create",
+    "generate",
+    "help",
+    "get",
+    "something",
+    "anything",
+    "possible",
+    "explain",
+    "describe",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds(text: &str) -> Vec<(String, WordKind)> {
+        words(text).into_iter().map(|w| (w.text, w.kind)).collect()
+    }
+
+    #[test]
+    fn contractions_split_off_their_negation() {
+        let w = kinds("I don't know; it can't, won't work");
+        let texts: Vec<&str> = w.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(texts, ["i", "do", "not", "know", "it", "can", "not", "will", "not", "work"]);
+        assert_eq!(w.iter().filter(|(_, k)| *k == WordKind::Negator).count(), 3);
+    }
+
+    #[test]
+    fn numbers_are_normalized_whether_written_in_digits_or_words() {
+        let number = |text: &str| match &words(text)[0].kind {
+            WordKind::Number(n) => n.clone(),
+            other => panic!("{text}: {other:?}"),
+        };
+        assert_eq!(number("1,000"), number("thousand"));
+        assert_eq!(number("3rd"), number("third"));
+        assert_eq!(number("seven"), "7");
+        assert_eq!(number("3.5"), "3.5");
+    }
+
+    #[test]
+    fn technical_names_stay_whole() {
+        let texts: Vec<String> =
+            words("Use C++, C# or node.js (v1.2)?").into_iter().map(|w| w.text).collect();
+        assert_eq!(texts, ["use", "c++", "c#", "or", "node.js", "v1.2"]);
+        let texts: Vec<String> =
+            words("a 12-day trip of 10kg, the 3rd").into_iter().map(|w| w.text).collect();
+        assert_eq!(texts, ["a", "12", "day", "trip", "of", "10", "kg", "the", "3rd"]);
+    }
+}
