@@ -8,6 +8,7 @@ use shared::auth::TenantKeys;
 use shared::content_class::{self, TtlPolicy};
 use shared::models::ModelTable;
 
+use crate::semantic_tier::SemanticThresholds;
 use crate::RegionalError;
 
 /// `regional-node` flags. Every flag can also be set through the environment variable shown.
@@ -46,6 +47,29 @@ pub struct RegionalConfig {
     /// File holding the shared secret between tiers (otherwise `MESH_TIER_SECRET`).
     #[arg(long, env = "MESH_TIER_SECRET_FILE")]
     pub tier_secret_file: Option<PathBuf>,
+    /// Directory of the sled store that keeps the exact cache across restarts; without it the cache
+    /// starts empty.
+    #[arg(long, env = "MESH_REGIONAL_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Directory of all-MiniLM-L6-v2 (`model.safetensors`, `config.json`, `tokenizer.json`) for the
+    /// semantic tier; without it the node answers exact hits only.
+    #[arg(long, env = "MESH_SEMANTIC_MODEL_DIR")]
+    pub semantic_model_dir: Option<PathBuf>,
+    /// Cosine similarity a cached question needs to answer a `volatile` one (before the verifier).
+    #[arg(long, env = "MESH_SEMANTIC_THRESHOLD_VOLATILE", default_value_t = 0.96)]
+    pub semantic_threshold_volatile: f32,
+    /// Cosine similarity a cached question needs to answer a `default` one.
+    #[arg(long, env = "MESH_SEMANTIC_THRESHOLD_DEFAULT", default_value_t = 0.94)]
+    pub semantic_threshold_default: f32,
+    /// Cosine similarity a cached question needs to answer a `stable` one.
+    #[arg(long, env = "MESH_SEMANTIC_THRESHOLD_STABLE", default_value_t = 0.92)]
+    pub semantic_threshold_stable: f32,
+    /// Questions kept per semantic partition (tenant, model, version, sampling, context).
+    #[arg(long, env = "MESH_SEMANTIC_PER_PARTITION", default_value_t = 4096)]
+    pub semantic_per_partition: usize,
+    /// Semantic partitions kept (the least recently used go first).
+    #[arg(long, env = "MESH_SEMANTIC_PARTITIONS", default_value_t = 10_000)]
+    pub semantic_partitions: usize,
 }
 
 /// Configuration resolved and validated for [`crate::server::run`].
@@ -88,8 +112,25 @@ impl RegionalConfig {
         if self.core.is_empty() {
             return Err(RegionalError::Config("at least one --core URL is needed".into()));
         }
+        let thresholds = self.semantic_thresholds();
+        for value in [thresholds.volatile, thresholds.default, thresholds.stable] {
+            if !(0.0..=1.0).contains(&value) {
+                return Err(RegionalError::Config(format!(
+                    "a semantic threshold must be in 0..=1, not {value}"
+                )));
+            }
+        }
         let ttl = self.ttl_policy();
         Ok(Settings { config: self, tenants, models, tier_secret: Secret(secret), ttl })
+    }
+
+    /// The similarity threshold of each content class, from the `--semantic-threshold-*` flags.
+    pub fn semantic_thresholds(&self) -> SemanticThresholds {
+        SemanticThresholds {
+            volatile: self.semantic_threshold_volatile,
+            default: self.semantic_threshold_default,
+            stable: self.semantic_threshold_stable,
+        }
     }
 
     /// The TTL of each content class, from the `--ttl-*-s` flags.

@@ -6,9 +6,13 @@
 //! - [`server`]: [`server::run`], which serves the HTTP routes on a given listener until shutdown.
 //! - [`http`]: the route handlers (`/v1/chat/completions`, `/v1/models`, `/healthz`, `/metrics`).
 //! - [`exact_cache`]: the in-memory exact-match cache, bounded by bytes, with W-TinyLFU admission.
+//! - [`hot_store`]: sled persistence of the exact cache, so a restart keeps the hot set.
 //! - [`core_client`]: the gRPC client of the core cluster, failing over between core nodes.
 //! - [`caller`]: who is calling (a tenant with an API key, or the edge tier with the shared secret).
 //! - [`embedding`]: the all-MiniLM-L6-v2 sentence embedder the semantic tier builds on.
+//! - [`semantic_cache`]: the semantic tier: usearch indexes of embedded questions per partition,
+//!   with the near-miss verifier as the second check of every hit.
+//! - [`semantic_tier`]: the semantic tier as the request path uses it: embedder, indexes, thresholds.
 //! - [`semantic_eval`]: precision and recall of semantic-hit decisions on the labelled pair set.
 //! - [`metrics`]: the Prometheus metrics of this daemon.
 //! - [`error`]: [`RegionalError`], and its conversion to OpenAI-shaped HTTP errors.
@@ -19,9 +23,12 @@ pub mod core_client;
 pub mod embedding;
 pub mod error;
 pub mod exact_cache;
+pub mod hot_store;
 pub mod http;
 pub mod metrics;
+pub mod semantic_cache;
 pub mod semantic_eval;
+pub mod semantic_tier;
 pub mod server;
 
 pub use error::RegionalError;

@@ -15,6 +15,12 @@ pub struct RegionalMetrics {
     pub hits_regional: Counter,
     /// Answers from the core's state.
     pub hits_core: Counter,
+    /// Answers from a paraphrase's cached entry (the semantic tier).
+    pub hits_semantic: Counter,
+    /// Semantic lookups that found a candidate the verifier or the threshold refused, or none.
+    pub semantic_misses: Counter,
+    /// Latency of semantic hits (embedding included).
+    pub latency_hit_semantic: Histogram,
     /// Answers generated for this request.
     pub misses: Counter,
     /// Requests that failed because the core could not answer.
@@ -34,6 +40,9 @@ impl Default for RegionalMetrics {
             rejected: Counter::default(),
             hits_regional: Counter::default(),
             hits_core: Counter::default(),
+            hits_semantic: Counter::default(),
+            semantic_misses: Counter::default(),
+            latency_hit_semantic: Histogram::latency(),
             misses: Counter::default(),
             core_errors: Counter::default(),
             latency_hit_regional: Histogram::latency(),
@@ -76,7 +85,25 @@ impl RegionalMetrics {
                 &tier("core"),
                 &self.hits_core,
             )
+            .counter(
+                "mesh_regional_hits_total",
+                "Requests answered from a cache, by tier.",
+                &tier("semantic"),
+                &self.hits_semantic,
+            )
+            .counter(
+                "mesh_regional_semantic_misses_total",
+                "Semantic lookups that found no verified match.",
+                &r,
+                &self.semantic_misses,
+            )
             .counter("mesh_regional_misses_total", "Requests that needed generation.", &r, &self.misses)
+            .histogram(
+                "mesh_regional_request_seconds",
+                "Request latency by the tier that answered.",
+                &tier("semantic"),
+                &self.latency_hit_semantic,
+            )
             .histogram(
                 "mesh_regional_request_seconds",
                 "Request latency by the tier that answered.",

@@ -4,13 +4,18 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use shared::completion::CachedCompletion;
 use shared::normalize::Limits;
 use tokio::net::TcpListener;
 
 use crate::config::Settings;
 use crate::core_client::CoreClient;
+use crate::embedding::SentenceEmbedder;
 use crate::exact_cache::ExactCache;
+use crate::hot_store::HotStore;
 use crate::metrics::RegionalMetrics;
+use crate::semantic_cache::SemanticLimits;
+use crate::semantic_tier::SemanticTier;
 use crate::RegionalError;
 
 /// State shared by every request.
@@ -26,19 +31,65 @@ pub struct AppState {
     pub metrics: RegionalMetrics,
     /// Normalization limits.
     pub limits: Limits,
+    /// The semantic tier, when a model directory was given.
+    pub semantic: Option<Arc<SemanticTier>>,
+    /// The exact cache's copy on disk, when a data directory was given.
+    pub hot_store: Option<HotStore>,
 }
 
 impl AppState {
     /// Builds the state from validated settings.
     pub fn new(settings: Settings) -> Result<Self, RegionalError> {
         let core = CoreClient::new(&settings.config.core, &settings.tier_secret.0)?;
+        let semantic = match &settings.config.semantic_model_dir {
+            Some(dir) => {
+                let embedder = SentenceEmbedder::load(dir).map_err(|e| {
+                    RegionalError::Config(format!("loading the embedding model from {}: {e}", dir.display()))
+                })?;
+                let limits = SemanticLimits {
+                    per_partition: settings.config.semantic_per_partition,
+                    partitions: settings.config.semantic_partitions,
+                };
+                tracing::info!(dir = %dir.display(), "semantic tier on");
+                Some(Arc::new(SemanticTier::new(embedder, limits, settings.config.semantic_thresholds())))
+            }
+            None => None,
+        };
+        let cache = ExactCache::new(settings.config.cache_bytes);
+        let hot_store = match &settings.config.data_dir {
+            Some(dir) => {
+                let store = HotStore::open(&dir.join("hotset"), settings.config.cache_bytes)?;
+                let report = store.load_into(&cache, now_ms());
+                tracing::info!(
+                    loaded = report.loaded,
+                    expired = report.expired,
+                    unreadable = report.unreadable,
+                    "hot set restored"
+                );
+                Some(store)
+            }
+            None => None,
+        };
         Ok(Self {
-            cache: ExactCache::new(settings.config.cache_bytes),
+            semantic,
+            hot_store,
+            cache,
             core,
             metrics: RegionalMetrics::default(),
             limits: Limits::default(),
             settings,
         })
+    }
+
+    /// Keeps `entry` in the exact cache, and on disk when there is a store.
+    pub fn remember(&self, entry: CachedCompletion) {
+        match &self.hot_store {
+            Some(store) => {
+                self.cache.insert(entry.clone());
+                store.put(&entry, &self.cache);
+            }
+            None => self.cache.insert(entry),
+        }
     }
 }
 
@@ -51,7 +102,10 @@ pub async fn run(
     let region = settings.config.region.clone();
     let state = Arc::new(AppState::new(settings)?);
     tracing::info!(%region, addr = %listener.local_addr()?, "regional node serving");
-    axum::serve(listener, crate::http::router(state)).with_graceful_shutdown(shutdown).await?;
+    axum::serve(listener, crate::http::router(Arc::clone(&state))).with_graceful_shutdown(shutdown).await?;
+    if let Some(store) = &state.hot_store {
+        store.flush();
+    }
     Ok(())
 }
 

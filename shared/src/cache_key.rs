@@ -10,10 +10,65 @@ use std::fmt;
 use sha2::{Digest, Sha256};
 
 use crate::hex;
-use crate::normalize::NormalizedRequest;
+use crate::normalize::{Message, NormalizedRequest, Role};
 
 /// Version of the key derivation; part of every key.
 pub const KEY_VERSION: &str = "v1";
+
+/// What a semantic lookup compares: the last user turn, within a partition that holds everything
+/// else the answer depends on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SemanticQuery<'a> {
+    /// `p1:` and the hex SHA-256 of (tenant, model, model version, sampling, and the context
+    /// fingerprint: the system prompt, tools and every turn before the last), so that "how old is
+    /// he?" in one conversation never answers the same words in another.
+    pub partition: String,
+    /// The last user turn, the text that is embedded and verified.
+    pub question: &'a str,
+}
+
+impl<'a> SemanticQuery<'a> {
+    /// The semantic query of a request whose last message is the user's; `None` otherwise.
+    pub fn derive(tenant: &str, request: &'a NormalizedRequest) -> Option<Self> {
+        let (last, context) = request.messages.split_last()?;
+        if last.role != Role::User {
+            return None;
+        }
+        let digest = digest(b"mesh-semantic-partition", tenant, request, context);
+        Some(Self { partition: format!("p1:{digest}"), question: &last.content })
+    }
+}
+
+/// The hex SHA-256 of an unambiguous encoding of the tenant, the model, `messages` and the sampling.
+fn digest(domain: &[u8], tenant: &str, request: &NormalizedRequest, messages: &[Message]) -> String {
+    let mut enc = Encoder(Sha256::new());
+    enc.bytes(domain);
+    enc.bytes(KEY_VERSION.as_bytes());
+    enc.bytes(tenant.as_bytes());
+    enc.bytes(request.model.name.as_bytes());
+    enc.u64(request.model.version);
+    enc.u64(messages.len() as u64);
+    for message in messages {
+        enc.bytes(message.role.as_str().as_bytes());
+        enc.bytes(message.content.as_bytes());
+    }
+    let s = &request.sampling;
+    enc.u64(u64::from(s.max_tokens));
+    enc.u64(u64::from(s.temperature.to_bits()));
+    enc.u64(u64::from(s.top_p.to_bits()));
+    match s.seed {
+        None => enc.u64(0),
+        Some(seed) => {
+            enc.u64(1);
+            enc.u64(seed);
+        }
+    }
+    enc.u64(s.stop.len() as u64);
+    for stop in &s.stop {
+        enc.bytes(stop.as_bytes());
+    }
+    hex::encode(&enc.0.finalize())
+}
 
 /// A derived cache key, e.g. `v1:3f2a...` (64 hex digits).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -22,33 +77,8 @@ pub struct CacheKey(String);
 impl CacheKey {
     /// Derives the key of a normalized request for a tenant.
     pub fn derive(tenant: &str, request: &NormalizedRequest) -> Self {
-        let mut enc = Encoder(Sha256::new());
-        enc.bytes(b"mesh-cache-key");
-        enc.bytes(KEY_VERSION.as_bytes());
-        enc.bytes(tenant.as_bytes());
-        enc.bytes(request.model.name.as_bytes());
-        enc.u64(request.model.version);
-        enc.u64(request.messages.len() as u64);
-        for message in &request.messages {
-            enc.bytes(message.role.as_str().as_bytes());
-            enc.bytes(message.content.as_bytes());
-        }
-        let s = &request.sampling;
-        enc.u64(u64::from(s.max_tokens));
-        enc.u64(u64::from(s.temperature.to_bits()));
-        enc.u64(u64::from(s.top_p.to_bits()));
-        match s.seed {
-            None => enc.u64(0),
-            Some(seed) => {
-                enc.u64(1);
-                enc.u64(seed);
-            }
-        }
-        enc.u64(s.stop.len() as u64);
-        for stop in &s.stop {
-            enc.bytes(stop.as_bytes());
-        }
-        Self(format!("{KEY_VERSION}:{}", hex::encode(&enc.0.finalize())))
+        let digest = digest(b"mesh-cache-key", tenant, request, &request.messages);
+        Self(format!("{KEY_VERSION}:{digest}"))
     }
 
     /// Parses a key received from another tier, checking its shape.
@@ -174,5 +204,30 @@ mod tests {
         let a = r#"{"model":"m","messages":[{"role":"user","content":"ab"},{"role":"user","content":"c"}]}"#;
         let b = r#"{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","content":"bc"}]}"#;
         assert_ne!(key(a), key(b));
+    }
+
+    fn query_of(tenant: &str, json: &str) -> Option<(String, String)> {
+        let parsed = parse_chat_request(json.as_bytes(), 1 << 20).expect("valid request");
+        let request = normalize(&parsed, &ModelTable::parse("m@1").expect("models"), &Limits::default())
+            .expect("normal");
+        SemanticQuery::derive(tenant, &request).map(|q| (q.partition, q.question.to_string()))
+    }
+
+    #[test]
+    fn a_semantic_partition_holds_everything_but_the_last_user_turn() {
+        let turn = |system: &str, question: &str| {
+            format!(
+                r#"{{"model":"m","messages":[{{"role":"system","content":"{system}"}},{{"role":"user","content":"{question}"}}]}}"#
+            )
+        };
+        let (partition, question) = query_of("t", &turn("Be brief.", "How old is he?")).expect("a user turn");
+        assert_eq!(question, "How old is he?");
+        assert!(partition.starts_with("p1:") && partition.len() == 67, "{partition}");
+        let same = query_of("t", &turn("Be brief.", "What age is he?")).expect("a user turn");
+        assert_eq!(same.0, partition, "the question is not part of the partition");
+        assert_ne!(query_of("t", &turn("Talk about Bob.", "How old is he?")).expect("turn").0, partition);
+        assert_ne!(query_of("u", &turn("Be brief.", "How old is he?")).expect("turn").0, partition);
+        let assistant_last = r#"{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}"#;
+        assert_eq!(query_of("t", assistant_last), None);
     }
 }

@@ -35,7 +35,8 @@ pub mod server_timing;
 
 pub use error::RequestError;
 
-/// Header that names the tier which answered: `MISS`, `HIT-EDGE`, `HIT-REGIONAL` or `HIT-CORE`.
+/// Header that names the tier which answered: `MISS`, `HIT-EDGE`, `HIT-REGIONAL`,
+/// `HIT-REGIONAL-SEMANTIC` (a paraphrase's entry) or `HIT-CORE`.
 pub const X_CACHE: &str = "x-cache";
 /// HTTP header that carries the shared secret between tiers.
 pub const TIER_SECRET_HEADER: &str = "x-mesh-secret";
@@ -48,5 +49,9 @@ pub const CACHE_CLASS_HEADER: &str = "x-cache-class";
 /// Header with the TTL, in seconds, that the content class of a chat answer gets (0 for realtime: not
 /// cached).
 pub const CACHE_TTL_HEADER: &str = "x-cache-ttl";
+/// Header with the cosine similarity of a semantic hit's question to the cached one.
+pub const CACHE_SIMILARITY_HEADER: &str = "x-cache-similarity";
+/// Header with the key of the cached entry a semantic hit served.
+pub const CACHE_MATCHED_KEY_HEADER: &str = "x-cache-matched-key";
 /// Largest request body any tier accepts.
 pub const MAX_REQUEST_BYTES: usize = 256 * 1024;

@@ -209,6 +209,15 @@ impl Mesh {
         self.start_all()
     }
 
+    /// Stops regional node `index` (0-based; SIGTERM, so it flushes its store) and starts it again
+    /// on the same port and data directory.
+    pub fn restart_regional(&mut self, index: usize) -> anyhow::Result<()> {
+        if let Some(mut regional) = self.regionals.get_mut(index).and_then(Option::take) {
+            regional.stop(Duration::from_secs(5));
+        }
+        self.start_all()
+    }
+
     /// Kills core node `index` (0-based) with SIGKILL.
     pub fn kill_core(&mut self, index: usize) {
         if let Some(mut core) = self.cores.get_mut(index).and_then(Option::take) {
@@ -380,6 +389,10 @@ impl Mesh {
             .arg(self.key_table())
             .arg("--models")
             .arg(&self.spec.models)
+            .arg("--semantic-model-dir")
+            .arg(paths::minilm_dir())
+            .arg("--data-dir")
+            .arg(self.spec.data_dir.join(format!("regional-{}", index + 1)))
             .env("MESH_TIER_SECRET", &self.secret);
         ManagedProcess::spawn(&format!("regional-{}", index + 1), command, &self.log_dir())
     }

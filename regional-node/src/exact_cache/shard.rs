@@ -130,6 +130,11 @@ impl Shard {
         self.evict();
     }
 
+    /// Whether `key` is held, without counting a lookup.
+    pub(super) fn contains(&self, key: &str) -> bool {
+        self.index.contains_key(key)
+    }
+
     /// Entries, bytes and the counters of this shard.
     pub(super) fn stats(&self) -> CacheStats {
         CacheStats { entries: self.index.len(), bytes: self.bytes(), ..self.counts }

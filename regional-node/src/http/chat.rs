@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use proto::cache::complete_event::Event;
 use proto::cache::{CompleteDone, CompleteEvent, CompleteRequest};
 use proto::inference::{ChatMessage, GenerateRequest, Sampling};
-use shared::cache_key::CacheKey;
+use shared::cache_key::{CacheKey, SemanticQuery};
 use shared::completion::{CachedCompletion, StreamHead};
 use shared::content_class::classify;
 use shared::normalize::{normalize, NormalizedRequest};
@@ -28,10 +28,13 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 use tracing::Instrument as _;
 
-use super::respond::{cache_headers, entry_response, with_headers, ClassTtl, EVENT_STREAM};
+use super::respond::{
+    cache_headers, entry_response, semantic_headers, with_headers, ClassTtl, EVENT_STREAM, X_CACHE_SEMANTIC,
+};
 use crate::caller::resolve_tenant;
 use crate::core_client::STREAM_IDLE_TIMEOUT;
 use crate::error::error_response;
+use crate::semantic_tier::EmbeddedQuestion;
 use crate::server::{now_ms, AppState};
 use crate::RegionalError;
 
@@ -119,7 +122,7 @@ async fn answer(
     let found = if class.cacheable() { state.core.lookup(key.as_str(), &tenant).await? } else { None };
     let lookup_ms = elapsed_ms(lookup_started);
     if let Some(entry) = found.filter(|e| !e.is_expired(now_ms()) && e.key == key.as_str()) {
-        state.cache.insert(entry.clone());
+        state.remember(entry.clone());
         state.metrics.hits_core.inc();
         let mut timing = ServerTiming::default();
         timing.push_ms("regional", elapsed_ms(started)).push_ms("core-lookup", lookup_ms);
@@ -131,6 +134,14 @@ async fn answer(
         ));
     }
 
+    let semantic = embedded_question(state, &tenant, &request, class).await;
+    if let Some(question) = &semantic {
+        if let Some(response) = semantic_hit(state, &tenant, &request, &key, class, question, started).await?
+        {
+            return Ok(response);
+        }
+    }
+
     if only_if_cached {
         return Err(RequestError::gateway_timeout("not cached, and the request said only-if-cached").into());
     }
@@ -138,7 +149,8 @@ async fn answer(
     let generate_started = Instant::now();
     let events = state.core.complete(complete_request(&tenant, &key, &request, class)).await?;
     if request.stream {
-        return Ok(stream_miss(state, events, &key, &request, class, started, lookup_ms));
+        let clock = MissClock { started, lookup_ms };
+        return Ok(stream_miss(state, events, &key, &request, class, clock, semantic));
     }
     let done = last_event(events).await?;
     let entry = done
@@ -147,7 +159,8 @@ async fn answer(
         .map(CachedCompletion::from)
         .ok_or_else(|| RegionalError::Core("completion without an entry".into()))?;
     if class.cacheable() {
-        state.cache.insert(entry.clone());
+        state.remember(entry.clone());
+        index_question(state, semantic.as_ref(), &entry.key);
     }
     let mut timing = ServerTiming::default();
     timing
@@ -157,6 +170,76 @@ async fn answer(
     push_core_timings(&mut timing, &done);
     state.metrics.latency_miss.observe(started.elapsed().as_secs_f64());
     Ok(entry_response(&entry, false, cache_headers("MISS", key.as_str(), &timing, class, Some(&entry))))
+}
+
+/// The request's last user turn, embedded, when the semantic tier is on and the request may be
+/// answered semantically; an embedding failure only skips the tier.
+async fn embedded_question(
+    state: &AppState,
+    tenant: &str,
+    request: &NormalizedRequest,
+    class: ClassTtl,
+) -> Option<EmbeddedQuestion> {
+    let tier = state.semantic.as_ref()?;
+    tier.threshold(class.class).filter(|_| class.cacheable())?;
+    let query = SemanticQuery::derive(tenant, request)?;
+    match tier.embed(&query).await {
+        Ok(question) => Some(question),
+        Err(error) => {
+            tracing::warn!(%error, "semantic tier skipped");
+            None
+        }
+    }
+}
+
+/// Answers from the entry of a cached paraphrase, if the semantic tier finds one that passes the
+/// class's threshold and the verifier and its entry is still live (here or at the core).
+async fn semantic_hit(
+    state: &AppState,
+    tenant: &str,
+    request: &NormalizedRequest,
+    key: &CacheKey,
+    class: ClassTtl,
+    question: &EmbeddedQuestion,
+    started: Instant,
+) -> Result<Option<Response>, RegionalError> {
+    let Some(tier) = &state.semantic else { return Ok(None) };
+    let Some(threshold) = tier.threshold(class.class) else { return Ok(None) };
+    let Some(hit) = tier.lookup(question, threshold) else {
+        state.metrics.semantic_misses.inc();
+        return Ok(None);
+    };
+    let now = now_ms();
+    let entry = match state.cache.get(&hit.key, now) {
+        Some(entry) => Some(entry),
+        None => {
+            let found = state.core.lookup(&hit.key, tenant).await?;
+            found.filter(|e| !e.is_expired(now) && e.key == hit.key).map(|entry| {
+                state.remember(entry.clone());
+                Arc::new(entry)
+            })
+        }
+    };
+    let Some(entry) = entry else {
+        state.metrics.semantic_misses.inc();
+        return Ok(None);
+    };
+    state.metrics.hits_semantic.inc();
+    let mut timing = ServerTiming::default();
+    timing.push_ms("regional", elapsed_ms(started));
+    state.metrics.latency_hit_semantic.observe(started.elapsed().as_secs_f64());
+    let mut headers = cache_headers(X_CACHE_SEMANTIC, key.as_str(), &timing, class, Some(&entry));
+    semantic_headers(&mut headers, &hit);
+    Ok(Some(entry_response(&entry, request.stream, headers)))
+}
+
+/// Indexes a generated answer's question, so that its paraphrases hit.
+fn index_question(state: &AppState, question: Option<&EmbeddedQuestion>, key: &str) {
+    if let (Some(tier), Some(question)) = (&state.semantic, question) {
+        if let Err(error) = tier.insert(question, key) {
+            tracing::warn!(%error, "question not indexed");
+        }
+    }
 }
 
 /// TTL asked of the core for an answer that must not be cached: the core commits every answer it
@@ -227,6 +310,13 @@ fn push_core_timings(timing: &mut ServerTiming, done: &CompleteDone) {
     timing.push_micros("raft-commit", done.commit_us);
 }
 
+/// When a miss's request arrived, and how long its core lookup took.
+#[derive(Debug, Clone, Copy)]
+struct MissClock {
+    started: Instant,
+    lookup_ms: f64,
+}
+
 /// Streams a miss to the client as it is generated. The entry is stored in the regional cache (unless its
 /// class is not cacheable) before `[DONE]` is sent, so a client (or the edge) that asks again after the
 /// stream ends gets a hit.
@@ -236,9 +326,10 @@ fn stream_miss(
     key: &CacheKey,
     request: &NormalizedRequest,
     class: ClassTtl,
-    started: Instant,
-    lookup_ms: f64,
+    clock: MissClock,
+    question: Option<EmbeddedQuestion>,
 ) -> Response {
+    let MissClock { started, lookup_ms } = clock;
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
     let relay = Relay {
         state: Arc::clone(state),
@@ -246,6 +337,7 @@ fn stream_miss(
         created: now_ms() / 1000,
         model: request.model.name.clone(),
         cacheable: class.cacheable(),
+        question,
     };
     tokio::spawn(async move { relay.run(events, tx, started).await });
     let mut timing = ServerTiming::default();
@@ -267,6 +359,8 @@ struct Relay {
     model: String,
     /// Whether the finished entry goes into the regional cache.
     cacheable: bool,
+    /// The request's embedded question, indexed once the entry exists.
+    question: Option<EmbeddedQuestion>,
 }
 
 impl Relay {
@@ -293,7 +387,8 @@ impl Relay {
                 Ok(Some(Some(Event::Done(done)))) => {
                     if let Some(entry) = done.entry.map(CachedCompletion::from) {
                         if self.cacheable {
-                            self.state.cache.insert(entry.clone());
+                            self.state.remember(entry.clone());
+                            index_question(&self.state, self.question.as_ref(), &entry.key);
                         }
                         send(head.finish_chunk(&entry.finish_reason)).await;
                         send(SSE_DONE.to_owned()).await;

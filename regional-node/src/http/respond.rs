@@ -7,6 +7,8 @@ use shared::completion::CachedCompletion;
 use shared::content_class::{ContentClass, TtlPolicy};
 use shared::server_timing::ServerTiming;
 
+use crate::semantic_cache::SemanticHit;
+
 /// `Content-Type` of server-sent events.
 pub const EVENT_STREAM: &str = "text/event-stream";
 
@@ -63,6 +65,19 @@ pub fn cache_headers(
         insert(&mut headers, header::CACHE_CONTROL, &format!("private, max-age={max_age}"));
     }
     headers
+}
+
+/// `X-Cache` of an answer served from a paraphrase's entry by the semantic tier.
+pub const X_CACHE_SEMANTIC: &str = "HIT-REGIONAL-SEMANTIC";
+
+/// Adds what a semantic hit matched: the similarity and the key of the cached entry served.
+pub fn semantic_headers(headers: &mut HeaderMap, hit: &SemanticHit) {
+    insert(
+        headers,
+        HeaderName::from_static(shared::CACHE_SIMILARITY_HEADER),
+        &format!("{:.4}", hit.similarity),
+    );
+    insert(headers, HeaderName::from_static(shared::CACHE_MATCHED_KEY_HEADER), &hit.key);
 }
 
 fn insert(headers: &mut HeaderMap, name: HeaderName, value: &str) {

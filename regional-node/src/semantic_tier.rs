@@ -1,0 +1,121 @@
+//! The semantic tier as the request path uses it: the embedder, the per-partition indexes and the
+//! similarity threshold of each content class.
+
+use std::fmt;
+use std::sync::Arc;
+
+use shared::cache_key::SemanticQuery;
+use shared::content_class::ContentClass;
+
+use crate::embedding::SentenceEmbedder;
+use crate::semantic_cache::{SemanticCache, SemanticHit, SemanticLimits};
+use crate::RegionalError;
+
+/// Similarity a cached question needs, per content class, before the verifier is asked.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SemanticThresholds {
+    /// Prices, schedules, "this week".
+    pub volatile: f32,
+    /// Nothing says how fast it changes.
+    pub default: f32,
+    /// Definitions, math, code, history.
+    pub stable: f32,
+}
+
+impl SemanticThresholds {
+    /// The threshold of `class`; `None` for realtime, which never hits.
+    pub fn of(&self, class: ContentClass) -> Option<f32> {
+        match class {
+            ContentClass::Realtime => None,
+            ContentClass::Volatile => Some(self.volatile),
+            ContentClass::Default => Some(self.default),
+            ContentClass::Stable => Some(self.stable),
+        }
+    }
+}
+
+/// The embedder, the indexes and the thresholds.
+pub struct SemanticTier {
+    embedder: SentenceEmbedder,
+    cache: SemanticCache,
+    thresholds: SemanticThresholds,
+}
+
+impl fmt::Debug for SemanticTier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SemanticTier")
+            .field("questions", &self.cache.len())
+            .field("thresholds", &self.thresholds)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A question embedded for one request: looked up before generation, indexed after it.
+#[derive(Debug, Clone)]
+pub struct EmbeddedQuestion {
+    /// The request's partition.
+    pub partition: String,
+    /// The last user turn.
+    pub question: String,
+    /// Its embedding.
+    pub embedding: Vec<f32>,
+}
+
+impl EmbeddedQuestion {
+    fn query(&self) -> SemanticQuery<'_> {
+        SemanticQuery { partition: self.partition.clone(), question: &self.question }
+    }
+}
+
+impl SemanticTier {
+    /// A tier with the given model, bounds and thresholds.
+    pub fn new(embedder: SentenceEmbedder, limits: SemanticLimits, thresholds: SemanticThresholds) -> Self {
+        Self { embedder, cache: SemanticCache::new(limits), thresholds }
+    }
+
+    /// The threshold of `class`, `None` when that class never hits semantically.
+    pub fn threshold(&self, class: ContentClass) -> Option<f32> {
+        self.thresholds.of(class)
+    }
+
+    /// Embeds the query's question on a blocking thread (a MiniLM forward takes milliseconds).
+    pub async fn embed(
+        self: &Arc<Self>,
+        query: &SemanticQuery<'_>,
+    ) -> Result<EmbeddedQuestion, RegionalError> {
+        let tier = Arc::clone(self);
+        let question = query.question.to_string();
+        let partition = query.partition.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut embeddings = tier
+                .embedder
+                .embed(&[question.as_str()])
+                .map_err(|e| RegionalError::Embedding(e.to_string()))?;
+            let embedding =
+                embeddings.pop().ok_or_else(|| RegionalError::Embedding("no embedding".into()))?;
+            Ok(EmbeddedQuestion { partition, question, embedding })
+        })
+        .await
+        .map_err(|e| RegionalError::Embedding(format!("embedding task: {e}")))?
+    }
+
+    /// The best verified match of `question` at `threshold`.
+    pub fn lookup(&self, question: &EmbeddedQuestion, threshold: f32) -> Option<SemanticHit> {
+        self.cache.lookup(&question.query(), &question.embedding, threshold)
+    }
+
+    /// Indexes `question` as answered by the entry `key`.
+    pub fn insert(&self, question: &EmbeddedQuestion, key: &str) -> Result<(), RegionalError> {
+        self.cache.insert(&question.query(), &question.embedding, key)
+    }
+
+    /// Questions indexed.
+    pub fn len(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Whether nothing is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.cache.is_empty()
+    }
+}

@@ -1,0 +1,62 @@
+//! The regional semantic tier with real processes and the real models: a paraphrase of an answered
+//! question is served from that answer's entry, with its similarity and key in headers; near
+//! misses (another language, another number) and the same words in another conversation are not.
+
+use mesh_harness::client::Reply;
+use mesh_harness::{Mesh, MeshSpec};
+use serde_json::json;
+
+fn request(system: &str, question: &str) -> serde_json::Value {
+    json!({"model": "smollm2-135m-instruct", "temperature": 0, "max_tokens": 24,
+           "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}]})
+}
+
+fn x_cache(reply: &Reply) -> &str {
+    reply.header("x-cache").unwrap_or_default()
+}
+
+#[test]
+fn paraphrases_hit_and_near_misses_do_not() -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("mesh-test-semantic-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mesh = Mesh::start(MeshSpec { regional_nodes: 1, edge: false, ..MeshSpec::local(&dir) })?;
+    let regional = mesh.regional_client(0);
+    let system = "You are a concise assistant.";
+
+    let first = regional.chat(&request(system, "How do I reverse a list in Python?"))?;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(x_cache(&first), "MISS");
+    let first_key = first.header("x-cache-key").expect("a key").to_string();
+
+    let paraphrase = regional.chat(&request(system, "How can I reverse a list in python"))?;
+    assert_eq!(paraphrase.status, 200, "{}", paraphrase.body);
+    assert_eq!(x_cache(&paraphrase), "HIT-REGIONAL-SEMANTIC", "{:?}", paraphrase.headers);
+    assert_eq!(paraphrase.header("x-cache-matched-key"), Some(first_key.as_str()));
+    let similarity: f32 = paraphrase.header("x-cache-similarity").expect("a similarity").parse()?;
+    assert!((0.92..=1.0).contains(&similarity), "{similarity}");
+    assert_eq!(paraphrase.content(), first.content());
+    assert_ne!(paraphrase.header("x-cache-key"), Some(first_key.as_str()), "its own key is reported");
+
+    // Streamed, the paraphrase is an event stream of the same text.
+    let streamed = regional.chat_stream(&request(system, "How can I reverse a list in python"))?;
+    assert_eq!(streamed.header("x-cache"), Some("HIT-REGIONAL-SEMANTIC"));
+    assert!(streamed.finished());
+    assert_eq!(Some(streamed.content()), first.content());
+
+    // Near misses embed close but ask something else.
+    let java = regional.chat(&request(system, "How do I reverse a list in Java?"))?;
+    assert_eq!(x_cache(&java), "MISS", "another language: {:?}", java.headers);
+    regional.chat(&request(system, "What is 3 times 7?"))?;
+    let eight = regional.chat(&request(system, "What is 3 times 8?"))?;
+    assert_eq!(x_cache(&eight), "MISS", "another number: {:?}", eight.headers);
+
+    // The same words in another conversation are another partition.
+    let elsewhere = regional.chat(&request("You are a pirate.", "How can I reverse a list in python"))?;
+    assert_eq!(x_cache(&elsewhere), "MISS", "another context: {:?}", elsewhere.headers);
+
+    let metrics = regional.get("/metrics")?.body;
+    assert!(metrics.contains("tier=\"semantic\"} 2"), "two semantic hits counted:\n{metrics}");
+    drop(mesh);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
