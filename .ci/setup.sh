@@ -14,8 +14,8 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
 setup_apt() {
   # etcd-server: the core benchmark's peer; protobuf-compiler and libprotobuf-dev (protoc and the
   # well-known .proto files): the etcd-client crate's build script; wordnet-base: the source of
-  # shared/data/lexicon.tsv (scripts/build-lexicon.py).
-  local want=(rustc-web rust-web-src lld-22 etcd-server protobuf-compiler libprotobuf-dev wordnet-base) missing=()
+  # shared/data/lexicon.tsv (scripts/build-lexicon.py); g++: usearch (C++) for the semantic tier.
+  local want=(rustc-web rust-web-src lld-22 etcd-server protobuf-compiler libprotobuf-dev wordnet-base g++) missing=()
   for p in "${want[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   if [ ${#missing[@]} -eq 0 ]; then log "apt: ${want[*]} present"; return; fi
   log "apt: installing ${missing[*]}"
