@@ -6,6 +6,7 @@
 //! - [`server`]: [`server::run`], which serves the HTTP routes on a given listener until shutdown.
 //! - [`http`]: the route handlers (`/v1/chat/completions`, `/v1/models`, `/healthz`, `/metrics`).
 //! - [`exact_cache`]: the in-memory exact-match cache, bounded by bytes, with W-TinyLFU admission.
+//! - [`flight`]: request coalescing: identical concurrent misses share one flight to the core.
 //! - [`hot_store`]: sled persistence of the exact cache, so a restart keeps the hot set.
 //! - [`core_client`]: the gRPC client of the core cluster, failing over between core nodes.
 //! - [`caller`]: who is calling (a tenant with an API key, or the edge tier with the shared secret).
@@ -23,6 +24,7 @@ pub mod core_client;
 pub mod embedding;
 pub mod error;
 pub mod exact_cache;
+pub mod flight;
 pub mod hot_store;
 pub mod http;
 pub mod metrics;

@@ -23,6 +23,12 @@ pub struct RegionalMetrics {
     pub latency_hit_semantic: Histogram,
     /// Answers generated for this request.
     pub misses: Counter,
+    /// Requests answered by an identical request's flight to the core.
+    pub coalesced: Counter,
+    /// Lookup calls to the core.
+    pub core_lookups: Counter,
+    /// Generation calls to the core.
+    pub core_completions: Counter,
     /// Requests that failed because the core could not answer.
     pub core_errors: Counter,
     /// Latency of regional hits.
@@ -44,6 +50,9 @@ impl Default for RegionalMetrics {
             semantic_misses: Counter::default(),
             latency_hit_semantic: Histogram::latency(),
             misses: Counter::default(),
+            coalesced: Counter::default(),
+            core_lookups: Counter::default(),
+            core_completions: Counter::default(),
             core_errors: Counter::default(),
             latency_hit_regional: Histogram::latency(),
             latency_hit_core: Histogram::latency(),
@@ -98,6 +107,24 @@ impl RegionalMetrics {
                 &self.semantic_misses,
             )
             .counter("mesh_regional_misses_total", "Requests that needed generation.", &r, &self.misses)
+            .counter(
+                "mesh_regional_core_calls_total",
+                "Calls to the core cluster, by kind.",
+                &[("region", region), ("call", "lookup")],
+                &self.core_lookups,
+            )
+            .counter(
+                "mesh_regional_core_calls_total",
+                "Calls to the core cluster, by kind.",
+                &[("region", region), ("call", "complete")],
+                &self.core_completions,
+            )
+            .counter(
+                "mesh_regional_coalesced_total",
+                "Requests answered by an identical request already in flight to the core.",
+                &r,
+                &self.coalesced,
+            )
             .histogram(
                 "mesh_regional_request_seconds",
                 "Request latency by the tier that answered.",

@@ -12,6 +12,7 @@ use crate::config::Settings;
 use crate::core_client::CoreClient;
 use crate::embedding::SentenceEmbedder;
 use crate::exact_cache::ExactCache;
+use crate::flight::Flights;
 use crate::hot_store::HotStore;
 use crate::metrics::RegionalMetrics;
 use crate::semantic_cache::SemanticLimits;
@@ -35,6 +36,8 @@ pub struct AppState {
     pub semantic: Option<Arc<SemanticTier>>,
     /// The exact cache's copy on disk, when a data directory was given.
     pub hot_store: Option<HotStore>,
+    /// Misses in flight to the core, by key, for coalescing.
+    pub flights: Flights,
 }
 
 impl AppState {
@@ -73,6 +76,7 @@ impl AppState {
         Ok(Self {
             semantic,
             hot_store,
+            flights: Flights::default(),
             cache,
             core,
             metrics: RegionalMetrics::default(),

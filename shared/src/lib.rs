@@ -53,5 +53,7 @@ pub const CACHE_TTL_HEADER: &str = "x-cache-ttl";
 pub const CACHE_SIMILARITY_HEADER: &str = "x-cache-similarity";
 /// Header with the key of the cached entry a semantic hit served.
 pub const CACHE_MATCHED_KEY_HEADER: &str = "x-cache-matched-key";
+/// Header set (`true`) on an answer shared with an identical request that was already in flight.
+pub const CACHE_COALESCED_HEADER: &str = "x-cache-coalesced";
 /// Largest request body any tier accepts.
 pub const MAX_REQUEST_BYTES: usize = 256 * 1024;

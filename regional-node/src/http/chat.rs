@@ -29,11 +29,14 @@ use tonic::Streaming;
 use tracing::Instrument as _;
 
 use super::respond::{
-    cache_headers, entry_response, semantic_headers, with_headers, ClassTtl, EVENT_STREAM, X_CACHE_SEMANTIC,
+    cache_headers, entry_response, mark_coalesced, semantic_headers, with_headers, ClassTtl, EVENT_STREAM,
+    X_CACHE_SEMANTIC,
 };
 use crate::caller::resolve_tenant;
 use crate::core_client::STREAM_IDLE_TIMEOUT;
 use crate::error::error_response;
+use crate::flight::{Flight, FlightItem, Joined, Outcome, Subscription};
+use crate::semantic_cache::SemanticHit;
 use crate::semantic_tier::EmbeddedQuestion;
 use crate::server::{now_ms, AppState};
 use crate::RegionalError;
@@ -118,8 +121,58 @@ async fn answer(
         ));
     }
 
+    if only_if_cached {
+        // Looks, never generates, and so never leads or follows a flight that might.
+        let (found, _) = find_cached(state, &tenant, &request, &key, class, started).await?;
+        let outcome = found.ok_or_else(|| {
+            RequestError::gateway_timeout("not cached, and the request said only-if-cached")
+        })?;
+        return Ok(outcome_response(&outcome, request.stream, &key, class, false));
+    }
+
+    // Identical concurrent misses share one flight to the core; an answer that must not be cached
+    // (realtime) is generated for each request.
+    let (flight, leader) = if class.cacheable() {
+        match state.flights.join(key.as_str()) {
+            Joined::Leader(flight) => (flight, true),
+            Joined::Follower(flight) => (flight, false),
+        }
+    } else {
+        (Arc::new(Flight::new()), true)
+    };
+    if leader {
+        let task = FlightTask {
+            state: Arc::clone(state),
+            tenant,
+            request: request.clone(),
+            key: key.clone(),
+            class,
+            started,
+            flight: Arc::clone(&flight),
+        };
+        tokio::spawn(task.run());
+    } else {
+        state.metrics.coalesced.inc();
+    }
+    respond(flight.subscribe(), &request, &key, class, !leader).await
+}
+
+/// The core's entry under the key, else a verified paraphrase's; also the request's embedded
+/// question, for indexing once the answer exists.
+async fn find_cached(
+    state: &AppState,
+    tenant: &str,
+    request: &NormalizedRequest,
+    key: &CacheKey,
+    class: ClassTtl,
+    started: Instant,
+) -> Result<(Option<Outcome>, Option<EmbeddedQuestion>), RegionalError> {
+    if !class.cacheable() {
+        return Ok((None, None));
+    }
     let lookup_started = Instant::now();
-    let found = if class.cacheable() { state.core.lookup(key.as_str(), &tenant).await? } else { None };
+    state.metrics.core_lookups.inc();
+    let found = state.core.lookup(key.as_str(), tenant).await?;
     let lookup_ms = elapsed_ms(lookup_started);
     if let Some(entry) = found.filter(|e| !e.is_expired(now_ms()) && e.key == key.as_str()) {
         state.remember(entry.clone());
@@ -127,49 +180,18 @@ async fn answer(
         let mut timing = ServerTiming::default();
         timing.push_ms("regional", elapsed_ms(started)).push_ms("core-lookup", lookup_ms);
         state.metrics.latency_hit_core.observe(started.elapsed().as_secs_f64());
-        return Ok(entry_response(
-            &entry,
-            request.stream,
-            cache_headers("HIT-CORE", key.as_str(), &timing, class, Some(&entry)),
-        ));
+        let outcome = Outcome { entry: Arc::new(entry), x_cache: "HIT-CORE", timing, semantic: None };
+        return Ok((Some(outcome), None));
     }
-
-    let semantic = embedded_question(state, &tenant, &request, class).await;
-    if let Some(question) = &semantic {
-        if let Some(response) = semantic_hit(state, &tenant, &request, &key, class, question, started).await?
-        {
-            return Ok(response);
-        }
-    }
-
-    if only_if_cached {
-        return Err(RequestError::gateway_timeout("not cached, and the request said only-if-cached").into());
-    }
-    state.metrics.misses.inc();
-    let generate_started = Instant::now();
-    let events = state.core.complete(complete_request(&tenant, &key, &request, class)).await?;
-    if request.stream {
-        let clock = MissClock { started, lookup_ms };
-        return Ok(stream_miss(state, events, &key, &request, class, clock, semantic));
-    }
-    let done = last_event(events).await?;
-    let entry = done
-        .entry
-        .clone()
-        .map(CachedCompletion::from)
-        .ok_or_else(|| RegionalError::Core("completion without an entry".into()))?;
-    if class.cacheable() {
-        state.remember(entry.clone());
-        index_question(state, semantic.as_ref(), &entry.key);
-    }
-    let mut timing = ServerTiming::default();
-    timing
-        .push_ms("regional", elapsed_ms(started))
-        .push_ms("core-lookup", lookup_ms)
-        .push_ms("core", elapsed_ms(generate_started));
-    push_core_timings(&mut timing, &done);
-    state.metrics.latency_miss.observe(started.elapsed().as_secs_f64());
-    Ok(entry_response(&entry, false, cache_headers("MISS", key.as_str(), &timing, class, Some(&entry))))
+    let question = embedded_question(state, tenant, request, class).await;
+    let Some(embedded) = &question else { return Ok((None, None)) };
+    let found = semantic_hit(state, tenant, class, embedded).await?.map(|(entry, hit)| {
+        let mut timing = ServerTiming::default();
+        timing.push_ms("regional", elapsed_ms(started)).push_ms("core-lookup", lookup_ms);
+        state.metrics.latency_hit_semantic.observe(started.elapsed().as_secs_f64());
+        Outcome { entry, x_cache: X_CACHE_SEMANTIC, timing, semantic: Some(hit) }
+    });
+    Ok((found, question))
 }
 
 /// The request's last user turn, embedded, when the semantic tier is on and the request may be
@@ -192,17 +214,14 @@ async fn embedded_question(
     }
 }
 
-/// Answers from the entry of a cached paraphrase, if the semantic tier finds one that passes the
-/// class's threshold and the verifier and its entry is still live (here or at the core).
+/// The live entry of a cached paraphrase that passes the class's threshold and the verifier (from
+/// the exact cache, else from the core), with what matched.
 async fn semantic_hit(
     state: &AppState,
     tenant: &str,
-    request: &NormalizedRequest,
-    key: &CacheKey,
     class: ClassTtl,
     question: &EmbeddedQuestion,
-    started: Instant,
-) -> Result<Option<Response>, RegionalError> {
+) -> Result<Option<(Arc<CachedCompletion>, SemanticHit)>, RegionalError> {
     let Some(tier) = &state.semantic else { return Ok(None) };
     let Some(threshold) = tier.threshold(class.class) else { return Ok(None) };
     let Some(hit) = tier.lookup(question, threshold) else {
@@ -213,6 +232,7 @@ async fn semantic_hit(
     let entry = match state.cache.get(&hit.key, now) {
         Some(entry) => Some(entry),
         None => {
+            state.metrics.core_lookups.inc();
             let found = state.core.lookup(&hit.key, tenant).await?;
             found.filter(|e| !e.is_expired(now) && e.key == hit.key).map(|entry| {
                 state.remember(entry.clone());
@@ -220,17 +240,16 @@ async fn semantic_hit(
             })
         }
     };
-    let Some(entry) = entry else {
-        state.metrics.semantic_misses.inc();
-        return Ok(None);
-    };
-    state.metrics.hits_semantic.inc();
-    let mut timing = ServerTiming::default();
-    timing.push_ms("regional", elapsed_ms(started));
-    state.metrics.latency_hit_semantic.observe(started.elapsed().as_secs_f64());
-    let mut headers = cache_headers(X_CACHE_SEMANTIC, key.as_str(), &timing, class, Some(&entry));
-    semantic_headers(&mut headers, &hit);
-    Ok(Some(entry_response(&entry, request.stream, headers)))
+    match entry {
+        Some(entry) => {
+            state.metrics.hits_semantic.inc();
+            Ok(Some((entry, hit)))
+        }
+        None => {
+            state.metrics.semantic_misses.inc();
+            Ok(None)
+        }
+    }
 }
 
 /// Indexes a generated answer's question, so that its paraphrases hit.
@@ -239,6 +258,169 @@ fn index_question(state: &AppState, question: Option<&EmbeddedQuestion>, key: &s
         if let Err(error) = tier.insert(question, key) {
             tracing::warn!(%error, "question not indexed");
         }
+    }
+}
+
+/// A flight's answer as this request asked for it.
+fn outcome_response(
+    outcome: &Outcome,
+    stream: bool,
+    key: &CacheKey,
+    class: ClassTtl,
+    coalesced: bool,
+) -> Response {
+    let mut headers =
+        cache_headers(outcome.x_cache, key.as_str(), &outcome.timing, class, Some(&outcome.entry));
+    if let Some(hit) = &outcome.semantic {
+        semantic_headers(&mut headers, hit);
+    }
+    if coalesced {
+        mark_coalesced(&mut headers);
+    }
+    entry_response(&outcome.entry, stream, headers)
+}
+
+/// Answers one request from its flight: the whole answer once it has landed, or (streaming, when
+/// the flight generates) each delta as it comes.
+async fn respond(
+    mut subscription: Subscription,
+    request: &NormalizedRequest,
+    key: &CacheKey,
+    class: ClassTtl,
+    coalesced: bool,
+) -> Result<Response, RegionalError> {
+    if !request.stream {
+        let outcome = subscription.landed().await?;
+        return Ok(outcome_response(&outcome, false, key, class, coalesced));
+    }
+    let first = match subscription.next().await {
+        Some(FlightItem::Landed(outcome)) => {
+            return Ok(outcome_response(&outcome?, true, key, class, coalesced));
+        }
+        Some(FlightItem::Delta(text)) => text,
+        None => return Err(RequestError::upstream(502, "the answer's flight ended without one").into()),
+    };
+    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
+    let head =
+        StreamStart { id: key.completion_id(), created: now_ms() / 1000, model: request.model.name.clone() };
+    tokio::spawn(head.relay(first, subscription, tx));
+    let mut headers = cache_headers("MISS", key.as_str(), &ServerTiming::default(), class, None);
+    if coalesced {
+        mark_coalesced(&mut headers);
+    }
+    Ok(with_headers(StatusCode::OK, EVENT_STREAM, Body::from_stream(ReceiverStream::new(rx)), headers))
+}
+
+/// The leader's work for a flight, on a task of its own so that it lands even if its client leaves.
+struct FlightTask {
+    state: Arc<AppState>,
+    tenant: String,
+    request: NormalizedRequest,
+    key: CacheKey,
+    class: ClassTtl,
+    started: Instant,
+    flight: Arc<Flight>,
+}
+
+impl FlightTask {
+    async fn run(self) {
+        let outcome = self.fly().await;
+        if let Err(error) = &outcome {
+            if matches!(error, RegionalError::CoreUnavailable(_) | RegionalError::Core(_)) {
+                self.state.metrics.core_errors.inc();
+            }
+        }
+        self.flight.land(outcome.map_err(|e| e.to_request_error()));
+        self.state.flights.land(self.key.as_str(), &self.flight);
+    }
+
+    /// Core lookup, then the semantic tier, then generation.
+    async fn fly(&self) -> Result<Outcome, RegionalError> {
+        let (state, class) = (&self.state, self.class);
+        let (found, question) =
+            find_cached(state, &self.tenant, &self.request, &self.key, class, self.started).await?;
+        if let Some(outcome) = found {
+            return Ok(outcome);
+        }
+        let lookup_ms = elapsed_ms(self.started);
+        state.metrics.misses.inc();
+        let generate_started = Instant::now();
+        state.metrics.core_completions.inc();
+        let mut events =
+            state.core.complete(complete_request(&self.tenant, &self.key, &self.request, class)).await?;
+        while let Some(event) = next_event(&mut events).await? {
+            match event.event {
+                Some(Event::Delta(delta)) => self.flight.delta(&delta.text),
+                Some(Event::Done(done)) => {
+                    let entry = done
+                        .entry
+                        .clone()
+                        .map(CachedCompletion::from)
+                        .ok_or_else(|| RegionalError::Core("completion without an entry".into()))?;
+                    if class.cacheable() {
+                        state.remember(entry.clone());
+                        index_question(state, question.as_ref(), &entry.key);
+                    }
+                    let mut timing = ServerTiming::default();
+                    timing
+                        .push_ms("regional", elapsed_ms(self.started))
+                        .push_ms("core-lookup", lookup_ms)
+                        .push_ms("core", elapsed_ms(generate_started));
+                    push_core_timings(&mut timing, &done);
+                    state.metrics.latency_miss.observe(self.started.elapsed().as_secs_f64());
+                    return Ok(Outcome { entry: Arc::new(entry), x_cache: "MISS", timing, semantic: None });
+                }
+                None => {}
+            }
+        }
+        Err(RegionalError::Core("the completion stream ended without a result".into()))
+    }
+}
+
+/// What a streamed answer's chunks carry.
+struct StreamStart {
+    id: String,
+    created: i64,
+    model: String,
+}
+
+impl StreamStart {
+    /// Sends a flight's deltas as OpenAI SSE chunks, then the finish chunk and `[DONE]` (or an
+    /// error event if the flight failed).
+    async fn relay(
+        self,
+        first: Arc<str>,
+        mut subscription: Subscription,
+        tx: mpsc::Sender<Result<Bytes, Infallible>>,
+    ) {
+        let head = StreamHead { id: &self.id, created: self.created, model: &self.model };
+        let send = |text: String| {
+            let tx = tx.clone();
+            async move { tx.send(Ok(Bytes::from(text))).await.is_ok() }
+        };
+        if !send(head.role_chunk()).await || !send(head.content_chunk(&first)).await {
+            return;
+        }
+        while let Some(item) = subscription.next().await {
+            match item {
+                FlightItem::Delta(text) => {
+                    if !send(head.content_chunk(&text)).await {
+                        return;
+                    }
+                }
+                FlightItem::Landed(Ok(outcome)) => {
+                    send(head.finish_chunk(&outcome.entry.finish_reason)).await;
+                    send(SSE_DONE.to_owned()).await;
+                    return;
+                }
+                FlightItem::Landed(Err(error)) => {
+                    send(format!("data: {}\n\n", error.to_json())).await;
+                    return;
+                }
+            }
+        }
+        let error = RequestError::upstream(502, "the completion stream was interrupted");
+        send(format!("data: {}\n\n", error.to_json())).await;
     }
 }
 
@@ -280,16 +462,6 @@ fn complete_request(
     }
 }
 
-/// Reads a completion stream to its `Done` event.
-async fn last_event(mut events: Streaming<CompleteEvent>) -> Result<CompleteDone, RegionalError> {
-    while let Some(event) = next_event(&mut events).await? {
-        if let Some(Event::Done(done)) = event.event {
-            return Ok(done);
-        }
-    }
-    Err(RegionalError::Core("the completion stream ended without a result".into()))
-}
-
 /// The next event of a completion stream, failing if the core stays silent too long.
 async fn next_event(events: &mut Streaming<CompleteEvent>) -> Result<Option<CompleteEvent>, RegionalError> {
     match tokio::time::timeout(STREAM_IDLE_TIMEOUT, events.message()).await {
@@ -308,108 +480,6 @@ fn push_core_timings(timing: &mut ServerTiming, done: &CompleteDone) {
             .push_micros("pod-decode", t.decode_us);
     }
     timing.push_micros("raft-commit", done.commit_us);
-}
-
-/// When a miss's request arrived, and how long its core lookup took.
-#[derive(Debug, Clone, Copy)]
-struct MissClock {
-    started: Instant,
-    lookup_ms: f64,
-}
-
-/// Streams a miss to the client as it is generated. The entry is stored in the regional cache (unless its
-/// class is not cacheable) before `[DONE]` is sent, so a client (or the edge) that asks again after the
-/// stream ends gets a hit.
-fn stream_miss(
-    state: &Arc<AppState>,
-    events: Streaming<CompleteEvent>,
-    key: &CacheKey,
-    request: &NormalizedRequest,
-    class: ClassTtl,
-    clock: MissClock,
-    question: Option<EmbeddedQuestion>,
-) -> Response {
-    let MissClock { started, lookup_ms } = clock;
-    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
-    let relay = Relay {
-        state: Arc::clone(state),
-        id: key.completion_id(),
-        created: now_ms() / 1000,
-        model: request.model.name.clone(),
-        cacheable: class.cacheable(),
-        question,
-    };
-    tokio::spawn(async move { relay.run(events, tx, started).await });
-    let mut timing = ServerTiming::default();
-    timing.push_ms("regional", elapsed_ms(started)).push_ms("core-lookup", lookup_ms);
-    let body = Body::from_stream(ReceiverStream::new(rx));
-    with_headers(
-        StatusCode::OK,
-        EVENT_STREAM,
-        body,
-        cache_headers("MISS", key.as_str(), &timing, class, None),
-    )
-}
-
-/// Relays a core completion stream as OpenAI SSE chunks.
-struct Relay {
-    state: Arc<AppState>,
-    id: String,
-    created: i64,
-    model: String,
-    /// Whether the finished entry goes into the regional cache.
-    cacheable: bool,
-    /// The request's embedded question, indexed once the entry exists.
-    question: Option<EmbeddedQuestion>,
-}
-
-impl Relay {
-    async fn run(
-        self,
-        mut events: Streaming<CompleteEvent>,
-        tx: mpsc::Sender<Result<Bytes, Infallible>>,
-        started: Instant,
-    ) {
-        let head = StreamHead { id: &self.id, created: self.created, model: &self.model };
-        // A client that went away stops receiving, but the stream is still read so the entry gets cached.
-        let send = |text: String| {
-            let tx = tx.clone();
-            async move { tx.send(Ok(Bytes::from(text))).await.is_ok() }
-        };
-        send(head.role_chunk()).await;
-        let mut finished = false;
-        loop {
-            match next_event(&mut events).await.map(|e| e.map(|e| e.event)) {
-                Ok(None) => break,
-                Ok(Some(Some(Event::Delta(delta)))) => {
-                    send(head.content_chunk(&delta.text)).await;
-                }
-                Ok(Some(Some(Event::Done(done)))) => {
-                    if let Some(entry) = done.entry.map(CachedCompletion::from) {
-                        if self.cacheable {
-                            self.state.remember(entry.clone());
-                            index_question(&self.state, self.question.as_ref(), &entry.key);
-                        }
-                        send(head.finish_chunk(&entry.finish_reason)).await;
-                        send(SSE_DONE.to_owned()).await;
-                        finished = true;
-                    }
-                    break;
-                }
-                Ok(Some(None)) => {}
-                Err(error) => {
-                    tracing::warn!(%error, "completion stream failed");
-                    break;
-                }
-            }
-        }
-        if !finished {
-            self.state.metrics.core_errors.inc();
-            let error = RequestError::upstream(502, "the completion stream was interrupted");
-            send(format!("data: {}\n\n", error.to_json())).await;
-        }
-        self.state.metrics.latency_miss.observe(started.elapsed().as_secs_f64());
-    }
 }
 
 fn elapsed_ms(since: Instant) -> f64 {

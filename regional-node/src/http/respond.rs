@@ -80,6 +80,11 @@ pub fn semantic_headers(headers: &mut HeaderMap, hit: &SemanticHit) {
     insert(headers, HeaderName::from_static(shared::CACHE_MATCHED_KEY_HEADER), &hit.key);
 }
 
+/// Marks an answer that came from another identical request's flight to the core.
+pub fn mark_coalesced(headers: &mut HeaderMap) {
+    headers.insert(HeaderName::from_static(shared::CACHE_COALESCED_HEADER), HeaderValue::from_static("true"));
+}
+
 fn insert(headers: &mut HeaderMap, name: HeaderName, value: &str) {
     if let Ok(value) = HeaderValue::from_str(value) {
         headers.insert(name, value);

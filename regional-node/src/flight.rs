@@ -1,0 +1,227 @@
+//! Request coalescing: concurrent requests for one cache key share one flight to the core.
+//!
+//! The first request for a key that misses the exact cache becomes the flight's leader: a task of
+//! its own (so it lands even if that client leaves) looks the key up at the core, tries the
+//! semantic tier, and otherwise generates, publishing each text delta and then the outcome. Every
+//! request for the key while the flight is in the air (the leader's own included) subscribes and
+//! reads the same log from its start, so a late follower of a streaming answer still gets every
+//! delta. A landed flight leaves the map; later requests find the answer in the exact cache.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use shared::completion::CachedCompletion;
+use shared::server_timing::ServerTiming;
+use shared::RequestError;
+use tokio::sync::watch;
+
+use crate::semantic_cache::SemanticHit;
+
+/// How a flight ended well: the entry and where it came from.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The answer.
+    pub entry: Arc<CachedCompletion>,
+    /// `X-Cache` of the answer: `HIT-CORE`, `HIT-REGIONAL-SEMANTIC` or `MISS`.
+    pub x_cache: &'static str,
+    /// The flight's `Server-Timing`.
+    pub timing: ServerTiming,
+    /// The matched question, for a semantic hit.
+    pub semantic: Option<SemanticHit>,
+}
+
+/// One thing a subscriber reads.
+#[derive(Debug, Clone)]
+pub enum FlightItem {
+    /// Generated text.
+    Delta(Arc<str>),
+    /// The end: the answer, or why there is none.
+    Landed(Result<Outcome, RequestError>),
+}
+
+/// One key's flight.
+#[derive(Debug)]
+pub struct Flight {
+    log: Mutex<Vec<FlightItem>>,
+    /// The number of items in the log, for waking subscribers.
+    length: watch::Sender<usize>,
+}
+
+/// Whether a request leads the flight for its key or follows one already in the air.
+pub enum Joined {
+    /// This request starts the work.
+    Leader(Arc<Flight>),
+    /// Another request already did.
+    Follower(Arc<Flight>),
+}
+
+/// The flights in the air, by key.
+#[derive(Debug, Default)]
+pub struct Flights {
+    in_air: Mutex<HashMap<String, Arc<Flight>>>,
+}
+
+impl Flights {
+    /// Joins the flight for `key`, starting one if there is none.
+    pub fn join(&self, key: &str) -> Joined {
+        let mut in_air = self.in_air.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(flight) = in_air.get(key) {
+            return Joined::Follower(Arc::clone(flight));
+        }
+        let flight = Arc::new(Flight::new());
+        in_air.insert(key.to_string(), Arc::clone(&flight));
+        Joined::Leader(flight)
+    }
+
+    /// Takes `flight` out of the air once it has landed (a newer flight under the key stays).
+    pub fn land(&self, key: &str, flight: &Arc<Flight>) {
+        let mut in_air = self.in_air.lock().unwrap_or_else(PoisonError::into_inner);
+        if in_air.get(key).is_some_and(|f| Arc::ptr_eq(f, flight)) {
+            in_air.remove(key);
+        }
+    }
+
+    /// Flights in the air.
+    pub fn len(&self) -> usize {
+        self.in_air.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// Whether no flight is in the air.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Default for Flight {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Flight {
+    /// A flight of its own, in no [`Flights`] map (for a request that must not be coalesced).
+    pub fn new() -> Self {
+        Self { log: Mutex::new(Vec::new()), length: watch::channel(0).0 }
+    }
+
+    fn push(&self, item: FlightItem) {
+        let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+        if matches!(log.last(), Some(FlightItem::Landed(_))) {
+            return;
+        }
+        log.push(item);
+        self.length.send_replace(log.len());
+    }
+
+    /// Publishes generated text.
+    pub fn delta(&self, text: &str) {
+        self.push(FlightItem::Delta(Arc::from(text)));
+    }
+
+    /// Publishes the end; anything published after it is ignored.
+    pub fn land(&self, outcome: Result<Outcome, RequestError>) {
+        self.push(FlightItem::Landed(outcome));
+    }
+
+    /// A reader of the log from its start.
+    pub fn subscribe(self: &Arc<Self>) -> Subscription {
+        Subscription { flight: Arc::clone(self), next: 0, length: self.length.subscribe() }
+    }
+}
+
+/// A reader of one flight's log.
+pub struct Subscription {
+    flight: Arc<Flight>,
+    next: usize,
+    length: watch::Receiver<usize>,
+}
+
+impl Subscription {
+    /// The next item, waiting for it; `None` after the landing (or if the flight was abandoned
+    /// without one, which [`Flights`] users prevent by always landing).
+    pub async fn next(&mut self) -> Option<FlightItem> {
+        loop {
+            {
+                let log = self.flight.log.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(item) = log.get(self.next) {
+                    self.next += 1;
+                    return Some(item.clone());
+                }
+                if matches!(log.last(), Some(FlightItem::Landed(_))) {
+                    return None;
+                }
+            }
+            if self.length.changed().await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// Skips the deltas and waits for the landing.
+    pub async fn landed(&mut self) -> Result<Outcome, RequestError> {
+        while let Some(item) = self.next().await {
+            if let FlightItem::Landed(outcome) = item {
+                return outcome;
+            }
+        }
+        Err(RequestError::upstream(502, "the request this one was coalesced with ended without an answer"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome() -> Outcome {
+        let entry = CachedCompletion {
+            key: "k".into(),
+            tenant: "t".into(),
+            model: "m".into(),
+            model_version: 1,
+            content: "ab".into(),
+            finish_reason: "stop".into(),
+            prompt_tokens: 1,
+            completion_tokens: 2,
+            etag: CachedCompletion::etag_of("ab", "stop"),
+            created_ms: 0,
+            ttl_s: 0,
+        };
+        Outcome { entry: Arc::new(entry), x_cache: "MISS", timing: ServerTiming::default(), semantic: None }
+    }
+
+    #[tokio::test]
+    async fn followers_share_the_leaders_flight_and_read_it_from_the_start() {
+        let flights = Flights::default();
+        let Joined::Leader(flight) = flights.join("k") else { panic!("the first request leads") };
+        let Joined::Follower(same) = flights.join("k") else { panic!("the second follows") };
+        assert!(Arc::ptr_eq(&flight, &same));
+        assert!(matches!(flights.join("other"), Joined::Leader(_)));
+
+        let mut early = same.subscribe();
+        flight.delta("a");
+        let reader = tokio::spawn(async move {
+            let mut text = String::new();
+            while let Some(item) = early.next().await {
+                match item {
+                    FlightItem::Delta(d) => text.push_str(&d),
+                    FlightItem::Landed(o) => return (text, o.map(|o| o.entry.content.clone())),
+                }
+            }
+            (text, Err(RequestError::internal("no landing")))
+        });
+        tokio::task::yield_now().await;
+        flight.delta("b");
+        flight.land(Ok(outcome()));
+        flight.delta("ignored after landing");
+        flights.land("k", &flight);
+        assert!(matches!(flights.join("k"), Joined::Leader(_)), "a landed flight leaves the air");
+
+        let (text, content) = reader.await.expect("reader");
+        assert_eq!(text, "ab");
+        assert_eq!(content.ok(), Some("ab".to_string()));
+        // A subscriber that comes after the landing still reads everything.
+        let mut late = flight.subscribe();
+        assert!(matches!(late.next().await, Some(FlightItem::Delta(_))));
+        assert_eq!(late.landed().await.map(|o| o.x_cache).ok(), Some("MISS"));
+    }
+}
