@@ -356,15 +356,17 @@ async fn the_store_api_dedupes_retries_refuses_bad_input_and_reads_linearizably(
     }
     wait_for_leader(&cluster, &[1, 2, 3]).await;
     let client = store_client(&cluster);
-    // Seeding (model `fake`, tenant `dev`) happens right after the cluster forms; wait for it.
+    // Seeding (model `fake`, tenant `dev`) happens right after the cluster forms; wait for it with
+    // probes of their own ids (a refused write's id is remembered, so "put-1" must not be refused).
     let deadline = Instant::now() + Duration::from_secs(10);
-    let first = loop {
-        match client.put("put-1", entry("k1", "dev", "fake", "one"), "stable").await {
-            Ok(ack) => break ack,
+    for attempt in 0.. {
+        match client.put(&format!("probe-{attempt}"), entry("probe", "dev", "fake", "p"), "stable").await {
+            Ok(_) => break,
             Err(e) => assert!(Instant::now() < deadline, "seeding never finished: {e}"),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    }
+    let first = client.put("put-1", entry("k1", "dev", "fake", "one"), "stable").await.expect("first put");
     assert!(!first.duplicate);
     assert_eq!(first.outcome["outcome"], "stored");
     // A retry with the same id is not applied again, even with another value.
