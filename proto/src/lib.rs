@@ -5,6 +5,7 @@
 //! - [`cache`]: regional node -> core node (lookup, complete).
 //! - [`raft`]: core node <-> core node (openraft RPCs, forwarded writes).
 //! - [`core`]: clients and operators -> any core node (store writes and reads, membership, status).
+//! - [`replication`]: regional node <-> regional node (deltas, anti-entropy).
 //! - `convert`: `From` impls between these messages and `shared`'s domain types.
 //!
 //! The daemons convert these types to their own at the boundary; `shared` never sees them.
@@ -34,6 +35,13 @@ pub mod mesh {
             tonic::include_proto!("mesh.core.v1");
         }
     }
+    /// `mesh.replication.v1`.
+    pub mod replication {
+        /// Version 1.
+        pub mod v1 {
+            tonic::include_proto!("mesh.replication.v1");
+        }
+    }
     /// `mesh.raft.v1`.
     pub mod raft {
         /// Version 1.
@@ -49,6 +57,8 @@ pub use mesh::cache::v1 as cache;
 pub use mesh::core::v1 as core;
 /// Inference pod API (`mesh.inference.v1`).
 pub use mesh::inference::v1 as inference;
+/// Replication between regional nodes (`mesh.replication.v1`).
+pub use mesh::replication::v1 as replication;
 /// Raft RPCs between core nodes (`mesh.raft.v1`).
 pub use mesh::raft::v1 as raft;
 

@@ -64,6 +64,23 @@ pub struct RegionalConfig {
     /// Cosine similarity a cached question needs to answer a `stable` one.
     #[arg(long, env = "MESH_SEMANTIC_THRESHOLD_STABLE", default_value_t = 0.92)]
     pub semantic_threshold_stable: f32,
+    /// This node's id in replication clocks; unique in the mesh (defaults to the region name).
+    #[arg(long, env = "MESH_REGIONAL_NODE_ID")]
+    pub node_id: Option<String>,
+    /// Address to serve replication gRPC on; without it the node neither replicates nor accepts peers.
+    #[arg(long, env = "MESH_REGIONAL_PEER_LISTEN")]
+    pub peer_listen: Option<SocketAddr>,
+    /// gRPC URLs of the other regional nodes (`http://host:port` of their `--peer-listen`),
+    /// comma-separated.
+    #[arg(long, env = "MESH_REGIONAL_PEERS", value_delimiter = ',')]
+    pub peers: Vec<String>,
+    /// Lookups of a key (in the recent window of a frequency sketch with aging) that make its answer hot
+    /// enough to replicate to the peers at once; colder answers are fetched from the core on demand.
+    #[arg(long, env = "MESH_REPLICATE_MIN_LOOKUPS", default_value_t = 2)]
+    pub replicate_min_lookups: u8,
+    /// Milliseconds between anti-entropy rounds with each peer.
+    #[arg(long, env = "MESH_ANTI_ENTROPY_INTERVAL_MS", default_value_t = 5_000)]
+    pub anti_entropy_interval_ms: u64,
     /// Questions kept per semantic partition (tenant, model, version, sampling, context).
     #[arg(long, env = "MESH_SEMANTIC_PER_PARTITION", default_value_t = 4096)]
     pub semantic_per_partition: usize,
@@ -119,6 +136,12 @@ impl RegionalConfig {
                     "a semantic threshold must be in 0..=1, not {value}"
                 )));
             }
+        }
+        if !self.peers.is_empty() && self.peer_listen.is_none() {
+            return Err(RegionalError::Config("--peers needs --peer-listen (peers dial this node too)".into()));
+        }
+        if self.anti_entropy_interval_ms == 0 {
+            return Err(RegionalError::Config("--anti-entropy-interval-ms must be positive".into()));
         }
         let ttl = self.ttl_policy();
         Ok(Settings { config: self, tenants, models, tier_secret: Secret(secret), ttl })

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use proto::cache::core_cache_client::CoreCacheClient;
 use proto::cache::{CompleteEvent, CompleteRequest, LookupRequest};
+use proto::core::core_store_client::CoreStoreClient;
+use proto::core::{invalidate, write_request, Invalidate, WriteRequest};
 use shared::completion::CachedCompletion;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
@@ -63,7 +65,7 @@ impl CoreClient {
     /// Calls `rpc` on the preferred node, then on each other node while the failure is a transport one.
     async fn with_failover<T, F, Fut>(&self, mut rpc: F) -> Result<T, RegionalError>
     where
-        F: FnMut(CoreCacheClient<Channel>) -> Fut,
+        F: FnMut(Channel) -> Fut,
         Fut: std::future::Future<Output = Result<T, Status>>,
     {
         let start = self.preferred.load(Ordering::Relaxed);
@@ -71,7 +73,7 @@ impl CoreClient {
         for offset in 0..self.nodes.len() {
             let index = (start + offset) % self.nodes.len();
             let (url, channel) = &self.nodes[index];
-            match rpc(CoreCacheClient::new(channel.clone())).await {
+            match rpc(channel.clone()).await {
                 Ok(value) => {
                     self.preferred.store(index, Ordering::Relaxed);
                     return Ok(value);
@@ -92,9 +94,9 @@ impl CoreClient {
     pub async fn lookup(&self, key: &str, tenant: &str) -> Result<Option<CachedCompletion>, RegionalError> {
         let message = LookupRequest { key: key.to_owned(), tenant: tenant.to_owned() };
         let reply = self
-            .with_failover(|mut client| {
+            .with_failover(|channel| {
                 let request = self.request(message.clone(), LOOKUP_TIMEOUT);
-                async move { client.lookup(request).await }
+                async move { CoreCacheClient::new(channel).lookup(request).await }
             })
             .await?;
         Ok(reply.into_inner().entry.map(CachedCompletion::from))
@@ -106,12 +108,42 @@ impl CoreClient {
         message: CompleteRequest,
     ) -> Result<Streaming<CompleteEvent>, RegionalError> {
         let reply = self
-            .with_failover(|mut client| {
+            .with_failover(|channel| {
                 let request = self.request(message.clone(), COMPLETE_TIMEOUT);
-                async move { client.complete(request).await }
+                async move { CoreCacheClient::new(channel).complete(request).await }
             })
             .await?;
         Ok(reply.into_inner())
+    }
+}
+
+impl CoreClient {
+    /// Invalidates `key` (owned by `tenant`) in the core's state; `request_id` makes a retry apply once.
+    /// Returns how many entries the core removed (0 when it held none); another tenant's key is refused.
+    pub async fn invalidate(&self, key: &str, tenant: &str, request_id: &str) -> Result<u64, RegionalError> {
+        let message = WriteRequest {
+            request_id: request_id.to_owned(),
+            command: Some(write_request::Command::Invalidate(Invalidate {
+                scope: Some(invalidate::Scope::Key(key.to_owned())),
+                key_tenant: tenant.to_owned(),
+            })),
+        };
+        let reply = self
+            .with_failover(|channel| {
+                let request = self.request(message.clone(), LOOKUP_TIMEOUT);
+                async move { CoreStoreClient::new(channel).write(request).await }
+            })
+            .await?
+            .into_inner();
+        let outcome: serde_json::Value = serde_json::from_str(&reply.outcome_json)
+            .map_err(|e| RegionalError::Core(format!("unreadable outcome: {e}")))?;
+        match outcome["outcome"].as_str() {
+            Some("invalidated") => Ok(outcome["removed"].as_u64().unwrap_or(0)),
+            Some("rejected") => Err(RegionalError::Request(shared::RequestError::key_not_found(
+                outcome["message"].as_str().unwrap_or("refused"),
+            ))),
+            other => Err(RegionalError::Core(format!("unexpected outcome {other:?}"))),
+        }
     }
 }
 

@@ -100,6 +100,13 @@ impl HotStore {
         }
     }
 
+    /// Deletes the entry under `key` (an invalidation).
+    pub fn remove(&self, key: &str) {
+        if let Err(error) = self.db.remove(key.as_bytes()) {
+            tracing::warn!(%error, "invalidated entry not deleted from disk");
+        }
+    }
+
     /// Deletes the entries `cache` no longer holds.
     pub fn prune(&self, cache: &ExactCache) {
         let mut kept = 0usize;

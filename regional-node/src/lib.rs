@@ -15,6 +15,8 @@
 //!   with the near-miss verifier as the second check of every hit.
 //! - [`semantic_tier`]: the semantic tier as the request path uses it: embedder, indexes, thresholds.
 //! - [`semantic_eval`]: precision and recall of semantic-hit decisions on the labelled pair set.
+//! - [`replication`]: vector-clock replication of the hot set and of invalidations between regional
+//!   nodes over gRPC, with anti-entropy.
 //! - [`metrics`]: the Prometheus metrics of this daemon.
 //! - [`error`]: [`RegionalError`], and its conversion to OpenAI-shaped HTTP errors.
 
@@ -28,6 +30,7 @@ pub mod flight;
 pub mod hot_store;
 pub mod http;
 pub mod metrics;
+pub mod replication;
 pub mod semantic_cache;
 pub mod semantic_eval;
 pub mod semantic_tier;

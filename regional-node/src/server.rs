@@ -6,7 +6,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use shared::completion::CachedCompletion;
 use shared::normalize::Limits;
+use proto::replication::replication_server::ReplicationServer;
 use tokio::net::TcpListener;
+
+use crate::replication::link::MAX_MESSAGE_BYTES;
 
 use crate::config::Settings;
 use crate::core_client::CoreClient;
@@ -15,6 +18,9 @@ use crate::exact_cache::ExactCache;
 use crate::flight::Flights;
 use crate::hot_store::HotStore;
 use crate::metrics::RegionalMetrics;
+use crate::replication::record::{Record, Resolved};
+use crate::replication::service::ReplicationService;
+use crate::replication::{Applier, Replication, ReplicationSettings};
 use crate::semantic_cache::SemanticLimits;
 use crate::semantic_tier::SemanticTier;
 use crate::RegionalError;
@@ -38,6 +44,8 @@ pub struct AppState {
     pub hot_store: Option<HotStore>,
     /// Misses in flight to the core, by key, for coalescing.
     pub flights: Flights,
+    /// Replication with the peer regional nodes, when a peer address was given.
+    pub replication: Option<Arc<Replication>>,
 }
 
 impl AppState {
@@ -73,9 +81,29 @@ impl AppState {
             }
             None => None,
         };
+        let replication = match settings.config.peer_listen {
+            Some(_) => {
+                let db = match &settings.config.data_dir {
+                    Some(dir) => Some(sled::open(dir.join("replica")).map_err(|e| {
+                        RegionalError::Config(format!("opening the replica store in {}: {e}", dir.display()))
+                    })?),
+                    None => None,
+                };
+                let replication = Replication::new(replication_settings(&settings), db.as_ref())?;
+                // Replicated answers are part of the hot set too: a restart serves them at once.
+                for entry in replication.store().live_answers() {
+                    if !entry.is_expired(now_ms()) {
+                        cache.insert(entry);
+                    }
+                }
+                Some(Arc::new(replication))
+            }
+            None => None,
+        };
         Ok(Self {
             semantic,
             hot_store,
+            replication,
             flights: Flights::default(),
             cache,
             core,
@@ -85,8 +113,20 @@ impl AppState {
         })
     }
 
-    /// Keeps `entry` in the exact cache, and on disk when there is a store.
+    /// Keeps `entry` in the exact cache, and on disk when there is a store; replicates it when it is hot.
+    /// An answer older than an invalidation of its key is dropped.
     pub fn remember(&self, entry: CachedCompletion) {
+        if let Some(replication) = &self.replication {
+            if !replication.admits(&entry) {
+                return;
+            }
+            replication.offer(&entry, now_ms());
+        }
+        self.keep(entry);
+    }
+
+    /// Stores `entry` in the exact cache and on disk, replicating nothing.
+    fn keep(&self, entry: CachedCompletion) {
         match &self.hot_store {
             Some(store) => {
                 self.cache.insert(entry.clone());
@@ -94,6 +134,35 @@ impl AppState {
             }
             None => self.cache.insert(entry),
         }
+    }
+
+    /// Forgets `key` in the exact cache and on disk (an invalidation).
+    pub fn forget(&self, key: &str) {
+        self.cache.remove(key);
+        if let Some(store) = &self.hot_store {
+            store.remove(key);
+        }
+    }
+}
+
+impl Applier for AppState {
+    fn apply(&self, key: &str, record: &Record) {
+        match record.resolve() {
+            Some(Resolved::Live(entry)) if !entry.is_expired(now_ms()) => self.keep(entry.clone()),
+            Some(Resolved::Invalidated) => self.forget(key),
+            _ => {}
+        }
+    }
+}
+
+fn replication_settings(settings: &Settings) -> ReplicationSettings {
+    let config = &settings.config;
+    ReplicationSettings {
+        node_id: config.node_id.clone().unwrap_or_else(|| config.region.clone()),
+        peers: config.peers.clone(),
+        min_lookups: config.replicate_min_lookups,
+        anti_entropy_interval: std::time::Duration::from_millis(config.anti_entropy_interval_ms),
+        secret: settings.tier_secret.0.clone(),
     }
 }
 
@@ -104,9 +173,33 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RegionalError> {
     let region = settings.config.region.clone();
+    let peer_listen = settings.config.peer_listen;
     let state = Arc::new(AppState::new(settings)?);
+    let mut tasks = Vec::new();
+    if let (Some(replication), Some(addr)) = (&state.replication, peer_listen) {
+        let peer_listener = TcpListener::bind(addr).await?;
+        tracing::info!(node = %replication.settings().node_id, addr = %peer_listener.local_addr()?, peers = replication.settings().peers.len(), "replication serving");
+        let applier: Arc<dyn Applier> = state.clone();
+        let service = ReplicationServer::new(ReplicationService::new(Arc::clone(replication), Arc::clone(&applier)))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(peer_listener);
+        tasks.push(tokio::spawn(async move {
+            if let Err(error) = tonic::transport::Server::builder().add_service(service).serve_with_incoming(incoming).await {
+                tracing::error!(%error, "replication server stopped");
+            }
+        }));
+        tasks.extend(replication.spawn(applier)?);
+    }
     tracing::info!(%region, addr = %listener.local_addr()?, "regional node serving");
-    axum::serve(listener, crate::http::router(Arc::clone(&state))).with_graceful_shutdown(shutdown).await?;
+    let served = axum::serve(listener, crate::http::router(Arc::clone(&state))).with_graceful_shutdown(shutdown).await;
+    for task in tasks {
+        task.abort();
+    }
+    served?;
+    if let Some(replication) = &state.replication {
+        replication.store().flush().await;
+    }
     if let Some(store) = &state.hot_store {
         store.flush();
     }

@@ -80,6 +80,11 @@ impl RequestError {
         Self::new(404, "invalid_request_error", Some("not_found"), format!("no route for {path}"))
     }
 
+    /// 404: no cache entry under the key for this tenant.
+    pub fn key_not_found(message: impl Into<String>) -> Self {
+        Self::new(404, "invalid_request_error", Some("key_not_found"), message)
+    }
+
     /// 405: the route exists with another method.
     pub fn method_not_allowed() -> Self {
         Self::new(405, "invalid_request_error", Some("method_not_allowed"), "method not allowed")

@@ -44,7 +44,7 @@
 
 mod lru_list;
 mod shard;
-mod sketch;
+pub(crate) mod sketch;
 #[cfg(test)]
 mod test_support;
 
@@ -137,6 +137,12 @@ impl ExactCache {
     pub fn insert(&self, entry: CachedCompletion) {
         let hash = self.hash(&entry.key);
         lock(self.shard(hash)).insert(entry, hash);
+    }
+
+    /// Removes the entry under `key`; true if there was one.
+    pub fn remove(&self, key: &str) -> bool {
+        let hash = self.hash(key);
+        lock(self.shard(hash)).remove_key(key)
     }
 
     /// Whether `key` is held (fresh or not), without counting a lookup or touching recency.

@@ -130,6 +130,17 @@ impl Shard {
         self.evict();
     }
 
+    /// Removes the entry under `key`; true if there was one.
+    pub(super) fn remove_key(&mut self, key: &str) -> bool {
+        match self.index.get(key) {
+            Some(&index) => {
+                self.remove(index);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Whether `key` is held, without counting a lookup.
     pub(super) fn contains(&self, key: &str) -> bool {
         self.index.contains_key(key)

@@ -28,7 +28,7 @@ const ROW_SEEDS: [u64; ROWS] =
     [0xc3a5_c85c_97cb_3127, 0xb492_b66f_be98_f273, 0x9ae1_6a3b_2f90_404f, 0xcbf2_9ce4_8422_2325];
 
 /// A count-min sketch of key frequencies with periodic halving.
-pub(super) struct FrequencySketch {
+pub(crate) struct FrequencySketch {
     /// `ROWS` rows of `width` counters, row after row.
     counters: Vec<u8>,
     /// Keys the cache may hold before the sketch widens (a power of two).
@@ -43,7 +43,7 @@ pub(super) struct FrequencySketch {
 
 impl FrequencySketch {
     /// A sketch sized for a cache of about `keys` entries.
-    pub(super) fn with_capacity(keys: usize) -> Self {
+    pub(crate) fn with_capacity(keys: usize) -> Self {
         let keys = keys.clamp(MIN_KEYS, MAX_KEYS).next_power_of_two();
         let width = COUNTERS_PER_KEY * keys;
         Self {
@@ -69,12 +69,12 @@ impl FrequencySketch {
     }
 
     /// The estimated number of recent increments of `hash` (at most 15).
-    pub(super) fn frequency(&self, hash: u64) -> u8 {
+    pub(crate) fn frequency(&self, hash: u64) -> u8 {
         (0..ROWS).map(|row| self.counters[self.slot(hash, row)]).min().unwrap_or(0)
     }
 
     /// Counts one occurrence of `hash`, and ages the sketch when a sample is complete.
-    pub(super) fn increment(&mut self, hash: u64) {
+    pub(crate) fn increment(&mut self, hash: u64) {
         let slots: [usize; ROWS] = std::array::from_fn(|row| self.slot(hash, row));
         let min = slots.iter().map(|&slot| self.counters[slot]).min().unwrap_or(MAX_COUNT);
         if min >= MAX_COUNT {

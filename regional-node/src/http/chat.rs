@@ -108,8 +108,18 @@ async fn answer(
     started: Instant,
 ) -> Result<Response, RegionalError> {
     let Admitted { tenant, request, key, class, only_if_cached } = admitted;
-    let cached = if class.cacheable() { state.cache.get(key.as_str(), now_ms()) } else { None };
+    let cached = if class.cacheable() {
+        if let Some(replication) = &state.replication {
+            replication.touch(key.as_str());
+        }
+        state.cache.get(key.as_str(), now_ms())
+    } else {
+        None
+    };
     if let Some(entry) = cached {
+        if let Some(replication) = &state.replication {
+            replication.offer(&entry, now_ms());
+        }
         state.metrics.hits_regional.inc();
         let mut timing = ServerTiming::default();
         timing.push_ms("regional", elapsed_ms(started));

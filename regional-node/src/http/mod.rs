@@ -1,6 +1,7 @@
 //! HTTP routes of the regional daemon.
 
 mod chat;
+mod invalidate;
 mod ops;
 mod respond;
 
@@ -15,6 +16,8 @@ use crate::server::AppState;
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions).fallback(ops::method_not_allowed))
+        .route("/v1/cache/invalidate", post(invalidate::invalidate).fallback(ops::method_not_allowed))
+        .route("/v1/replication", get(ops::replication).fallback(ops::method_not_allowed))
         .route("/v1/models", get(ops::models).fallback(ops::method_not_allowed))
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))

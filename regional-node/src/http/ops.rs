@@ -6,6 +6,7 @@ use axum::extract::State;
 use axum::http::{header, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use shared::metrics::MetricsText;
 use shared::RequestError;
 
 use crate::error::error_response;
@@ -22,9 +23,34 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> Json<serde_json::Val
     }))
 }
 
+/// `GET /v1/replication`: this node's replicated state (counts and root digest: equal roots, equal
+/// states) and its peer links. 404 when the node does not replicate.
+pub async fn replication(State(state): State<Arc<AppState>>) -> Response {
+    let Some(replication) = &state.replication else {
+        return error_response(&RequestError::not_found("/v1/replication (this node does not replicate)"));
+    };
+    let stats = replication.store().stats();
+    Json(serde_json::json!({
+        "node_id": replication.settings().node_id,
+        "records": stats.records,
+        "live": stats.live,
+        "tombstones": stats.tombstones,
+        "collected": stats.collected,
+        "root": format!("{:016x}", stats.root),
+        "peers": replication.peer_views(),
+    }))
+    .into_response()
+}
+
 /// `GET /metrics`: Prometheus text format.
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let text = state.metrics.render(&state.settings.config.region, state.cache.stats());
+    let mut text = state.metrics.render(&state.settings.config.region, state.cache.stats());
+    if let Some(replication) = &state.replication {
+        let region = &state.settings.config.region;
+        text.push_str(
+            &replication.metrics.render(MetricsText::default(), region, replication.store().stats()).finish(),
+        );
+    }
     ([(header::CONTENT_TYPE, shared::metrics::CONTENT_TYPE)], text).into_response()
 }
 

@@ -1,0 +1,84 @@
+//! `POST /v1/cache/invalidate`: a tenant drops one of its cached answers everywhere.
+//!
+//! The body is `{"key": "<x-cache-key of the answer>"}`. The core removes the entry from the
+//! authoritative state first (it refuses another tenant's key); then this node forgets it and, when it
+//! replicates, writes a tombstone that every peer merges, so no region serves the answer again and no
+//! stale copy brings it back.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use shared::RequestError;
+
+use crate::caller::resolve_tenant;
+use crate::error::error_response;
+use crate::server::{now_ms, AppState};
+
+/// Largest invalidation body.
+const MAX_BODY_BYTES: usize = 4096;
+
+/// The handler.
+pub async fn invalidate(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    match run(&state, &headers, body).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn run(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, crate::RegionalError> {
+    let tenant = resolve_tenant(headers, &state.settings.tenants, &state.settings.tier_secret.0)?;
+    let bytes =
+        axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|_| RequestError::too_large(MAX_BODY_BYTES))?;
+    let key = parse_key(&bytes)?;
+    if state.cache.get(&key, i64::MIN).is_some_and(|entry| entry.tenant != tenant) {
+        return Ok(error_response(&RequestError::key_not_found("no cached answer of this tenant under that key")));
+    }
+    let now = now_ms();
+    let request_id = format!("invalidate:{}:{}", state.settings.config.region, now);
+    let removed_at_core = state.core.invalidate(&key, &tenant, &request_id).await?;
+    state.forget(&key);
+    if let Some(replication) = &state.replication {
+        replication.invalidate(&key, &tenant, now);
+    }
+    tracing::info!(%tenant, %key, removed_at_core, "invalidated");
+    Ok(Json(serde_json::json!({
+        "object": "cache.invalidation",
+        "key": key,
+        "removed_at_core": removed_at_core,
+        "replicated": state.replication.is_some(),
+    }))
+    .into_response())
+}
+
+/// The `key` field of the body.
+fn parse_key(bytes: &[u8]) -> Result<String, RequestError> {
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| RequestError::invalid(format!("the body is not JSON: {e}")))?;
+    let key = value
+        .get("key")
+        .ok_or_else(|| RequestError::invalid_param("key", "`key` is required"))?
+        .as_str()
+        .ok_or_else(|| RequestError::invalid_param("key", "`key` must be a string"))?;
+    if key.is_empty() || key.len() > 256 || !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(RequestError::invalid_param("key", "`key` must be a cache key (printable, at most 256 bytes)"));
+    }
+    Ok(key.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_must_be_a_printable_string() {
+        assert_eq!(parse_key(br#"{"key":"v1:abc"}"#).ok().as_deref(), Some("v1:abc"));
+        for bad in [&br#"{"key":1}"#[..], b"{}", b"not json", br#"{"key":""}"#, br#"{"key":"a b"}"#] {
+            let error = parse_key(bad).expect_err("refused");
+            assert_eq!(error.status, 400, "{}", String::from_utf8_lossy(bad));
+        }
+    }
+}

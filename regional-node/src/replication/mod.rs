@@ -1,0 +1,227 @@
+//! Replication of the hot set and of invalidations between regional nodes.
+//!
+//! Each replicated key is a [`record::Record`]: a multi-value register under `crdts` vector clocks, with
+//! invalidations as tombstones. Concurrent writes resolve the same way on every node, a stale write never
+//! brings back an invalidated entry, and tombstones go only once every peer has acknowledged them
+//! ([`store`]).
+//!
+//! What replicates: an answer becomes a record when its key is hot ([`hot_keys`]: a frequency sketch
+//! with aging, `--replicate-min-lookups`), and every later answer or invalidation of a replicated key
+//! follows. Cold answers stay local; another region fetches them on demand from the core, which holds
+//! every answer.
+//!
+//! How: every node dials every peer ([`link`]) and streams its own writes over a bidirectional gRPC
+//! stream (deltas one way, acknowledgements back); [`service`] is the receiving end. On every connect,
+//! after a lagging delta feed, and every `--anti-entropy-interval-ms`, the link runs anti-entropy
+//! ([`anti_entropy`]): digests of 256 key ranges, then per-key summaries of the ranges that differ, then
+//! only the records that differ, both ways. So a partition or a restart heals by itself.
+//!
+//! # Layout
+//! - [`record`]: the register and its merge (proptested laws in `record_tests.rs`).
+//! - [`store`]: the node's records in memory and sled, range digests, tombstone collection.
+//! - [`anti_entropy`]: the pure steps of a round (proptested convergence in `store_tests.rs`).
+//! - [`wire`]: records to and from protobuf.
+//! - [`hot_keys`], [`metrics`], [`link`], [`service`].
+
+pub mod anti_entropy;
+pub mod hot_keys;
+pub mod link;
+pub mod metrics;
+pub mod record;
+pub mod service;
+pub mod store;
+pub mod wire;
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use shared::completion::CachedCompletion;
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+
+use self::hot_keys::HotKeys;
+use self::metrics::ReplicationMetrics;
+use self::record::{Record, Resolved, Tombstone, Value};
+use self::store::ReplicaStore;
+use crate::RegionalError;
+
+/// Keys changed by local writes, buffered for the links; a link that falls further behind runs
+/// anti-entropy instead.
+const CHANGE_FEED: usize = 16 * 1024;
+
+/// Where merged records take effect: the exact tier of the node.
+pub trait Applier: Send + Sync + 'static {
+    /// `key`'s record changed to `record` (merged from a peer).
+    fn apply(&self, key: &str, record: &Record);
+}
+
+/// How replication is set up.
+#[derive(Clone, Debug)]
+pub struct ReplicationSettings {
+    /// This node's actor id in every clock (unique in the mesh).
+    pub node_id: String,
+    /// gRPC URLs of every peer.
+    pub peers: Vec<String>,
+    /// Lookups that make a key hot.
+    pub min_lookups: u8,
+    /// Time between anti-entropy rounds with each peer (and between sweeps).
+    pub anti_entropy_interval: Duration,
+    /// The shared secret between tiers, sent to and required from peers.
+    pub secret: String,
+}
+
+/// What a peer link reports for the status route.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct PeerView {
+    /// The peer's URL.
+    pub url: String,
+    /// Whether the delta stream is up.
+    pub connected: bool,
+    /// The last failure, if the stream is down.
+    pub last_error: Option<String>,
+    /// Anti-entropy rounds completed with this peer.
+    pub anti_entropy_rounds: u64,
+    /// Key ranges the last round found different.
+    pub last_differing_ranges: usize,
+    /// The last batch sequence number the peer acknowledged on the current stream.
+    pub acked_seq: u64,
+}
+
+/// The replication state of a node.
+pub struct Replication {
+    settings: ReplicationSettings,
+    store: ReplicaStore,
+    hot: HotKeys,
+    changes: broadcast::Sender<String>,
+    peers: Vec<Mutex<PeerView>>,
+    /// Counters.
+    pub metrics: ReplicationMetrics,
+}
+
+impl Replication {
+    /// Opens the replicated state (in `db` when given).
+    pub fn new(settings: ReplicationSettings, db: Option<&sled::Db>) -> Result<Self, RegionalError> {
+        if settings.node_id.is_empty() {
+            return Err(RegionalError::Config("the replication node id must not be empty".into()));
+        }
+        let store = ReplicaStore::open(&settings.node_id, settings.peers.len(), db)?;
+        let peers =
+            settings.peers.iter().map(|url| Mutex::new(PeerView { url: url.clone(), ..PeerView::default() })).collect();
+        Ok(Self {
+            hot: HotKeys::new(settings.min_lookups),
+            changes: broadcast::channel(CHANGE_FEED).0,
+            store,
+            peers,
+            metrics: ReplicationMetrics::default(),
+            settings,
+        })
+    }
+
+    /// The records.
+    pub fn store(&self) -> &ReplicaStore {
+        &self.store
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &ReplicationSettings {
+        &self.settings
+    }
+
+    /// Counts a lookup of `key`.
+    pub fn touch(&self, key: &str) {
+        self.hot.touch(key);
+    }
+
+    /// Whether `entry` may be kept: not if the key holds a tombstone newer than the answer (a lagging
+    /// core read, or a stale copy, of what was invalidated).
+    pub fn admits(&self, entry: &CachedCompletion) -> bool {
+        self.store.inspect(&entry.key, |record| !record.is_some_and(|r| invalidated_after(r, entry)))
+    }
+
+    /// The node holds `entry` live: replicate it if its key is hot or already replicated (and the record
+    /// does not hold it yet).
+    pub fn offer(&self, entry: &CachedCompletion, now_ms: i64) {
+        let wanted = self.store.inspect(&entry.key, |record| match record {
+            None => self.hot.is_hot(&entry.key),
+            Some(r) if r.is_tombstone() => !invalidated_after(r, entry),
+            Some(r) => !r.holds_answer(entry),
+        });
+        if wanted {
+            self.store.write_local(&entry.key, Value::Live(entry.clone()), now_ms);
+            let _ = self.changes.send(entry.key.clone());
+        }
+    }
+
+    /// Records an invalidation of `key` (owned by `tenant`) and sends it to every peer.
+    pub fn invalidate(&self, key: &str, tenant: &str, now_ms: i64) {
+        let tombstone = Tombstone { tenant: tenant.to_owned(), invalidated_ms: now_ms };
+        self.store.write_local(key, Value::Tombstone(tombstone), now_ms);
+        let _ = self.changes.send(key.to_owned());
+    }
+
+    /// Merges a record from a peer and applies it when it changed anything; false when it did not parse.
+    pub fn merge_remote(&self, wire: proto::replication::Record, applier: &dyn Applier) -> bool {
+        let Some((key, record)) = wire::from_wire(wire) else { return false };
+        match self.store.merge(&key, &record) {
+            Some(merged) => {
+                self.metrics.records_merged.inc();
+                applier.apply(&key, &merged);
+            }
+            None => self.metrics.records_ignored.inc(),
+        }
+        true
+    }
+
+    /// Every peer's link state.
+    pub fn peer_views(&self) -> Vec<PeerView> {
+        self.peers.iter().map(|p| p.lock().unwrap_or_else(PoisonError::into_inner).clone()).collect()
+    }
+
+    fn update_peer(&self, index: usize, update: impl FnOnce(&mut PeerView)) {
+        if let Some(peer) = self.peers.get(index) {
+            update(&mut peer.lock().unwrap_or_else(PoisonError::into_inner));
+        }
+    }
+
+    /// Starts a link to every peer and the periodic sweep; abort the handles to stop them.
+    pub fn spawn(self: &Arc<Self>, applier: Arc<dyn Applier>) -> Result<Vec<JoinHandle<()>>, RegionalError> {
+        let mut tasks = Vec::new();
+        for (index, url) in self.settings.peers.iter().enumerate() {
+            let link = link::Link::new(Arc::clone(self), Arc::clone(&applier), index, url)?;
+            tasks.push(tokio::spawn(link.run()));
+        }
+        let this = Arc::clone(self);
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(this.settings.anti_entropy_interval);
+            loop {
+                tick.tick().await;
+                let sweep = this.store.sweep(crate::server::now_ms());
+                this.metrics.tombstones_collected.add(sweep.collected as u64);
+                this.metrics.records_expired.add(sweep.expired as u64);
+            }
+        }));
+        Ok(tasks)
+    }
+}
+
+impl std::fmt::Debug for Replication {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replication").field("node_id", &self.settings.node_id).finish_non_exhaustive()
+    }
+}
+
+/// Whether `record` holds an invalidation made at or after `entry` was created.
+fn invalidated_after(record: &Record, entry: &CachedCompletion) -> bool {
+    record.versions().iter().any(|v| match &v.value {
+        Value::Tombstone(t) => t.invalidated_ms >= entry.created_ms,
+        Value::Live(_) => false,
+    })
+}
+
+/// The answer a record reads as, if any.
+pub fn live_answer(record: &Record) -> Option<&CachedCompletion> {
+    match record.resolve() {
+        Some(Resolved::Live(entry)) => Some(entry),
+        _ => None,
+    }
+}

@@ -1,0 +1,114 @@
+//! The receiving end of replication: peers' delta streams and anti-entropy calls.
+
+use std::sync::Arc;
+
+use prost::Message as _;
+use proto::replication::replication_server::Replication as ReplicationRpc;
+use proto::replication::{
+    Ack, DeltaBatch, DigestReply, DigestRequest, FetchReply, FetchRequest, KeySummary, SummariesReply,
+    SummariesRequest,
+};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::store::RANGES;
+use super::{wire, Applier, Replication};
+
+/// Most keys one fetch may ask for.
+const MAX_FETCH_KEYS: usize = 4096;
+
+/// The gRPC service peers call.
+pub struct ReplicationService {
+    replication: Arc<Replication>,
+    applier: Arc<dyn Applier>,
+}
+
+impl ReplicationService {
+    /// Serves `replication`, applying merged records through `applier`.
+    pub fn new(replication: Arc<Replication>, applier: Arc<dyn Applier>) -> Self {
+        Self { replication, applier }
+    }
+
+    fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let presented = request.metadata().get(proto::TIER_SECRET_METADATA).map(|v| v.as_bytes());
+        if presented == Some(self.replication.settings.secret.as_bytes()) {
+            Ok(())
+        } else {
+            Err(Status::unauthenticated("replication needs the tier secret"))
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl ReplicationRpc for ReplicationService {
+    type ReplicateStream = UnboundedReceiverStream<Result<Ack, Status>>;
+
+    async fn replicate(
+        &self,
+        request: Request<Streaming<DeltaBatch>>,
+    ) -> Result<Response<Self::ReplicateStream>, Status> {
+        self.authorize(&request)?;
+        let mut inbound = request.into_inner();
+        // Acknowledgements are tiny and cumulative; an unbounded queue keeps the reader from ever waiting
+        // on a peer that is slow to read them.
+        let (tx, rx) = mpsc::unbounded_channel();
+        let replication = Arc::clone(&self.replication);
+        let applier = Arc::clone(&self.applier);
+        tokio::spawn(async move {
+            while let Ok(Some(batch)) = inbound.message().await {
+                replication.metrics.bytes_received.add(batch.encoded_len() as u64);
+                for record in batch.records {
+                    if !replication.merge_remote(record, applier.as_ref()) {
+                        tracing::warn!(from = %batch.from, "dropped a malformed record from a peer");
+                    }
+                }
+                // Acknowledge only what is on disk: a tombstone is collected once every peer has it.
+                replication.store().flush().await;
+                if tx.send(Ok(Ack { seq: batch.seq })).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(UnboundedReceiverStream::new(rx)))
+    }
+
+    async fn digest(&self, request: Request<DigestRequest>) -> Result<Response<DigestReply>, Status> {
+        self.authorize(&request)?;
+        let store = self.replication.store();
+        let reply = DigestReply { ranges: store.range_digests(), records: store.stats().records as u64 };
+        self.replication.metrics.bytes_sent.add(reply.encoded_len() as u64);
+        Ok(Response::new(reply))
+    }
+
+    async fn summaries(&self, request: Request<SummariesRequest>) -> Result<Response<SummariesReply>, Status> {
+        self.authorize(&request)?;
+        let ranges = request.into_inner().ranges;
+        if let Some(bad) = ranges.iter().find(|&&r| r as usize >= RANGES) {
+            return Err(Status::invalid_argument(format!("range {bad} is not below {RANGES}")));
+        }
+        let keys = self
+            .replication
+            .store()
+            .summaries(&ranges)
+            .into_iter()
+            .map(|(key, hash)| KeySummary { key, hash })
+            .collect();
+        let reply = SummariesReply { keys };
+        self.replication.metrics.bytes_sent.add(reply.encoded_len() as u64);
+        Ok(Response::new(reply))
+    }
+
+    async fn fetch(&self, request: Request<FetchRequest>) -> Result<Response<FetchReply>, Status> {
+        self.authorize(&request)?;
+        let keys = request.into_inner().keys;
+        if keys.len() > MAX_FETCH_KEYS {
+            return Err(Status::invalid_argument(format!("at most {MAX_FETCH_KEYS} keys per fetch")));
+        }
+        let records =
+            self.replication.store().records(&keys).iter().map(|(key, record)| wire::to_wire(key, record)).collect();
+        let reply = FetchReply { records };
+        self.replication.metrics.bytes_sent.add(reply.encoded_len() as u64);
+        Ok(Response::new(reply))
+    }
+}

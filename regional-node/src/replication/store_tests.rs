@@ -1,0 +1,203 @@
+use proptest::prelude::*;
+
+use super::super::anti_entropy::{differing_ranges, to_pull, to_push};
+use super::super::record::{Tombstone, Value};
+use super::*;
+
+fn answer(key: &str, content: &str) -> CachedCompletion {
+    super::super::record::tests::answer(key, content, 1)
+}
+
+fn tomb() -> Value {
+    Value::Tombstone(Tombstone { tenant: "acme".into(), invalidated_ms: 1 })
+}
+
+fn store(id: &str, peers: usize) -> ReplicaStore {
+    ReplicaStore::open(id, peers, None).expect("store opens")
+}
+
+/// One anti-entropy round run by `a` against `b`, as the peer link runs it over gRPC.
+fn reconcile(a: &ReplicaStore, b: &ReplicaStore) {
+    let ranges = differing_ranges(&a.range_digests(), &b.range_digests());
+    if ranges.is_empty() {
+        return;
+    }
+    let theirs = b.summaries(&ranges);
+    for (key, record) in b.records(&to_pull(&a.summaries(&ranges), &theirs)) {
+        a.merge(&key, &record);
+    }
+    for (key, record) in a.records(&to_push(&a.summaries(&ranges), &theirs)) {
+        b.merge(&key, &record);
+    }
+}
+
+fn reads(store: &ReplicaStore, key: &str) -> Option<String> {
+    store.get(key).and_then(|r| match r.resolve() {
+        Some(Resolved::Live(entry)) => Some(entry.content.clone()),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_partitioned_write_and_invalidation_converge_after_anti_entropy() {
+    let (a, b, c) = (store("a", 2), store("b", 2), store("c", 2));
+    let shared = a.write_local("k1", Value::Live(answer("k1", "v1")), 1);
+    b.merge("k1", &shared);
+    c.merge("k1", &shared);
+    // Partition c: a invalidates k1 and writes k2; c writes k3 and rewrites k1 without seeing the tombstone.
+    let tombstone = a.write_local("k1", tomb(), 2);
+    b.merge("k1", &tombstone);
+    a.write_local("k2", Value::Live(answer("k2", "v2")), 3);
+    c.write_local("k3", Value::Live(answer("k3", "v3")), 4);
+    c.write_local("k1", Value::Live(answer("k1", "rewritten")), 5);
+    assert_ne!(a.stats().root, c.stats().root);
+    // Heal.
+    for (x, y) in [(&a, &b), (&b, &c), (&c, &a)] {
+        reconcile(x, y);
+    }
+    let roots: Vec<u64> = [&a, &b, &c].iter().map(|s| s.stats().root).collect();
+    assert!(roots.windows(2).all(|w| w[0] == w[1]), "{roots:?}");
+    for s in [&a, &b, &c] {
+        assert_eq!(reads(s, "k1"), None, "the invalidation wins over the racing rewrite");
+        assert_eq!(reads(s, "k2").as_deref(), Some("v2"));
+        assert_eq!(reads(s, "k3").as_deref(), Some("v3"));
+    }
+}
+
+#[test]
+fn a_tombstone_is_collected_only_once_every_peer_acknowledged_it_and_stale_versions_stay_dead() {
+    let a = store("a", 2);
+    let old = a.write_local("k", Value::Live(answer("k", "old")), 1);
+    let tombstone = a.write_local("k", tomb(), 2);
+    let digest = tombstone.digest("k");
+    a.acknowledged("k", digest, 0);
+    assert_eq!(a.sweep(10).collected, 0, "one of two peers acknowledged");
+    a.acknowledged("k", digest ^ 1, 1);
+    assert_eq!(a.sweep(10).collected, 0, "an acknowledgement of another version does not count");
+    a.acknowledged("k", digest, 1);
+    assert_eq!(a.sweep(10).collected, 1);
+    assert!(a.get("k").is_none());
+    assert_eq!(a.merge("k", &old), None, "a stale version in flight is dropped");
+    let fresh = a.write_local("k", Value::Live(answer("k", "new")), 3);
+    assert_eq!(reads(&a, "k").as_deref(), Some("new"));
+    let b = store("b", 2);
+    b.merge("k", &tombstone);
+    b.merge("k", &fresh);
+    assert_eq!(reads(&b, "k").as_deref(), Some("new"), "a write after the collection supersedes the tombstone");
+}
+
+#[test]
+fn records_survive_a_reopen_and_the_counter_keeps_growing() {
+    let dir = std::env::temp_dir().join(format!("replica-store-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let db = sled::open(&dir).expect("sled opens");
+    let first = {
+        let s = ReplicaStore::open("a", 1, Some(&db)).expect("opens");
+        s.write_local("k", Value::Live(answer("k", "v")), 0);
+        s.write_local("j", tomb(), 0);
+        s.stats()
+    };
+    let again = ReplicaStore::open("a", 1, Some(&db)).expect("reopens");
+    assert_eq!(again.stats(), first);
+    assert_eq!(again.live_answers().len(), 1);
+    let record = again.write_local("k", Value::Live(answer("k", "w")), 0);
+    assert_eq!(record.clock().get(&"a".to_owned()), 3, "the counter went on from the disk");
+    drop(again);
+    drop(db);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A step of a random history over three nodes and three keys.
+#[derive(Clone, Debug)]
+enum Step {
+    Write { node: usize, key: usize, content: u8 },
+    Invalidate { node: usize, key: usize },
+}
+
+fn arb_step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        3 => (0usize..3, 0usize..3, 0u8..4).prop_map(|(node, key, content)| Step::Write { node, key, content }),
+        1 => (0usize..3, 0usize..3).prop_map(|(node, key)| Step::Invalidate { node, key }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Deltas of a random history are delivered reordered, duplicated and partly lost, then anti-entropy
+    /// runs: every node ends with the same state, and a key whose last step was an invalidation reads as
+    /// invalidated everywhere, also after its tombstone is collected and stale deltas arrive again.
+    #[test]
+    fn nodes_converge_under_reordering_duplication_and_loss(
+        steps in proptest::collection::vec(arb_step(), 1..24),
+        deliveries in proptest::collection::vec((any::<proptest::sample::Index>(), 0usize..3), 0..48),
+    ) {
+        let nodes = [store("a", 2), store("b", 2), store("c", 2)];
+        let keys = ["k0", "k1", "k2"];
+        let mut deltas: Vec<(usize, &str, Record)> = Vec::new();
+        let mut last_was_invalidation = [false; 3];
+        for (time, step) in steps.iter().enumerate() {
+            let (node, key, value) = match *step {
+                Step::Write { node, key, content } => {
+                    last_was_invalidation[key] = false;
+                    (node, key, Value::Live(answer(keys[key], &format!("c{content}"))))
+                }
+                Step::Invalidate { node, key } => {
+                    last_was_invalidation[key] = true;
+                    (node, key, tomb())
+                }
+            };
+            let record = nodes[node].write_local(keys[key], value, time as i64);
+            deltas.push((node, keys[key], record));
+            // Some deltas are delivered between steps, in any order, some twice, some never.
+            for (pick, to) in deliveries.iter().skip(time * 2).take(2) {
+                let (_, key, record) = pick.get(&deltas);
+                nodes[*to].merge(key, record);
+            }
+        }
+        for (pick, to) in &deliveries {
+            let (_, key, record) = pick.get(&deltas);
+            nodes[*to].merge(key, record);
+        }
+        for _ in 0..2 {
+            for (x, y) in [(0, 1), (1, 2), (2, 0)] {
+                reconcile(&nodes[x], &nodes[y]);
+            }
+        }
+        let root = nodes[0].stats().root;
+        for node in &nodes {
+            prop_assert_eq!(node.stats().root, root);
+        }
+        for (index, key) in keys.iter().enumerate() {
+            if last_was_invalidation[index] {
+                for node in &nodes {
+                    prop_assert_eq!(reads(node, key), None);
+                }
+            }
+        }
+        // Every peer acknowledges every tombstone; they are collected; old deltas arrive again.
+        for (me, node) in nodes.iter().enumerate() {
+            for key in keys {
+                if let Some(digest) = node.digest_of(key) {
+                    for peer in 0..2 {
+                        node.acknowledged(key, digest, peer);
+                    }
+                }
+            }
+            let _ = me;
+            node.sweep(1_000);
+        }
+        for (_, key, record) in &deltas {
+            for node in &nodes {
+                node.merge(key, record);
+            }
+        }
+        for (index, key) in keys.iter().enumerate() {
+            if last_was_invalidation[index] {
+                for node in &nodes {
+                    prop_assert_eq!(reads(node, key), None);
+                }
+            }
+        }
+    }
+}
