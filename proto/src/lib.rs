@@ -57,10 +57,10 @@ pub use mesh::cache::v1 as cache;
 pub use mesh::core::v1 as core;
 /// Inference pod API (`mesh.inference.v1`).
 pub use mesh::inference::v1 as inference;
-/// Replication between regional nodes (`mesh.replication.v1`).
-pub use mesh::replication::v1 as replication;
 /// Raft RPCs between core nodes (`mesh.raft.v1`).
 pub use mesh::raft::v1 as raft;
+/// Replication between regional nodes (`mesh.replication.v1`).
+pub use mesh::replication::v1 as replication;
 
 mod convert;
 

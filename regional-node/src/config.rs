@@ -138,7 +138,9 @@ impl RegionalConfig {
             }
         }
         if !self.peers.is_empty() && self.peer_listen.is_none() {
-            return Err(RegionalError::Config("--peers needs --peer-listen (peers dial this node too)".into()));
+            return Err(RegionalError::Config(
+                "--peers needs --peer-listen (peers dial this node too)".into(),
+            ));
         }
         if self.anti_entropy_interval_ms == 0 {
             return Err(RegionalError::Config("--anti-entropy-interval-ms must be positive".into()));

@@ -4,9 +4,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use proto::replication::replication_server::ReplicationServer;
 use shared::completion::CachedCompletion;
 use shared::normalize::Limits;
-use proto::replication::replication_server::ReplicationServer;
 use tokio::net::TcpListener;
 
 use crate::replication::link::MAX_MESSAGE_BYTES;
@@ -180,19 +180,23 @@ pub async fn run(
         let peer_listener = TcpListener::bind(addr).await?;
         tracing::info!(node = %replication.settings().node_id, addr = %peer_listener.local_addr()?, peers = replication.settings().peers.len(), "replication serving");
         let applier: Arc<dyn Applier> = state.clone();
-        let service = ReplicationServer::new(ReplicationService::new(Arc::clone(replication), Arc::clone(&applier)))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let service =
+            ReplicationServer::new(ReplicationService::new(Arc::clone(replication), Arc::clone(&applier)))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(peer_listener);
         tasks.push(tokio::spawn(async move {
-            if let Err(error) = tonic::transport::Server::builder().add_service(service).serve_with_incoming(incoming).await {
+            if let Err(error) =
+                tonic::transport::Server::builder().add_service(service).serve_with_incoming(incoming).await
+            {
                 tracing::error!(%error, "replication server stopped");
             }
         }));
         tasks.extend(replication.spawn(applier)?);
     }
     tracing::info!(%region, addr = %listener.local_addr()?, "regional node serving");
-    let served = axum::serve(listener, crate::http::router(Arc::clone(&state))).with_graceful_shutdown(shutdown).await;
+    let served =
+        axum::serve(listener, crate::http::router(Arc::clone(&state))).with_graceful_shutdown(shutdown).await;
     for task in tasks {
         task.abort();
     }

@@ -118,15 +118,33 @@ impl ChatClient {
 
     /// `POST /v1/chat/completions` with a raw body.
     pub fn chat_raw(&self, body: &str) -> anyhow::Result<Reply> {
+        self.send("/v1/chat/completions", body, &[])
+    }
+
+    /// `POST /v1/chat/completions` with `Cache-Control: only-if-cached`: a cached answer or 504.
+    pub fn chat_only_if_cached(&self, body: &serde_json::Value) -> anyhow::Result<Reply> {
+        self.send("/v1/chat/completions", &body.to_string(), &[("cache-control", "only-if-cached")])
+    }
+
+    /// `POST /v1/cache/invalidate` of the answer under `key`.
+    pub fn invalidate(&self, key: &str) -> anyhow::Result<Reply> {
+        self.send("/v1/cache/invalidate", &serde_json::json!({ "key": key }).to_string(), &[])
+    }
+
+    fn send(&self, path: &str, body: &str, headers: &[(&str, &str)]) -> anyhow::Result<Reply> {
         let started = Instant::now();
-        let mut response = self.post("/v1/chat/completions").send(body).context("sending chat request")?;
+        let mut request = self.post(path);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let mut response = request.send(body).with_context(|| format!("sending POST {path}"))?;
         let headers = header_map(response.headers());
         let body = response
             .body_mut()
             .with_config()
             .limit(64 * 1024 * 1024)
             .read_to_string()
-            .context("reading chat response")?;
+            .with_context(|| format!("reading the reply to POST {path}"))?;
         Ok(Reply { status: response.status().as_u16(), headers, body, elapsed: started.elapsed() })
     }
 

@@ -10,6 +10,7 @@ use anyhow::{bail, Context as _};
 use sha2::{Digest, Sha256};
 
 use crate::client::ChatClient;
+use crate::fault_proxy::FaultProxy;
 use crate::paths;
 use crate::ports::free_port;
 use crate::process::ManagedProcess;
@@ -28,7 +29,8 @@ pub struct MeshSpec {
     /// Port of the edge; a free one when `None`.
     pub edge_port: Option<u16>,
     /// First of a fixed range of ports for the pod (`base`), core nodes (`base+1..`), regional nodes
-    /// (`base+11..`) and the edge inspector (`base+21`); free ports when `None`. A mesh that is started
+    /// (`base+11..`), the edge inspector (`base+21`) and the regional nodes' replication
+    /// (`base+31..`); free ports when `None`. A mesh that is started
     /// again on the same data directory needs the same core ports, since Raft membership records them.
     pub base_port: Option<u16>,
     /// The development tenant's name.
@@ -37,6 +39,11 @@ pub struct MeshSpec {
     pub api_key: String,
     /// Served models (`name@version`).
     pub models: String,
+    /// Route replication between regional nodes through fault proxies owned by the harness, so a test
+    /// can cut links ([`Mesh::partition_regional`]); otherwise the nodes dial each other directly.
+    pub peer_fault_proxies: bool,
+    /// Milliseconds between anti-entropy rounds of the regional nodes (their default when `None`).
+    pub anti_entropy_ms: Option<u64>,
 }
 
 impl MeshSpec {
@@ -52,6 +59,8 @@ impl MeshSpec {
             tenant: "dev".into(),
             api_key: "sk-dev".into(),
             models: shared::models::DEFAULT_MODELS.into(),
+            peer_fault_proxies: false,
+            anti_entropy_ms: None,
         }
     }
 }
@@ -61,6 +70,8 @@ struct Ports {
     pod: u16,
     cores: Vec<u16>,
     regionals: Vec<u16>,
+    /// Replication (gRPC) ports of the regional nodes.
+    regional_peers: Vec<u16>,
     edge: u16,
     edge_inspector: u16,
 }
@@ -71,6 +82,7 @@ impl Ports {
             pod: free_port()?,
             cores: (0..spec.core_nodes).map(|_| free_port()).collect::<Result<_, _>>()?,
             regionals: (0..spec.regional_nodes).map(|_| free_port()).collect::<Result<_, _>>()?,
+            regional_peers: (0..spec.regional_nodes).map(|_| free_port()).collect::<Result<_, _>>()?,
             edge: match spec.edge_port {
                 Some(port) => port,
                 None => free_port()?,
@@ -80,22 +92,24 @@ impl Ports {
     }
 
     fn fixed(base: u16, spec: &MeshSpec) -> anyhow::Result<Self> {
-        if spec.core_nodes > 10 || spec.regional_nodes > 10 || base > u16::MAX - 22 {
+        if spec.core_nodes > 10 || spec.regional_nodes > 10 || base > u16::MAX - 42 {
             bail!(
                 "fixed ports: at most 10 core and 10 regional nodes, and a base port below {}",
-                u16::MAX - 22
+                u16::MAX - 42
             );
         }
         let ports = Self {
             pod: base,
             cores: (0..spec.core_nodes as u16).map(|i| base + 1 + i).collect(),
             regionals: (0..spec.regional_nodes as u16).map(|i| base + 11 + i).collect(),
+            regional_peers: (0..spec.regional_nodes as u16).map(|i| base + 31 + i).collect(),
             edge: spec.edge_port.unwrap_or(base + 20),
             edge_inspector: base + 21,
         };
         let mut all = vec![ports.pod, ports.edge, ports.edge_inspector];
         all.extend(&ports.cores);
         all.extend(&ports.regionals);
+        all.extend(&ports.regional_peers);
         for port in all {
             std::net::TcpListener::bind(("127.0.0.1", port)).with_context(|| {
                 format!("port {port} is taken (is another mesh running? change MESH_BASE_PORT)")
@@ -115,6 +129,8 @@ pub struct Mesh {
     cores: Vec<Option<ManagedProcess>>,
     regionals: Vec<Option<ManagedProcess>>,
     edge: Option<ManagedProcess>,
+    /// `peer_proxies[i][j]`: the proxy regional node `i` dials to reach node `j` (when the spec asks).
+    peer_proxies: Vec<Vec<Option<FaultProxy>>>,
 }
 
 const POD_READY: Duration = Duration::from_secs(120);
@@ -135,7 +151,10 @@ impl Mesh {
             Some(base) => Ports::fixed(base, &spec)?,
             None => Ports::free(&spec)?,
         };
+        let peer_proxies =
+            if spec.peer_fault_proxies { peer_proxies(&ports.regional_peers)? } else { Vec::new() };
         let mut mesh = Self {
+            peer_proxies,
             cores: (0..spec.core_nodes).map(|_| None).collect(),
             regionals: (0..spec.regional_nodes).map(|_| None).collect(),
             spec,
@@ -216,6 +235,45 @@ impl Mesh {
             regional.stop(Duration::from_secs(5));
         }
         self.start_all()
+    }
+
+    /// Stops regional node `index` (SIGTERM); [`Mesh::start_all`] starts it again on the same port and data.
+    pub fn stop_regional(&mut self, index: usize) {
+        if let Some(mut regional) = self.regionals.get_mut(index).and_then(Option::take) {
+            regional.stop(Duration::from_secs(5));
+        }
+    }
+
+    /// Cuts every replication link to and from regional node `index` (needs `peer_fault_proxies`).
+    pub fn partition_regional(&self, index: usize) -> anyhow::Result<()> {
+        self.each_peer_proxy_of(index, FaultProxy::block_all)
+    }
+
+    /// Restores every replication link to and from regional node `index`.
+    pub fn heal_regional(&self, index: usize) -> anyhow::Result<()> {
+        self.each_peer_proxy_of(index, FaultProxy::heal)
+    }
+
+    fn each_peer_proxy_of(&self, index: usize, action: fn(&FaultProxy)) -> anyhow::Result<()> {
+        if self.peer_proxies.is_empty() {
+            bail!("the mesh was started without peer_fault_proxies");
+        }
+        for (from, row) in self.peer_proxies.iter().enumerate() {
+            for (to, proxy) in row.iter().enumerate() {
+                if let Some(proxy) = proxy.as_ref().filter(|_| from == index || to == index) {
+                    action(proxy);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `GET /v1/replication` of regional node `index`: its replicated state and peer links.
+    pub fn replication_status(&self, index: usize) -> anyhow::Result<serde_json::Value> {
+        let reply = crate::client::agent(Duration::from_secs(5))
+            .get(format!("{}/v1/replication", self.regional_url(index)))
+            .call()?;
+        Ok(serde_json::from_reader(reply.into_body().into_reader())?)
     }
 
     /// Kills core node `index` (0-based) with SIGKILL.
@@ -393,7 +451,22 @@ impl Mesh {
             .arg(paths::minilm_dir())
             .arg("--data-dir")
             .arg(self.spec.data_dir.join(format!("regional-{}", index + 1)))
+            .arg("--peer-listen")
+            .arg(format!("127.0.0.1:{}", self.ports.regional_peers[index]))
             .env("MESH_TIER_SECRET", &self.secret);
+        let peers: Vec<String> = (0..self.regionals.len())
+            .filter(|&peer| peer != index)
+            .map(|peer| match self.peer_proxies.get(index).and_then(|row| row[peer].as_ref()) {
+                Some(proxy) => format!("http://{}", proxy.addr()),
+                None => format!("http://127.0.0.1:{}", self.ports.regional_peers[peer]),
+            })
+            .collect();
+        if !peers.is_empty() {
+            command.arg("--peers").arg(peers.join(","));
+        }
+        if let Some(ms) = self.spec.anti_entropy_ms {
+            command.arg("--anti-entropy-interval-ms").arg(ms.to_string());
+        }
         ManagedProcess::spawn(&format!("regional-{}", index + 1), command, &self.log_dir())
     }
 
@@ -455,4 +528,21 @@ fn random_secret() -> anyhow::Result<String> {
     let mut bytes = [0u8; 32];
     std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut bytes)?;
     Ok(shared::hex::encode(&bytes))
+}
+
+/// One fault proxy per ordered pair of regional nodes, forwarding to the second's replication port.
+fn peer_proxies(peer_ports: &[u16]) -> anyhow::Result<Vec<Vec<Option<FaultProxy>>>> {
+    let mut rows = Vec::with_capacity(peer_ports.len());
+    for from in 0..peer_ports.len() {
+        let mut row = Vec::with_capacity(peer_ports.len());
+        for (to, port) in peer_ports.iter().enumerate() {
+            row.push(if from == to {
+                None
+            } else {
+                Some(FaultProxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], *port)))?)
+            });
+        }
+        rows.push(row);
+    }
+    Ok(rows)
 }

@@ -31,11 +31,14 @@ pub async fn invalidate(State(state): State<Arc<AppState>>, headers: HeaderMap, 
 
 async fn run(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, crate::RegionalError> {
     let tenant = resolve_tenant(headers, &state.settings.tenants, &state.settings.tier_secret.0)?;
-    let bytes =
-        axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|_| RequestError::too_large(MAX_BODY_BYTES))?;
+    let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|_| RequestError::too_large(MAX_BODY_BYTES))?;
     let key = parse_key(&bytes)?;
     if state.cache.get(&key, i64::MIN).is_some_and(|entry| entry.tenant != tenant) {
-        return Ok(error_response(&RequestError::key_not_found("no cached answer of this tenant under that key")));
+        return Ok(error_response(&RequestError::key_not_found(
+            "no cached answer of this tenant under that key",
+        )));
     }
     let now = now_ms();
     let request_id = format!("invalidate:{}:{}", state.settings.config.region, now);
@@ -56,15 +59,18 @@ async fn run(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Respon
 
 /// The `key` field of the body.
 fn parse_key(bytes: &[u8]) -> Result<String, RequestError> {
-    let value: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| RequestError::invalid(format!("the body is not JSON: {e}")))?;
+    let value: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|e| RequestError::invalid(format!("the body is not JSON: {e}")))?;
     let key = value
         .get("key")
         .ok_or_else(|| RequestError::invalid_param("key", "`key` is required"))?
         .as_str()
         .ok_or_else(|| RequestError::invalid_param("key", "`key` must be a string"))?;
     if key.is_empty() || key.len() > 256 || !key.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(RequestError::invalid_param("key", "`key` must be a cache key (printable, at most 256 bytes)"));
+        return Err(RequestError::invalid_param(
+            "key",
+            "`key` must be a cache key (printable, at most 256 bytes)",
+        ));
     }
     Ok(key.to_owned())
 }

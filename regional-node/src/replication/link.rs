@@ -2,7 +2,7 @@
 //! every local write as it happens and an anti-entropy round every interval, reconnecting with backoff
 //! whenever the peer goes away.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -178,7 +178,11 @@ impl Link {
     ) -> Result<(), Status> {
         sender.seq += 1;
         batch.seq = sender.seq;
-        let message = DeltaBatch { from: batch.from.clone(), seq: batch.seq, records: std::mem::take(&mut batch.records) };
+        let message = DeltaBatch {
+            from: batch.from.clone(),
+            seq: batch.seq,
+            records: std::mem::take(&mut batch.records),
+        };
         self.replication.metrics.records_sent.add(message.records.len() as u64);
         self.replication.metrics.bytes_sent.add(message.encoded_len() as u64);
         sender.unacked.push_back((sender.seq, std::mem::take(tombstones)));
@@ -205,6 +209,7 @@ impl Link {
         metrics.bytes_sent.add(digest_request.encoded_len() as u64);
         let theirs = client.digest(self.timed(digest_request)).await?.into_inner();
         metrics.bytes_received.add(theirs.encoded_len() as u64);
+        store.acknowledged_by_digests(self.index, &theirs.ranges, &HashMap::new());
         let ranges = differing_ranges(&store.range_digests(), &theirs.ranges);
         metrics.anti_entropy_rounds.inc();
         metrics.ranges_repaired.add(ranges.len() as u64);
@@ -220,6 +225,7 @@ impl Link {
         let reply = client.summaries(self.timed(summaries_request)).await?.into_inner();
         metrics.bytes_received.add(reply.encoded_len() as u64);
         let theirs: Vec<(String, u64)> = reply.keys.into_iter().map(|s| (s.key, s.hash)).collect();
+        store.acknowledged_by_digests(self.index, &[], &theirs.iter().cloned().collect());
         for keys in to_pull(&store.summaries(&ranges), &theirs).chunks(FETCH_KEYS) {
             let fetch = FetchRequest { keys: keys.to_vec() };
             metrics.bytes_sent.add(fetch.encoded_len() as u64);
@@ -229,6 +235,7 @@ impl Link {
                 self.replication.merge_remote(record, self.applier.as_ref());
             }
         }
+        store.flush().await;
         self.send(sender, to_push(&store.summaries(&ranges), &theirs)).await
     }
 

@@ -31,56 +31,61 @@ impl ReplicationMetrics {
     /// Appends the replication metrics and the store's gauges to `text`.
     pub fn render(&self, text: MetricsText, region: &str, stats: ReplicaStats) -> MetricsText {
         let r = [("region", region)];
-        text.counter("mesh_regional_replication_records_sent_total", "Records sent to peers.", &r, &self.records_sent)
-            .counter(
-                "mesh_regional_replication_records_merged_total",
-                "Records from peers that changed this node's state.",
-                &r,
-                &self.records_merged,
-            )
-            .counter(
-                "mesh_regional_replication_records_ignored_total",
-                "Records from peers already held or stale.",
-                &r,
-                &self.records_ignored,
-            )
-            .counter(
-                "mesh_regional_replication_bytes_sent_total",
-                "Encoded bytes of replication messages sent.",
-                &r,
-                &self.bytes_sent,
-            )
-            .counter(
-                "mesh_regional_replication_bytes_received_total",
-                "Encoded bytes of replication messages received.",
-                &r,
-                &self.bytes_received,
-            )
-            .counter(
-                "mesh_regional_anti_entropy_rounds_total",
-                "Anti-entropy rounds run against a peer.",
-                &r,
-                &self.anti_entropy_rounds,
-            )
-            .counter(
-                "mesh_regional_anti_entropy_ranges_repaired_total",
-                "Key ranges anti-entropy found different.",
-                &r,
-                &self.ranges_repaired,
-            )
-            .counter(
-                "mesh_regional_tombstones_collected_total",
-                "Tombstones collected after every peer acknowledged them.",
-                &r,
-                &self.tombstones_collected,
-            )
-            .counter(
-                "mesh_regional_replica_records_expired_total",
-                "Replicated records dropped after their TTL.",
-                &r,
-                &self.records_expired,
-            )
-            .gauge("mesh_regional_replica_records", "Replicated records held.", &r, stats.records as f64)
-            .gauge("mesh_regional_replica_tombstones", "Tombstones held.", &r, stats.tombstones as f64)
+        text.counter(
+            "mesh_regional_replication_records_sent_total",
+            "Records sent to peers.",
+            &r,
+            &self.records_sent,
+        )
+        .counter(
+            "mesh_regional_replication_records_merged_total",
+            "Records from peers that changed this node's state.",
+            &r,
+            &self.records_merged,
+        )
+        .counter(
+            "mesh_regional_replication_records_ignored_total",
+            "Records from peers already held or stale.",
+            &r,
+            &self.records_ignored,
+        )
+        .counter(
+            "mesh_regional_replication_bytes_sent_total",
+            "Encoded bytes of replication messages sent.",
+            &r,
+            &self.bytes_sent,
+        )
+        .counter(
+            "mesh_regional_replication_bytes_received_total",
+            "Encoded bytes of replication messages received.",
+            &r,
+            &self.bytes_received,
+        )
+        .counter(
+            "mesh_regional_anti_entropy_rounds_total",
+            "Anti-entropy rounds run against a peer.",
+            &r,
+            &self.anti_entropy_rounds,
+        )
+        .counter(
+            "mesh_regional_anti_entropy_ranges_repaired_total",
+            "Key ranges anti-entropy found different.",
+            &r,
+            &self.ranges_repaired,
+        )
+        .counter(
+            "mesh_regional_tombstones_collected_total",
+            "Tombstones collected after every peer acknowledged them.",
+            &r,
+            &self.tombstones_collected,
+        )
+        .counter(
+            "mesh_regional_replica_records_expired_total",
+            "Replicated records dropped after their TTL.",
+            &r,
+            &self.records_expired,
+        )
+        .gauge("mesh_regional_replica_records", "Replicated records held.", &r, stats.records as f64)
+        .gauge("mesh_regional_replica_tombstones", "Tombstones held.", &r, stats.tombstones as f64)
     }
 }

@@ -105,8 +105,11 @@ impl Replication {
             return Err(RegionalError::Config("the replication node id must not be empty".into()));
         }
         let store = ReplicaStore::open(&settings.node_id, settings.peers.len(), db)?;
-        let peers =
-            settings.peers.iter().map(|url| Mutex::new(PeerView { url: url.clone(), ..PeerView::default() })).collect();
+        let peers = settings
+            .peers
+            .iter()
+            .map(|url| Mutex::new(PeerView { url: url.clone(), ..PeerView::default() }))
+            .collect();
         Ok(Self {
             hot: HotKeys::new(settings.min_lookups),
             changes: broadcast::channel(CHANGE_FEED).0,

@@ -187,7 +187,8 @@ fn maximal(versions: Vec<Version>) -> Vec<Version> {
     let mut kept: Vec<(u64, Version)> = Vec::with_capacity(keyed.len());
     for (index, (digest, version)) in keyed.iter().enumerate() {
         let superseded = keyed.iter().enumerate().any(|(other_index, (other_digest, other))| {
-            other_index != index && supersedes((*other_digest, other), (*digest, version), other_index < index)
+            other_index != index
+                && supersedes((*other_digest, other), (*digest, version), other_index < index)
         });
         if !superseded {
             kept.push((*digest, version.clone()));

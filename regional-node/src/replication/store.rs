@@ -213,6 +213,29 @@ impl ReplicaStore {
         }
     }
 
+    /// Peer `peer` was seen holding what its digests say: every pending tombstone in a range whose digest
+    /// equals the peer's, or whose key the peer summarized with the same digest, counts as acknowledged
+    /// (the peer flushes before it answers with digests).
+    pub fn acknowledged_by_digests(
+        &self,
+        peer: usize,
+        their_ranges: &[u64],
+        their_keys: &HashMap<String, u64>,
+    ) {
+        if peer >= MAX_PEERS {
+            return;
+        }
+        let mut inner = self.lock();
+        let Inner { ranges, pending, .. } = &mut *inner;
+        for (key, (digest, mask)) in pending.iter_mut() {
+            let range = range_of(key);
+            let same_range = their_ranges.len() == ranges.len() && their_ranges[range] == ranges[range];
+            if same_range || their_keys.get(key) == Some(digest) {
+                *mask |= 1 << peer;
+            }
+        }
+    }
+
     /// Collects the tombstones every peer has acknowledged, drops records whose answers all expired and
     /// forgets collected clocks past their grace.
     pub fn sweep(&self, now_ms: i64) -> Sweep {
@@ -230,8 +253,12 @@ impl ReplicaStore {
                 sweep.collected += 1;
             }
         }
-        let expired: Vec<String> =
-            inner.records.iter().filter(|(_, s)| s.record.is_expired(now_ms)).map(|(k, _)| k.clone()).collect();
+        let expired: Vec<String> = inner
+            .records
+            .iter()
+            .filter(|(_, s)| s.record.is_expired(now_ms))
+            .map(|(k, _)| k.clone())
+            .collect();
         for key in expired {
             self.remove(&mut inner, &key);
             sweep.expired += 1;

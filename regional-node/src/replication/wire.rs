@@ -1,7 +1,9 @@
 //! Records to and from their protobuf form. A clock's zero counters are dropped (a dot at zero is the
 //! same as no dot), so every record has one wire form and one in-memory form.
 
-use proto::replication::{version, Dot, Record as WireRecord, Tombstone as WireTombstone, Version as WireVersion};
+use proto::replication::{
+    version, Dot, Record as WireRecord, Tombstone as WireTombstone, Version as WireVersion,
+};
 use shared::completion::CachedCompletion;
 
 use super::record::{Clock, Record, Tombstone, Value, Version};
