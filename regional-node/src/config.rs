@@ -81,6 +81,26 @@ pub struct RegionalConfig {
     /// Milliseconds between anti-entropy rounds with each peer.
     #[arg(long, env = "MESH_ANTI_ENTROPY_INTERVAL_MS", default_value_t = 5_000)]
     pub anti_entropy_interval_ms: u64,
+    /// Cost units (decoded tokens, plus prompt tokens / 8) of generations this node may have in flight;
+    /// more wait in the admission queue.
+    #[arg(long, env = "MESH_ADMISSION_BUDGET", default_value_t = 16_384)]
+    pub admission_budget: u64,
+    /// Generations that may wait for budget; past them a request gets 429 with `Retry-After`.
+    #[arg(long, env = "MESH_ADMISSION_QUEUE", default_value_t = 256)]
+    pub admission_queue: usize,
+    /// Longest wait in the admission queue, in milliseconds, before a 429.
+    #[arg(long, env = "MESH_ADMISSION_WAIT_MS", default_value_t = 30_000)]
+    pub admission_wait_ms: u64,
+    /// Consecutive calls that reach no core node before the circuit breaker opens.
+    #[arg(long, env = "MESH_BREAKER_FAILURES", default_value_t = 5)]
+    pub breaker_failures: u32,
+    /// Milliseconds the breaker stays open before it lets one probe through.
+    #[arg(long, env = "MESH_BREAKER_OPEN_MS", default_value_t = 5_000)]
+    pub breaker_open_ms: u64,
+    /// Seconds past its TTL an answer may still be served, marked `X-Cache: STALE`, while the core is out
+    /// of reach (0: never).
+    #[arg(long, env = "MESH_STALE_GRACE_S", default_value_t = 600)]
+    pub stale_grace_s: u64,
     /// Questions kept per semantic partition (tenant, model, version, sampling, context).
     #[arg(long, env = "MESH_SEMANTIC_PER_PARTITION", default_value_t = 4096)]
     pub semantic_per_partition: usize,

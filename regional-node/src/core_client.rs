@@ -3,6 +3,7 @@
 //! answered, and fails over to the next on transport errors.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use proto::cache::core_cache_client::CoreCacheClient;
@@ -14,6 +15,7 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status, Streaming};
 
+use crate::breaker::CircuitBreaker;
 use crate::RegionalError;
 
 /// How long a lookup may take before the next node is tried.
@@ -30,11 +32,12 @@ pub struct CoreClient {
     nodes: Vec<(String, Channel)>,
     preferred: std::sync::Arc<AtomicUsize>,
     secret: MetadataValue<Ascii>,
+    breaker: Arc<CircuitBreaker>,
 }
 
 impl CoreClient {
     /// Prepares channels to the given node URLs (`http://host:port`); nothing connects until first use.
-    pub fn new(urls: &[String], secret: &str) -> Result<Self, RegionalError> {
+    pub fn new(urls: &[String], secret: &str, breaker: CircuitBreaker) -> Result<Self, RegionalError> {
         let nodes = urls
             .iter()
             .map(|url| {
@@ -52,7 +55,7 @@ impl CoreClient {
             .parse()
             .map_err(|_| RegionalError::Config("the tier secret must be printable ASCII".into()))?;
         secret.set_sensitive(true);
-        Ok(Self { nodes, preferred: Default::default(), secret })
+        Ok(Self { nodes, preferred: Default::default(), secret, breaker: Arc::new(breaker) })
     }
 
     fn request<T>(&self, message: T, timeout: Duration) -> tonic::Request<T> {
@@ -62,8 +65,26 @@ impl CoreClient {
         request
     }
 
-    /// Calls `rpc` on the preferred node, then on each other node while the failure is a transport one.
-    async fn with_failover<T, F, Fut>(&self, mut rpc: F) -> Result<T, RegionalError>
+    /// The circuit breaker every call goes through.
+    pub fn breaker(&self) -> &CircuitBreaker {
+        &self.breaker
+    }
+
+    /// Calls `rpc` through the circuit breaker: on the preferred node, then on each other node while the
+    /// failure is a transport one.
+    async fn with_failover<T, F, Fut>(&self, rpc: F) -> Result<T, RegionalError>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Status>>,
+    {
+        let permit =
+            self.breaker.admit().map_err(|retry_after_s| RegionalError::CircuitOpen { retry_after_s })?;
+        let result = self.each_node(rpc).await;
+        self.breaker.record(permit, !matches!(result, Err(RegionalError::CoreUnavailable(_))));
+        result
+    }
+
+    async fn each_node<T, F, Fut>(&self, mut rpc: F) -> Result<T, RegionalError>
     where
         F: FnMut(Channel) -> Fut,
         Fut: std::future::Future<Output = Result<T, Status>>,

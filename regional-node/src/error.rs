@@ -13,6 +13,20 @@ pub enum RegionalError {
     /// No core node answered.
     #[error("core cluster unavailable: {0}")]
     CoreUnavailable(String),
+    /// The circuit breaker toward the core is open: the core is not called until it half-opens.
+    #[error("core cluster unavailable (circuit open for {retry_after_s} s more)")]
+    CircuitOpen {
+        /// Seconds until the breaker lets a probe through.
+        retry_after_s: u64,
+    },
+    /// Generation is at capacity and its queue is full.
+    #[error("overloaded: {queued} requests already queued")]
+    Overloaded {
+        /// Requests waiting when this one was refused.
+        queued: usize,
+        /// Seconds the queue ahead is predicted to take.
+        retry_after_s: u64,
+    },
     /// A core node answered with an error.
     #[error("core cluster error: {0}")]
     Core(String),
@@ -35,6 +49,14 @@ impl RegionalError {
             RegionalError::CoreUnavailable(_) => {
                 RequestError::upstream(503, "the core cluster is unavailable; retry shortly")
             }
+            RegionalError::CircuitOpen { retry_after_s } => {
+                RequestError::upstream(503, "the core cluster is unavailable (circuit open); retry later")
+                    .with_retry_after(*retry_after_s)
+            }
+            RegionalError::Overloaded { retry_after_s, .. } => RequestError::overloaded(
+                "this region is generating at capacity and its queue is full; retry later",
+                *retry_after_s,
+            ),
             RegionalError::Core(m) => RequestError::upstream(502, format!("the core cluster failed: {m}")),
             RegionalError::Config(_) | RegionalError::Embedding(_) | RegionalError::Io(_) => {
                 RequestError::internal("internal error")
@@ -62,8 +84,9 @@ pub fn error_response(error: &RequestError) -> Response {
     let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = (status, error.to_json()).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    if status == StatusCode::SERVICE_UNAVAILABLE {
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    let retry_after = error.retry_after_s.or((status == StatusCode::SERVICE_UNAVAILABLE).then_some(1));
+    if let Some(seconds) = retry_after {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     }
     response
 }

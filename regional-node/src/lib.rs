@@ -8,7 +8,9 @@
 //! - [`exact_cache`]: the in-memory exact-match cache, bounded by bytes, with W-TinyLFU admission.
 //! - [`flight`]: request coalescing: identical concurrent misses share one flight to the core.
 //! - [`hot_store`]: sled persistence of the exact cache, so a restart keeps the hot set.
-//! - [`core_client`]: the gRPC client of the core cluster, failing over between core nodes.
+//! - [`core_client`]: the gRPC client of the core cluster, failing over between core nodes, behind
+//!   the [`breaker`] (circuit breaker).
+//! - [`admission`]: admission of generations by predicted cost, with a bounded queue (429 past it).
 //! - [`caller`]: who is calling (a tenant with an API key, or the edge tier with the shared secret).
 //! - [`embedding`]: the all-MiniLM-L6-v2 sentence embedder the semantic tier builds on.
 //! - [`semantic_cache`]: the semantic tier: usearch indexes of embedded questions per partition,
@@ -20,6 +22,8 @@
 //! - [`metrics`]: the Prometheus metrics of this daemon.
 //! - [`error`]: [`RegionalError`], and its conversion to OpenAI-shaped HTTP errors.
 
+pub mod admission;
+pub mod breaker;
 pub mod caller;
 pub mod config;
 pub mod core_client;

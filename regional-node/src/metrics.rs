@@ -31,6 +31,8 @@ pub struct RegionalMetrics {
     pub core_completions: Counter,
     /// Requests that failed because the core could not answer.
     pub core_errors: Counter,
+    /// Answers past their TTL served while the core was out of reach.
+    pub stale_served: Counter,
     /// Latency of regional hits.
     pub latency_hit_regional: Histogram,
     /// Latency of core hits.
@@ -54,6 +56,7 @@ impl Default for RegionalMetrics {
             core_lookups: Counter::default(),
             core_completions: Counter::default(),
             core_errors: Counter::default(),
+            stale_served: Counter::default(),
             latency_hit_regional: Histogram::latency(),
             latency_hit_core: Histogram::latency(),
             latency_miss: Histogram::latency(),
@@ -81,6 +84,12 @@ impl RegionalMetrics {
                 "Requests failed because the core could not answer.",
                 &r,
                 &self.core_errors,
+            )
+            .counter(
+                "mesh_regional_stale_served_total",
+                "Answers past their TTL served while the core was out of reach.",
+                &r,
+                &self.stale_served,
             )
             .counter(
                 "mesh_regional_hits_total",

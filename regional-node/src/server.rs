@@ -11,6 +11,8 @@ use tokio::net::TcpListener;
 
 use crate::replication::link::MAX_MESSAGE_BYTES;
 
+use crate::admission::{Admission, AdmissionLimits};
+use crate::breaker::CircuitBreaker;
 use crate::config::Settings;
 use crate::core_client::CoreClient;
 use crate::embedding::SentenceEmbedder;
@@ -44,6 +46,8 @@ pub struct AppState {
     pub hot_store: Option<HotStore>,
     /// Misses in flight to the core, by key, for coalescing.
     pub flights: Flights,
+    /// Admission of generations by predicted cost.
+    pub admission: Admission,
     /// Replication with the peer regional nodes, when a peer address was given.
     pub replication: Option<Arc<Replication>>,
 }
@@ -51,7 +55,17 @@ pub struct AppState {
 impl AppState {
     /// Builds the state from validated settings.
     pub fn new(settings: Settings) -> Result<Self, RegionalError> {
-        let core = CoreClient::new(&settings.config.core, &settings.tier_secret.0)?;
+        let config = &settings.config;
+        let breaker = CircuitBreaker::new(
+            config.breaker_failures,
+            std::time::Duration::from_millis(config.breaker_open_ms),
+        );
+        let core = CoreClient::new(&config.core, &settings.tier_secret.0, breaker)?;
+        let admission = Admission::new(AdmissionLimits {
+            budget: config.admission_budget,
+            queue: config.admission_queue,
+            max_wait: std::time::Duration::from_millis(config.admission_wait_ms),
+        });
         let semantic = match &settings.config.semantic_model_dir {
             Some(dir) => {
                 let embedder = SentenceEmbedder::load(dir).map_err(|e| {
@@ -66,7 +80,8 @@ impl AppState {
             }
             None => None,
         };
-        let cache = ExactCache::new(settings.config.cache_bytes);
+        let cache =
+            ExactCache::new(settings.config.cache_bytes).with_stale_grace(settings.config.stale_grace_s);
         let hot_store = match &settings.config.data_dir {
             Some(dir) => {
                 let store = HotStore::open(&dir.join("hotset"), settings.config.cache_bytes)?;
@@ -104,6 +119,7 @@ impl AppState {
             semantic,
             hot_store,
             replication,
+            admission,
             flights: Flights::default(),
             cache,
             core,

@@ -16,6 +16,8 @@ pub struct RequestError {
     pub param: Option<String>,
     /// Human-readable explanation.
     pub message: String,
+    /// Seconds after which a retry may succeed (sent as `Retry-After`), for 429 and 503.
+    pub retry_after_s: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -34,7 +36,7 @@ struct Detail<'a> {
 
 impl RequestError {
     fn new(status: u16, kind: &'static str, code: Option<&'static str>, message: impl Into<String>) -> Self {
-        Self { status, kind, code, param: None, message: message.into() }
+        Self { status, kind, code, param: None, message: message.into(), retry_after_s: None }
     }
 
     /// 400: the body is not a valid request.
@@ -93,6 +95,16 @@ impl RequestError {
     /// 502/503: the next tier could not answer.
     pub fn upstream(status: u16, message: impl Into<String>) -> Self {
         Self::new(status, "server_error", Some("upstream_unavailable"), message)
+    }
+
+    /// 429: the tier is at capacity; retry after `retry_after_s` seconds.
+    pub fn overloaded(message: impl Into<String>, retry_after_s: u64) -> Self {
+        Self::new(429, "rate_limit_error", Some("overloaded"), message).with_retry_after(retry_after_s)
+    }
+
+    /// The same error, telling the client when to retry.
+    pub fn with_retry_after(self, seconds: u64) -> Self {
+        Self { retry_after_s: Some(seconds.max(1)), ..self }
     }
 
     /// 504: the request allowed only a cached answer and there is none (`Cache-Control: only-if-cached`).

@@ -44,6 +44,8 @@ pub struct MeshSpec {
     pub peer_fault_proxies: bool,
     /// Milliseconds between anti-entropy rounds of the regional nodes (their default when `None`).
     pub anti_entropy_ms: Option<u64>,
+    /// Extra flags for every regional node (TTLs, admission, breaker...).
+    pub regional_args: Vec<String>,
 }
 
 impl MeshSpec {
@@ -61,6 +63,7 @@ impl MeshSpec {
             models: shared::models::DEFAULT_MODELS.into(),
             peer_fault_proxies: false,
             anti_entropy_ms: None,
+            regional_args: Vec::new(),
         }
     }
 }
@@ -467,6 +470,7 @@ impl Mesh {
         if let Some(ms) = self.spec.anti_entropy_ms {
             command.arg("--anti-entropy-interval-ms").arg(ms.to_string());
         }
+        command.args(&self.spec.regional_args);
         ManagedProcess::spawn(&format!("regional-{}", index + 1), command, &self.log_dir())
     }
 

@@ -69,6 +69,8 @@ pub struct ExactCache {
     seed: u64,
     /// A power of two of them, picked by the key hash.
     shards: Box<[Mutex<Shard>]>,
+    /// How long past its TTL an entry is kept for [`ExactCache::get_stale`].
+    stale_grace_ms: i64,
 }
 
 /// Counts describing the cache, for metrics; the counters only grow.
@@ -116,7 +118,26 @@ impl ExactCache {
     /// An empty cache of `shards` (a power of two) equal shares of `capacity_bytes`, hashing with `seed`.
     fn with_shards(capacity_bytes: usize, shards: usize, seed: u64) -> Self {
         let share = capacity_bytes / shards;
-        Self { capacity_bytes, seed, shards: (0..shards).map(|_| Mutex::new(Shard::new(share))).collect() }
+        Self {
+            capacity_bytes,
+            seed,
+            shards: (0..shards).map(|_| Mutex::new(Shard::new(share))).collect(),
+            stale_grace_ms: 0,
+        }
+    }
+
+    /// The same cache, keeping entries `grace_s` past their TTL for [`ExactCache::get_stale`] (they are
+    /// never served by [`ExactCache::get`] once expired).
+    pub fn with_stale_grace(self, grace_s: u64) -> Self {
+        Self { stale_grace_ms: i64::try_from(grace_s.saturating_mul(1000)).unwrap_or(i64::MAX), ..self }
+    }
+
+    /// The entry under `key` if it is fresh or expired less than the stale grace ago, without counting a
+    /// lookup: what may be served, marked stale, while the core is out of reach.
+    pub fn get_stale(&self, key: &str, now_ms: i64) -> Option<Arc<CachedCompletion>> {
+        let hash = self.hash(key);
+        let entry = lock(self.shard(hash)).peek(key)?;
+        (!entry.is_expired(now_ms.saturating_sub(self.stale_grace_ms))).then_some(entry)
     }
 
     /// The bound given at creation.
@@ -128,7 +149,7 @@ impl ExactCache {
     /// removed.
     pub fn get(&self, key: &str, now_ms: i64) -> Option<Arc<CachedCompletion>> {
         let hash = self.hash(key);
-        lock(self.shard(hash)).get(key, hash, now_ms)
+        lock(self.shard(hash)).get(key, hash, now_ms, self.stale_grace_ms)
     }
 
     /// Offers an entry to the cache. It enters the admission window and later stays only if it wins the

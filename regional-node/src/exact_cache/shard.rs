@@ -96,13 +96,22 @@ impl Shard {
 
     /// The fresh entry under `key`, counting the lookup (hit or miss) in the sketch; an expired entry is
     /// removed.
-    pub(super) fn get(&mut self, key: &str, hash: u64, now_ms: i64) -> Option<Arc<CachedCompletion>> {
+    pub(super) fn get(
+        &mut self,
+        key: &str,
+        hash: u64,
+        now_ms: i64,
+        stale_grace_ms: i64,
+    ) -> Option<Arc<CachedCompletion>> {
         self.sketch.increment(hash);
         let index = *self.index.get(key)?;
         let node = self.nodes.get(index)?;
         if node.entry.is_expired(now_ms) {
-            self.remove(index);
-            self.counts.expired += 1;
+            // Kept through the grace period, for serving stale while the core is out of reach.
+            if node.entry.is_expired(now_ms.saturating_sub(stale_grace_ms)) {
+                self.remove(index);
+                self.counts.expired += 1;
+            }
             return None;
         }
         let entry = Arc::clone(&node.entry);
@@ -139,6 +148,12 @@ impl Shard {
             }
             None => false,
         }
+    }
+
+    /// The entry under `key`, expired or not, without counting a lookup or touching recency.
+    pub(super) fn peek(&self, key: &str) -> Option<Arc<CachedCompletion>> {
+        let index = *self.index.get(key)?;
+        self.nodes.get(index).map(|node| Arc::clone(&node.entry))
     }
 
     /// Whether `key` is held, without counting a lookup.

@@ -140,3 +140,16 @@ fn concurrent_readers_and_writers_keep_the_bound() {
     let stats = cache.stats();
     assert!(stats.bytes <= CAPACITY && stats.entries > 0, "{stats:?}");
 }
+
+#[test]
+fn expired_entries_are_kept_through_the_stale_grace_but_never_served_as_fresh() {
+    let cache = ExactCache::new(1 << 20).with_stale_grace(10);
+    cache.insert(entry_sized("k", SIZE, 0, 1));
+    assert!(cache.get("k", 500).is_some(), "fresh");
+    assert!(cache.get("k", 1_500).is_none(), "expired: never a fresh hit");
+    assert!(cache.get_stale("k", 1_500).is_some(), "but still there for stale serving");
+    assert!(cache.get_stale("k", 11_500).is_none(), "past the grace");
+    assert!(cache.get("k", 11_500).is_none());
+    assert!(!cache.contains("k"), "removed once past the grace");
+    assert!(!cache.remove("absent"));
+}

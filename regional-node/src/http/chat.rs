@@ -6,6 +6,7 @@
 //! and expires there at once (TTL 0 would mean the tenant's default, or no expiry).
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -30,8 +31,9 @@ use tracing::Instrument as _;
 
 use super::respond::{
     cache_headers, entry_response, mark_coalesced, semantic_headers, with_headers, ClassTtl, EVENT_STREAM,
-    X_CACHE_SEMANTIC,
+    X_CACHE_SEMANTIC, X_CACHE_STALE,
 };
+use crate::admission::predicted_cost;
 use crate::caller::resolve_tenant;
 use crate::core_client::STREAM_IDLE_TIMEOUT;
 use crate::error::error_response;
@@ -159,6 +161,7 @@ async fn answer(
             class,
             started,
             flight: Arc::clone(&flight),
+            streamed: AtomicBool::new(false),
         };
         tokio::spawn(task.run());
     } else {
@@ -330,6 +333,8 @@ struct FlightTask {
     class: ClassTtl,
     started: Instant,
     flight: Arc<Flight>,
+    /// Whether a delta went out (a stale answer can no longer replace the stream).
+    streamed: AtomicBool,
 }
 
 impl FlightTask {
@@ -344,8 +349,28 @@ impl FlightTask {
         self.state.flights.land(self.key.as_str(), &self.flight);
     }
 
-    /// Core lookup, then the semantic tier, then generation.
+    /// The answer from the core, else (when no core node can be reached and nothing was streamed yet)
+    /// the entry this node still holds within its stale grace, marked `STALE`.
     async fn fly(&self) -> Result<Outcome, RegionalError> {
+        match self.fly_to_core().await {
+            Err(error @ (RegionalError::CoreUnavailable(_) | RegionalError::CircuitOpen { .. }))
+                if self.class.cacheable() && !self.streamed.load(Ordering::Acquire) =>
+            {
+                let Some(entry) = self.state.cache.get_stale(self.key.as_str(), now_ms()) else {
+                    return Err(error);
+                };
+                tracing::info!(key = %self.key, %error, "core out of reach: serving a stale answer");
+                self.state.metrics.stale_served.inc();
+                let mut timing = ServerTiming::default();
+                timing.push_ms("regional", elapsed_ms(self.started));
+                Ok(Outcome { entry, x_cache: X_CACHE_STALE, timing, semantic: None })
+            }
+            other => other,
+        }
+    }
+
+    /// Core lookup, then the semantic tier, then generation (once admitted).
+    async fn fly_to_core(&self) -> Result<Outcome, RegionalError> {
         let (state, class) = (&self.state, self.class);
         let (found, question) =
             find_cached(state, &self.tenant, &self.request, &self.key, class, self.started).await?;
@@ -353,6 +378,7 @@ impl FlightTask {
             return Ok(outcome);
         }
         let lookup_ms = elapsed_ms(self.started);
+        let _ticket = state.admission.admit(predicted_cost(&self.request)).await?;
         state.metrics.misses.inc();
         let generate_started = Instant::now();
         state.metrics.core_completions.inc();
@@ -360,7 +386,10 @@ impl FlightTask {
             state.core.complete(complete_request(&self.tenant, &self.key, &self.request, class)).await?;
         while let Some(event) = next_event(&mut events).await? {
             match event.event {
-                Some(Event::Delta(delta)) => self.flight.delta(&delta.text),
+                Some(Event::Delta(delta)) => {
+                    self.streamed.store(true, Ordering::Release);
+                    self.flight.delta(&delta.text);
+                }
                 Some(Event::Done(done)) => {
                     let entry = done
                         .entry

@@ -45,6 +45,7 @@ pub async fn replication(State(state): State<Arc<AppState>>) -> Response {
 /// `GET /metrics`: Prometheus text format.
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let mut text = state.metrics.render(&state.settings.config.region, state.cache.stats());
+    text.push_str(&overload_metrics(&state));
     if let Some(replication) = &state.replication {
         let region = &state.settings.config.region;
         text.push_str(
@@ -52,6 +53,39 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         );
     }
     ([(header::CONTENT_TYPE, shared::metrics::CONTENT_TYPE)], text).into_response()
+}
+
+/// The circuit breaker's and the admission queue's state.
+fn overload_metrics(state: &AppState) -> String {
+    let r = [("region", state.settings.config.region.as_str())];
+    let breaker = state.core.breaker();
+    let admission = &state.admission;
+    let refused = shared::metrics::Counter::default();
+    refused.add(admission.refused.load(std::sync::atomic::Ordering::Relaxed));
+    let opened = shared::metrics::Counter::default();
+    opened.add(breaker.times_opened());
+    MetricsText::default()
+        .gauge(
+            "mesh_regional_core_breaker_state",
+            "Circuit breaker toward the core: 0 closed, 1 half-open, 2 open.",
+            &r,
+            breaker.state().as_gauge(),
+        )
+        .counter("mesh_regional_core_breaker_opened_total", "Times the breaker opened.", &r, &opened)
+        .counter("mesh_regional_admission_refused_total", "Generations refused with 429.", &r, &refused)
+        .gauge(
+            "mesh_regional_admission_waiting",
+            "Generations waiting for budget.",
+            &r,
+            admission.waiting() as f64,
+        )
+        .gauge(
+            "mesh_regional_admission_in_flight_cost",
+            "Cost units of generations in flight.",
+            &r,
+            admission.in_flight() as f64,
+        )
+        .finish()
 }
 
 /// `GET /v1/models`: the served models, in OpenAI's list shape.

@@ -67,6 +67,9 @@ pub fn cache_headers(
     headers
 }
 
+/// `X-Cache` of an answer past its TTL, served within the stale grace while the core is out of reach.
+pub const X_CACHE_STALE: &str = "STALE";
+
 /// `X-Cache` of an answer served from a paraphrase's entry by the semantic tier.
 pub const X_CACHE_SEMANTIC: &str = "HIT-REGIONAL-SEMANTIC";
 

@@ -17,7 +17,7 @@ fn hash(key: &str) -> u64 {
 
 impl Shard {
     fn lookup(&mut self, key: &str, now_ms: i64) -> Option<Arc<CachedCompletion>> {
-        self.get(key, hash(key), now_ms)
+        self.get(key, hash(key), now_ms, 0)
     }
 
     fn put(&mut self, key: &str, size: usize) {
