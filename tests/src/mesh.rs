@@ -271,6 +271,16 @@ impl Mesh {
         Ok(())
     }
 
+    /// The replication gRPC URL of regional node `index` (direct, not through a fault proxy).
+    pub fn regional_peer_url(&self, index: usize) -> String {
+        format!("http://127.0.0.1:{}", self.ports.regional_peers[index])
+    }
+
+    /// The shared secret between tiers of this mesh.
+    pub fn tier_secret(&self) -> &str {
+        &self.secret
+    }
+
     /// `GET /v1/replication` of regional node `index`: its replicated state and peer links.
     pub fn replication_status(&self, index: usize) -> anyhow::Result<serde_json::Value> {
         let reply = crate::client::agent(Duration::from_secs(5))

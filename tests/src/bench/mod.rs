@@ -21,6 +21,11 @@
 //! - [`gguf`]: the weight bytes a decode step of a GGUF file reads.
 //! - [`pod_rows`]: the pod suite's figures and rows (goal ratios, ceilings).
 //! - [`pod_suite`]: `mesh bench pod`, putting the above together.
+//! - [`http_load`]: a closed loop of blocking HTTP clients on threads.
+//! - [`redis`]: Redis 7 and `redis-benchmark`, the exact tier's peer.
+//! - [`gptcache`]: GPTCache with faiss and MiniLM, the semantic tier's peer.
+//! - [`replica_load`]: loading a regional node's replicated state over its replication gRPC.
+//! - [`regional_suite`]: `mesh bench regional`, putting the above together.
 //! - [`report`]: the table and the JSON.
 //! - [`scratch`]: the run's scratch directory.
 
@@ -32,6 +37,8 @@ pub mod floor;
 pub mod gen_phases;
 pub mod gen_target;
 pub mod gguf;
+pub mod gptcache;
+pub mod http_load;
 pub mod kv_target;
 pub mod llama_cpp;
 pub mod llama_server;
@@ -40,6 +47,9 @@ pub mod pod;
 pub mod pod_rows;
 pub mod pod_suite;
 pub mod prompts;
+pub mod redis;
+pub mod regional_suite;
+pub mod replica_load;
 pub mod report;
 pub mod scratch;
 pub mod sharegpt;
@@ -47,4 +57,5 @@ pub mod throughput;
 
 pub use core_suite::CoreBenchOptions;
 pub use pod_suite::PodBenchOptions;
+pub use regional_suite::RegionalBenchOptions;
 pub use report::Report;

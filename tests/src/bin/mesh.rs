@@ -1,14 +1,15 @@
 //! `mesh`: the local launcher. `mesh up` starts a complete mesh on this machine (3 core nodes, the
 //! inference pod, 2 regional nodes, the edge under `wrangler dev`) in the foreground; Ctrl-C stops it.
-//! `mesh bench core` measures the core cluster against etcd, and `mesh bench pod` the inference pod against
-//! llama.cpp, side by side (`shared/design/BENCHMARKS.md`).
+//! `mesh bench core` measures the core cluster against etcd, `mesh bench pod` the inference pod against
+//! llama.cpp, and `mesh bench regional` the regional node against Redis and GPTCache, side by side
+//! (`shared/design/BENCHMARKS.md`).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use mesh_harness::bench::{self, CoreBenchOptions, PodBenchOptions, Report};
+use mesh_harness::bench::{self, CoreBenchOptions, PodBenchOptions, RegionalBenchOptions, Report};
 use mesh_harness::{Mesh, MeshSpec};
 
 /// Command line.
@@ -113,6 +114,35 @@ enum BenchSuite {
         #[arg(long, env = "MESH_BENCH_DIR", default_value = ".cache/bench")]
         dir: PathBuf,
     },
+    /// The regional node against Redis 7 (exact hits) and GPTCache + faiss (semantic hits), and the
+    /// time and bytes replication takes to repair a partition.
+    Regional {
+        /// Also write the figures as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Measured seconds of each exact-hit phase.
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+        /// Concurrent clients of the exact-hit phases (ours and redis-benchmark's).
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+        /// Differing entries on one side of the healed partition.
+        #[arg(long, default_value_t = 10_000)]
+        entries: usize,
+        /// Labelled pairs of the semantic phase (the first of shared/data/semantic_pairs.jsonl).
+        #[arg(long, default_value_t = 60)]
+        pairs: usize,
+        /// Timed lookups per pair.
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        /// Fail with the command to run instead of running scripts/install-regional-peers.sh when Redis or
+        /// GPTCache is missing.
+        #[arg(long)]
+        no_install: bool,
+        /// Where the run keeps its data and logs (removed after a successful run).
+        #[arg(long, env = "MESH_BENCH_DIR", default_value = ".cache/bench")]
+        dir: PathBuf,
+    },
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -180,7 +210,28 @@ fn main() -> anyhow::Result<()> {
             };
             print_report(&bench::pod_suite::run(&options)?, json)
         }
+        Command::Bench {
+            suite: BenchSuite::Regional { json, seconds, concurrency, entries, pairs, reps, no_install, dir },
+        } => bench_regional(
+            RegionalBenchOptions {
+                seconds,
+                concurrency,
+                entries,
+                pairs,
+                reps,
+                install: !no_install,
+                dir,
+                stop: &STOP,
+            },
+            json,
+        ),
     }
+}
+
+/// Runs `mesh bench regional`.
+fn bench_regional(options: RegionalBenchOptions, json: Option<PathBuf>) -> anyhow::Result<()> {
+    install_stop_handlers();
+    print_report(&bench::regional_suite::run(&options)?, json)
 }
 
 /// Prints a suite's table and writes its JSON where asked.
