@@ -135,7 +135,8 @@ async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
-/// Waits until every node in `ids` reports the same leader on `/healthz`; returns it.
+/// Waits until every node in `ids` reports the same leader on `/healthz` and has applied the seeding
+/// (tenant `dev`, model `fake`, proposed right after the cluster forms); returns the leader.
 async fn wait_for_leader(cluster: &Cluster, ids: &[NodeId]) -> NodeId {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -145,7 +146,9 @@ async fn wait_for_leader(cluster: &Cluster, ids: &[NodeId]) -> NodeId {
             let health = http_get(cluster.addrs[id], "/healthz").await;
             if let Some((200, body)) = &health {
                 let health: serde_json::Value = serde_json::from_str(body).expect("healthz JSON");
-                leaders.push(health["leader"].as_u64());
+                if health["tenants"].as_u64() >= Some(1) && health["models"].as_u64() >= Some(1) {
+                    leaders.push(health["leader"].as_u64());
+                }
             }
             seen.push((*id, health));
         }
