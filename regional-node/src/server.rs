@@ -208,7 +208,7 @@ pub async fn run(
                 tracing::error!(%error, "replication server stopped");
             }
         }));
-        tasks.extend(replication.spawn(applier)?);
+        tasks.extend(replication.spawn()?);
     }
     tracing::info!(%region, addr = %listener.local_addr()?, "regional node serving");
     let served =

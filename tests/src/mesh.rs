@@ -81,17 +81,27 @@ struct Ports {
 
 impl Ports {
     fn free(spec: &MeshSpec) -> anyhow::Result<Self> {
+        let mut taken = std::collections::HashSet::new();
+        let mut pick =
+            |n: usize| -> anyhow::Result<Vec<u16>> { (0..n).map(|_| unique_free_port(&mut taken)).collect() };
         Ok(Self {
-            pod: free_port()?,
-            cores: (0..spec.core_nodes).map(|_| free_port()).collect::<Result<_, _>>()?,
-            regionals: (0..spec.regional_nodes).map(|_| free_port()).collect::<Result<_, _>>()?,
-            regional_peers: (0..spec.regional_nodes).map(|_| free_port()).collect::<Result<_, _>>()?,
+            pod: pick(1)?[0],
+            cores: pick(spec.core_nodes)?,
+            regionals: pick(spec.regional_nodes)?,
+            regional_peers: pick(spec.regional_nodes)?,
             edge: match spec.edge_port {
                 Some(port) => port,
-                None => free_port()?,
+                None => pick(1)?[0],
             },
-            edge_inspector: free_port()?,
+            edge_inspector: pick(1)?[0],
         })
+    }
+
+    /// Every port of the mesh.
+    fn all(&self) -> std::collections::HashSet<u16> {
+        let mut all: std::collections::HashSet<u16> = [self.pod, self.edge, self.edge_inspector].into();
+        all.extend(self.cores.iter().chain(&self.regionals).chain(&self.regional_peers));
+        all
     }
 
     fn fixed(base: u16, spec: &MeshSpec) -> anyhow::Result<Self> {
@@ -154,8 +164,11 @@ impl Mesh {
             Some(base) => Ports::fixed(base, &spec)?,
             None => Ports::free(&spec)?,
         };
-        let peer_proxies =
-            if spec.peer_fault_proxies { peer_proxies(&ports.regional_peers)? } else { Vec::new() };
+        let peer_proxies = if spec.peer_fault_proxies {
+            peer_proxies(&ports.regional_peers, ports.all())?
+        } else {
+            Vec::new()
+        };
         let mut mesh = Self {
             peer_proxies,
             cores: (0..spec.core_nodes).map(|_| None).collect(),
@@ -544,8 +557,23 @@ fn random_secret() -> anyhow::Result<String> {
     Ok(shared::hex::encode(&bytes))
 }
 
-/// One fault proxy per ordered pair of regional nodes, forwarding to the second's replication port.
-fn peer_proxies(peer_ports: &[u16]) -> anyhow::Result<Vec<Vec<Option<FaultProxy>>>> {
+/// A free port not in `taken` (which it joins): ports picked one after another must differ.
+fn unique_free_port(taken: &mut std::collections::HashSet<u16>) -> anyhow::Result<u16> {
+    for _ in 0..100 {
+        let port = free_port()?;
+        if taken.insert(port) {
+            return Ok(port);
+        }
+    }
+    bail!("no free port found")
+}
+
+/// One fault proxy per ordered pair of regional nodes, forwarding to the second's replication port, each
+/// on a port none of the mesh's processes will take.
+fn peer_proxies(
+    peer_ports: &[u16],
+    mut taken: std::collections::HashSet<u16>,
+) -> anyhow::Result<Vec<Vec<Option<FaultProxy>>>> {
     let mut rows = Vec::with_capacity(peer_ports.len());
     for from in 0..peer_ports.len() {
         let mut row = Vec::with_capacity(peer_ports.len());
@@ -553,7 +581,8 @@ fn peer_proxies(peer_ports: &[u16]) -> anyhow::Result<Vec<Vec<Option<FaultProxy>
             row.push(if from == to {
                 None
             } else {
-                Some(FaultProxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], *port)))?)
+                let listen = std::net::SocketAddr::from(([127, 0, 0, 1], unique_free_port(&mut taken)?));
+                Some(FaultProxy::bind(listen, std::net::SocketAddr::from(([127, 0, 0, 1], *port)))?)
             });
         }
         rows.push(row);

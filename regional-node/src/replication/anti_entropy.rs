@@ -1,7 +1,8 @@
 //! Anti-entropy between two nodes, as pure steps the peer link runs over gRPC: compare the digests of
-//! every key range, then the per-key summaries of only the ranges that differ, then move only the records
-//! that differ. The side that runs it pulls what the other has newer (merging it) and pushes back what it
-//! still has different, so one round leaves both with the same records in those ranges.
+//! every key range, then the per-key summaries of only the ranges that differ, then send only the records
+//! the peer lacks or holds differently. Each side runs it toward the other (every link dials), so each
+//! difference travels once per direction that has something to add: pushing, not pulling, keeps the two
+//! concurrent rounds of a healed link from both moving the same records.
 
 use std::collections::HashMap;
 
@@ -13,15 +14,10 @@ pub fn differing_ranges(mine: &[u64], theirs: &[u64]) -> Vec<u32> {
     mine.iter().zip(theirs).enumerate().filter(|(_, (a, b))| a != b).map(|(i, _)| i as u32).collect()
 }
 
-/// Keys of `theirs` that `mine` lacks or holds differently: what to fetch.
-pub fn to_pull(mine: &[(String, u64)], theirs: &[(String, u64)]) -> Vec<String> {
-    let held: HashMap<&str, u64> = mine.iter().map(|(k, d)| (k.as_str(), *d)).collect();
-    theirs.iter().filter(|(k, d)| held.get(k.as_str()) != Some(d)).map(|(k, _)| k.clone()).collect()
-}
-
 /// Keys of `mine` that `theirs` lacks or holds differently: what to send.
 pub fn to_push(mine: &[(String, u64)], theirs: &[(String, u64)]) -> Vec<String> {
-    to_pull(theirs, mine)
+    let held: HashMap<&str, u64> = theirs.iter().map(|(k, d)| (k.as_str(), *d)).collect();
+    mine.iter().filter(|(k, d)| held.get(k.as_str()) != Some(d)).map(|(k, _)| k.clone()).collect()
 }
 
 #[cfg(test)]
@@ -38,7 +34,6 @@ mod tests {
         assert_eq!(differing_ranges(&[1], &[1, 2]), vec![0, 1]);
         let mine = summary(&[("a", 1), ("b", 2), ("c", 3)]);
         let theirs = summary(&[("b", 2), ("c", 4), ("d", 5)]);
-        assert_eq!(to_pull(&mine, &theirs), vec!["c".to_owned(), "d".to_owned()]);
         assert_eq!(to_push(&mine, &theirs), vec!["a".to_owned(), "c".to_owned()]);
     }
 }

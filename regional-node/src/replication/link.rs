@@ -8,23 +8,21 @@ use std::time::Duration;
 
 use prost::Message as _;
 use proto::replication::replication_client::ReplicationClient;
-use proto::replication::{Ack, DeltaBatch, DigestRequest, FetchRequest, SummariesRequest};
+use proto::replication::{Ack, DeltaBatch, DigestRequest, SummariesRequest};
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::Status;
 
-use super::anti_entropy::{differing_ranges, to_pull, to_push};
-use super::{wire, Applier, Replication};
+use super::anti_entropy::{differing_ranges, to_push};
+use super::{wire, Replication};
 use crate::RegionalError;
 
 /// Largest encoded batch of records sent at once.
 const BATCH_BYTES: usize = 1 << 20;
 /// Most records in one batch.
 const BATCH_RECORDS: usize = 512;
-/// Keys asked for in one fetch.
-const FETCH_KEYS: usize = 512;
 /// Largest message accepted from a peer.
 pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
 /// Longest wait between two reconnection attempts.
@@ -35,7 +33,6 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// One peer's link.
 pub struct Link {
     replication: Arc<Replication>,
-    applier: Arc<dyn Applier>,
     index: usize,
     url: String,
     endpoint: Endpoint,
@@ -54,12 +51,7 @@ type LinkClient = ReplicationClient<Channel>;
 
 impl Link {
     /// A link to the peer at `url`, the `index`th configured.
-    pub fn new(
-        replication: Arc<Replication>,
-        applier: Arc<dyn Applier>,
-        index: usize,
-        url: &str,
-    ) -> Result<Self, RegionalError> {
+    pub fn new(replication: Arc<Replication>, index: usize, url: &str) -> Result<Self, RegionalError> {
         let endpoint = Endpoint::from_shared(url.to_owned())
             .map_err(|e| RegionalError::Config(format!("peer URL {url:?}: {e}")))?
             .connect_timeout(Duration::from_millis(500))
@@ -72,7 +64,7 @@ impl Link {
             .parse()
             .map_err(|_| RegionalError::Config("the tier secret must be printable ASCII".into()))?;
         secret.set_sensitive(true);
-        Ok(Self { replication, applier, index, url: url.to_owned(), endpoint, secret })
+        Ok(Self { replication, index, url: url.to_owned(), endpoint, secret })
     }
 
     /// Runs forever: connect, sync, stream; on failure wait and start over.
@@ -201,7 +193,8 @@ impl Link {
         self.replication.update_peer(self.index, |view| view.acked_seq = ack.seq);
     }
 
-    /// One anti-entropy round against the peer; see [`super::anti_entropy`].
+    /// One anti-entropy round against the peer: push what it lacks or holds differently; see
+    /// [`super::anti_entropy`].
     async fn anti_entropy(&self, client: &mut LinkClient, sender: &mut Sender) -> Result<(), Status> {
         let metrics = &self.replication.metrics;
         let store = self.replication.store();
@@ -226,16 +219,6 @@ impl Link {
         metrics.bytes_received.add(reply.encoded_len() as u64);
         let theirs: Vec<(String, u64)> = reply.keys.into_iter().map(|s| (s.key, s.hash)).collect();
         store.acknowledged_by_digests(self.index, &[], &theirs.iter().cloned().collect());
-        for keys in to_pull(&store.summaries(&ranges), &theirs).chunks(FETCH_KEYS) {
-            let fetch = FetchRequest { keys: keys.to_vec() };
-            metrics.bytes_sent.add(fetch.encoded_len() as u64);
-            let reply = client.fetch(self.timed(fetch)).await?.into_inner();
-            metrics.bytes_received.add(reply.encoded_len() as u64);
-            for record in reply.records {
-                self.replication.merge_remote(record, self.applier.as_ref());
-            }
-        }
-        store.flush().await;
         self.send(sender, to_push(&store.summaries(&ranges), &theirs)).await
     }
 

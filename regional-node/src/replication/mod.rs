@@ -14,7 +14,8 @@
 //! stream (deltas one way, acknowledgements back); [`service`] is the receiving end. On every connect,
 //! after a lagging delta feed, and every `--anti-entropy-interval-ms`, the link runs anti-entropy
 //! ([`anti_entropy`]): digests of 256 key ranges, then per-key summaries of the ranges that differ, then
-//! only the records that differ, both ways. So a partition or a restart heals by itself.
+//! only the records the peer lacks or holds differently, pushed on the delta stream (the peer's own link
+//! pushes the other way). So a partition or a restart heals by itself.
 //!
 //! # Layout
 //! - [`record`]: the register and its merge (proptested laws in `record_tests.rs`).
@@ -187,10 +188,10 @@ impl Replication {
     }
 
     /// Starts a link to every peer and the periodic sweep; abort the handles to stop them.
-    pub fn spawn(self: &Arc<Self>, applier: Arc<dyn Applier>) -> Result<Vec<JoinHandle<()>>, RegionalError> {
+    pub fn spawn(self: &Arc<Self>) -> Result<Vec<JoinHandle<()>>, RegionalError> {
         let mut tasks = Vec::new();
         for (index, url) in self.settings.peers.iter().enumerate() {
-            let link = link::Link::new(Arc::clone(self), Arc::clone(&applier), index, url)?;
+            let link = link::Link::new(Arc::clone(self), index, url)?;
             tasks.push(tokio::spawn(link.run()));
         }
         let this = Arc::clone(self);

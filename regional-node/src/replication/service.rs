@@ -5,18 +5,14 @@ use std::sync::Arc;
 use prost::Message as _;
 use proto::replication::replication_server::Replication as ReplicationRpc;
 use proto::replication::{
-    Ack, DeltaBatch, DigestReply, DigestRequest, FetchReply, FetchRequest, KeySummary, SummariesReply,
-    SummariesRequest,
+    Ack, DeltaBatch, DigestReply, DigestRequest, KeySummary, SummariesReply, SummariesRequest,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::store::RANGES;
-use super::{wire, Applier, Replication};
-
-/// Most keys one fetch may ask for.
-const MAX_FETCH_KEYS: usize = 4096;
+use super::{Applier, Replication};
 
 /// The gRPC service peers call.
 pub struct ReplicationService {
@@ -101,24 +97,6 @@ impl ReplicationRpc for ReplicationService {
             .map(|(key, hash)| KeySummary { key, hash })
             .collect();
         let reply = SummariesReply { keys };
-        self.replication.metrics.bytes_sent.add(reply.encoded_len() as u64);
-        Ok(Response::new(reply))
-    }
-
-    async fn fetch(&self, request: Request<FetchRequest>) -> Result<Response<FetchReply>, Status> {
-        self.authorize(&request)?;
-        let keys = request.into_inner().keys;
-        if keys.len() > MAX_FETCH_KEYS {
-            return Err(Status::invalid_argument(format!("at most {MAX_FETCH_KEYS} keys per fetch")));
-        }
-        let records = self
-            .replication
-            .store()
-            .records(&keys)
-            .iter()
-            .map(|(key, record)| wire::to_wire(key, record))
-            .collect();
-        let reply = FetchReply { records };
         self.replication.metrics.bytes_sent.add(reply.encoded_len() as u64);
         Ok(Response::new(reply))
     }

@@ -1,6 +1,6 @@
 use proptest::prelude::*;
 
-use super::super::anti_entropy::{differing_ranges, to_pull, to_push};
+use super::super::anti_entropy::{differing_ranges, to_push};
 use super::super::record::{Tombstone, Value};
 use super::*;
 
@@ -16,19 +16,22 @@ fn store(id: &str, peers: usize) -> ReplicaStore {
     ReplicaStore::open(id, peers, None).expect("store opens")
 }
 
-/// One anti-entropy round run by `a` against `b`, as the peer link runs it over gRPC.
-fn reconcile(a: &ReplicaStore, b: &ReplicaStore) {
+/// One anti-entropy round run by `a` toward `b`, as the peer link runs it over gRPC.
+fn push_round(a: &ReplicaStore, b: &ReplicaStore) {
     let ranges = differing_ranges(&a.range_digests(), &b.range_digests());
     if ranges.is_empty() {
         return;
     }
     let theirs = b.summaries(&ranges);
-    for (key, record) in b.records(&to_pull(&a.summaries(&ranges), &theirs)) {
-        a.merge(&key, &record);
-    }
     for (key, record) in a.records(&to_push(&a.summaries(&ranges), &theirs)) {
         b.merge(&key, &record);
     }
+}
+
+/// A healed link: both sides run their round.
+fn reconcile(a: &ReplicaStore, b: &ReplicaStore) {
+    push_round(a, b);
+    push_round(b, a);
 }
 
 fn reads(store: &ReplicaStore, key: &str) -> Option<String> {
