@@ -132,11 +132,8 @@ impl AppState {
     /// Keeps `entry` in the exact cache, and on disk when there is a store; replicates it when it is hot.
     /// An answer older than an invalidation of its key is dropped.
     pub fn remember(&self, entry: CachedCompletion) {
-        if let Some(replication) = &self.replication {
-            if !replication.admits(&entry) {
-                return;
-            }
-            replication.offer(&entry, now_ms());
+        if self.replication.as_ref().is_some_and(|r| !r.offer(&entry, None, now_ms())) {
+            return;
         }
         self.keep(entry);
     }

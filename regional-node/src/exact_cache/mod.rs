@@ -135,9 +135,14 @@ impl ExactCache {
     /// The entry under `key` if it is fresh or expired less than the stale grace ago, without counting a
     /// lookup: what may be served, marked stale, while the core is out of reach.
     pub fn get_stale(&self, key: &str, now_ms: i64) -> Option<Arc<CachedCompletion>> {
-        let hash = self.hash(key);
-        let entry = lock(self.shard(hash)).peek(key)?;
+        let entry = self.peek(key)?;
         (!entry.is_expired(now_ms.saturating_sub(self.stale_grace_ms))).then_some(entry)
+    }
+
+    /// The entry under `key`, expired or not, without counting a lookup or touching recency.
+    pub fn peek(&self, key: &str) -> Option<Arc<CachedCompletion>> {
+        let hash = self.hash(key);
+        lock(self.shard(hash)).peek(key)
     }
 
     /// The bound given at creation.

@@ -110,17 +110,15 @@ async fn answer(
     started: Instant,
 ) -> Result<Response, RegionalError> {
     let Admitted { tenant, request, key, class, only_if_cached } = admitted;
-    let cached = if class.cacheable() {
-        if let Some(replication) = &state.replication {
-            replication.touch(key.as_str());
-        }
-        state.cache.get(key.as_str(), now_ms())
+    let (cached, hot) = if class.cacheable() {
+        let hot = state.replication.as_ref().map(|r| r.touch(key.as_str()));
+        (state.cache.get(key.as_str(), now_ms()), hot)
     } else {
-        None
+        (None, None)
     };
     if let Some(entry) = cached {
         if let Some(replication) = &state.replication {
-            replication.offer(&entry, now_ms());
+            replication.offer(&entry, hot, now_ms());
         }
         state.metrics.hits_regional.inc();
         let mut timing = ServerTiming::default();

@@ -35,7 +35,7 @@ async fn run(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Respon
         .await
         .map_err(|_| RequestError::too_large(MAX_BODY_BYTES))?;
     let key = parse_key(&bytes)?;
-    if state.cache.get(&key, i64::MIN).is_some_and(|entry| entry.tenant != tenant) {
+    if state.cache.peek(&key).is_some_and(|entry| entry.tenant != tenant) {
         return Ok(error_response(&RequestError::key_not_found(
             "no cached answer of this tenant under that key",
         )));

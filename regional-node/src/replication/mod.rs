@@ -131,29 +131,26 @@ impl Replication {
         &self.settings
     }
 
-    /// Counts a lookup of `key`.
-    pub fn touch(&self, key: &str) {
-        self.hot.touch(key);
+    /// Counts a lookup of `key`; true when the key is now hot.
+    pub fn touch(&self, key: &str) -> bool {
+        self.hot.touch(key)
     }
 
-    /// Whether `entry` may be kept: not if the key holds a tombstone newer than the answer (a lagging
-    /// core read, or a stale copy, of what was invalidated).
-    pub fn admits(&self, entry: &CachedCompletion) -> bool {
-        self.store.inspect(&entry.key, |record| !record.is_some_and(|r| invalidated_after(r, entry)))
-    }
-
-    /// The node holds `entry` live: replicate it if its key is hot or already replicated (and the record
-    /// does not hold it yet).
-    pub fn offer(&self, entry: &CachedCompletion, now_ms: i64) {
-        let wanted = self.store.inspect(&entry.key, |record| match record {
-            None => self.hot.is_hot(&entry.key),
-            Some(r) if r.is_tombstone() => !invalidated_after(r, entry),
-            Some(r) => !r.holds_answer(entry),
+    /// The node holds `entry` live: replicate it if its key is hot (`hot`, when the caller has just
+    /// touched the key; else the sketch is asked) or already replicated, unless the record holds it
+    /// already. Returns false when the entry must not be kept at all: the key holds an invalidation made
+    /// at or after the answer was created (a lagging core read, or a stale copy, of what was invalidated).
+    pub fn offer(&self, entry: &CachedCompletion, hot: Option<bool>, now_ms: i64) -> bool {
+        let (admitted, wanted) = self.store.inspect(&entry.key, |record| match record {
+            None => (true, hot.unwrap_or_else(|| self.hot.is_hot(&entry.key))),
+            Some(r) if invalidated_after(r, entry) => (false, false),
+            Some(r) => (true, r.is_tombstone() || !r.holds_answer(entry)),
         });
         if wanted {
             self.store.write_local(&entry.key, Value::Live(entry.clone()), now_ms);
             let _ = self.changes.send(entry.key.clone());
         }
+        admitted
     }
 
     /// Records an invalidation of `key` (owned by `tenant`) and sends it to every peer.

@@ -75,7 +75,7 @@ impl ReplicationRpc for ReplicationService {
         let store = self.replication.store();
         // The caller counts a tombstone in a range with equal digests as acknowledged: have it on disk.
         store.flush().await;
-        let reply = DigestReply { ranges: store.range_digests(), records: store.stats().records as u64 };
+        let reply = DigestReply { ranges: store.range_digests(), records: store.len() as u64 };
         self.replication.metrics.bytes_sent.add(reply.encoded_len() as u64);
         Ok(Response::new(reply))
     }

@@ -61,6 +61,8 @@ struct Inner {
 struct Stored {
     record: Record,
     digest: u64,
+    /// [`range_of`] the key, computed once.
+    range: usize,
 }
 
 /// Counts for metrics and the status route.
@@ -185,7 +187,7 @@ impl ReplicaStore {
         let mut out: Vec<(String, u64)> = inner
             .records
             .iter()
-            .filter(|(key, _)| wanted.contains(&range_of(key)))
+            .filter(|(_, stored)| wanted.contains(&stored.range))
             .map(|(key, stored)| (key.clone(), stored.digest))
             .collect();
         out.sort_unstable();
@@ -275,7 +277,17 @@ impl ReplicaStore {
         }
     }
 
-    /// Counts of what is held.
+    /// Records held.
+    pub fn len(&self) -> usize {
+        self.lock().records.len()
+    }
+
+    /// Whether no record is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Counts of what is held (scans every record).
     pub fn stats(&self) -> ReplicaStats {
         let inner = self.lock();
         let tombstones = inner.records.values().filter(|s| s.record.is_tombstone()).count();
@@ -297,7 +309,7 @@ impl ReplicaStore {
 
     fn put(&self, inner: &mut Inner, key: &str, record: Record) {
         let digest = record.digest(key);
-        let range = range_of(key);
+        let range = inner.records.get(key).map_or_else(|| range_of(key), |old| old.range);
         if let Some(old) = inner.records.get(key) {
             inner.ranges[range] ^= old.digest;
         }
@@ -312,12 +324,12 @@ impl ReplicaStore {
                 let _ = records.insert(key.as_bytes(), bytes);
             }
         }
-        inner.records.insert(key.to_owned(), Stored { record, digest });
+        inner.records.insert(key.to_owned(), Stored { record, digest, range });
     }
 
     fn remove(&self, inner: &mut Inner, key: &str) -> Option<Stored> {
         let stored = inner.records.remove(key)?;
-        inner.ranges[range_of(key)] ^= stored.digest;
+        inner.ranges[stored.range] ^= stored.digest;
         inner.pending.remove(key);
         if let Some((records, _)) = &self.trees {
             let _ = records.remove(key.as_bytes());
@@ -362,11 +374,12 @@ fn load(records: &sled::Tree, meta: &sled::Tree, inner: &mut Inner) {
                 // Re-reduce: a record written by an older build is brought to canonical form.
                 let record = Record::from_versions(record.versions().to_vec());
                 let digest = record.digest(key);
-                inner.ranges[range_of(key)] ^= digest;
+                let range = range_of(key);
+                inner.ranges[range] ^= digest;
                 if record.is_tombstone() {
                     inner.pending.insert(key.to_owned(), (digest, 0));
                 }
-                inner.records.insert(key.to_owned(), Stored { record, digest });
+                inner.records.insert(key.to_owned(), Stored { record, digest, range });
             }
             None => doomed.push(key),
         }

@@ -70,7 +70,7 @@ fn run_in(options: &CoreBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Re
 
     eprintln!("floor: write+fsync of {FLOOR_RECORD_BYTES} B records for {}s", options.seconds);
     let floor = write_fsync_floor(scratch.path(), FLOOR_RECORD_BYTES, duration, options.stop)?;
-    eprintln!("  {}", summary(&floor));
+    eprintln!("  {}", floor.summary());
     interrupted(options)?;
 
     let peer = etcd_version()?;
@@ -123,22 +123,11 @@ fn etcd_version() -> anyhow::Result<String> {
     Ok(format!("etcd {version}"))
 }
 
-fn summary(result: &LoadResult) -> String {
-    format!(
-        "{} clients: {:.0} ops/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
-        result.clients,
-        result.ops_per_s(),
-        result.percentile_ms(0.5),
-        result.percentile_ms(0.99),
-        result.errors
-    )
-}
-
 fn print_figures(figures: &KvFigures) {
     for puts in &figures.puts {
-        eprintln!("  puts  {}", summary(puts));
+        eprintln!("  puts  {}", puts.summary());
     }
-    eprintln!("  reads {}", summary(&figures.reads));
+    eprintln!("  reads {}", figures.reads.summary());
 }
 
 /// The compared rows: puts/s, p50 and p99 per client count (the floor as the limit), then reads.

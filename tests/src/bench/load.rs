@@ -42,6 +42,18 @@ impl LoadResult {
     pub fn percentile_ms(&self, q: f64) -> f64 {
         percentile(&self.latencies, q).as_secs_f64() * 1000.0
     }
+
+    /// One line for a person: clients, ops/s, p50, p99, errors.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} clients: {:.0} ops/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
+            self.clients,
+            self.ops_per_s(),
+            self.percentile_ms(0.5),
+            self.percentile_ms(0.99),
+            self.errors
+        )
+    }
 }
 
 /// The value at quantile `q` of an ascending slice (nearest rank); zero when empty.

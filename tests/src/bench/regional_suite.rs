@@ -149,7 +149,7 @@ fn exact_phase(
         reply.into_body().read_to_vec()?;
         Ok(())
     });
-    eprintln!("  {}", summary(&floor));
+    eprintln!("  {}", floor.summary());
 
     eprintln!("ours: exact hits of a {value_bytes} B answer, {c} clients, {}s", options.seconds);
     let clients: Vec<ChatClient> = (0..c).map(|_| mesh.regional_client(0)).collect();
@@ -159,7 +159,7 @@ fn exact_phase(
         anyhow::ensure!(reply.status == 200 && reply.header("x-cache") == Some("HIT-REGIONAL"), "not a hit");
         Ok(())
     });
-    eprintln!("  {}", summary(&ours));
+    eprintln!("  {}", ours.summary());
     anyhow::ensure!(ours.ops > 0, "no exact hit succeeded: {:?}", ours.first_error);
 
     let requests = ((ours.ops_per_s() * options.seconds as f64 * 4.0) as u64).max(100_000);
@@ -321,17 +321,6 @@ fn now_ms() -> i64 {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
-}
-
-fn summary(result: &LoadResult) -> String {
-    format!(
-        "{} clients: {:.0} ops/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
-        result.clients,
-        result.ops_per_s(),
-        result.percentile_ms(0.5),
-        result.percentile_ms(0.99),
-        result.errors
-    )
 }
 
 /// Precision and recall of hit decisions ("hit" labels are the positives).
