@@ -103,6 +103,25 @@ impl SentenceEmbedder {
     }
 }
 
+impl SentenceEmbedder {
+    /// The mean-pooled, unit-length embedding of each row of token ids (every row the same length, no
+    /// padding), for distilling per-token vectors.
+    pub fn embed_ids(&self, rows: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, EmbeddingError> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tensors =
+            rows.iter().map(|r| Tensor::new(r.as_slice(), &self.device)).collect::<Result<Vec<_>, _>>()?;
+        let ids = Tensor::stack(&tensors, 0)?;
+        let type_ids = ids.zeros_like()?;
+        let mask = ids.ones_like()?;
+        let states = self.model.forward(&ids, &type_ids, Some(&mask))?;
+        let mean = states.mean(1)?;
+        let norms = mean.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
+        Ok(mean.broadcast_div(&norms)?.to_vec2::<f32>()?)
+    }
+}
+
 /// Cosine similarity of two vectors (0 when either is all zeros or their lengths differ).
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     if a.len() != b.len() {
