@@ -51,7 +51,15 @@ fn main() -> anyhow::Result<()> {
     let thresholds = [0.85, 0.90, 0.92, 0.94, 0.96];
     for &k in &dims {
         let (mean, components) = principal_components(&vectors, EMBEDDING_DIM, k);
-        let table = project(&vectors, &mean, &components, EMBEDDING_DIM);
+        let mut table = project(&vectors, &mean, &components, EMBEDDING_DIM);
+        // Zipf weighting (model2vec's): a token's weight grows with the log of its rank in the
+        // vocabulary, which BERT's vocab.txt lists roughly by frequency after the special tokens.
+        if std::env::var_os("NO_ZIPF").is_none() {
+            for (id, row) in table.chunks_mut(k).enumerate() {
+                let weight = ((1 + id) as f32).ln();
+                row.iter_mut().for_each(|x| *x *= weight);
+            }
+        }
         let scored: Vec<(f32, f32, bool)> = pairs
             .iter()
             .zip(&full)
