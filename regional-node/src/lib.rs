@@ -27,6 +27,7 @@ pub mod breaker;
 pub mod caller;
 pub mod config;
 pub mod core_client;
+pub mod edge_table;
 pub mod embedding;
 pub mod error;
 pub mod exact_cache;

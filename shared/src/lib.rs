@@ -32,6 +32,7 @@ pub mod near_miss;
 pub mod normalize;
 pub mod openai;
 pub mod server_timing;
+pub mod wordpiece;
 
 pub use error::RequestError;
 
