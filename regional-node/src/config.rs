@@ -107,6 +107,13 @@ pub struct RegionalConfig {
     /// Semantic partitions kept (the least recently used go first).
     #[arg(long, env = "MESH_SEMANTIC_PARTITIONS", default_value_t = 10_000)]
     pub semantic_partitions: usize,
+    /// The edge's small-embedding table (built by `distill-edge-table`); with it, `/v1/hotset` carries
+    /// each entry's small embedding, else the edge embeds the questions itself.
+    #[arg(long, env = "MESH_EDGE_TABLE")]
+    pub edge_table: Option<PathBuf>,
+    /// Most entries of one tenant in a `/v1/hotset` snapshot (the most recently changed).
+    #[arg(long, env = "MESH_HOTSET_PER_TENANT", default_value_t = 1_000)]
+    pub hotset_per_tenant: usize,
 }
 
 /// Configuration resolved and validated for [`crate::server::run`].

@@ -1,11 +1,12 @@
-//! Distilling the edge's small embedding from all-MiniLM-L6-v2 (work in progress).
+//! Distilling the edge's small embedding ([`shared::small_embedding`]) from all-MiniLM-L6-v2.
 //!
 //! Every vocabulary token alone (`[CLS] token [SEP]`) goes through the full model; its mean-pooled
-//! output is the token's vector. The vectors are reduced to a few principal components; a text's small
-//! embedding is the mean of its tokens' reduced vectors, normalised. [`evaluate`] compares the small
-//! embedding's hit decisions with the full model's on the labelled pairs.
+//! output is the token's vector. The vectors are centred and reduced to their top principal components
+//! ([`principal_components`], [`project`]), and each row is weighted by [`zipf_weight`] before the
+//! table quantizes it to int8. [`evaluate`] compares the small embedding's hit decisions with the full
+//! model's on the labelled pairs.
 
-use crate::embedding::{cosine, EmbeddingError, SentenceEmbedder, EMBEDDING_DIM};
+use crate::embedding::{EmbeddingError, SentenceEmbedder, EMBEDDING_DIM};
 
 /// Token rows per forward pass.
 const BATCH: usize = 512;
@@ -96,16 +97,12 @@ pub fn project(data: &[f32], mean: &[f32], components: &[f32], dim: usize) -> Ve
     out
 }
 
-/// The small embedding of `ids`: the mean of their rows in `table` (`k` wide), normalised.
-pub fn small_embedding(table: &[f32], k: usize, ids: &[u32]) -> Vec<f32> {
-    let mut sum = vec![0f32; k];
-    for &id in ids {
-        if let Some(row) = table.get(id as usize * k..(id as usize + 1) * k) {
-            sum.iter_mut().zip(row).for_each(|(s, x)| *s += x);
-        }
-    }
-    let norm = sum.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-    sum.iter().map(|x| x / norm).collect()
+/// A token's weight in the pooled sum: the log of its rank in `vocab.txt`, which lists BERT's tokens
+/// roughly by decreasing frequency, so frequent function words weigh little and rare content words
+/// much (model2vec's Zipf weighting; on the labelled pairs it agrees with the full model more often
+/// than equal weights).
+pub fn zipf_weight(id: usize) -> f32 {
+    ((1 + id) as f32).ln()
 }
 
 /// How the small embedding's decisions compare with the full model's at one threshold.
@@ -141,9 +138,4 @@ pub fn evaluate(pairs: &[(f32, f32, bool)], thresholds: &[f32]) -> Vec<Agreement
             }
         })
         .collect()
-}
-
-/// Cosine of two small embeddings.
-pub fn similarity(a: &[f32], b: &[f32]) -> f32 {
-    cosine(a, b)
 }

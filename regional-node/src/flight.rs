@@ -185,6 +185,7 @@ mod tests {
             etag: CachedCompletion::etag_of("ab", "stop"),
             created_ms: 0,
             ttl_s: 0,
+            question: None,
         };
         Outcome { entry: Arc::new(entry), x_cache: "MISS", timing: ServerTiming::default(), semantic: None }
     }

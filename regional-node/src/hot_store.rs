@@ -156,6 +156,7 @@ mod tests {
             etag: CachedCompletion::etag_of("x", "stop"),
             created_ms,
             ttl_s,
+            question: None,
         }
     }
 

@@ -33,6 +33,8 @@ pub struct RegionalMetrics {
     pub core_errors: Counter,
     /// Answers past their TTL served while the core was out of reach.
     pub stale_served: Counter,
+    /// Hot-set reads by the edge (`/v1/hotset`).
+    pub hotset_reads: Counter,
     /// Latency of regional hits.
     pub latency_hit_regional: Histogram,
     /// Latency of core hits.
@@ -57,6 +59,7 @@ impl Default for RegionalMetrics {
             core_completions: Counter::default(),
             core_errors: Counter::default(),
             stale_served: Counter::default(),
+            hotset_reads: Counter::default(),
             latency_hit_regional: Histogram::latency(),
             latency_hit_core: Histogram::latency(),
             latency_miss: Histogram::latency(),
@@ -128,6 +131,7 @@ impl RegionalMetrics {
                 &[("region", region), ("call", "complete")],
                 &self.core_completions,
             )
+            .counter("mesh_regional_hotset_reads_total", "Hot-set reads by the edge.", &r, &self.hotset_reads)
             .counter(
                 "mesh_regional_coalesced_total",
                 "Requests answered by an identical request already in flight to the core.",

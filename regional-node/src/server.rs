@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use proto::replication::replication_server::ReplicationServer;
 use shared::completion::CachedCompletion;
 use shared::normalize::Limits;
+use shared::small_embedding::SmallEmbedder;
 use tokio::net::TcpListener;
 
 use crate::replication::link::MAX_MESSAGE_BYTES;
@@ -48,8 +49,11 @@ pub struct AppState {
     pub flights: Flights,
     /// Admission of generations by predicted cost.
     pub admission: Admission,
-    /// Replication with the peer regional nodes, when a peer address was given.
-    pub replication: Option<Arc<Replication>>,
+    /// The replicated hot set: the hot answers and invalidations, shared with the peer regional nodes
+    /// when there are any, and served to the edge (`/v1/hotset`).
+    pub replication: Arc<Replication>,
+    /// The edge's small-embedding table, for the hot set's embeddings.
+    pub edge_table: Option<Arc<SmallEmbedder>>,
 }
 
 impl AppState {
@@ -96,22 +100,29 @@ impl AppState {
             }
             None => None,
         };
-        let replication = match settings.config.peer_listen {
-            Some(_) => {
-                let db = match &settings.config.data_dir {
-                    Some(dir) => Some(sled::open(dir.join("replica")).map_err(|e| {
-                        RegionalError::Config(format!("opening the replica store in {}: {e}", dir.display()))
-                    })?),
-                    None => None,
-                };
-                let replication = Replication::new(replication_settings(&settings), db.as_ref())?;
-                // Replicated answers are part of the hot set too: a restart serves them at once.
-                for entry in replication.store().live_answers() {
-                    if !entry.is_expired(now_ms()) {
-                        cache.insert(entry);
-                    }
-                }
-                Some(Arc::new(replication))
+        let db = match &settings.config.data_dir {
+            Some(dir) => Some(sled::open(dir.join("replica")).map_err(|e| {
+                RegionalError::Config(format!("opening the replica store in {}: {e}", dir.display()))
+            })?),
+            None => None,
+        };
+        let replication = Replication::new(replication_settings(&settings), db.as_ref())?;
+        // Replicated answers are part of the hot set too: a restart serves them at once.
+        for entry in replication.store().live_answers() {
+            if !entry.is_expired(now_ms()) {
+                cache.insert(entry);
+            }
+        }
+        let replication = Arc::new(replication);
+        let edge_table = match &settings.config.edge_table {
+            Some(path) => {
+                let bytes = std::fs::read(path).map_err(|e| {
+                    RegionalError::Config(format!("reading the edge table {}: {e}", path.display()))
+                })?;
+                let table = SmallEmbedder::from_bytes(&bytes)
+                    .map_err(|e| RegionalError::Config(format!("the edge table {}: {e}", path.display())))?;
+                tracing::info!(path = %path.display(), id = table.id(), dims = table.dims(), "edge table loaded");
+                Some(Arc::new(table))
             }
             None => None,
         };
@@ -119,6 +130,7 @@ impl AppState {
             semantic,
             hot_store,
             replication,
+            edge_table,
             admission,
             flights: Flights::default(),
             cache,
@@ -132,7 +144,7 @@ impl AppState {
     /// Keeps `entry` in the exact cache, and on disk when there is a store; replicates it when it is hot.
     /// An answer older than an invalidation of its key is dropped.
     pub fn remember(&self, entry: CachedCompletion) {
-        if self.replication.as_ref().is_some_and(|r| !r.offer(&entry, None, now_ms())) {
+        if !self.replication.offer(&entry, None, now_ms()) {
             return;
         }
         self.keep(entry);
@@ -189,7 +201,8 @@ pub async fn run(
     let peer_listen = settings.config.peer_listen;
     let state = Arc::new(AppState::new(settings)?);
     let mut tasks = Vec::new();
-    if let (Some(replication), Some(addr)) = (&state.replication, peer_listen) {
+    let replication = &state.replication;
+    if let Some(addr) = peer_listen {
         let peer_listener = TcpListener::bind(addr).await?;
         tracing::info!(node = %replication.settings().node_id, addr = %peer_listener.local_addr()?, peers = replication.settings().peers.len(), "replication serving");
         let applier: Arc<dyn Applier> = state.clone();
@@ -205,8 +218,8 @@ pub async fn run(
                 tracing::error!(%error, "replication server stopped");
             }
         }));
-        tasks.extend(replication.spawn()?);
     }
+    tasks.extend(replication.spawn()?);
     tracing::info!(%region, addr = %listener.local_addr()?, "regional node serving");
     let served =
         axum::serve(listener, crate::http::router(Arc::clone(&state))).with_graceful_shutdown(shutdown).await;
@@ -214,9 +227,7 @@ pub async fn run(
         task.abort();
     }
     served?;
-    if let Some(replication) = &state.replication {
-        replication.store().flush().await;
-    }
+    replication.store().flush().await;
     if let Some(store) = &state.hot_store {
         store.flush();
     }

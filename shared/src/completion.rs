@@ -32,9 +32,31 @@ pub struct CachedCompletion {
     pub created_ms: i64,
     /// Time to live in seconds from `created_ms`; 0 means no expiry.
     pub ttl_s: u64,
+    /// The question this answers in its semantic partition, when the tier that stored it knew it (the
+    /// regional node attaches it; the hot set needs it for the edge's semantic tier).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<AnsweredQuestion>,
+}
+
+/// The last user turn an entry answers, within its partition ([`crate::cache_key::SemanticQuery`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnsweredQuestion {
+    /// The semantic partition (tenant, model, version, sampling and context fingerprint).
+    pub partition: String,
+    /// The question's text.
+    pub text: String,
 }
 
 impl CachedCompletion {
+    /// This entry, naming the question of `query` when it names none yet.
+    pub fn answering(mut self, query: Option<crate::cache_key::SemanticQuery<'_>>) -> Self {
+        if self.question.is_none() {
+            self.question =
+                query.map(|q| AnsweredQuestion { partition: q.partition, text: q.question.to_owned() });
+        }
+        self
+    }
+
     /// The strong ETag (quoted) of an answer's content and finish reason.
     pub fn etag_of(content: &str, finish_reason: &str) -> String {
         let mut hasher = Sha256::new();
@@ -72,6 +94,7 @@ impl CachedCompletion {
             + self.content.len()
             + self.finish_reason.len()
             + self.etag.len()
+            + self.question.as_ref().map_or(0, |q| q.partition.len() + q.text.len())
     }
 
     /// The entry as a non-streamed chat completion.
@@ -178,6 +201,7 @@ mod tests {
             completion_tokens: 7,
             created_ms: 1_000_000,
             ttl_s: 60,
+            question: None,
         }
     }
 

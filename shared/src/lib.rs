@@ -11,6 +11,9 @@
 //! - [`completion`]: a cached chat completion and how it renders as a response or an SSE stream.
 //! - [`near_miss`]: the second check of a semantic hit: refuses near misses (numbers, negation,
 //!   antonyms, swapped roles, different words) that embed close to the cached question.
+//! - [`wordpiece`]: BERT's uncased WordPiece tokenizer (all-MiniLM-L6-v2's vocabulary) for wasm.
+//! - [`small_embedding`]: the edge's distilled int8 token table, its file format and int8 cosine.
+//! - [`hotset`]: the hot set a regional node serves to the edge (versioned snapshots and deltas).
 //! - [`auth`]: API-key hashing, the tenant key table, constant-time comparison of secrets.
 //! - [`server_timing`]: the `Server-Timing` header each tier adds to.
 //! - [`metrics`]: counters, histograms and the Prometheus text encoder used by every daemon.
@@ -26,12 +29,14 @@ pub mod completion;
 pub mod content_class;
 pub mod error;
 pub mod hex;
+pub mod hotset;
 pub mod metrics;
 pub mod models;
 pub mod near_miss;
 pub mod normalize;
 pub mod openai;
 pub mod server_timing;
+pub mod small_embedding;
 pub mod wordpiece;
 
 pub use error::RequestError;

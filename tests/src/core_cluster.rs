@@ -511,6 +511,7 @@ pub fn entry(tenant: &str, name: &str, content: &str) -> CachedCompletion {
         etag: CachedCompletion::etag_of(content, "stop"),
         created_ms,
         ttl_s: 0,
+        question: None,
     }
 }
 

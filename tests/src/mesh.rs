@@ -302,6 +302,27 @@ impl Mesh {
         Ok(serde_json::from_reader(reply.into_body().into_reader())?)
     }
 
+    /// `GET /v1/hotset` of regional node `index` (with the tier secret unless `secret` says otherwise),
+    /// `since` a version or none: the status and the JSON body.
+    pub fn hotset(
+        &self,
+        index: usize,
+        since: Option<&str>,
+        secret: Option<&str>,
+    ) -> anyhow::Result<(u16, serde_json::Value)> {
+        let mut url = format!("{}/v1/hotset", self.regional_url(index));
+        if let Some(since) = since {
+            url.push_str(&format!("?since={since}"));
+        }
+        let mut request = crate::client::agent(Duration::from_secs(10)).get(url);
+        if let Some(secret) = secret.or(Some(self.secret.as_str())).filter(|s| !s.is_empty()) {
+            request = request.header(shared::TIER_SECRET_HEADER, secret);
+        }
+        let mut reply = request.call()?;
+        let status = reply.status().as_u16();
+        Ok((status, serde_json::from_reader(reply.body_mut().as_reader())?))
+    }
+
     /// Kills core node `index` (0-based) with SIGKILL.
     pub fn kill_core(&mut self, index: usize) {
         if let Some(mut core) = self.cores.get_mut(index).and_then(Option::take) {
@@ -489,6 +510,9 @@ impl Mesh {
             .collect();
         if !peers.is_empty() {
             command.arg("--peers").arg(peers.join(","));
+        }
+        if paths::edge_table().exists() {
+            command.arg("--edge-table").arg(paths::edge_table());
         }
         if let Some(ms) = self.spec.anti_entropy_ms {
             command.arg("--anti-entropy-interval-ms").arg(ms.to_string());

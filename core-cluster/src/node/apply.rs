@@ -348,6 +348,7 @@ mod tests {
             etag: CachedCompletion::etag_of(content, "stop"),
             created_ms: 0,
             ttl_s: 0,
+            question: None,
         }
     }
 

@@ -245,6 +245,7 @@ async fn generate_and_commit(
         completion_tokens: finished.completion_tokens,
         created_ms: now_ms(),
         ttl_s: input.ttl_s,
+        question: None,
     };
     let commit_started = Instant::now();
     // Unique per generation: a later generation of the same key (after expiry) is a new write.

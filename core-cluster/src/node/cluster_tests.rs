@@ -345,6 +345,7 @@ fn entry(key: &str, tenant: &str, model: &str, content: &str) -> shared::complet
         etag: String::new(),
         created_ms: 0,
         ttl_s: 0,
+        question: None,
     }
 }
 

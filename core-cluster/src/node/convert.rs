@@ -143,6 +143,7 @@ mod tests {
             etag: String::new(),
             created_ms: 1_700_000_000_000,
             ttl_s: 60,
+            question: None,
         }
     }
 

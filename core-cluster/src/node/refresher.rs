@@ -122,6 +122,7 @@ impl Refresher {
             completion_tokens: done.completion_tokens,
             created_ms: 0,
             ttl_s: job.ttl_s,
+            question: None,
         };
         let command = Command::Put { entry, content_class: job.content_class, prompt: Some(job.prompt) };
         let committed = self.writer.write(Request { id: format!("refresh-{key}"), command }).await?;

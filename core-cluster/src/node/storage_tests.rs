@@ -91,6 +91,7 @@ fn completion(key: &str, tenant: &str, ttl_s: u64) -> CachedCompletion {
         etag: CachedCompletion::etag_of(key, "stop"),
         created_ms: now_ms(),
         ttl_s,
+        question: None,
     }
 }
 

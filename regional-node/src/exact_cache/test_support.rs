@@ -17,6 +17,7 @@ pub(super) fn entry_sized(key: &str, size: usize, created_ms: i64, ttl_s: u64) -
         etag: "\"e\"".into(),
         created_ms,
         ttl_s,
+        question: None,
     };
     entry.content = "x".repeat(size.saturating_sub(entry.size_bytes()));
     entry

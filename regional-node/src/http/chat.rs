@@ -111,14 +111,14 @@ async fn answer(
 ) -> Result<Response, RegionalError> {
     let Admitted { tenant, request, key, class, only_if_cached } = admitted;
     let (cached, hot) = if class.cacheable() {
-        let hot = state.replication.as_ref().map(|r| r.touch(key.as_str()));
+        let hot = Some(state.replication.touch(key.as_str()));
         (state.cache.get(key.as_str(), now_ms()), hot)
     } else {
         (None, None)
     };
     if let Some(entry) = cached {
-        if let Some(replication) = &state.replication {
-            replication.offer(&entry, hot, now_ms());
+        if let Some(hot) = hot {
+            state.replication.offer(&entry, Some(hot), now_ms());
         }
         state.metrics.hits_regional.inc();
         let mut timing = ServerTiming::default();
@@ -186,6 +186,7 @@ async fn find_cached(
     let found = state.core.lookup(key.as_str(), tenant).await?;
     let lookup_ms = elapsed_ms(lookup_started);
     if let Some(entry) = found.filter(|e| !e.is_expired(now_ms()) && e.key == key.as_str()) {
+        let entry = entry.answering(SemanticQuery::derive(tenant, request));
         state.remember(entry.clone());
         state.metrics.hits_core.inc();
         let mut timing = ServerTiming::default();
@@ -393,7 +394,8 @@ impl FlightTask {
                         .entry
                         .clone()
                         .map(CachedCompletion::from)
-                        .ok_or_else(|| RegionalError::Core("completion without an entry".into()))?;
+                        .ok_or_else(|| RegionalError::Core("completion without an entry".into()))?
+                        .answering(SemanticQuery::derive(&self.tenant, &self.request));
                     if class.cacheable() {
                         state.remember(entry.clone());
                         index_question(state, question.as_ref(), &entry.key);

@@ -44,15 +44,13 @@ async fn run(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Respon
     let request_id = format!("invalidate:{}:{}", state.settings.config.region, now);
     let removed_at_core = state.core.invalidate(&key, &tenant, &request_id).await?;
     state.forget(&key);
-    if let Some(replication) = &state.replication {
-        replication.invalidate(&key, &tenant, now);
-    }
+    state.replication.invalidate(&key, &tenant, now);
     tracing::info!(%tenant, %key, removed_at_core, "invalidated");
     Ok(Json(serde_json::json!({
         "object": "cache.invalidation",
         "key": key,
         "removed_at_core": removed_at_core,
-        "replicated": state.replication.is_some(),
+        "replicated": !state.replication.settings().peers.is_empty(),
     }))
     .into_response())
 }

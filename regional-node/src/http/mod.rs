@@ -1,6 +1,7 @@
 //! HTTP routes of the regional daemon.
 
 mod chat;
+mod hotset;
 mod invalidate;
 mod ops;
 mod respond;
@@ -17,6 +18,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions).fallback(ops::method_not_allowed))
         .route("/v1/cache/invalidate", post(invalidate::invalidate).fallback(ops::method_not_allowed))
+        .route("/v1/hotset", get(hotset::hotset).fallback(ops::method_not_allowed))
         .route("/v1/replication", get(ops::replication).fallback(ops::method_not_allowed))
         .route("/v1/models", get(ops::models).fallback(ops::method_not_allowed))
         .route("/healthz", get(ops::healthz))

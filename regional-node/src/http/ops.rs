@@ -24,11 +24,9 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> Json<serde_json::Val
 }
 
 /// `GET /v1/replication`: this node's replicated state (counts and root digest: equal roots, equal
-/// states) and its peer links. 404 when the node does not replicate.
+/// states) and its peer links (none when the node does not replicate).
 pub async fn replication(State(state): State<Arc<AppState>>) -> Response {
-    let Some(replication) = &state.replication else {
-        return error_response(&RequestError::not_found("/v1/replication (this node does not replicate)"));
-    };
+    let replication = &state.replication;
     let stats = replication.store().stats();
     Json(serde_json::json!({
         "node_id": replication.settings().node_id,
@@ -46,12 +44,10 @@ pub async fn replication(State(state): State<Arc<AppState>>) -> Response {
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let mut text = state.metrics.render(&state.settings.config.region, state.cache.stats());
     text.push_str(&overload_metrics(&state));
-    if let Some(replication) = &state.replication {
-        let region = &state.settings.config.region;
-        text.push_str(
-            &replication.metrics.render(MetricsText::default(), region, replication.store().stats()).finish(),
-        );
-    }
+    let (replication, region) = (&state.replication, &state.settings.config.region);
+    text.push_str(
+        &replication.metrics.render(MetricsText::default(), region, replication.store().stats()).finish(),
+    );
     ([(header::CONTENT_TYPE, shared::metrics::CONTENT_TYPE)], text).into_response()
 }
 

@@ -135,6 +135,7 @@ mod tests {
             etag: CachedCompletion::etag_of("hi", "stop"),
             created_ms: crate::server::now_ms(),
             ttl_s,
+            question: None,
         }
     }
 

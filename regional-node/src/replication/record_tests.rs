@@ -15,6 +15,7 @@ pub(crate) fn answer(key: &str, content: &str, created_ms: i64) -> CachedComplet
         etag: CachedCompletion::etag_of(content, "stop"),
         created_ms,
         ttl_s: 0,
+        question: None,
     }
 }
 

@@ -12,12 +12,19 @@
 //! peer's acknowledgement (anti-entropy replies travel apart from acknowledgements) is dropped instead of
 //! bringing the entry back. Every node writes with a counter of its own that only grows (persisted, and
 //! never below the wall clock in milliseconds), so a new write is never mistaken for a stale one.
+//!
+//! # Hot-set sequence
+//! Every change (a record written, merged or removed) takes the next number of an in-memory sequence,
+//! under an epoch drawn at start-up, so the edge can ask for the changes since the version it holds
+//! ([`ReplicaStore::hot_changes`], served as `GET /v1/hotset`). Removed keys are remembered for the last
+//! [`REMOVALS_KEPT`] removals; a version older than that gets a snapshot.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use sha2::{Digest as _, Sha256};
 use shared::completion::CachedCompletion;
+use shared::hotset::HotSetVersion;
 
 use super::record::{Clock, Record, Resolved, Value};
 use crate::RegionalError;
@@ -28,6 +35,9 @@ pub const RANGES: usize = 256;
 pub const COLLECTED_GRACE_MS: i64 = 10 * 60 * 1000;
 /// Most peers whose acknowledgements a tombstone tracks.
 pub const MAX_PEERS: usize = 64;
+
+/// Removals the hot-set sequence remembers for deltas.
+pub const REMOVALS_KEPT: usize = 64 * 1024;
 
 /// The key of the node's own write counter in the metadata tree.
 const COUNTER_KEY: &[u8] = b"counter";
@@ -40,6 +50,8 @@ pub fn range_of(key: &str) -> usize {
 /// A node's replicated records.
 pub struct ReplicaStore {
     node_id: String,
+    /// The epoch of this process's hot-set sequence.
+    epoch: u64,
     /// Acknowledgements a tombstone needs: one bit per peer.
     full_mask: u64,
     trees: Option<(sled::Tree, sled::Tree)>,
@@ -56,6 +68,14 @@ struct Inner {
     pending: HashMap<String, (u64, u64)>,
     /// The last counter this node wrote with.
     counter: u64,
+    /// The hot-set sequence: the number of the last change.
+    sequence: u64,
+    /// Every held key by the sequence number of its last change.
+    by_sequence: BTreeMap<u64, String>,
+    /// Keys removed (collected or expired), by the sequence number of their removal.
+    removals: BTreeMap<u64, String>,
+    /// Changes up to this number are no longer all known (removals were forgotten).
+    forgotten_through: u64,
 }
 
 struct Stored {
@@ -63,6 +83,21 @@ struct Stored {
     digest: u64,
     /// [`range_of`] the key, computed once.
     range: usize,
+    /// The hot-set sequence number of the record's last change.
+    sequence: u64,
+}
+
+/// What changed in the hot set (the live records) since a version.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HotChanges {
+    /// The version these changes bring the set to.
+    pub version: HotSetVersion,
+    /// Whether `live` is the whole set.
+    pub snapshot: bool,
+    /// Live answers new or changed since the version (the whole set in a snapshot), oldest change first.
+    pub live: Vec<CachedCompletion>,
+    /// Keys that left the set since the version (empty in a snapshot).
+    pub removed: Vec<String>,
 }
 
 /// Counts for metrics and the status route.
@@ -109,7 +144,10 @@ impl ReplicaStore {
             }
             None => None,
         };
-        Ok(Self { node_id: node_id.to_owned(), full_mask, trees, inner: Mutex::new(inner) })
+        let epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_micros() as u64);
+        Ok(Self { node_id: node_id.to_owned(), epoch, full_mask, trees, inner: Mutex::new(inner) })
     }
 
     /// This node's id: its actor in every clock.
@@ -173,6 +211,56 @@ impl ReplicaStore {
                 _ => None,
             })
             .collect()
+    }
+
+    /// The hot set's changes since `since` (a snapshot when `since` is `None`, from another epoch, or
+    /// older than the removals remembered), at most `per_tenant` live answers of each tenant in a
+    /// snapshot (the most recently changed). Expired answers count as removed.
+    pub fn hot_changes(&self, since: Option<HotSetVersion>, per_tenant: usize, now_ms: i64) -> HotChanges {
+        let inner = self.lock();
+        let version = HotSetVersion { epoch: self.epoch, sequence: inner.sequence };
+        let delta_from = since.filter(|s| {
+            s.epoch == self.epoch && s.sequence >= inner.forgotten_through && s.sequence <= inner.sequence
+        });
+        let live_of = |key: &str| match inner.records.get(key).and_then(|s| s.record.resolve()) {
+            Some(Resolved::Live(entry)) if !entry.is_expired(now_ms) => Some(entry),
+            _ => None,
+        };
+        let Some(from) = delta_from else {
+            let mut per = HashMap::<&str, usize>::new();
+            let mut live: Vec<CachedCompletion> = inner
+                .by_sequence
+                .values()
+                .rev()
+                .filter_map(|key| live_of(key))
+                .filter(|entry| {
+                    let count = per.entry(entry.tenant.as_str()).or_default();
+                    *count += 1;
+                    *count <= per_tenant
+                })
+                .cloned()
+                .collect();
+            live.reverse();
+            return HotChanges { version, snapshot: true, live, removed: Vec::new() };
+        };
+        let mut live = Vec::new();
+        let mut removed = HashSet::new();
+        for key in inner.by_sequence.range(from.sequence + 1..).map(|(_, k)| k) {
+            match live_of(key) {
+                Some(entry) => live.push(entry.clone()),
+                None => {
+                    removed.insert(key.clone());
+                }
+            }
+        }
+        for key in inner.removals.range(from.sequence + 1..).map(|(_, k)| k) {
+            if live_of(key).is_none() {
+                removed.insert(key.clone());
+            }
+        }
+        let mut removed: Vec<String> = removed.into_iter().collect();
+        removed.sort_unstable();
+        HotChanges { version, snapshot: false, live, removed }
     }
 
     /// The digest of every key range, in range order.
@@ -324,13 +412,27 @@ impl ReplicaStore {
                 let _ = records.insert(key.as_bytes(), bytes);
             }
         }
-        inner.records.insert(key.to_owned(), Stored { record, digest, range });
+        inner.sequence += 1;
+        let sequence = inner.sequence;
+        if let Some(old) = inner.records.insert(key.to_owned(), Stored { record, digest, range, sequence }) {
+            inner.by_sequence.remove(&old.sequence);
+        }
+        inner.by_sequence.insert(sequence, key.to_owned());
     }
 
     fn remove(&self, inner: &mut Inner, key: &str) -> Option<Stored> {
         let stored = inner.records.remove(key)?;
         inner.ranges[stored.range] ^= stored.digest;
         inner.pending.remove(key);
+        inner.by_sequence.remove(&stored.sequence);
+        inner.sequence += 1;
+        let sequence = inner.sequence;
+        inner.removals.insert(sequence, key.to_owned());
+        if inner.removals.len() > REMOVALS_KEPT {
+            if let Some((oldest, _)) = inner.removals.pop_first() {
+                inner.forgotten_through = oldest;
+            }
+        }
         if let Some((records, _)) = &self.trees {
             let _ = records.remove(key.as_bytes());
         }
@@ -379,7 +481,10 @@ fn load(records: &sled::Tree, meta: &sled::Tree, inner: &mut Inner) {
                 if record.is_tombstone() {
                     inner.pending.insert(key.to_owned(), (digest, 0));
                 }
-                inner.records.insert(key.to_owned(), Stored { record, digest, range });
+                inner.sequence += 1;
+                let sequence = inner.sequence;
+                inner.by_sequence.insert(sequence, key.to_owned());
+                inner.records.insert(key.to_owned(), Stored { record, digest, range, sequence });
             }
             None => doomed.push(key),
         }

@@ -41,6 +41,62 @@ fn reads(store: &ReplicaStore, key: &str) -> Option<String> {
     })
 }
 
+fn keys(entries: &[CachedCompletion]) -> Vec<&str> {
+    entries.iter().map(|e| e.key.as_str()).collect()
+}
+
+#[test]
+fn the_hot_set_is_served_as_a_snapshot_then_as_deltas() {
+    let node = store("a", 0);
+    node.write_local("k1", Value::Live(answer("k1", "v1")), 1);
+    node.write_local("k2", Value::Live(answer("k2", "v2")), 2);
+    let first = node.hot_changes(None, 100, 10);
+    assert!(first.snapshot);
+    assert_eq!(keys(&first.live), ["k1", "k2"]);
+    let v1 = Some(first.version);
+
+    node.write_local("k1", tomb(), 3);
+    node.write_local("k3", Value::Live(answer("k3", "v3")), 4);
+    let delta = node.hot_changes(v1, 100, 10);
+    assert!(!delta.snapshot);
+    assert_eq!((keys(&delta.live), delta.removed.clone()), (vec!["k3"], vec!["k1".to_owned()]));
+
+    // With no peers the tombstone is collected at once; the delta still says k1 left.
+    assert_eq!(node.sweep(10).collected, 1);
+    let after_sweep = node.hot_changes(v1, 100, 10);
+    assert_eq!((keys(&after_sweep.live), after_sweep.removed), (vec!["k3"], vec!["k1".to_owned()]));
+    // Up to date: nothing new. Brought back: live again, not removed.
+    let current = node.hot_changes(Some(after_sweep.version), 100, 10);
+    assert!(current.live.is_empty() && current.removed.is_empty() && !current.snapshot);
+    node.write_local("k1", Value::Live(answer("k1", "again")), 11);
+    let back = node.hot_changes(v1, 100, 12);
+    assert_eq!((keys(&back.live), back.removed), (vec!["k3", "k1"], Vec::<String>::new()));
+}
+
+#[test]
+fn a_version_of_another_epoch_or_the_future_gets_a_bounded_snapshot() {
+    let node = store("a", 0);
+    for i in 0..5 {
+        node.write_local(&format!("k{i}"), Value::Live(answer(&format!("k{i}"), "v")), i);
+    }
+    let now = node.hot_changes(None, 100, 10).version;
+    for since in [
+        HotSetVersion { epoch: now.epoch + 1, sequence: 1 },
+        HotSetVersion { epoch: now.epoch, sequence: now.sequence + 1 },
+    ] {
+        let changes = node.hot_changes(Some(since), 3, 10);
+        assert!(changes.snapshot);
+        // The three most recently changed of the tenant, oldest first.
+        assert_eq!(keys(&changes.live), ["k2", "k3", "k4"]);
+    }
+    // Expired answers are not part of the set.
+    let mut expiring = answer("e", "v");
+    expiring.ttl_s = 1;
+    node.write_local("e", Value::Live(expiring), 20);
+    let later = node.hot_changes(Some(now), 100, 5_000);
+    assert_eq!((keys(&later.live), later.removed), (Vec::<&str>::new(), vec!["e".to_owned()]));
+}
+
 #[test]
 fn a_partitioned_write_and_invalidation_converge_after_anti_entropy() {
     let (a, b, c) = (store("a", 2), store("b", 2), store("c", 2));

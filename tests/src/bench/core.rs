@@ -44,6 +44,7 @@ impl CoreTarget {
             etag: self.etag.clone(),
             created_ms: 0,
             ttl_s: 0,
+            question: None,
         }
     }
 }

@@ -270,6 +270,7 @@ fn replication_phase(mesh: &Mesh, options: &RegionalBenchOptions) -> anyhow::Res
                 completion_tokens: 60,
                 created_ms: now,
                 ttl_s: 0,
+                question: None,
             }
         })
         .collect();

@@ -1,0 +1,84 @@
+//! `GET /v1/hotset?since=<version>`: the hot set for the edge ([`shared::hotset`]).
+//!
+//! The hot set is the node's replicated live answers: the keys its frequency sketch found hot, and
+//! what the peers replicated. Each entry comes with the small embedding of the question it answers
+//! (when the node has the edge table), so the edge's semantic tier scans without embedding anything
+//! but the request. Without `since`, or with a version from another start of the node or older than
+//! the removals it remembers, the answer is a snapshot (at most `--hotset-per-tenant` entries of each
+//! tenant); otherwise it is the delta since that version.
+//!
+//! Only a tier may read it: the request must carry the tier secret (`x-mesh-secret`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use shared::auth::constant_time_eq;
+use shared::hotset::{encode_embedding, HotEntry, HotSet, HotSetVersion};
+use shared::{RequestError, TIER_SECRET_HEADER};
+
+use crate::server::{now_ms, AppState};
+
+/// The handler.
+pub async fn hotset(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
+    match read(&state, &headers, &params).await {
+        Ok(set) => ([(header::CACHE_CONTROL, "no-store")], Json(set)).into_response(),
+        Err(error) => crate::error::error_response(&error),
+    }
+}
+
+async fn read(
+    state: &Arc<AppState>,
+    headers: &HeaderMap,
+    params: &HashMap<String, String>,
+) -> Result<HotSet, RequestError> {
+    let secret = headers.get(TIER_SECRET_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
+    if !constant_time_eq(secret, state.settings.tier_secret.0.as_bytes()) {
+        return Err(RequestError::unauthorized("the hot set is for tiers: send the tier secret"));
+    }
+    let since = match params.get("since").map(String::as_str) {
+        None | Some("") => None,
+        Some(text) => Some(HotSetVersion::parse(text).ok_or_else(|| {
+            RequestError::invalid(format!(
+                "since must be a version from an earlier answer (<epoch>.<sequence>), not {text:?}"
+            ))
+        })?),
+    };
+    let state = Arc::clone(state);
+    // Embedding a snapshot's questions takes a while: off the async workers.
+    tokio::task::spawn_blocking(move || build(&state, since))
+        .await
+        .map_err(|e| RequestError::internal(format!("hot set task: {e}")))
+}
+
+fn build(state: &AppState, since: Option<HotSetVersion>) -> HotSet {
+    let changes =
+        state.replication.store().hot_changes(since, state.settings.config.hotset_per_tenant, now_ms());
+    let table = state.edge_table.as_deref();
+    let entries = changes
+        .live
+        .into_iter()
+        .map(|entry| {
+            let embedding = table
+                .zip(entry.question.as_ref())
+                .and_then(|(table, question)| table.embed_i8(&question.text))
+                .map(|values| encode_embedding(&values));
+            HotEntry { entry, embedding }
+        })
+        .collect();
+    state.metrics.hotset_reads.inc();
+    HotSet {
+        version: changes.version.to_string(),
+        snapshot: changes.snapshot,
+        table: table.map(|t| t.id().to_owned()),
+        entries,
+        removed: changes.removed,
+    }
+}
