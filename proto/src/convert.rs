@@ -39,7 +39,7 @@ impl From<WireCompletion> for CachedCompletion {
             created_ms: e.created_ms,
             ttl_s: e.ttl_s,
             question: (!e.question_partition.is_empty())
-                .then(|| AnsweredQuestion { partition: e.question_partition, text: e.question }),
+                .then_some(AnsweredQuestion { partition: e.question_partition, text: e.question }),
         }
     }
 }

@@ -209,7 +209,8 @@ mod tests {
         // (1, 2, 0) / sqrt(5), within int8 rounding.
         assert!((e[0] - 0.447).abs() < 0.01 && (e[1] - 0.894).abs() < 0.01 && e[2].abs() < 0.01, "{e:?}");
         assert!(embedder.embed("[PAD] unknownword").is_none());
-        let (a, b) = (embedder.embed_i8("copy server").unwrap(), embedder.embed_i8("copy laptop").unwrap());
+        let (a, b) =
+            (embedder.embed_i8("copy server").expect("a"), embedder.embed_i8("copy laptop").expect("b"));
         let similar = cosine_i8(&a, &b);
         assert!(similar > 0.5 && similar < 1.0, "{similar}");
         assert!((cosine_i8(&a, &a) - 1.0).abs() < 1e-6);
@@ -226,7 +227,7 @@ mod tests {
         longer.push(0);
         assert!(SmallEmbedder::from_bytes(&longer).expect_err("trailing").contains("trailing"));
         assert!(SmallEmbedder::build(3, VOCAB, [0; 32], &[0.0; 5]).is_err());
-        assert_ne!(SmallEmbedder::from_bytes(&bytes).unwrap().id(), "");
+        assert_ne!(SmallEmbedder::from_bytes(&bytes).expect("load").id(), "");
     }
 
     #[test]
