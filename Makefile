@@ -40,7 +40,7 @@ wasm-check:
 
 unit:
 	$(STEP)
-	$(CARGO) test --release --workspace --exclude edge-worker --lib --bins
+	$(CARGO) test --release --workspace --exclude edge-worker --lib
 	$(CARGO) test --release -p edge-worker --lib
 
 integration:

@@ -20,6 +20,13 @@ exec 9>"$OUT/.lock"
 flock 9
 
 inputs=(src Cargo.toml entry.mjs build.sh ../shared/src ../shared/Cargo.toml ../Cargo.lock ../Cargo.toml)
+# The small-embedding table the worker bundles: `make build` distils it from the model files.
+TABLE=${MESH_EDGE_TABLE:-$ROOT/target/edge-table.bin}
+[ -f "$TABLE" ] || { log "need $TABLE: run make build (distill-edge-table)"; exit 1; }
+if ! cmp -s "$TABLE" "$OUT/edge-table.bin"; then
+  cp "$TABLE" "$OUT/edge-table.bin.next" && mv "$OUT/edge-table.bin.next" "$OUT/edge-table.bin"
+  log "edge table copied from $TABLE"
+fi
 force=${EDGE_BUILD_FORCE:-0}
 [ "${1:-}" = "--force" ] && force=1
 if [ "$force" != 1 ] && [ -f "$STAMP" ] && [ -f "$OUT/index.js" ] && [ -f "$OUT/index_bg.wasm" ] \

@@ -1,15 +1,24 @@
-//! `POST /v1/chat/completions`: authenticate, validate, answer from L1, or relay the regional answer and
-//! fill L1 from it.
+//! `POST /v1/chat/completions`: authenticate, validate, answer from the edge (L1 by key, then the hot
+//! set by key, then a verified paraphrase in the hot set), or relay the regional answer and fill L1
+//! from it.
 //!
 //! Order matters: authentication first (401), then size (413), then parsing and normalization (400, 404),
 //! so that bad input never reaches the regional tier. An edge hit whose ETag the client names in
-//! `If-None-Match` is a 304.
+//! `If-None-Match` is a 304. The client's `Cache-Control` is honoured: `no-store` neither reads nor
+//! fills the edge, `no-cache` skips reading it, `max-age=N` serves only entries at most N seconds old.
 
-use shared::cache_key::CacheKey;
-use shared::normalize::{normalize, Limits};
+use std::rc::Rc;
+
+use shared::cache_key::{CacheKey, SemanticQuery};
+use shared::completion::CachedCompletion;
+use shared::content_class::classify;
+use shared::normalize::{normalize, Limits, NormalizedRequest};
 use shared::openai::parse_chat_request;
 use shared::{RequestError, CACHE_KEY_HEADER, MAX_REQUEST_BYTES, X_CACHE};
-use worker::{Context, Request, Response, ResponseBuilder};
+use worker::{Context, KvStore, Request, Response, ResponseBuilder};
+
+use crate::cache_control::RequestCaching;
+use crate::respond::EdgeMatch;
 
 use crate::clock::Clock;
 use crate::config::Config;
@@ -27,6 +36,13 @@ struct Job {
     key: CacheKey,
     model_version: u64,
     body: Vec<u8>,
+    caching: RequestCaching,
+}
+
+/// An answer the hot set holds for a request.
+struct HotHit {
+    entry: Rc<CachedCompletion>,
+    similarity: Option<f32>,
 }
 
 impl Job {
@@ -46,6 +62,7 @@ pub async fn handle(
     mut req: Request,
     config: Config,
     ctx: &Context,
+    kv: Option<KvStore>,
     mut clock: Clock,
 ) -> Result<Response, EdgeError> {
     let tenant = config.keys.authenticate(req.headers().get("authorization")?.as_deref())?.to_owned();
@@ -54,22 +71,44 @@ pub async fn handle(
         return Err(RequestError::too_large(MAX_REQUEST_BYTES).into());
     }
     let if_none_match = req.headers().get("if-none-match")?;
+    let cache_control = req.headers().get("cache-control")?;
+    let caching = RequestCaching::parse(cache_control.as_deref());
     let body = req.bytes().await?;
     let request = parse_chat_request(&body, MAX_REQUEST_BYTES)?;
     let normalized = normalize(&request, &config.models, &Limits::default())?;
     let key = CacheKey::derive(&tenant, &normalized);
     let stream = normalized.stream;
-    let job = Job { model_version: normalized.model.version, config, tenant, key, body };
+    let job = Job { model_version: normalized.model.version, config, tenant, key, body, caching };
+    if crate::hot_set_sync::claim_refresh(&job.config, Clock::now_ms()) {
+        ctx.wait_until(crate::hot_set_sync::refresh(job.config.clone(), kv));
+    }
 
     let l1 = L1::open();
-    if job.config.cache_ttl_s != 0 {
-        if let Some(entry) = l1.get(&job.key, &job.tenant, Clock::now_ms()).await {
-            let not_modified = if_none_match.is_some_and(|v| respond::etag_matches(&v, &entry.etag));
-            return Ok(respond::edge_hit(&entry, stream, not_modified, clock.edge_ms())?);
+    if job.config.cache_ttl_s != 0 && caching.may_read() {
+        let now = Clock::now_ms();
+        let not_modified =
+            |etag: &str| if_none_match.as_deref().is_some_and(|v| respond::etag_matches(v, etag));
+        let found =
+            l1.get(&job.key, &job.tenant, now).await.filter(|e| caching.accepts_age(e.created_ms, now));
+        if let Some(entry) = found {
+            let fresh = not_modified(&entry.etag);
+            return Ok(respond::edge_hit(&entry, EdgeMatch::Exact, stream, fresh, clock.edge_ms())?);
+        }
+        if let Some(hit) = hot_hit(&job, &normalized, now) {
+            let matched = match hit.similarity {
+                None => EdgeMatch::Exact,
+                Some(similarity) => EdgeMatch::Semantic { request_key: job.key.as_str(), similarity },
+            };
+            let fresh = not_modified(&hit.entry.etag);
+            return Ok(respond::edge_hit(&hit.entry, matched, stream, fresh, clock.edge_ms())?);
         }
     }
 
-    let mut upstream = clock.upstream(regional::post_chat(&job.config, &job.tenant, &job.body, &[])).await?;
+    // The client's own directives go on: `only-if-cached` is for the regional tier to honour too.
+    let forwarded: Vec<(&str, &str)> =
+        cache_control.as_deref().map(|v| ("cache-control", v)).into_iter().collect();
+    let mut upstream =
+        clock.upstream(regional::post_chat(&job.config, &job.tenant, &job.body, &forwarded)).await?;
     let status = upstream.status_code();
     let headers = upstream.headers().clone();
     let x_cache = headers.get(X_CACHE)?;
@@ -78,6 +117,7 @@ pub async fn handle(
     if stream {
         let observe = status == 200
             && job.config.cache_ttl_s != 0
+            && job.caching.may_store()
             && fill::is_cacheable_source(x_cache.as_deref())
             && keys_agree(&job.key, their_key.as_deref());
         let out_headers = respond::relayed_headers(&headers, &job.key, clock.edge_ms())?;
@@ -105,9 +145,28 @@ pub async fn handle(
     };
     // Stored before answering, so that once a client has its answer the next identical request is an
     // edge hit (the store is local to the data center and cheap next to a regional round trip).
-    store(&l1, fill::entry_from_answer(&job.target(Clock::now_ms()), &answer)).await;
+    if job.caching.may_store() {
+        store(&l1, fill::entry_from_answer(&job.target(Clock::now_ms()), &answer)).await;
+    }
     let out_headers = respond::relayed_headers(&headers, &job.key, clock.edge_ms())?;
     Ok(ResponseBuilder::new().with_status(status).with_headers(out_headers).fixed(bytes))
+}
+
+/// The hot set's answer to the request: its entry by key, else the nearest paraphrase of the last user
+/// turn in the request's partition that passes the class's threshold and the near-miss verifier.
+fn hot_hit(job: &Job, request: &NormalizedRequest, now_ms: i64) -> Option<HotHit> {
+    use crate::hot_set_sync::{embedder, with_hot_set};
+    let accepts = |entry: &CachedCompletion| job.caching.accepts_age(entry.created_ms, now_ms);
+    let exact = with_hot_set(|set| set.get(job.key.as_str(), &job.tenant, now_ms)).flatten();
+    if let Some(entry) = exact.filter(|e| accepts(e)) {
+        return Some(HotHit { entry, similarity: None });
+    }
+    let threshold = job.config.semantic?.of(classify(request))?;
+    let query = SemanticQuery::derive(&job.tenant, request)?;
+    let vector = embedder()?.embed_i8(query.question)?;
+    let found = with_hot_set(|set| set.nearest(&query.partition, &vector, query.question, threshold, now_ms))
+        .flatten()?;
+    accepts(&found.entry).then_some(HotHit { entry: found.entry, similarity: Some(found.similarity) })
 }
 
 /// Whether the regional key (absent: trust ours) is the one the edge derived; logs when it is not.

@@ -7,15 +7,32 @@
 //! | `REGIONAL_URLS` | var    | Comma-separated regional base URLs, tried in order.                     |
 //! | `MODELS`        | var    | Served models, `name@version,...`; must match the regional tier's.      |
 //! | `CACHE_TTL_S`   | var    | Edge TTL when the regional answer has no `max-age`; 0 turns L1 off.     |
+//! | `SEMANTIC_THRESHOLDS` | var | `volatile,default,stable` similarities (default `0.96,0.94,0.92`), or `off`. |
+//! | `HOTSET_REFRESH_S` | var | Seconds between hot-set pulls per isolate (default 10); 0 turns the hot set off. |
+//! | `HOTSET_MAX_ENTRIES` | var | Hot entries one isolate holds (default 20000).                     |
+//! | `HOTSET_PER_TENANT` | var | Hot entries of one tenant (default 1000).                           |
+//! | `REGIONAL_TIMEOUT_MS` | var | How long a regional node may take to answer (headers) before the next is tried (default 30000). |
+//! | `HOTSET` | KV binding | Optional: the last hot set, so a cold isolate starts warm.          |
 //!
 //! Parsing is pure (a lookup function in, a [`Config`] out) so it is tested natively; `lib.rs` feeds it
 //! from the worker's `Env`.
 
 use shared::auth::TenantKeys;
+use shared::content_class::SemanticThresholds;
 use shared::models::{ModelTable, DEFAULT_MODELS};
+
+use crate::hot_set::HotSetLimits;
 
 /// `CACHE_TTL_S` when the variable is not set: one day.
 pub const DEFAULT_CACHE_TTL_S: u64 = 86_400;
+/// `HOTSET_REFRESH_S` when the variable is not set.
+pub const DEFAULT_HOTSET_REFRESH_S: u64 = 10;
+/// `HOTSET_MAX_ENTRIES` when the variable is not set.
+pub const DEFAULT_HOTSET_MAX_ENTRIES: usize = 20_000;
+/// `HOTSET_PER_TENANT` when the variable is not set.
+pub const DEFAULT_HOTSET_PER_TENANT: usize = 1_000;
+/// `REGIONAL_TIMEOUT_MS` when the variable is not set.
+pub const DEFAULT_REGIONAL_TIMEOUT_MS: u64 = 30_000;
 
 /// The checked configuration of one worker invocation.
 #[derive(Clone)]
@@ -30,6 +47,14 @@ pub struct Config {
     pub models: ModelTable,
     /// TTL for entries whose regional answer carries no `max-age`; 0 disables the edge cache.
     pub cache_ttl_s: u64,
+    /// Similarity thresholds of the small-embedding semantic tier; `None` turns it off.
+    pub semantic: Option<SemanticThresholds>,
+    /// Seconds between hot-set pulls; 0 turns the hot set off.
+    pub hotset_refresh_s: u64,
+    /// Bounds of the isolate's hot set.
+    pub hotset_limits: HotSetLimits,
+    /// Milliseconds a regional node may take to start answering before the next one is tried.
+    pub regional_timeout_ms: u64,
 }
 
 impl std::fmt::Debug for Config {
@@ -40,6 +65,10 @@ impl std::fmt::Debug for Config {
             .field("regional_urls", &self.regional_urls)
             .field("models", &self.models)
             .field("cache_ttl_s", &self.cache_ttl_s)
+            .field("semantic", &self.semantic)
+            .field("hotset_refresh_s", &self.hotset_refresh_s)
+            .field("hotset_limits", &self.hotset_limits)
+            .field("regional_timeout_ms", &self.regional_timeout_ms)
             .finish()
     }
 }
@@ -60,13 +89,31 @@ impl Config {
         let models_table =
             lookup("MODELS").filter(|v| !v.trim().is_empty()).unwrap_or_else(|| DEFAULT_MODELS.to_owned());
         let models = ModelTable::parse(&models_table).map_err(|e| format!("MODELS: {e}"))?;
-        let cache_ttl_s = match lookup("CACHE_TTL_S").filter(|v| !v.trim().is_empty()) {
-            None => DEFAULT_CACHE_TTL_S,
-            Some(v) => {
-                v.trim().parse().map_err(|_| format!("CACHE_TTL_S: {v:?} is not a number of seconds"))?
-            }
+        let number = |name: &str, default: u64| match lookup(name).filter(|v| !v.trim().is_empty()) {
+            None => Ok(default),
+            Some(v) => v.trim().parse::<u64>().map_err(|_| format!("{name}: {v:?} is not a whole number")),
         };
-        Ok(Self { keys, tier_secret, regional_urls, models, cache_ttl_s })
+        let cache_ttl_s = number("CACHE_TTL_S", DEFAULT_CACHE_TTL_S)?;
+        let semantic = match lookup("SEMANTIC_THRESHOLDS").filter(|v| !v.trim().is_empty()) {
+            None => Some(SemanticThresholds::default()),
+            Some(v) if v.trim().eq_ignore_ascii_case("off") => None,
+            Some(v) => Some(SemanticThresholds::parse(&v).map_err(|e| format!("SEMANTIC_THRESHOLDS: {e}"))?),
+        };
+        let hotset_limits = HotSetLimits {
+            total: number("HOTSET_MAX_ENTRIES", DEFAULT_HOTSET_MAX_ENTRIES as u64)? as usize,
+            per_tenant: number("HOTSET_PER_TENANT", DEFAULT_HOTSET_PER_TENANT as u64)? as usize,
+        };
+        Ok(Self {
+            keys,
+            tier_secret,
+            regional_urls,
+            models,
+            cache_ttl_s,
+            semantic,
+            hotset_refresh_s: number("HOTSET_REFRESH_S", DEFAULT_HOTSET_REFRESH_S)?,
+            hotset_limits,
+            regional_timeout_ms: number("REGIONAL_TIMEOUT_MS", DEFAULT_REGIONAL_TIMEOUT_MS)?,
+        })
     }
 }
 
@@ -116,6 +163,17 @@ mod tests {
             ("CACHE_TTL_S", "0"),
         ]);
         assert_eq!(with_ttl.map(|c| c.cache_ttl_s), Ok(0));
+        assert_eq!(config.semantic, Some(SemanticThresholds::default()));
+        assert_eq!(config.hotset_refresh_s, DEFAULT_HOTSET_REFRESH_S);
+        let tuned = parse(&[
+            ("API_KEYS", &keys),
+            ("TIER_SECRET", "s"),
+            ("REGIONAL_URLS", "http://a"),
+            ("SEMANTIC_THRESHOLDS", "off"),
+            ("HOTSET_PER_TENANT", "5"),
+        ])
+        .expect("valid");
+        assert_eq!((tuned.semantic, tuned.hotset_limits.per_tenant), (None, 5));
     }
 
     #[test]
@@ -130,6 +188,9 @@ mod tests {
             ("REGIONAL_URLS", "ftp://x"),
             ("MODELS", "nover"),
             ("CACHE_TTL_S", "day"),
+            ("SEMANTIC_THRESHOLDS", "0.9"),
+            ("HOTSET_REFRESH_S", "-1"),
+            ("REGIONAL_TIMEOUT_MS", "soon"),
             ("API_KEYS", "dev:abc"),
             ("API_KEYS", " "),
         ];

@@ -2,13 +2,18 @@
 //! answers exact repeats of OpenAI chat-completion requests from the data center's cache and relays
 //! everything else to the regional tier.
 //!
-//! Routes: `POST /v1/chat/completions`, `GET /healthz`. Every error is OpenAI-shaped JSON.
+//! Routes: `POST /v1/chat/completions`, `GET /healthz`, `GET /v1/edge/status` (this isolate's hot set
+//! and table; it also starts a hot-set pull when one is due). Every error is OpenAI-shaped JSON.
 //!
 //! # Layout
 //! - [`chat`]: the chat-completions handler (auth, validation, L1 lookup, relay, fill).
 //! - [`config`]: wrangler vars and secrets, checked on every request.
 //! - [`l1`]: the exact-match cache in the Workers Cache API.
-//! - [`regional`]: forwarding to the regional tier with failover.
+//! - [`hot_set`]: the regional tier's hot set in this isolate: exact and small-embedding semantic hits;
+//!   [`dot`] its int8 (simd128) scan; [`hot_set_sync`] the bundled table, pulls and the KV copy.
+//! - [`bench_scan`]: a tier-only route that times the hot-set scan in wasm for `mesh bench edge`.
+//! - [`regional`]: calls to the regional tier, nearest healthy node first ([`node_health`]), with a
+//!   timeout and failover.
 //! - [`fill`]: when and how a regional answer becomes an edge entry.
 //! - [`cache_control`]: reading a regional `Cache-Control` header.
 //! - [`observed_stream`], [`sse`]: passing an event stream through while learning what it carried.
@@ -23,13 +28,18 @@
 // `#[event(fetch)]` expands to wasm-bindgen glue that contains `unsafe` blocks.
 #![allow(unsafe_code)]
 
+pub mod bench_scan;
 pub mod cache_control;
 pub mod chat;
 pub mod clock;
 pub mod config;
+pub mod dot;
 pub mod error;
 pub mod fill;
+pub mod hot_set;
+pub mod hot_set_sync;
 pub mod l1;
+pub mod node_health;
 pub mod observed_stream;
 pub mod regional;
 pub mod respond;
@@ -50,12 +60,20 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
         ("/healthz", Method::Get | Method::Head) => return Response::ok("ok"),
         ("/healthz", _) => return respond::error(&RequestError::method_not_allowed(), Some("GET, HEAD")),
         ("/v1/chat/completions", Method::Post) => match read_config(&env) {
-            Ok(config) => chat::handle(req, config, &ctx, clock).await,
+            Ok(config) => chat::handle(req, config, &ctx, env.kv("HOTSET").ok(), clock).await,
             Err(e) => Err(e),
         },
         ("/v1/chat/completions", _) => {
             return respond::error(&RequestError::method_not_allowed(), Some("POST"))
         }
+        ("/v1/edge/bench/scan", Method::Get) => match read_config(&env) {
+            Ok(config) => bench_scan_route(&req, &config),
+            Err(e) => Err(e),
+        },
+        ("/v1/edge/status", Method::Get) => match read_config(&env) {
+            Ok(config) => status(config, &env, &ctx),
+            Err(e) => Err(e),
+        },
         _ => Err(RequestError::not_found(&path).into()),
     };
     match outcome {
@@ -67,6 +85,48 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
             respond::error(&e.to_request_error(), None)
         }
     }
+}
+
+/// `GET /v1/edge/status`: what this isolate holds (no tenant data: counts, versions, the table's id).
+fn status(config: Config, env: &Env, ctx: &Context) -> std::result::Result<Response, EdgeError> {
+    if hot_set_sync::claim_refresh(&config, clock::Clock::now_ms()) {
+        ctx.wait_until(hot_set_sync::refresh(config.clone(), env.kv("HOTSET").ok()));
+    }
+    let (entries, version) =
+        hot_set_sync::with_hot_set(|set| (set.len(), set.version().map(str::to_owned))).unwrap_or((0, None));
+    let table = hot_set_sync::embedder().map(|t| serde_json::json!({"id": t.id(), "dims": t.dims()}));
+    Ok(Response::from_json(&serde_json::json!({
+        "hotset": {"entries": entries, "version": version, "refresh_s": config.hotset_refresh_s},
+        "table": table,
+        "semantic": config.semantic.is_some(),
+        "regional_order": regional::order(&config),
+    }))?)
+}
+
+/// `GET /v1/edge/bench/scan?entries=N&queries=Q`, for tiers only ([`bench_scan`]).
+fn bench_scan_route(req: &Request, config: &Config) -> std::result::Result<Response, EdgeError> {
+    let secret = req.headers().get(shared::TIER_SECRET_HEADER)?.unwrap_or_default();
+    if !shared::auth::constant_time_eq(secret.as_bytes(), config.tier_secret.as_bytes()) {
+        return Err(
+            RequestError::unauthorized("the scan benchmark is for tiers: send the tier secret").into()
+        );
+    }
+    let url = req.url()?;
+    let param =
+        |name: &str, max: usize| -> std::result::Result<usize, EdgeError> {
+            let value = url.query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned());
+            value.as_deref().unwrap_or("0").parse::<usize>().ok().filter(|n| *n <= max).ok_or_else(|| {
+                RequestError::invalid(format!("{name} must be a whole number up to {max}")).into()
+            })
+        };
+    let (entries, queries) =
+        (param("entries", bench_scan::MAX_ENTRIES)?, param("queries", bench_scan::MAX_QUERIES)?);
+    let embedder = hot_set_sync::embedder()
+        .ok_or_else(|| EdgeError::Config("no small-embedding table in the bundle".into()))?;
+    let matches = bench_scan::run(&embedder, entries, queries);
+    Ok(Response::from_json(&serde_json::json!({
+        "entries": entries, "queries": queries, "matches": matches, "dims": embedder.dims(),
+    }))?)
 }
 
 /// The configuration from the worker's vars and secrets (both arrive as string bindings).

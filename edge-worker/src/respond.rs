@@ -3,7 +3,7 @@
 use shared::cache_key::CacheKey;
 use shared::completion::CachedCompletion;
 use shared::server_timing::ServerTiming;
-use shared::{RequestError, CACHE_KEY_HEADER, X_CACHE};
+use shared::{RequestError, CACHE_KEY_HEADER, CACHE_MATCHED_KEY_HEADER, CACHE_SIMILARITY_HEADER, X_CACHE};
 use worker::{Headers, Response, ResponseBuilder, Result};
 
 /// Upstream headers that are not relayed: hop-by-hop ones, ones the runtime sets for the new body, and
@@ -29,18 +29,44 @@ pub fn error(err: &RequestError, allow: Option<&str>) -> Result<Response> {
     Ok(ResponseBuilder::new().with_status(err.status).with_headers(headers).fixed(err.to_json().into_bytes()))
 }
 
-/// An answer from the edge cache, as JSON or as a complete event stream; or, when the client already
-/// holds it (`not_modified`: its `If-None-Match` names the entry's ETag), a 304 without a body.
+/// How an edge hit matched its entry.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum EdgeMatch<'a> {
+    /// By key (L1 or the hot set): `X-Cache: HIT-EDGE`.
+    Exact,
+    /// A verified paraphrase in the hot set: `X-Cache: HIT-EDGE-SEMANTIC`, with the request's own key,
+    /// the matched entry's key and the similarity.
+    Semantic {
+        /// The request's key.
+        request_key: &'a str,
+        /// Cosine of the two questions' small embeddings.
+        similarity: f32,
+    },
+}
+
+/// An answer from the edge, as JSON or as a complete event stream; or, when the client already holds it
+/// (`not_modified`: its `If-None-Match` names the entry's ETag), a 304 without a body.
 pub fn edge_hit(
     entry: &CachedCompletion,
+    matched: EdgeMatch<'_>,
     stream: bool,
     not_modified: bool,
     edge_ms: f64,
 ) -> Result<Response> {
     let headers = Headers::new();
-    headers.set(X_CACHE, "HIT-EDGE")?;
     headers.set("etag", &entry.etag)?;
-    headers.set(CACHE_KEY_HEADER, &entry.key)?;
+    match matched {
+        EdgeMatch::Exact => {
+            headers.set(X_CACHE, "HIT-EDGE")?;
+            headers.set(CACHE_KEY_HEADER, &entry.key)?;
+        }
+        EdgeMatch::Semantic { request_key, similarity } => {
+            headers.set(X_CACHE, "HIT-EDGE-SEMANTIC")?;
+            headers.set(CACHE_KEY_HEADER, request_key)?;
+            headers.set(CACHE_MATCHED_KEY_HEADER, &entry.key)?;
+            headers.set(CACHE_SIMILARITY_HEADER, &format!("{similarity:.4}"))?;
+        }
+    }
     headers.set("server-timing", ServerTiming::from_header(None).push_ms("edge", edge_ms).as_str())?;
     if not_modified {
         return Ok(ResponseBuilder::new().with_status(304).with_headers(headers).empty());

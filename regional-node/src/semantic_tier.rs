@@ -11,28 +11,7 @@ use crate::embedding::SentenceEmbedder;
 use crate::semantic_cache::{SemanticCache, SemanticHit, SemanticLimits};
 use crate::RegionalError;
 
-/// Similarity a cached question needs, per content class, before the verifier is asked.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SemanticThresholds {
-    /// Prices, schedules, "this week".
-    pub volatile: f32,
-    /// Nothing says how fast it changes.
-    pub default: f32,
-    /// Definitions, math, code, history.
-    pub stable: f32,
-}
-
-impl SemanticThresholds {
-    /// The threshold of `class`; `None` for realtime, which never hits.
-    pub fn of(&self, class: ContentClass) -> Option<f32> {
-        match class {
-            ContentClass::Realtime => None,
-            ContentClass::Volatile => Some(self.volatile),
-            ContentClass::Default => Some(self.default),
-            ContentClass::Stable => Some(self.stable),
-        }
-    }
-}
+pub use shared::content_class::SemanticThresholds;
 
 /// The embedder, the indexes and the thresholds.
 pub struct SemanticTier {

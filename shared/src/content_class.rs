@@ -132,6 +132,50 @@ impl TtlPolicy {
     }
 }
 
+/// Similarity a cached question needs, per content class, before the near-miss verifier is asked; the
+/// same defaults at the edge and in the regional tier.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SemanticThresholds {
+    /// Prices, schedules, "this week".
+    pub volatile: f32,
+    /// Nothing says how fast it changes.
+    pub default: f32,
+    /// Definitions, math, code, history.
+    pub stable: f32,
+}
+
+impl Default for SemanticThresholds {
+    fn default() -> Self {
+        Self { volatile: 0.96, default: 0.94, stable: 0.92 }
+    }
+}
+
+impl SemanticThresholds {
+    /// The threshold of `class`; `None` for realtime, which never hits.
+    pub fn of(&self, class: ContentClass) -> Option<f32> {
+        match class {
+            ContentClass::Realtime => None,
+            ContentClass::Volatile => Some(self.volatile),
+            ContentClass::Default => Some(self.default),
+            ContentClass::Stable => Some(self.stable),
+        }
+    }
+
+    /// Reads `volatile,default,stable` (three similarities in 0..=1).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let values: Vec<f32> = text
+            .split(',')
+            .map(|v| v.trim().parse::<f32>().map_err(|_| format!("{v:?} is not a number")))
+            .collect::<Result<_, _>>()?;
+        match values[..] {
+            [volatile, default, stable] if values.iter().all(|v| (0.0..=1.0).contains(v)) => {
+                Ok(Self { volatile, default, stable })
+            }
+            _ => Err(format!("want three similarities in 0..=1 (volatile,default,stable), not {text:?}")),
+        }
+    }
+}
+
 /// Time cues that ask about this very moment: realtime on their own.
 pub const IMMEDIATE_CUES: &[&str] = &[
     "right now",
@@ -351,6 +395,17 @@ impl Words {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn semantic_thresholds_parse_three_similarities() {
+        let t = SemanticThresholds::parse(" 0.97, 0.95,0.9 ").expect("valid");
+        assert_eq!((t.of(ContentClass::Volatile), t.of(ContentClass::Stable)), (Some(0.97), Some(0.9)));
+        assert_eq!(t.of(ContentClass::Realtime), None);
+        for bad in ["", "0.9,0.9", "0.9,0.9,1.5", "a,b,c", "0.9,0.9,0.9,0.9"] {
+            assert!(SemanticThresholds::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(SemanticThresholds::default().of(ContentClass::Default), Some(0.94));
+    }
     use crate::models::ModelRef;
     use crate::normalize::{Message, Sampling};
 

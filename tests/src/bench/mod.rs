@@ -26,12 +26,14 @@
 //! - [`gptcache`]: GPTCache with faiss and MiniLM, the semantic tier's peer.
 //! - [`replica_load`]: loading a regional node's replicated state over its replication gRPC.
 //! - [`regional_suite`]: `mesh bench regional`, putting the above together.
+//! - [`edge_suite`]: `mesh bench edge`: the edge worker against a pass-through worker, and the scan.
 //! - [`report`]: the table and the JSON.
 //! - [`scratch`]: the run's scratch directory.
 
 pub mod bandwidth;
 pub mod core;
 pub mod core_suite;
+pub mod edge_suite;
 pub mod etcd;
 pub mod floor;
 pub mod gen_phases;
@@ -56,6 +58,7 @@ pub mod sharegpt;
 pub mod throughput;
 
 pub use core_suite::CoreBenchOptions;
+pub use edge_suite::EdgeBenchOptions;
 pub use pod_suite::PodBenchOptions;
 pub use regional_suite::RegionalBenchOptions;
 pub use report::Report;

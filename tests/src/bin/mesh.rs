@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use mesh_harness::bench::{self, CoreBenchOptions, PodBenchOptions, RegionalBenchOptions, Report};
+use mesh_harness::bench::{
+    self, CoreBenchOptions, EdgeBenchOptions, PodBenchOptions, RegionalBenchOptions, Report,
+};
 use mesh_harness::{Mesh, MeshSpec};
 
 /// Command line.
@@ -143,6 +145,28 @@ enum BenchSuite {
         #[arg(long, env = "MESH_BENCH_DIR", default_value = ".cache/bench")]
         dir: PathBuf,
     },
+    /// The edge worker against a pass-through worker under the same workerd (latency of a hit and of a
+    /// miss), and the hot-set scan in wasm against the same scan natively.
+    Edge {
+        /// Also write the figures as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Measured seconds of each latency phase.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Concurrent clients of the latency phases.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+        /// Hot-set sizes whose scan is timed (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "1000,5000,20000")]
+        entries: Vec<usize>,
+        /// Lookups per timed scan request.
+        #[arg(long, default_value_t = 200)]
+        queries: usize,
+        /// Where the run keeps its data and logs (removed after a successful run).
+        #[arg(long, env = "MESH_BENCH_DIR", default_value = ".cache/bench")]
+        dir: PathBuf,
+    },
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -225,7 +249,16 @@ fn main() -> anyhow::Result<()> {
             },
             json,
         ),
+        Command::Bench { suite: BenchSuite::Edge { json, seconds, concurrency, entries, queries, dir } } => {
+            bench_edge(EdgeBenchOptions { seconds, concurrency, entries, queries, dir, stop: &STOP }, json)
+        }
     }
+}
+
+/// Runs `mesh bench edge`.
+fn bench_edge(options: EdgeBenchOptions, json: Option<PathBuf>) -> anyhow::Result<()> {
+    install_stop_handlers();
+    print_report(&bench::edge_suite::run(&options)?, json)
 }
 
 /// Runs `mesh bench regional`.

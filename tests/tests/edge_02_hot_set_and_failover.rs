@@ -1,0 +1,116 @@
+//! The edge tier under `wrangler dev` (real workerd) beyond exact repeats: revalidation (304), the
+//! client's `Cache-Control`, the regional hot set answered at the edge by key and by verified
+//! paraphrase (small int8 embeddings scanned in wasm), near misses refused, and failover when the
+//! first regional node is down.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use mesh_harness::{Mesh, MeshSpec};
+use serde_json::{json, Value};
+
+fn question(text: &str) -> Value {
+    json!({"model": "smollm2-135m-instruct", "temperature": 0, "max_tokens": 8,
+           "messages": [{"role": "user", "content": text}]})
+}
+
+/// `GET /v1/edge/status` (which also starts a hot-set pull when one is due).
+fn edge_status(mesh: &Mesh) -> anyhow::Result<Value> {
+    let url = mesh.edge_url().context("edge runs")?;
+    Ok(mesh_harness::client::ChatClient::new(&url, None).get("/v1/edge/status")?.json())
+}
+
+/// Waits until the edge's hot set holds at least `entries` entries.
+fn wait_for_hot_set(mesh: &Mesh, entries: u64) -> anyhow::Result<Value> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = edge_status(mesh)?;
+        if status["hotset"]["entries"].as_u64().unwrap_or(0) >= entries {
+            return Ok(status);
+        }
+        if Instant::now() > deadline {
+            bail!("the edge's hot set never reached {entries} entries: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn the_edge_revalidates_honours_cache_control_serves_the_hot_set_and_fails_over() -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("mesh-test-edge-hotset-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut mesh = Mesh::start(MeshSpec {
+        core_nodes: 1,
+        regional_nodes: 2,
+        edge_vars: vec![("HOTSET_REFRESH_S".into(), "1".into())],
+        ..MeshSpec::local(&dir)
+    })?;
+    let client = mesh.client();
+    let status = edge_status(&mesh)?;
+    assert!(status["table"]["dims"].as_u64().is_some_and(|d| d > 0), "no table in the bundle: {status}");
+
+    // MISS, then HIT-EDGE; naming its ETag gets a 304 without a body.
+    let capital = question("What is the capital of Italy?");
+    assert_eq!(client.chat(&capital)?.header("x-cache"), Some("MISS"));
+    let hit = client.chat(&capital)?;
+    assert_eq!(hit.header("x-cache"), Some("HIT-EDGE"), "{:?}", hit.headers);
+    let etag = hit.header("etag").context("etag")?.to_owned();
+    let revalidated = client.chat_with_headers(&capital, &[("if-none-match", &etag)])?;
+    assert_eq!((revalidated.status, revalidated.body.as_str()), (304, ""));
+    // no-cache goes to the regional tier (which holds it); max-age=0 refuses the edge copy too.
+    for directive in ["no-cache", "max-age=0"] {
+        let reply = client.chat_with_headers(&capital, &[("cache-control", directive)])?;
+        assert_eq!(reply.header("x-cache"), Some("HIT-REGIONAL"), "{directive}: {:?}", reply.headers);
+    }
+    assert_eq!(
+        client.chat_with_headers(&capital, &[("cache-control", "max-age=3600")])?.header("x-cache"),
+        Some("HIT-EDGE")
+    );
+
+    // no-store: neither read nor written at the edge.
+    let river = question("What is the longest river in Africa?");
+    for _ in 0..2 {
+        let reply = client.chat_with_headers(&river, &[("cache-control", "no-store")])?;
+        assert_ne!(reply.header("x-cache"), Some("HIT-EDGE"), "{:?}", reply.headers);
+    }
+    assert_eq!(client.chat(&river)?.header("x-cache"), Some("HIT-REGIONAL"), "no-store wrote the edge");
+
+    // A question made hot at a regional node reaches the edge's hot set: a paraphrase is answered at the
+    // edge, a near miss (another number) is not.
+    let cached = "How many days are there in a leap year?";
+    let regional = mesh.regional_client(0);
+    assert_eq!(regional.chat(&question(cached))?.status, 200);
+    let answer = regional.chat(&question(cached))?;
+    assert_eq!(answer.header("x-cache"), Some("HIT-REGIONAL"));
+    // Three keys are hot by now (each looked up at a regional node at least twice): the capital, the
+    // river and this one.
+    let status = wait_for_hot_set(&mesh, 3)?;
+    println!("edge status with the hot set: {status}");
+    let exact = client.chat(&question(cached))?;
+    assert_eq!(exact.header("x-cache"), Some("HIT-EDGE"), "hot entry by key: {:?}", exact.headers);
+    assert_eq!(exact.content(), answer.content());
+
+    let paraphrase = client.chat(&question("How many days does a leap year have?"))?;
+    println!("paraphrase: {:?} {:?}", paraphrase.header("x-cache"), paraphrase.header("x-cache-similarity"));
+    assert_eq!(paraphrase.header("x-cache"), Some("HIT-EDGE-SEMANTIC"), "{:?}", paraphrase.headers);
+    assert_eq!(paraphrase.content(), answer.content());
+    assert_eq!(paraphrase.header("x-cache-matched-key"), answer.header("x-cache-key"));
+    let near_miss = client.chat(&question("How many days are there in 2 leap years?"))?;
+    assert!(!near_miss.header("x-cache").unwrap_or_default().contains("SEMANTIC"), "{:?}", near_miss.headers);
+
+    // The node the edge tries first goes down: the edge fails over to the other.
+    let order = edge_status(&mesh)?["regional_order"].clone();
+    let first = order[0].as_str().context("regional order")?;
+    let index = (0..2).find(|&i| mesh.regional_url(i) == first).context("first node is one of ours")?;
+    println!("edge tries {order}; stopping regional node {}", index + 1);
+    mesh.stop_regional(index);
+    let started = Instant::now();
+    let failover = client.chat(&question("What is the capital of Spain?"))?;
+    assert_eq!(failover.status, 200, "{}", failover.body);
+    assert_eq!(failover.header("x-cache"), Some("MISS"));
+    println!("answered through the second regional node in {:?}", started.elapsed());
+
+    drop(mesh);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
