@@ -20,6 +20,11 @@ fn edge_status(mesh: &Mesh) -> anyhow::Result<Value> {
     Ok(mesh_harness::client::ChatClient::new(&url, None).get("/v1/edge/status")?.json())
 }
 
+/// Whether an answer came from a cache behind the edge (a regional node's, or the core's through it).
+fn from_behind_the_edge(x_cache: Option<&str>) -> bool {
+    matches!(x_cache, Some("HIT-REGIONAL" | "HIT-CORE"))
+}
+
 /// Waits until the edge's hot set holds at least `entries` entries.
 fn wait_for_hot_set(mesh: &Mesh, entries: u64) -> anyhow::Result<Value> {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -57,10 +62,11 @@ fn the_edge_revalidates_honours_cache_control_serves_the_hot_set_and_fails_over(
     let etag = hit.header("etag").context("etag")?.to_owned();
     let revalidated = client.chat_with_headers(&capital, &[("if-none-match", &etag)])?;
     assert_eq!((revalidated.status, revalidated.body.as_str()), (304, ""));
-    // no-cache goes to the regional tier (which holds it); max-age=0 refuses the edge copy too.
+    // no-cache goes on to a regional node (which finds it in its cache or the core's); max-age=0 refuses
+    // the edge copy too.
     for directive in ["no-cache", "max-age=0"] {
         let reply = client.chat_with_headers(&capital, &[("cache-control", directive)])?;
-        assert_eq!(reply.header("x-cache"), Some("HIT-REGIONAL"), "{directive}: {:?}", reply.headers);
+        assert!(from_behind_the_edge(reply.header("x-cache")), "{directive}: {:?}", reply.headers);
     }
     assert_eq!(
         client.chat_with_headers(&capital, &[("cache-control", "max-age=3600")])?.header("x-cache"),
@@ -73,7 +79,8 @@ fn the_edge_revalidates_honours_cache_control_serves_the_hot_set_and_fails_over(
         let reply = client.chat_with_headers(&river, &[("cache-control", "no-store")])?;
         assert_ne!(reply.header("x-cache"), Some("HIT-EDGE"), "{:?}", reply.headers);
     }
-    assert_eq!(client.chat(&river)?.header("x-cache"), Some("HIT-REGIONAL"), "no-store wrote the edge");
+    let after = client.chat(&river)?;
+    assert!(from_behind_the_edge(after.header("x-cache")), "no-store wrote the edge: {:?}", after.headers);
 
     // A question made hot at a regional node reaches the edge's hot set: a paraphrase is answered at the
     // edge, a near miss (another number) is not.
@@ -82,15 +89,21 @@ fn the_edge_revalidates_honours_cache_control_serves_the_hot_set_and_fails_over(
     assert_eq!(regional.chat(&question(cached))?.status, 200);
     let answer = regional.chat(&question(cached))?;
     assert_eq!(answer.header("x-cache"), Some("HIT-REGIONAL"));
-    // Three keys are hot by now (each looked up at a regional node at least twice): the capital, the
-    // river and this one.
-    let status = wait_for_hot_set(&mesh, 3)?;
+    // The edge pulls node 1's hot set (or node 2's: replication makes them equal).
+    let key = answer.header("x-cache-key").context("key")?;
+    let (_, node_set) = mesh.hotset(0, None, None)?;
+    let held = node_set["entries"].as_array().map(Vec::len).unwrap_or(0) as u64;
+    assert!(
+        node_set["entries"].as_array().into_iter().flatten().any(|e| e["entry"]["key"] == key),
+        "{node_set}"
+    );
+    let status = wait_for_hot_set(&mesh, held)?;
     println!("edge status with the hot set: {status}");
     let exact = client.chat(&question(cached))?;
     assert_eq!(exact.header("x-cache"), Some("HIT-EDGE"), "hot entry by key: {:?}", exact.headers);
     assert_eq!(exact.content(), answer.content());
 
-    let paraphrase = client.chat(&question("How many days does a leap year have?"))?;
+    let paraphrase = client.chat(&question("How many days are in a leap year?"))?;
     println!("paraphrase: {:?} {:?}", paraphrase.header("x-cache"), paraphrase.header("x-cache-similarity"));
     assert_eq!(paraphrase.header("x-cache"), Some("HIT-EDGE-SEMANTIC"), "{:?}", paraphrase.headers);
     assert_eq!(paraphrase.content(), answer.content());

@@ -1,0 +1,17 @@
+//! Every cross-process test, one module per file, in one test binary. They start real processes on
+//! loopback ports, so `make test` runs them one at a time (`--test-threads=1`). One file's tests:
+//! `cargo test --release -p tests --test all -- regional_04`.
+
+mod basic_01_edge_path;
+mod core_01_leader_kill_under_load;
+mod core_02_full_restart;
+mod core_03_partition;
+mod core_04_membership;
+mod edge_02_hot_set_and_failover;
+mod faults_01_core_follower_and_restart;
+mod regional_01_semantic;
+mod regional_02_restart_keeps_hot_set;
+mod regional_03_coalescing;
+mod regional_04_replication;
+mod regional_05_overload_and_stale;
+mod regional_06_hotset;
