@@ -7,8 +7,6 @@
 //! `If-None-Match` is a 304. The client's `Cache-Control` is honoured: `no-store` neither reads nor
 //! fills the edge, `no-cache` skips reading it, `max-age=N` serves only entries at most N seconds old.
 
-use std::rc::Rc;
-
 use shared::cache_key::{CacheKey, SemanticQuery};
 use shared::completion::CachedCompletion;
 use shared::content_class::classify;
@@ -18,6 +16,7 @@ use shared::{RequestError, CACHE_KEY_HEADER, MAX_REQUEST_BYTES, X_CACHE};
 use worker::{Context, KvStore, Request, Response, ResponseBuilder};
 
 use crate::cache_control::RequestCaching;
+use crate::hot_set::SemanticMatch;
 use crate::respond::EdgeMatch;
 
 use crate::clock::Clock;
@@ -37,12 +36,6 @@ struct Job {
     model_version: u64,
     body: Vec<u8>,
     caching: RequestCaching,
-}
-
-/// An answer the hot set holds for a request.
-struct HotHit {
-    entry: Rc<CachedCompletion>,
-    similarity: Option<f32>,
 }
 
 impl Job {
@@ -88,17 +81,20 @@ pub async fn handle(
         let now = Clock::now_ms();
         let not_modified =
             |etag: &str| if_none_match.as_deref().is_some_and(|v| respond::etag_matches(v, etag));
-        let found =
-            l1.get(&job.key, &job.tenant, now).await.filter(|e| caching.accepts_age(e.created_ms, now));
-        if let Some(entry) = found {
+        // The isolate's memory first (microseconds), then the data center's Cache API, then paraphrases.
+        let accepts = |e: &CachedCompletion| caching.accepts_age(e.created_ms, now);
+        if let Some(entry) =
+            crate::hot_set_sync::exact(job.key.as_str(), &job.tenant, now).filter(|e| accepts(e))
+        {
             let fresh = not_modified(&entry.etag);
             return Ok(respond::edge_hit(&entry, EdgeMatch::Exact, stream, fresh, clock.edge_ms())?);
         }
-        if let Some(hit) = hot_hit(&job, &normalized, now) {
-            let matched = match hit.similarity {
-                None => EdgeMatch::Exact,
-                Some(similarity) => EdgeMatch::Semantic { request_key: job.key.as_str(), similarity },
-            };
+        if let Some(entry) = l1.get(&job.key, &job.tenant, now).await.filter(|e| accepts(e)) {
+            let fresh = not_modified(&entry.etag);
+            return Ok(respond::edge_hit(&entry, EdgeMatch::Exact, stream, fresh, clock.edge_ms())?);
+        }
+        if let Some(hit) = semantic_hit(&job, &normalized, now) {
+            let matched = EdgeMatch::Semantic { request_key: job.key.as_str(), similarity: hit.similarity };
             let fresh = not_modified(&hit.entry.etag);
             return Ok(respond::edge_hit(&hit.entry, matched, stream, fresh, clock.edge_ms())?);
         }
@@ -143,30 +139,29 @@ pub async fn handle(
         cache_control: cache_control.as_deref(),
         body: &bytes,
     };
-    // Stored before answering, so that once a client has its answer the next identical request is an
-    // edge hit (the store is local to the data center and cheap next to a regional round trip).
+    // Kept in the isolate's memory before answering, so that once a client has its answer the next
+    // identical request here is an edge hit; the Cache API store (other isolates) runs after the response.
     if job.caching.may_store() {
-        store(&l1, fill::entry_from_answer(&job.target(Clock::now_ms()), &answer)).await;
+        let entry = fill::entry_from_answer(&job.target(Clock::now_ms()), &answer);
+        if let Ok(entry) = &entry {
+            crate::hot_set_sync::remember_fill(entry.clone());
+        }
+        ctx.wait_until(async move { store(&l1, entry).await });
     }
     let out_headers = respond::relayed_headers(&headers, &job.key, clock.edge_ms())?;
     Ok(ResponseBuilder::new().with_status(status).with_headers(out_headers).fixed(bytes))
 }
 
-/// The hot set's answer to the request: its entry by key, else the nearest paraphrase of the last user
-/// turn in the request's partition that passes the class's threshold and the near-miss verifier.
-fn hot_hit(job: &Job, request: &NormalizedRequest, now_ms: i64) -> Option<HotHit> {
+/// The hot set's nearest paraphrase of the request's last user turn, in its partition, that passes the
+/// class's threshold and the near-miss verifier.
+fn semantic_hit(job: &Job, request: &NormalizedRequest, now_ms: i64) -> Option<SemanticMatch> {
     use crate::hot_set_sync::{embedder, with_hot_set};
-    let accepts = |entry: &CachedCompletion| job.caching.accepts_age(entry.created_ms, now_ms);
-    let exact = with_hot_set(|set| set.get(job.key.as_str(), &job.tenant, now_ms)).flatten();
-    if let Some(entry) = exact.filter(|e| accepts(e)) {
-        return Some(HotHit { entry, similarity: None });
-    }
     let threshold = job.config.semantic?.of(classify(request))?;
     let query = SemanticQuery::derive(&job.tenant, request)?;
     let vector = embedder()?.embed_i8(query.question)?;
     let found = with_hot_set(|set| set.nearest(&query.partition, &vector, query.question, threshold, now_ms))
         .flatten()?;
-    accepts(&found.entry).then_some(HotHit { entry: found.entry, similarity: Some(found.similarity) })
+    job.caching.accepts_age(found.entry.created_ms, now_ms).then_some(found)
 }
 
 /// Whether the regional key (absent: trust ours) is the one the edge derived; logs when it is not.
@@ -252,7 +247,12 @@ async fn fill_after_stream(job: Job, ended: futures::channel::oneshot::Receiver<
                 entry.key
             );
         }
-        other => store(&L1::open(), other).await,
+        other => {
+            if let Ok(entry) = &other {
+                crate::hot_set_sync::remember_fill(entry.clone());
+            }
+            store(&L1::open(), other).await
+        }
     }
 }
 

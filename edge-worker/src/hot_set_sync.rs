@@ -1,4 +1,5 @@
-//! Each isolate's copy of the hot set and of the small-embedding table, and keeping the set fresh.
+//! Each isolate's copy of the hot set, its recent fills and the small-embedding table, and keeping the
+//! hot set fresh.
 //!
 //! - The table is bundled with the worker (`build/edge-table.bin`, which `entry.mjs` puts on
 //!   `globalThis.MESH_EDGE_TABLE`) and parsed once per isolate, on the first request that needs it.
@@ -11,6 +12,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use shared::completion::CachedCompletion;
 use shared::hotset::HotSet as WireHotSet;
 use shared::small_embedding::SmallEmbedder;
 use worker::js_sys::{self, Date, Reflect, Uint8Array};
@@ -19,6 +21,7 @@ use worker::KvStore;
 
 use crate::config::Config;
 use crate::hot_set::HotSet;
+use crate::recent::RecentFills;
 use crate::regional;
 
 /// KV key of the shared snapshot.
@@ -34,6 +37,19 @@ thread_local! {
     /// `None` until the first attempt to parse the bundled table, then its result.
     static EMBEDDER: RefCell<Option<Option<Rc<SmallEmbedder>>>> = const { RefCell::new(None) };
     static STATE: RefCell<IsolateState> = RefCell::new(IsolateState::default());
+    static RECENT: RefCell<RecentFills> = RefCell::new(RecentFills::default());
+}
+
+/// Keeps an answer this isolate is storing in L1 in memory too ([`RecentFills`]).
+pub fn remember_fill(entry: CachedCompletion) {
+    RECENT.with(|recent| recent.borrow_mut().put(entry));
+}
+
+/// The isolate's own copy of `key` (the hot set's, else a recent fill's) for `tenant`, if live.
+pub fn exact(key: &str, tenant: &str, now_ms: i64) -> Option<Rc<CachedCompletion>> {
+    with_hot_set(|set| set.get(key, tenant, now_ms))
+        .flatten()
+        .or_else(|| RECENT.with(|recent| recent.borrow().get(key, tenant, now_ms)))
 }
 
 #[derive(Default)]

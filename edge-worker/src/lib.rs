@@ -9,6 +9,7 @@
 //! - [`chat`]: the chat-completions handler (auth, validation, L1 lookup, relay, fill).
 //! - [`config`]: wrangler vars and secrets, checked on every request.
 //! - [`l1`]: the exact-match cache in the Workers Cache API.
+//! - [`recent`]: answers this isolate stored in L1 lately, kept in memory too.
 //! - [`hot_set`]: the regional tier's hot set in this isolate: exact and small-embedding semantic hits;
 //!   [`dot`] its int8 (simd128) scan; [`hot_set_sync`] the bundled table, pulls and the KV copy.
 //! - [`bench_scan`]: a tier-only route that times the hot-set scan in wasm for `mesh bench edge`.
@@ -41,6 +42,7 @@ pub mod hot_set_sync;
 pub mod l1;
 pub mod node_health;
 pub mod observed_stream;
+pub mod recent;
 pub mod regional;
 pub mod respond;
 pub mod sse;

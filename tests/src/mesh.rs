@@ -156,7 +156,9 @@ const EDGE_READY: Duration = Duration::from_secs(300);
 
 impl Mesh {
     /// Starts every process and waits until each is ready.
-    pub fn start(spec: MeshSpec) -> anyhow::Result<Self> {
+    pub fn start(mut spec: MeshSpec) -> anyhow::Result<Self> {
+        // Absolute: wrangler runs in edge-worker/, and reads its env file and state from here.
+        spec.data_dir = std::path::absolute(&spec.data_dir)?;
         for binary in ["core-node", "inference-pod", "regional-node"] {
             let path = paths::binary(binary);
             if !path.exists() {
