@@ -72,9 +72,7 @@ pub async fn handle(
     let key = CacheKey::derive(&tenant, &normalized);
     let stream = normalized.stream;
     let job = Job { model_version: normalized.model.version, config, tenant, key, body, caching };
-    if crate::hot_set_sync::claim_refresh(&job.config, Clock::now_ms()) {
-        ctx.wait_until(crate::hot_set_sync::refresh(job.config.clone(), kv));
-    }
+    crate::hot_set_sync::refresh_if_due(&job.config, ctx, kv);
 
     let l1 = L1::open();
     if job.config.cache_ttl_s != 0 && caching.may_read() {

@@ -51,8 +51,8 @@ pub struct Applied {
 
 struct Held {
     entry: Rc<CachedCompletion>,
-    /// The partition whose scan includes it, when it has a question and an embedding.
-    partition: Option<String>,
+    /// The partition whose scan includes it and its row there, when it has a question and an embedding.
+    row: Option<(String, usize)>,
     order: u64,
 }
 
@@ -179,9 +179,8 @@ impl HotSet {
             .take(max)
             .filter_map(|key| {
                 let held = self.held.get(key)?;
-                let embedding = held.partition.as_ref().and_then(|p| {
+                let embedding = held.row.as_ref().and_then(|(p, i)| {
                     let part = self.partitions.get(p)?;
-                    let i = part.keys.iter().position(|k| k == key)?;
                     Some(encode_embedding(&part.vectors[i * self.dims..(i + 1) * self.dims]))
                 });
                 Some(HotEntry { entry: (*held.entry).clone(), embedding })
@@ -201,13 +200,13 @@ impl HotSet {
     fn upsert(&mut self, entry: CachedCompletion, embedding: Option<Vec<i8>>) -> usize {
         let key = entry.key.clone();
         self.remove(&key);
-        let partition = match (&entry.question, embedding) {
+        let row = match (&entry.question, embedding) {
             (Some(question), Some(vector)) if vector.len() == self.dims && norm(&vector) > 0.0 => {
                 let part = self.partitions.entry(question.partition.clone()).or_default();
                 part.keys.push(key.clone());
                 part.norms.push(norm(&vector));
                 part.vectors.extend_from_slice(&vector);
-                Some(question.partition.clone())
+                Some((question.partition.clone(), part.keys.len() - 1))
             }
             _ => None,
         };
@@ -216,7 +215,7 @@ impl HotSet {
         self.order.insert(order, key.clone());
         let tenant = entry.tenant.clone();
         self.tenant_order.entry(tenant.clone()).or_default().insert(order, key.clone());
-        self.held.insert(key, Held { entry: Rc::new(entry), partition, order });
+        self.held.insert(key, Held { entry: Rc::new(entry), row, order });
         let mut evicted = 0;
         while self.tenant_order.get(&tenant).is_some_and(|o| o.len() > self.limits.per_tenant) {
             let oldest = self.tenant_order.get(&tenant).and_then(|o| o.values().next().cloned());
@@ -239,18 +238,21 @@ impl HotSet {
                 self.tenant_order.remove(&held.entry.tenant);
             }
         }
-        if let Some(name) = &held.partition {
+        if let Some((name, i)) = &held.row {
+            let i = *i;
             if let Some(part) = self.partitions.get_mut(name) {
-                if let Some(i) = part.keys.iter().position(|k| k == key) {
-                    let last = part.keys.len() - 1;
-                    part.keys.swap_remove(i);
-                    part.norms.swap_remove(i);
-                    if i != last {
-                        let (dst, src) = (i * self.dims, last * self.dims);
-                        part.vectors.copy_within(src..src + self.dims, dst);
+                // The last row moves into the freed one; its entry learns its new row.
+                let last = part.keys.len() - 1;
+                part.keys.swap_remove(i);
+                part.norms.swap_remove(i);
+                if i != last {
+                    let (dst, src) = (i * self.dims, last * self.dims);
+                    part.vectors.copy_within(src..src + self.dims, dst);
+                    if let Some((_, row)) = self.held.get_mut(&part.keys[i]).and_then(|h| h.row.as_mut()) {
+                        *row = i;
                     }
-                    part.vectors.truncate(last * self.dims);
                 }
+                part.vectors.truncate(last * self.dims);
                 if part.keys.is_empty() {
                     self.partitions.remove(name);
                 }

@@ -17,7 +17,7 @@ use shared::hotset::HotSet as WireHotSet;
 use shared::small_embedding::SmallEmbedder;
 use worker::js_sys::{self, Date, Reflect, Uint8Array};
 use worker::wasm_bindgen::JsValue;
-use worker::KvStore;
+use worker::{Context, KvStore};
 
 use crate::config::Config;
 use crate::hot_set::HotSet;
@@ -91,9 +91,16 @@ pub fn with_hot_set<R>(f: impl FnOnce(&HotSet) -> R) -> Option<R> {
     STATE.with(|state| state.borrow().set.as_ref().map(f))
 }
 
+/// Starts a pull after the response (`ctx.wait_until`) when one is due.
+pub fn refresh_if_due(config: &Config, ctx: &Context, kv: Option<KvStore>) {
+    if claim_refresh(config, Date::now() as i64) {
+        ctx.wait_until(refresh(config.clone(), kv));
+    }
+}
+
 /// Whether this request should start a pull (none running and the last one older than the refresh
 /// interval); if so, the pull is marked as running.
-pub fn claim_refresh(config: &Config, now_ms: i64) -> bool {
+fn claim_refresh(config: &Config, now_ms: i64) -> bool {
     if config.hotset_refresh_s == 0 || config.cache_ttl_s == 0 {
         return false;
     }
@@ -109,7 +116,7 @@ pub fn claim_refresh(config: &Config, now_ms: i64) -> bool {
 }
 
 /// Brings the isolate's hot set up to date; run after [`claim_refresh`] said so.
-pub async fn refresh(config: Config, kv: Option<KvStore>) {
+async fn refresh(config: Config, kv: Option<KvStore>) {
     let embedder = embedder();
     let dims = embedder.as_ref().map_or(0, |e| e.dims());
     if let Some(kv) = &kv {

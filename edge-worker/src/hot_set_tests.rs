@@ -126,6 +126,10 @@ fn bounds_evict_the_oldest_entries_of_the_tenant_then_of_the_set() {
     // The partition scan forgot the evicted rows too, and still finds the survivor.
     assert_eq!(find(&set, &e, "P", "What is 3 times 7?", 0.0), None);
     assert_eq!(find(&set, &e, "P", "Tell me the capital of France", 0.99).as_deref(), Some("a3"));
+    // The row that moved into an evicted one is still the survivor's own (the KV snapshot reads it).
+    let mut restored = HotSet::new(limits(), DIMS);
+    restored.apply(set.snapshot(10, Some(e.id())), Some(&e));
+    assert_eq!(find(&restored, &e, "P", "Tell me the capital of France", 0.99).as_deref(), Some("a3"));
 }
 
 #[test]

@@ -91,9 +91,7 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
 
 /// `GET /v1/edge/status`: what this isolate holds (no tenant data: counts, versions, the table's id).
 fn status(config: Config, env: &Env, ctx: &Context) -> std::result::Result<Response, EdgeError> {
-    if hot_set_sync::claim_refresh(&config, clock::Clock::now_ms()) {
-        ctx.wait_until(hot_set_sync::refresh(config.clone(), env.kv("HOTSET").ok()));
-    }
+    hot_set_sync::refresh_if_due(&config, ctx, env.kv("HOTSET").ok());
     let (entries, version) =
         hot_set_sync::with_hot_set(|set| (set.len(), set.version().map(str::to_owned))).unwrap_or((0, None));
     let table = hot_set_sync::embedder().map(|t| serde_json::json!({"id": t.id(), "dims": t.dims()}));

@@ -10,6 +10,7 @@ use shared::{RequestError, TENANT_HEADER, TIER_SECRET_HEADER};
 use worker::js_sys::{Date, Uint8Array};
 use worker::{AbortController, Delay, Fetch, Headers, Method, Request, RequestInit, Response};
 
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::EdgeError;
 use crate::node_health::NodeHealth;
@@ -51,7 +52,7 @@ pub async fn get(config: &Config, path: &str) -> Result<Response, EdgeError> {
 /// The regional URLs in the order the next call will try them.
 pub fn order(config: &Config) -> Vec<String> {
     HEALTH.with(|h| {
-        h.borrow().order(&config.regional_urls, Date::now() as i64).into_iter().map(str::to_owned).collect()
+        h.borrow().order(&config.regional_urls, Clock::now_ms()).into_iter().map(str::to_owned).collect()
     })
 }
 
@@ -79,7 +80,7 @@ async fn call(
                     "regional node {base} answered {}, trying the next",
                     response.status_code()
                 );
-                HEALTH.with(|h| h.borrow_mut().failed(base, Date::now() as i64));
+                HEALTH.with(|h| h.borrow_mut().failed(base, Clock::now_ms()));
                 last_gateway_failure = Some(response);
             }
             Ok(response) => {
@@ -88,7 +89,7 @@ async fn call(
             }
             Err(e) => {
                 worker::console_warn!("regional node {base} failed, trying the next: {e}");
-                HEALTH.with(|h| h.borrow_mut().failed(base, Date::now() as i64));
+                HEALTH.with(|h| h.borrow_mut().failed(base, Clock::now_ms()));
             }
         }
     }
