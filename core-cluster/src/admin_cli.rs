@@ -3,13 +3,13 @@
 
 use clap::{Parser, Subcommand};
 use proto::core::{
-    invalidate, write_request, BumpModelVersion, Invalidate, ModelVersion, RegisterModel, SetTenantPolicy,
-    TenantPolicy,
+    invalidate, write_outcome, write_request, BumpModelVersion, Invalidate, ModelVersion, RegisterModel,
+    SetTenantPolicy, TenantPolicy,
 };
 
 use crate::client::CoreClient;
-use crate::node::config::TIER_SECRET_ENV;
 use crate::node::{CoreError, NodeId};
+use proto::TierCredential;
 
 /// `core-node admin`: manage a running core cluster. The tier secret comes from `MESH_TIER_SECRET`.
 #[derive(Debug, Parser)]
@@ -101,18 +101,41 @@ fn print(value: &impl serde::Serialize) -> Result<(), CoreError> {
     Ok(())
 }
 
+/// A write's outcome as the operator reads it.
+fn outcome_json(outcome: &write_outcome::Outcome) -> serde_json::Value {
+    use write_outcome::Outcome;
+    match outcome {
+        Outcome::Stored(s) => {
+            serde_json::json!({ "outcome": "stored", "key": s.key, "created_ms": s.created_ms, "ttl_s": s.ttl_s })
+        }
+        Outcome::Invalidated(i) => serde_json::json!({ "outcome": "invalidated", "removed": i.removed }),
+        Outcome::ModelVersion(m) => serde_json::json!({
+            "outcome": "model_version", "model": m.model, "previous": m.previous, "version": m.version,
+            "refreshing": m.refreshing,
+        }),
+        Outcome::ModelRegistered(m) => {
+            serde_json::json!({ "outcome": "model_registered", "model": m.model, "version": m.version })
+        }
+        Outcome::TenantPolicySet(t) => {
+            serde_json::json!({ "outcome": "tenant_policy_set", "tenant": t.tenant, "epoch": t.epoch })
+        }
+        Outcome::HitsRecorded(_) => serde_json::json!({ "outcome": "hits_recorded" }),
+    }
+}
+
 /// Runs one admin command.
 pub async fn run(args: AdminArgs) -> Result<(), CoreError> {
-    let secret =
-        std::env::var(TIER_SECRET_ENV).map_err(|_| CoreError::Config(format!("set {TIER_SECRET_ENV}")))?;
-    let client = CoreClient::new(args.nodes.clone(), &secret)?;
+    let client = CoreClient::new(args.nodes.clone(), TierCredential::load(None)?)?;
     let write = |command| {
         let client = client.clone();
         async move {
             let ack = client.write(&client.new_request_id(), command).await?;
-            print(
-                &serde_json::json!({ "log_index": ack.log_index, "leader": ack.leader_id, "outcome": ack.outcome }),
-            )
+            print(&serde_json::json!({
+                "log_index": ack.log_index,
+                "leader": ack.leader_id,
+                "duplicate": ack.duplicate,
+                "outcome": ack.outcome.as_ref().map(outcome_json),
+            }))
         }
     };
     match args.command {

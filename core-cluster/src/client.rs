@@ -15,15 +15,15 @@ use std::time::{Duration, Instant};
 use proto::core::core_admin_client::CoreAdminClient;
 use proto::core::core_store_client::CoreStoreClient;
 use proto::core::{
-    write_request, AddLearnerRequest, ChangeMembershipRequest, MembershipReply, PutEntry, ReadRequest,
-    StatusReply, StatusRequest, WriteRequest,
+    write_outcome, write_request, AddLearnerRequest, ChangeMembershipRequest, MembershipReply, PutEntry,
+    ReadRequest, StatusReply, StatusRequest, WriteRequest,
 };
 use shared::completion::CachedCompletion;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
-use crate::node::auth::TierSecret;
 use crate::node::{CoreError, NodeId};
+use proto::TierCredential;
 
 /// How a read is served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,8 +44,8 @@ pub struct WriteAck {
     pub log_index: u64,
     /// Whether its request id had been applied before (nothing was applied again).
     pub duplicate: bool,
-    /// The state machine's outcome (e.g. `{"outcome":"stored","key":...}`).
-    pub outcome: serde_json::Value,
+    /// The state machine's outcome (absent only from a node that predates the typed outcome).
+    pub outcome: Option<write_outcome::Outcome>,
     /// The leader that committed it.
     pub leader_id: NodeId,
 }
@@ -68,7 +68,7 @@ pub struct CoreClient {
 struct Inner {
     /// Each node's address and its channel.
     nodes: Vec<(String, Channel)>,
-    secret: TierSecret,
+    secret: TierCredential,
     /// Which node index answered as which node id.
     ids: Mutex<HashMap<NodeId, usize>>,
     /// The index to try first.
@@ -112,8 +112,8 @@ fn final_error(status: Status) -> CoreError {
 }
 
 impl CoreClient {
-    /// A client of the nodes at `addrs` (`host:port`), authenticating with the tier `secret`.
-    pub fn new(addrs: Vec<String>, secret: &str) -> Result<Self, CoreError> {
+    /// A client of the nodes at `addrs` (`host:port`), authenticating with the tier `credential`.
+    pub fn new(addrs: Vec<String>, credential: TierCredential) -> Result<Self, CoreError> {
         if addrs.is_empty() {
             return Err(CoreError::Config("no core node addresses".into()));
         }
@@ -123,7 +123,7 @@ impl CoreClient {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let inner = Inner {
             nodes,
-            secret: TierSecret::new(secret)?,
+            secret: credential,
             ids: Mutex::default(),
             preferred: AtomicUsize::new(0),
             next_id: AtomicU64::new(0),
@@ -214,7 +214,7 @@ impl CoreClient {
         Ok(WriteAck {
             log_index: reply.log_index,
             duplicate: reply.duplicate,
-            outcome: serde_json::from_str(&reply.outcome_json).unwrap_or(serde_json::Value::Null),
+            outcome: reply.outcome.and_then(|o| o.outcome),
             leader_id: reply.leader_id,
         })
     }

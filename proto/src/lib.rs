@@ -6,7 +6,12 @@
 //! - [`raft`]: core node <-> core node (openraft RPCs, forwarded writes).
 //! - [`core`]: clients and operators -> any core node (store writes and reads, membership, status).
 //! - [`replication`]: regional node <-> regional node (deltas, anti-entropy).
-//! - `convert`: `From` impls between these messages and `shared`'s domain types.
+//! - [`convert`]: every conversion between these messages and `shared`'s domain types (a cached
+//!   answer, the normalized request as the core's and the pod's request, a finished generation as its
+//!   entry).
+//! - [`credential`]: the tier credential every hop presents and checks (one type, its interceptor and
+//!   its reader).
+//! - [`shutdown`]: the SIGINT/SIGTERM future every daemon stops on.
 //!
 //! The daemons convert these types to their own at the boundary; `shared` never sees them.
 
@@ -62,7 +67,8 @@ pub use mesh::raft::v1 as raft;
 /// Replication between regional nodes (`mesh.replication.v1`).
 pub use mesh::replication::v1 as replication;
 
-mod convert;
+pub mod convert;
+pub mod credential;
+pub mod shutdown;
 
-/// gRPC metadata key that carries the shared secret between tiers.
-pub const TIER_SECRET_METADATA: &str = "x-mesh-secret";
+pub use credential::{TierCredential, TIER_SECRET_METADATA};

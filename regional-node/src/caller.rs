@@ -2,7 +2,8 @@
 //! key and names the tenant, proven by the shared secret.
 
 use axum::http::HeaderMap;
-use shared::auth::{constant_time_eq, TenantKeys};
+use proto::TierCredential;
+use shared::auth::TenantKeys;
 use shared::{RequestError, TENANT_HEADER, TIER_SECRET_HEADER};
 
 /// Resolves the tenant of a request.
@@ -13,10 +14,10 @@ use shared::{RequestError, TENANT_HEADER, TIER_SECRET_HEADER};
 pub fn resolve_tenant(
     headers: &HeaderMap,
     tenants: &TenantKeys,
-    tier_secret: &str,
+    tier: &TierCredential,
 ) -> Result<String, RequestError> {
     if let Some(secret) = headers.get(TIER_SECRET_HEADER) {
-        if !constant_time_eq(secret.as_bytes(), tier_secret.as_bytes()) {
+        if !tier.matches(secret.as_bytes()) {
             return Err(RequestError::unauthorized("invalid tier secret"));
         }
         let tenant = headers
@@ -38,6 +39,10 @@ pub fn resolve_tenant(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tier_credential() -> TierCredential {
+        TierCredential::new("s3").expect("credential")
+    }
     use axum::http::HeaderValue;
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
@@ -52,23 +57,24 @@ mod tests {
     fn tenants_come_from_keys_or_from_a_trusted_tier() {
         let keys = TenantKeys::single("dev", "sk-dev");
         assert_eq!(
-            resolve_tenant(&headers(&[("authorization", "Bearer sk-dev")]), &keys, "s3"),
+            resolve_tenant(&headers(&[("authorization", "Bearer sk-dev")]), &keys, &tier_credential()),
             Ok("dev".into())
         );
         assert_eq!(
-            resolve_tenant(&headers(&[("authorization", "Bearer no")]), &keys, "s3").map_err(|e| e.status),
+            resolve_tenant(&headers(&[("authorization", "Bearer no")]), &keys, &tier_credential())
+                .map_err(|e| e.status),
             Err(401)
         );
-        assert_eq!(resolve_tenant(&headers(&[]), &keys, "s3").map_err(|e| e.status), Err(401));
+        assert_eq!(resolve_tenant(&headers(&[]), &keys, &tier_credential()).map_err(|e| e.status), Err(401));
         let tier = headers(&[("x-mesh-secret", "s3"), ("x-mesh-tenant", "acme")]);
-        assert_eq!(resolve_tenant(&tier, &keys, "s3"), Ok("acme".into()));
+        assert_eq!(resolve_tenant(&tier, &keys, &tier_credential()), Ok("acme".into()));
         let forged = headers(&[
             ("x-mesh-secret", "guess"),
             ("x-mesh-tenant", "acme"),
             ("authorization", "Bearer sk-dev"),
         ]);
-        assert_eq!(resolve_tenant(&forged, &keys, "s3").map_err(|e| e.status), Err(401));
+        assert_eq!(resolve_tenant(&forged, &keys, &tier_credential()).map_err(|e| e.status), Err(401));
         let no_tenant = headers(&[("x-mesh-secret", "s3")]);
-        assert_eq!(resolve_tenant(&no_tenant, &keys, "s3").map_err(|e| e.status), Err(400));
+        assert_eq!(resolve_tenant(&no_tenant, &keys, &tier_credential()).map_err(|e| e.status), Err(400));
     }
 }

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
+use proto::TierCredential;
 use shared::auth::TenantKeys;
 use shared::content_class::{self, TtlPolicy};
 use shared::models::ModelTable;
@@ -126,19 +127,9 @@ pub struct Settings {
     /// Parsed model table.
     pub models: ModelTable,
     /// The shared secret between tiers (never logged).
-    pub tier_secret: Secret,
+    pub tier_secret: TierCredential,
     /// How long answers of each content class are cached.
     pub ttl: TtlPolicy,
-}
-
-/// A secret that never prints.
-#[derive(Clone)]
-pub struct Secret(pub String);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(<redacted>)")
-    }
 }
 
 impl RegionalConfig {
@@ -146,13 +137,8 @@ impl RegionalConfig {
     pub fn resolve(self) -> Result<Settings, RegionalError> {
         let tenants = TenantKeys::parse(&self.api_keys).map_err(RegionalError::Config)?;
         let models = ModelTable::parse(&self.models).map_err(RegionalError::Config)?;
-        let secret = match &self.tier_secret_file {
-            Some(path) => std::fs::read_to_string(path)?.trim().to_owned(),
-            None => std::env::var("MESH_TIER_SECRET").unwrap_or_default(),
-        };
-        if secret.is_empty() {
-            return Err(RegionalError::Config("set MESH_TIER_SECRET or --tier-secret-file".into()));
-        }
+        let tier_secret = TierCredential::load(self.tier_secret_file.as_deref())
+            .map_err(|e| RegionalError::Config(e.to_string()))?;
         if self.core.is_empty() {
             return Err(RegionalError::Config("at least one --core URL is needed".into()));
         }
@@ -173,7 +159,7 @@ impl RegionalConfig {
             return Err(RegionalError::Config("--anti-entropy-interval-ms must be positive".into()));
         }
         let ttl = self.ttl_policy();
-        Ok(Settings { config: self, tenants, models, tier_secret: Secret(secret), ttl })
+        Ok(Settings { config: self, tenants, models, tier_secret, ttl })
     }
 
     /// The similarity threshold of each content class, from the `--semantic-threshold-*` flags.

@@ -9,9 +9,9 @@ use std::time::Duration;
 use proto::cache::core_cache_client::CoreCacheClient;
 use proto::cache::{CompleteEvent, CompleteRequest, LookupRequest};
 use proto::core::core_store_client::CoreStoreClient;
-use proto::core::{invalidate, write_request, Invalidate, WriteRequest};
+use proto::core::{invalidate, write_outcome, write_request, Invalidate, WriteRequest};
+use proto::TierCredential;
 use shared::completion::CachedCompletion;
-use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status, Streaming};
 
@@ -31,13 +31,17 @@ pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(180);
 pub struct CoreClient {
     nodes: Vec<(String, Channel)>,
     preferred: std::sync::Arc<AtomicUsize>,
-    secret: MetadataValue<Ascii>,
+    secret: TierCredential,
     breaker: Arc<CircuitBreaker>,
 }
 
 impl CoreClient {
     /// Prepares channels to the given node URLs (`http://host:port`); nothing connects until first use.
-    pub fn new(urls: &[String], secret: &str, breaker: CircuitBreaker) -> Result<Self, RegionalError> {
+    pub fn new(
+        urls: &[String],
+        secret: TierCredential,
+        breaker: CircuitBreaker,
+    ) -> Result<Self, RegionalError> {
         let nodes = urls
             .iter()
             .map(|url| {
@@ -51,16 +55,11 @@ impl CoreClient {
                 Ok((url.clone(), endpoint.connect_lazy()))
             })
             .collect::<Result<Vec<_>, RegionalError>>()?;
-        let mut secret: MetadataValue<Ascii> = secret
-            .parse()
-            .map_err(|_| RegionalError::Config("the tier secret must be printable ASCII".into()))?;
-        secret.set_sensitive(true);
         Ok(Self { nodes, preferred: Default::default(), secret, breaker: Arc::new(breaker) })
     }
 
     fn request<T>(&self, message: T, timeout: Duration) -> tonic::Request<T> {
-        let mut request = tonic::Request::new(message);
-        request.metadata_mut().insert(proto::TIER_SECRET_METADATA, self.secret.clone());
+        let mut request = self.secret.request(message);
         request.set_timeout(timeout);
         request
     }
@@ -156,13 +155,8 @@ impl CoreClient {
             })
             .await?
             .into_inner();
-        let outcome: serde_json::Value = serde_json::from_str(&reply.outcome_json)
-            .map_err(|e| RegionalError::Core(format!("unreadable outcome: {e}")))?;
-        match outcome["outcome"].as_str() {
-            Some("invalidated") => Ok(outcome["removed"].as_u64().unwrap_or(0)),
-            Some("rejected") => Err(RegionalError::Request(shared::RequestError::key_not_found(
-                outcome["message"].as_str().unwrap_or("refused"),
-            ))),
+        match reply.outcome.and_then(|o| o.outcome) {
+            Some(write_outcome::Outcome::Invalidated(invalidated)) => Ok(invalidated.removed),
             other => Err(RegionalError::Core(format!("unexpected outcome {other:?}"))),
         }
     }

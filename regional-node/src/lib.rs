@@ -7,7 +7,7 @@
 //! - [`http`]: the route handlers (`/v1/chat/completions`, `/v1/models`, `/healthz`, `/metrics`).
 //! - [`exact_cache`]: the in-memory exact-match cache, bounded by bytes, with W-TinyLFU admission.
 //! - [`flight`]: request coalescing: identical concurrent misses share one flight to the core.
-//! - [`hot_store`]: sled persistence of the exact cache, so a restart keeps the hot set.
+//! - [`exact_store`]: sled persistence of the exact cache, so a restart starts warm.
 //! - [`core_client`]: the gRPC client of the core cluster, failing over between core nodes, behind
 //!   the [`breaker`] (circuit breaker).
 //! - [`admission`]: admission of generations by predicted cost, with a bounded queue (429 past it).
@@ -31,8 +31,8 @@ pub mod edge_table;
 pub mod embedding;
 pub mod error;
 pub mod exact_cache;
+pub mod exact_store;
 pub mod flight;
-pub mod hot_store;
 pub mod http;
 pub mod metrics;
 pub mod replication;

@@ -18,8 +18,8 @@ use crate::config::Settings;
 use crate::core_client::CoreClient;
 use crate::embedding::SentenceEmbedder;
 use crate::exact_cache::ExactCache;
+use crate::exact_store::ExactStore;
 use crate::flight::Flights;
-use crate::hot_store::HotStore;
 use crate::metrics::RegionalMetrics;
 use crate::replication::record::{Record, Resolved};
 use crate::replication::service::ReplicationService;
@@ -44,7 +44,7 @@ pub struct AppState {
     /// The semantic tier, when a model directory was given.
     pub semantic: Option<Arc<SemanticTier>>,
     /// The exact cache's copy on disk, when a data directory was given.
-    pub hot_store: Option<HotStore>,
+    pub exact_store: Option<ExactStore>,
     /// Misses in flight to the core, by key, for coalescing.
     pub flights: Flights,
     /// Admission of generations by predicted cost.
@@ -64,7 +64,7 @@ impl AppState {
             config.breaker_failures,
             std::time::Duration::from_millis(config.breaker_open_ms),
         );
-        let core = CoreClient::new(&config.core, &settings.tier_secret.0, breaker)?;
+        let core = CoreClient::new(&config.core, settings.tier_secret.clone(), breaker)?;
         let admission = Admission::new(AdmissionLimits {
             budget: config.admission_budget,
             queue: config.admission_queue,
@@ -86,15 +86,16 @@ impl AppState {
         };
         let cache =
             ExactCache::new(settings.config.cache_bytes).with_stale_grace(settings.config.stale_grace_s);
-        let hot_store = match &settings.config.data_dir {
+        let exact_store = match &settings.config.data_dir {
             Some(dir) => {
-                let store = HotStore::open(&dir.join("hotset"), settings.config.cache_bytes)?;
+                // The directory keeps the name it had before the exact store was named for what it holds.
+                let store = ExactStore::open(&dir.join("hotset"), settings.config.cache_bytes)?;
                 let report = store.load_into(&cache, now_ms());
                 tracing::info!(
                     loaded = report.loaded,
                     expired = report.expired,
                     unreadable = report.unreadable,
-                    "hot set restored"
+                    "exact cache restored"
                 );
                 Some(store)
             }
@@ -128,7 +129,7 @@ impl AppState {
         };
         Ok(Self {
             semantic,
-            hot_store,
+            exact_store,
             replication,
             edge_table,
             admission,
@@ -152,7 +153,7 @@ impl AppState {
 
     /// Stores `entry` in the exact cache and on disk, replicating nothing.
     fn keep(&self, entry: CachedCompletion) {
-        match &self.hot_store {
+        match &self.exact_store {
             Some(store) => {
                 self.cache.insert(entry.clone());
                 store.put(&entry, &self.cache);
@@ -164,7 +165,7 @@ impl AppState {
     /// Forgets `key` in the exact cache and on disk (an invalidation).
     pub fn forget(&self, key: &str) {
         self.cache.remove(key);
-        if let Some(store) = &self.hot_store {
+        if let Some(store) = &self.exact_store {
             store.remove(key);
         }
     }
@@ -187,7 +188,7 @@ fn replication_settings(settings: &Settings) -> ReplicationSettings {
         peers: config.peers.clone(),
         min_lookups: config.replicate_min_lookups,
         anti_entropy_interval: std::time::Duration::from_millis(config.anti_entropy_interval_ms),
-        secret: settings.tier_secret.0.clone(),
+        secret: settings.tier_secret.clone(),
     }
 }
 
@@ -228,7 +229,7 @@ pub async fn run(
     }
     served?;
     replication.store().flush().await;
-    if let Some(store) = &state.hot_store {
+    if let Some(store) = &state.exact_store {
         store.flush();
     }
     Ok(())

@@ -269,7 +269,7 @@ impl CoreCluster {
         let addrs = ids.iter().map(|id| self.node_addr(*id)).collect();
         // The client's channels spawn their workers on the current runtime.
         let _guard = self.runtime.enter();
-        Ok(CoreClient::new(addrs, &self.secret)?)
+        Ok(CoreClient::new(addrs, proto::TierCredential::new(&self.secret)?)?)
     }
 
     /// Node `id`'s `/healthz`, if it answers.

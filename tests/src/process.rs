@@ -130,16 +130,12 @@ enum Signal {
     Kill,
 }
 
-/// Sends a signal to a whole process group.
-#[allow(unsafe_code)]
+/// Sends a signal to a whole process group (a group already gone is not an error).
 fn signal_group(pgid: u32, signal: Signal) {
     let signal = match signal {
-        Signal::Term => libc::SIGTERM,
-        Signal::Kill => libc::SIGKILL,
+        Signal::Term => rustix::process::Signal::TERM,
+        Signal::Kill => rustix::process::Signal::KILL,
     };
-    let Ok(pgid) = libc::pid_t::try_from(pgid) else { return };
-    // SAFETY: kill(2) with a negative pid signals that process group; it has no memory-safety effects.
-    unsafe {
-        libc::kill(-pgid, signal);
-    }
+    let Some(pgid) = i32::try_from(pgid).ok().and_then(rustix::process::Pid::from_raw) else { return };
+    let _ = rustix::process::kill_process_group(pgid, signal);
 }

@@ -28,6 +28,6 @@ async fn main() -> anyhow::Result<()> {
     let listen = args.listen;
     let config = args.into_config()?;
     let listener = TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
-    node::run(config, listener, core_cluster::shutdown::signal()).await?;
+    node::run(config, listener, proto::shutdown::signal()).await?;
     Ok(())
 }

@@ -9,9 +9,10 @@ use proto::cache::core_cache_server::CoreCache;
 use proto::cache::{
     complete_event, CompleteDone, CompleteEvent, CompleteRequest, LookupReply, LookupRequest,
 };
+use proto::convert::GeneratedEntry;
 use proto::inference::{generate_event, GenerateDone, GenerateEvent, GenerateRequest, Timings};
 use shared::completion::CachedCompletion;
-use shared::normalize::{Message, Role, Sampling};
+use shared::models::ModelRef;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Request, Response, Status, Streaming};
@@ -81,20 +82,7 @@ fn validate_complete(request: CompleteRequest) -> Result<CompleteInput, CoreErro
 /// The normalized request behind a generation, kept with the entry for refreshes; `None` if a role is
 /// not one the normalizer produces.
 fn prompt_of(generate: &GenerateRequest) -> Option<Prompt> {
-    let messages = generate
-        .messages
-        .iter()
-        .map(|m| Some(Message { role: Role::from_name(&m.role)?, content: m.content.clone() }))
-        .collect::<Option<Vec<_>>>()?;
-    let s = generate.sampling.clone().unwrap_or_default();
-    let sampling = Sampling {
-        max_tokens: s.max_tokens,
-        temperature: s.temperature,
-        top_p: s.top_p,
-        seed: s.seed,
-        stop: s.stop,
-    };
-    Some(Prompt { messages, sampling })
+    Some(Prompt { messages: generate.normalized_messages()?, sampling: generate.normalized_sampling() })
 }
 
 fn done_event(entry: CachedCompletion, timings: Option<Timings>, commit_us: u64) -> CompleteEvent {
@@ -233,20 +221,14 @@ async fn generate_and_commit(
         }
     };
 
-    let mut entry = CachedCompletion {
+    let mut entry = GeneratedEntry {
         key: input.key.clone(),
         tenant: input.generate.tenant.clone(),
-        model: input.generate.model.clone(),
-        model_version: input.model_version,
-        etag: CachedCompletion::etag_of(&content, &finished.finish_reason),
-        content,
-        finish_reason: finished.finish_reason,
-        prompt_tokens: finished.prompt_tokens,
-        completion_tokens: finished.completion_tokens,
-        created_ms: now_ms(),
+        model: ModelRef { name: input.generate.model.clone(), version: input.model_version },
         ttl_s: input.ttl_s,
-        question: None,
-    };
+        created_ms: now_ms(),
+    }
+    .entry(content, &finished);
     let commit_started = Instant::now();
     // Unique per generation: a later generation of the same key (after expiry) is a new write.
     let id = format!("complete-{}-{}-{}", node.id, now_ms(), NEXT_ID.fetch_add(1, Ordering::Relaxed));

@@ -21,12 +21,17 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::{Code, Request, Response, Status};
 
-use super::auth::TierSecret;
 use super::config::{NodeConfig, RaftTuning};
 use super::error::CoreError;
 use super::types::NodeId;
+use proto::core::write_outcome;
+use proto::TierCredential;
 
 const SECRET: &str = "test-secret";
+
+fn credential() -> TierCredential {
+    TierCredential::new(SECRET).expect("secret")
+}
 
 /// An inference pod that answers `echo: <last message>` in two deltas and counts its calls.
 #[derive(Clone, Default)]
@@ -42,7 +47,9 @@ impl InferencePod for FakePod {
         &self,
         request: Request<GenerateRequest>,
     ) -> Result<Response<Self::GenerateStream>, Status> {
-        TierSecret::new(SECRET).map_err(Status::from)?.check(request.metadata())?;
+        TierCredential::new(SECRET)
+            .map_err(|e| Status::internal(e.to_string()))?
+            .check(request.metadata())?;
         self.calls.fetch_add(1, Ordering::SeqCst);
         let last = request.into_inner().messages.last().map(|m| m.content.clone()).unwrap_or_default();
         let delta = |text: &str| GenerateEvent {
@@ -107,7 +114,7 @@ impl Cluster {
             peers: self.addrs.iter().map(|(id, a)| (*id, a.to_string())).collect(),
             pods: vec![format!("http://{}", self.pod)],
             bootstrap: id == 1,
-            tier_secret: TierSecret::new(SECRET).expect("secret"),
+            tier_secret: credential(),
             raft: self.tuning.clone(),
             commit_timeout: Duration::from_secs(10),
         }
@@ -185,7 +192,7 @@ fn complete_request(key: &str, text: &str) -> CompleteRequest {
 
 /// Runs a completion on `addr`: the streamed text and the final `Done`.
 async fn complete(addr: SocketAddr, key: &str, text: &str) -> Result<(String, CompleteDone), Status> {
-    let secret = TierSecret::new(SECRET).expect("secret");
+    let secret = credential();
     let mut stream =
         client(addr).await.complete(secret.request(complete_request(key, text))).await?.into_inner();
     let mut streamed = String::new();
@@ -200,7 +207,7 @@ async fn complete(addr: SocketAddr, key: &str, text: &str) -> Result<(String, Co
 }
 
 async fn lookup(addr: SocketAddr, key: &str) -> Option<String> {
-    let secret = TierSecret::new(SECRET).expect("secret");
+    let secret = credential();
     let request = secret.request(LookupRequest { key: key.into(), tenant: "dev".into() });
     client(addr).await.lookup(request).await.expect("lookup").into_inner().entry.map(|e| e.content)
 }
@@ -329,7 +336,7 @@ async fn a_follower_that_missed_purged_logs_catches_up_from_a_snapshot() {
 
 fn store_client(cluster: &Cluster) -> crate::client::CoreClient {
     let addrs = cluster.addrs.values().map(|a| a.to_string()).collect();
-    crate::client::CoreClient::new(addrs, SECRET).expect("client").with_timeout(Duration::from_secs(10))
+    crate::client::CoreClient::new(addrs, credential()).expect("client").with_timeout(Duration::from_secs(10))
 }
 
 fn entry(key: &str, tenant: &str, model: &str, content: &str) -> shared::completion::CachedCompletion {
@@ -372,13 +379,13 @@ async fn the_store_api_dedupes_retries_refuses_bad_input_and_reads_linearizably(
     }
     let first = client.put("put-1", entry("k1", "dev", "fake", "one"), "stable").await.expect("first put");
     assert!(!first.duplicate);
-    assert_eq!(first.outcome["outcome"], "stored");
+    assert!(matches!(first.outcome, Some(write_outcome::Outcome::Stored(_))));
     // A retry with the same id is not applied again, even with another value.
     let retry = client.put("put-1", entry("k1", "dev", "fake", "two"), "stable").await.expect("retry");
     assert!(retry.duplicate);
     for id in 1..=3u64 {
-        let local =
-            crate::client::CoreClient::new(vec![cluster.addrs[&id].to_string()], SECRET).expect("client");
+        let local = crate::client::CoreClient::new(vec![cluster.addrs[&id].to_string()], credential())
+            .expect("client");
         let read = local.read("dev", "k1", Consistency::Linearizable).await.expect("linearizable read");
         assert_eq!(read.map(|e| e.content).as_deref(), Some("one"), "node {id}");
     }
@@ -412,8 +419,8 @@ async fn the_store_api_dedupes_retries_refuses_bad_input_and_reads_linearizably(
     assert_eq!(read.map(|e| e.content).as_deref(), Some("one"), "refusals harm nothing stored");
     // Bounded-staleness reads: every node heard from the leader within the last few heartbeats.
     for id in 1..=3u64 {
-        let local =
-            crate::client::CoreClient::new(vec![cluster.addrs[&id].to_string()], SECRET).expect("client");
+        let local = crate::client::CoreClient::new(vec![cluster.addrs[&id].to_string()], credential())
+            .expect("client");
         let read = local.read("dev", "k1", Consistency::BoundedStaleness(5_000)).await.expect("bounded read");
         assert_eq!(read.map(|e| e.content).as_deref(), Some("one"), "node {id}");
     }
@@ -444,7 +451,7 @@ async fn a_version_bump_stales_old_entries_and_regenerates_the_hottest() {
         )
         .await
         .expect("bump");
-    assert_eq!(ack.outcome["version"], 2);
+    assert!(matches!(&ack.outcome, Some(write_outcome::Outcome::ModelVersion(m)) if m.version == 2));
     assert_eq!(lookup(cluster.addrs[&leader], "k1").await, None, "old-version entries are stale at once");
 
     // The pod's fake request carries no sampling, so the prompt's sampling is all zeros.
@@ -506,7 +513,7 @@ async fn raw_write(addr: SocketAddr, bytes: Vec<u8>) -> Status {
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.expect("ready");
     let path = tonic::codegen::http::uri::PathAndQuery::from_static("/mesh.core.v1.CoreStore/Write");
-    let request = TierSecret::new(SECRET).expect("secret").request(bytes);
+    let request = credential().request(bytes);
     match grpc.unary(request, path, Raw).await {
         Ok(_) => panic!("a malformed write was accepted"),
         Err(status) => status,

@@ -8,13 +8,10 @@ use std::time::Duration;
 use clap::Parser;
 use shared::models::{ModelRef, ModelTable};
 
-use super::auth::TierSecret;
 use super::error::CoreError;
 use super::types::NodeId;
 use super::validate;
-
-/// Environment variable that holds the tier secret (unless `--tier-secret-file` is given).
-pub const TIER_SECRET_ENV: &str = "MESH_TIER_SECRET";
+use proto::TierCredential;
 
 /// The `core-node` command line. Every flag can also come from its environment variable.
 #[derive(Debug, Parser)]
@@ -76,16 +73,6 @@ pub struct NodeArgs {
 impl NodeArgs {
     /// Validates the arguments and reads the tier secret (from the file, else from `MESH_TIER_SECRET`).
     pub fn into_config(self) -> Result<NodeConfig, CoreError> {
-        let secret = match &self.tier_secret_file {
-            Some(path) => std::fs::read_to_string(path)
-                .map_err(|e| {
-                    CoreError::Config(format!("cannot read the tier secret file {}: {e}", path.display()))
-                })?
-                .trim_end_matches(['\r', '\n'])
-                .to_owned(),
-            None => std::env::var(TIER_SECRET_ENV)
-                .map_err(|_| CoreError::Config(format!("set {TIER_SECRET_ENV} or --tier-secret-file")))?,
-        };
         let models =
             ModelTable::parse(&self.models).map_err(|e| CoreError::Config(format!("--models: {e}")))?;
         let source_ip = Some(self.listen.ip()).filter(|ip| !ip.is_unspecified());
@@ -98,7 +85,7 @@ impl NodeArgs {
             peers: self.peers.into_iter().collect(),
             pods: self.pods,
             bootstrap: self.bootstrap,
-            tier_secret: TierSecret::new(&secret)?,
+            tier_secret: TierCredential::load(self.tier_secret_file.as_deref())?,
             raft: RaftTuning {
                 heartbeat_ms: self.heartbeat_ms,
                 election_timeout_min_ms: self.election_timeout_min_ms,
@@ -145,7 +132,7 @@ pub struct NodeConfig {
     /// Whether to form the cluster from `peers` when this node has no Raft state.
     pub bootstrap: bool,
     /// The secret every gRPC call between tiers carries.
-    pub tier_secret: TierSecret,
+    pub tier_secret: TierCredential,
     /// Raft timing and snapshot policy.
     pub raft: RaftTuning,
     /// How long a write may wait for a leader and a quorum.

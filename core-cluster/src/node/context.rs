@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::auth::TierSecret;
 use super::hit_reporter::HitCounter;
 use super::leader_contact::LeaderContact;
 use super::metrics::Metrics;
@@ -15,6 +14,7 @@ use super::refresher::Refresher;
 use super::state_machine::StateMachineStore;
 use super::types::{NodeId, Raft};
 use super::writer::Writer;
+use proto::TierCredential;
 
 /// The running node's parts, shared by the gRPC services and the HTTP routes.
 pub struct NodeContext {
@@ -31,7 +31,7 @@ pub struct NodeContext {
     /// Channels to the other core nodes.
     pub channels: PeerChannels,
     /// The tier secret, for calls to other nodes.
-    pub secret: TierSecret,
+    pub secret: TierCredential,
     /// Regenerates hot prompts after a model-version bump.
     pub refresher: Refresher,
     /// Hits served here, reported through Raft.

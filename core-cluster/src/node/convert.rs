@@ -118,12 +118,37 @@ pub fn rejection_code(reason: Rejection) -> Code {
 
 /// An outcome as a result: a refusal becomes [`CoreError::Rejected`].
 pub fn outcome_result(outcome: &Outcome) -> Result<(), CoreError> {
-    match outcome {
+    write_outcome(outcome).map(|_| ())
+}
+
+/// The wire form of an accepted command's outcome; a refused command is the error its caller gets.
+pub fn write_outcome(outcome: &Outcome) -> Result<pb::WriteOutcome, CoreError> {
+    use pb::write_outcome::Outcome as Wire;
+    let wire = match outcome {
         Outcome::Rejected { reason, message } => {
-            Err(CoreError::Rejected { code: rejection_code(*reason), message: message.clone() })
+            return Err(CoreError::Rejected { code: rejection_code(*reason), message: message.clone() })
         }
-        _ => Ok(()),
-    }
+        Outcome::Stored { key, created_ms, ttl_s } => {
+            Wire::Stored(pb::Stored { key: key.clone(), created_ms: *created_ms, ttl_s: *ttl_s })
+        }
+        Outcome::Invalidated { removed } => Wire::Invalidated(pb::Invalidated { removed: *removed }),
+        Outcome::ModelVersion { model, previous, version, refresh } => {
+            Wire::ModelVersion(pb::ModelVersionChanged {
+                model: model.clone(),
+                previous: *previous,
+                version: *version,
+                refreshing: u32::try_from(refresh.len()).unwrap_or(u32::MAX),
+            })
+        }
+        Outcome::ModelRegistered { model, version } => {
+            Wire::ModelRegistered(pb::ModelRegistered { model: model.clone(), version: *version })
+        }
+        Outcome::TenantPolicySet { tenant, epoch } => {
+            Wire::TenantPolicySet(pb::TenantPolicySet { tenant: tenant.clone(), epoch: *epoch })
+        }
+        Outcome::HitsRecorded => Wire::HitsRecorded(pb::HitsRecorded {}),
+    };
+    Ok(pb::WriteOutcome { outcome: Some(wire) })
 }
 
 #[cfg(test)]

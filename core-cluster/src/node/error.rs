@@ -52,6 +52,12 @@ pub enum CoreError {
     Io(#[from] std::io::Error),
 }
 
+impl From<proto::credential::CredentialError> for CoreError {
+    fn from(err: proto::credential::CredentialError) -> Self {
+        CoreError::Config(err.to_string())
+    }
+}
+
 impl From<CoreError> for Status {
     fn from(err: CoreError) -> Self {
         let code = match &err {

@@ -7,13 +7,12 @@
 //!
 //! # Layout
 //! - [`config`]: the command line ([`NodeArgs`]) and the validated [`NodeConfig`].
-//! - [`auth`]: the shared tier secret and the gRPC interceptor that checks it.
 //! - [`error`]: [`CoreError`] and its one conversion to `tonic::Status`.
 //! - [`types`]: openraft's type configuration: the log's [`Proposal`]s of [`Request`]s and [`Command`]s,
 //!   and their outcomes.
 //! - [`validate`]: checks on names, keys and request ids.
 //! - [`records`]: what the state machine stores per entry, tenant, model and request id; liveness.
-//! - [`hot_summary`]: the replicated top-k of each model's hottest keys.
+//! - [`hot_prompts`]: the replicated top-k of each model's hottest keys.
 //! - [`apply`]: the rules of every command, over the [`apply::Tables`] trait.
 //! - [`tx_tables`]: those tables inside a sled transaction.
 //! - [`log_store`]: the Raft log, vote and committed pointer in sled.
@@ -42,7 +41,6 @@
 
 pub mod admin_service;
 pub mod apply;
-pub mod auth;
 pub mod cache_service;
 pub mod config;
 pub mod context;
@@ -50,7 +48,7 @@ pub mod convert;
 pub mod error;
 pub mod group_commit;
 pub mod hit_reporter;
-pub mod hot_summary;
+pub mod hot_prompts;
 pub mod http;
 pub mod leader_contact;
 pub mod log_store;

@@ -23,10 +23,10 @@ use serde::Serialize;
 use tonic::transport::Channel;
 use tonic::Code;
 
-use super::auth::TierSecret;
 use super::convert;
 use super::peers::PeerChannels;
 use super::types::{NodeId, TypeConfig};
+use proto::TierCredential;
 
 /// Creates a [`PeerConnection`] per replication target.
 #[derive(Clone, Debug)]
@@ -36,12 +36,12 @@ pub struct Network {
     /// Channels shared with write forwarding.
     channels: PeerChannels,
     /// Sent with every call.
-    secret: TierSecret,
+    secret: TierCredential,
 }
 
 impl Network {
     /// A network for node `id` over `channels`.
-    pub fn new(id: NodeId, channels: PeerChannels, secret: TierSecret) -> Self {
+    pub fn new(id: NodeId, channels: PeerChannels, secret: TierCredential) -> Self {
         Self { id, channels, secret }
     }
 }
@@ -70,7 +70,7 @@ pub struct PeerConnection {
     /// The client, or why none could be built (a malformed address).
     client: Result<RaftClient<Channel>, String>,
     /// Sent with every call.
-    secret: TierSecret,
+    secret: TierCredential,
 }
 
 /// Which `Raft` RPC a call goes to.

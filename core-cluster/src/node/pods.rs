@@ -14,8 +14,8 @@ use shared::metrics::Counter;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Streaming};
 
-use super::auth::TierSecret;
 use super::error::CoreError;
+use proto::TierCredential;
 
 /// How long a health probe may take before the pod counts as down.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -148,12 +148,12 @@ pub struct PodPool {
     /// The pods in order of preference.
     pods: Vec<Pod>,
     /// Sent with every call.
-    secret: TierSecret,
+    secret: TierCredential,
 }
 
 impl PodPool {
     /// A pool over `urls` (`http://host:port`); connections open lazily.
-    pub fn new(urls: &[String], secret: TierSecret) -> Result<Self, CoreError> {
+    pub fn new(urls: &[String], secret: TierCredential) -> Result<Self, CoreError> {
         let mut pods = Vec::with_capacity(urls.len());
         for url in urls {
             let channel = Endpoint::from_shared(url.clone())
@@ -280,7 +280,7 @@ mod tests {
 
     fn pool() -> PodPool {
         let urls = ["http://127.0.0.1:1".to_owned(), "http://127.0.0.1:2".to_owned()];
-        PodPool::new(&urls, TierSecret::new("s").expect("secret")).expect("pool")
+        PodPool::new(&urls, TierCredential::new("s").expect("secret")).expect("pool")
     }
 
     fn report(pod: &Pod, model: &str, queue_depth: u32, running: u32, free_blocks: u32) {

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use shared::completion::CachedCompletion;
 
-use super::hot_summary::HotSummary;
+use super::hot_prompts::HotPrompts;
 use super::types::{Outcome, Prompt, TenantPolicy};
 
 /// One cache entry as stored.
@@ -40,7 +40,7 @@ pub struct ModelState {
     /// Entries of the current version stored under an older epoch are invalid.
     pub epoch: u64,
     /// The current version's hottest keys.
-    pub hot: HotSummary,
+    pub hot: HotPrompts,
 }
 
 /// A request id that was applied, with its outcome (so a retry gets the same answer).

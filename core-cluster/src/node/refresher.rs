@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use proto::inference::{generate_event, ChatMessage, GenerateRequest};
+use proto::convert::GeneratedEntry;
+use proto::inference::{generate_event, GenerateRequest};
 use shared::cache_key::CacheKey;
-use shared::completion::CachedCompletion;
 use shared::models::ModelRef;
 use shared::normalize::NormalizedRequest;
 
@@ -75,27 +75,7 @@ impl Refresher {
             stream: false,
         };
         let key = CacheKey::derive(&job.tenant, &normalized).as_str().to_owned();
-        let s = &job.prompt.sampling;
-        let generate = GenerateRequest {
-            request_id: format!("refresh-{key}"),
-            tenant: job.tenant.clone(),
-            model: model.to_owned(),
-            messages: job
-                .prompt
-                .messages
-                .iter()
-                .map(|m| ChatMessage { role: m.role.as_str().to_owned(), content: m.content.clone() })
-                .collect(),
-            sampling: Some(proto::inference::Sampling {
-                max_tokens: s.max_tokens,
-                temperature: s.temperature,
-                top_p: s.top_p,
-                seed: s.seed,
-                stop: s.stop.clone(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let generate = GenerateRequest::for_request(format!("refresh-{key}"), &job.tenant, &normalized);
         let (_, mut stream, _in_flight) = self.pods.generate(generate).await?;
         let mut content = String::new();
         let done = loop {
@@ -110,20 +90,14 @@ impl Refresher {
                 None => {}
             }
         };
-        let entry = CachedCompletion {
+        let entry = GeneratedEntry {
             key: key.clone(),
             tenant: job.tenant,
-            model: model.to_owned(),
-            model_version: version,
-            etag: CachedCompletion::etag_of(&content, &done.finish_reason),
-            content,
-            finish_reason: done.finish_reason,
-            prompt_tokens: done.prompt_tokens,
-            completion_tokens: done.completion_tokens,
-            created_ms: 0,
+            model: normalized.model,
             ttl_s: job.ttl_s,
-            question: None,
-        };
+            created_ms: 0,
+        }
+        .entry(content, &done);
         let command = Command::Put { entry, content_class: job.content_class, prompt: Some(job.prompt) };
         let committed = self.writer.write(Request { id: format!("refresh-{key}"), command }).await?;
         super::convert::outcome_result(&committed.applied.outcome)?;

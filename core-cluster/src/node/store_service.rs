@@ -67,8 +67,7 @@ impl CoreStore for StoreService {
         self.node.metrics.rpc_write.inc();
         let request = convert::write_request(request.into_inner())?;
         let committed = self.node.writer.write(request).await?;
-        convert::outcome_result(&committed.applied.outcome)?;
-        let outcome_json = serde_json::to_string(&committed.applied.outcome).map_err(CoreError::from)?;
+        let outcome = convert::write_outcome(&committed.applied.outcome)?;
         if let super::types::Outcome::ModelVersion { model, version, refresh, .. } =
             &committed.applied.outcome
         {
@@ -79,7 +78,7 @@ impl CoreStore for StoreService {
         Ok(Response::new(WriteReply {
             log_index: committed.log_index,
             duplicate: committed.applied.duplicate,
-            outcome_json,
+            outcome: Some(outcome),
             leader_id: committed.leader_id,
             served_by: self.node.id,
         }))

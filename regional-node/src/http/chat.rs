@@ -16,7 +16,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use proto::cache::complete_event::Event;
 use proto::cache::{CompleteDone, CompleteEvent, CompleteRequest};
-use proto::inference::{ChatMessage, GenerateRequest, Sampling};
 use shared::cache_key::{CacheKey, SemanticQuery};
 use shared::completion::{CachedCompletion, StreamHead};
 use shared::content_class::classify;
@@ -87,7 +86,7 @@ pub async fn chat_completions(
 }
 
 async fn admit(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Admitted, RequestError> {
-    let tenant = resolve_tenant(headers, &state.settings.tenants, &state.settings.tier_secret.0)?;
+    let tenant = resolve_tenant(headers, &state.settings.tenants, &state.settings.tier_secret)?;
     let bytes = axum::body::to_bytes(body, MAX_REQUEST_BYTES)
         .await
         .map_err(|_| RequestError::too_large(MAX_REQUEST_BYTES))?;
@@ -473,32 +472,8 @@ fn complete_request(
     request: &NormalizedRequest,
     class: ClassTtl,
 ) -> CompleteRequest {
-    let sampling = &request.sampling;
-    CompleteRequest {
-        key: key.as_str().to_owned(),
-        model_version: request.model.version,
-        ttl_s: if class.cacheable() { class.ttl_s } else { UNCACHED_CORE_TTL_S },
-        content_class: class.class.as_str().to_owned(),
-        generate: Some(GenerateRequest {
-            request_id: key.completion_id(),
-            tenant: tenant.to_owned(),
-            model: request.model.name.clone(),
-            messages: request
-                .messages
-                .iter()
-                .map(|m| ChatMessage { role: m.role.as_str().to_owned(), content: m.content.clone() })
-                .collect(),
-            sampling: Some(Sampling {
-                max_tokens: sampling.max_tokens,
-                temperature: sampling.temperature,
-                top_p: sampling.top_p,
-                seed: sampling.seed,
-                stop: sampling.stop.clone(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-    }
+    let ttl_s = if class.cacheable() { class.ttl_s } else { UNCACHED_CORE_TTL_S };
+    CompleteRequest::for_request(tenant, key, request, class.class.as_str(), ttl_s)
 }
 
 /// The next event of a completion stream, failing if the core stays silent too long.

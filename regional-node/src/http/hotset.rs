@@ -16,7 +16,6 @@ use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use shared::auth::constant_time_eq;
 use shared::hotset::{encode_embedding, HotEntry, HotSet, HotSetVersion};
 use shared::{RequestError, TIER_SECRET_HEADER};
 
@@ -40,7 +39,7 @@ async fn read(
     params: &HashMap<String, String>,
 ) -> Result<HotSet, RequestError> {
     let secret = headers.get(TIER_SECRET_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
-    if !constant_time_eq(secret, state.settings.tier_secret.0.as_bytes()) {
+    if !state.settings.tier_secret.matches(secret) {
         return Err(RequestError::unauthorized("the hot set is for tiers: send the tier secret"));
     }
     let since = match params.get("since").map(String::as_str) {

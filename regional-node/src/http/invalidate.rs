@@ -30,7 +30,7 @@ pub async fn invalidate(State(state): State<Arc<AppState>>, headers: HeaderMap, 
 }
 
 async fn run(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, crate::RegionalError> {
-    let tenant = resolve_tenant(headers, &state.settings.tenants, &state.settings.tier_secret.0)?;
+    let tenant = resolve_tenant(headers, &state.settings.tenants, &state.settings.tier_secret)?;
     let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
         .await
         .map_err(|_| RequestError::too_large(MAX_BODY_BYTES))?;

@@ -11,7 +11,6 @@ use proto::replication::replication_client::ReplicationClient;
 use proto::replication::{Ack, DeltaBatch, DigestRequest, SummariesRequest};
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::Status;
 
@@ -36,7 +35,6 @@ pub struct Link {
     index: usize,
     url: String,
     endpoint: Endpoint,
-    secret: MetadataValue<Ascii>,
 }
 
 /// The sending half of a delta stream, with the batches the peer has not acknowledged yet.
@@ -58,13 +56,7 @@ impl Link {
             .http2_keep_alive_interval(Duration::from_secs(2))
             .keep_alive_timeout(Duration::from_secs(4))
             .tcp_nodelay(true);
-        let mut secret: MetadataValue<Ascii> = replication
-            .settings
-            .secret
-            .parse()
-            .map_err(|_| RegionalError::Config("the tier secret must be printable ASCII".into()))?;
-        secret.set_sensitive(true);
-        Ok(Self { replication, index, url: url.to_owned(), endpoint, secret })
+        Ok(Self { replication, index, url: url.to_owned(), endpoint })
     }
 
     /// Runs forever: connect, sync, stream; on failure wait and start over.
@@ -86,9 +78,7 @@ impl Link {
     }
 
     fn request<T>(&self, message: T) -> tonic::Request<T> {
-        let mut request = tonic::Request::new(message);
-        request.metadata_mut().insert(proto::TIER_SECRET_METADATA, self.secret.clone());
-        request
+        self.replication.settings.secret.request(message)
     }
 
     /// One connection's life; returns only on failure (or when the change feed closes).

@@ -5,8 +5,8 @@
 //! brings back an invalidated entry, and tombstones go only once every peer has acknowledged them
 //! ([`store`]).
 //!
-//! What replicates: an answer becomes a record when its key is hot ([`hot_keys`]: a frequency sketch
-//! with aging, `--replicate-min-lookups`), and every later answer or invalidation of a replicated key
+//! What replicates: an answer becomes a record when its key is hot ([`lookup_frequency`]: a frequency
+//! sketch with aging, `--replicate-min-lookups`), and every later answer or invalidation of a replicated key
 //! follows. Cold answers stay local; another region fetches them on demand from the core, which holds
 //! every answer.
 //!
@@ -22,11 +22,11 @@
 //! - [`store`]: the node's records in memory and sled, range digests, tombstone collection.
 //! - [`anti_entropy`]: the pure steps of a round (proptested convergence in `store_tests.rs`).
 //! - [`wire`]: records to and from protobuf.
-//! - [`hot_keys`], [`metrics`], [`link`], [`service`].
+//! - [`lookup_frequency`], [`metrics`], [`link`], [`service`].
 
 pub mod anti_entropy;
-pub mod hot_keys;
 pub mod link;
+pub mod lookup_frequency;
 pub mod metrics;
 pub mod record;
 pub mod service;
@@ -40,7 +40,7 @@ use shared::completion::CachedCompletion;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
-use self::hot_keys::HotKeys;
+use self::lookup_frequency::LookupFrequency;
 use self::metrics::ReplicationMetrics;
 use self::record::{Record, Resolved, Tombstone, Value};
 use self::store::ReplicaStore;
@@ -68,7 +68,7 @@ pub struct ReplicationSettings {
     /// Time between anti-entropy rounds with each peer (and between sweeps).
     pub anti_entropy_interval: Duration,
     /// The shared secret between tiers, sent to and required from peers.
-    pub secret: String,
+    pub secret: proto::TierCredential,
 }
 
 /// What a peer link reports for the status route.
@@ -92,7 +92,7 @@ pub struct PeerView {
 pub struct Replication {
     settings: ReplicationSettings,
     store: ReplicaStore,
-    hot: HotKeys,
+    hot: LookupFrequency,
     changes: broadcast::Sender<String>,
     peers: Vec<Mutex<PeerView>>,
     /// Counters.
@@ -112,7 +112,7 @@ impl Replication {
             .map(|url| Mutex::new(PeerView { url: url.clone(), ..PeerView::default() }))
             .collect();
         Ok(Self {
-            hot: HotKeys::new(settings.min_lookups),
+            hot: LookupFrequency::new(settings.min_lookups),
             changes: broadcast::channel(CHANGE_FEED).0,
             store,
             peers,

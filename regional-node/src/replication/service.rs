@@ -27,13 +27,7 @@ impl ReplicationService {
     }
 
     fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        let presented =
-            request.metadata().get(proto::TIER_SECRET_METADATA).map(|v| v.as_bytes()).unwrap_or_default();
-        if shared::auth::constant_time_eq(presented, self.replication.settings.secret.as_bytes()) {
-            Ok(())
-        } else {
-            Err(Status::unauthenticated("replication needs the tier secret"))
-        }
+        self.replication.settings.secret.check(request.metadata())
     }
 }
 

@@ -90,7 +90,7 @@ fn run_in(options: &PodBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Rep
     let pod_binary = paths::binary("inference-pod");
     anyhow::ensure!(
         pod_binary.is_file(),
-        "{} is missing; build it with cargo build --release -p core-cluster",
+        "{} is missing; build it with cargo build --release -p inference-pod",
         pod_binary.display()
     );
     let llama = LlamaCpp::locate(options.llama_bin_dir.as_deref(), options.install, &log_dir, options.stop)?;

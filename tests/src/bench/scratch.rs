@@ -16,9 +16,12 @@ pub struct ScratchDir {
 }
 
 impl ScratchDir {
-    /// Creates `<parent>/<prefix>-<pid>-<unix ms>`.
+    /// Creates `<parent>/<prefix>-<pid>-<unix ms>`, as an absolute path: processes that run elsewhere
+    /// (wrangler runs in `edge-worker/`) must not resolve a relative one against their own directory.
     pub fn create(parent: &Path, prefix: &str) -> anyhow::Result<Self> {
         let ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        let parent =
+            std::path::absolute(parent).with_context(|| format!("resolving {}", parent.display()))?;
         let path = parent.join(format!("{prefix}-{}-{ms}", std::process::id()));
         std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
         Ok(Self { path, keep: false })

@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
@@ -169,21 +170,14 @@ enum BenchSuite {
     },
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
+/// Set by SIGINT or SIGTERM: a benchmark stops at its next check and still reports.
+static STOP: LazyLock<Arc<AtomicBool>> = LazyLock::new(Arc::default);
 
-extern "C" fn request_stop(_signal: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-#[allow(unsafe_code)]
-fn install_stop_handlers() {
-    let handler: extern "C" fn(libc::c_int) = request_stop;
-    for signal in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        unsafe {
-            libc::signal(signal, handler as libc::sighandler_t);
-        }
+fn install_stop_handlers() -> anyhow::Result<()> {
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&STOP))?;
     }
+    Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
@@ -192,7 +186,7 @@ fn main() -> anyhow::Result<()> {
             up(data_dir, edge_port, base_port, api_key, regional_nodes)
         }
         Command::Bench { suite: BenchSuite::Core { json, seconds, clients, value_bytes, dir } } => {
-            install_stop_handlers();
+            install_stop_handlers()?;
             let options = CoreBenchOptions { seconds, clients, value_bytes, dir, stop: &STOP };
             print_report(&bench::core_suite::run(&options)?, json)
         }
@@ -215,7 +209,7 @@ fn main() -> anyhow::Result<()> {
                     dir,
                 },
         } => {
-            install_stop_handlers();
+            install_stop_handlers()?;
             let options = PodBenchOptions {
                 threads,
                 seconds,
@@ -257,13 +251,13 @@ fn main() -> anyhow::Result<()> {
 
 /// Runs `mesh bench edge`.
 fn bench_edge(options: EdgeBenchOptions, json: Option<PathBuf>) -> anyhow::Result<()> {
-    install_stop_handlers();
+    install_stop_handlers()?;
     print_report(&bench::edge_suite::run(&options)?, json)
 }
 
 /// Runs `mesh bench regional`.
 fn bench_regional(options: RegionalBenchOptions, json: Option<PathBuf>) -> anyhow::Result<()> {
-    install_stop_handlers();
+    install_stop_handlers()?;
     print_report(&bench::regional_suite::run(&options)?, json)
 }
 
@@ -284,7 +278,7 @@ fn up(
     api_key: String,
     regional_nodes: usize,
 ) -> anyhow::Result<()> {
-    install_stop_handlers();
+    install_stop_handlers()?;
     let started = Instant::now();
     let spec = MeshSpec {
         edge_port: Some(edge_port),

@@ -1,0 +1,221 @@
+//! The pod's listener: gRPC (HTTP/2 without TLS) and plain HTTP `/healthz` and `/metrics` on one port.
+
+use std::future::{Future, IntoFuture as _};
+use std::time::Instant;
+
+use anyhow::Context as _;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use proto::inference::inference_pod_server::InferencePodServer;
+use tokio::net::TcpListener;
+use tonic::server::NamedService;
+
+use super::service::InferenceService;
+use super::{Engine, PodConfig};
+use proto::credential::CredentialCheck;
+
+/// Serves the pod on `listener` until `shutdown` completes, then drains in-flight requests.
+///
+/// The listener answers at once: `/healthz` is 503 and gRPC calls are `UNAVAILABLE` until the model
+/// has loaded (in the background). Fails if the model cannot be loaded.
+pub async fn run(
+    config: PodConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let service = InferenceService::new(config.model_name.clone());
+    let app = router(service.clone(), config.tier_secret.interceptor());
+    tracing::info!(addr = %listener.local_addr()?, model = %config.model_name, "inference pod listening");
+    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown).into_future();
+    tokio::pin!(server);
+
+    let path = config.model_path.clone();
+    let load = tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        Engine::load(&path).map(|engine| (engine, started.elapsed()))
+    });
+    tokio::select! {
+        served = &mut server => {
+            // Shut down before the model finished loading.
+            return served.context("serving");
+        }
+        loaded = load => {
+            let (engine, took) = loaded
+                .context("model loader panicked")?
+                .with_context(|| format!("loading {}", config.model_path.display()))?;
+            tracing::info!(
+                load_ms = took.as_millis() as u64,
+                context = engine.context_len(),
+                "model loaded"
+            );
+            service.set_ready(engine, config.engine.loop_config(config.max_queue), config.max_queue).context("starting the inference worker")?;
+        }
+    }
+    server.await.context("serving")
+}
+
+/// gRPC behind the tier-secret check, plus the unauthenticated HTTP probes.
+fn router(service: InferenceService, auth: CredentialCheck) -> Router {
+    let grpc = InferencePodServer::with_interceptor(service.clone(), auth);
+    let grpc_path = format!("/{}/{{*method}}", <InferencePodServer<InferenceService> as NamedService>::NAME);
+    Router::new()
+        .route_service(&grpc_path, grpc)
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .with_state(service)
+}
+
+/// Unknown paths: `UNIMPLEMENTED` for gRPC callers, 404 for everyone else.
+async fn not_found(headers: HeaderMap) -> Response {
+    let grpc = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/grpc"));
+    if grpc {
+        tonic::Status::unimplemented("no such service or method")
+            .into_http::<axum::body::Body>()
+            .into_response()
+    } else {
+        (StatusCode::NOT_FOUND, "not found\n").into_response()
+    }
+}
+
+async fn healthz(State(service): State<InferenceService>) -> impl IntoResponse {
+    if service.is_ready() {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "loading\n")
+    }
+}
+
+async fn metrics(State(service): State<InferenceService>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, shared::metrics::CONTENT_TYPE)], service.render_metrics())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    use proto::inference as pb;
+    use proto::inference::inference_pod_client::InferencePodClient;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tonic::transport::Channel;
+    use tonic::Code;
+
+    use super::*;
+    use crate::test_support::model_path;
+    use proto::TierCredential;
+
+    const SECRET: &str = "test-secret";
+
+    /// A plain HTTP/1.1 GET; returns the status code and the body.
+    async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let request = format!("GET {path} HTTP/1.1\r\nHost: pod\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.expect("write");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.expect("read");
+        let status = response.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+        (status, body)
+    }
+
+    fn authed<T>(message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.metadata_mut().insert(proto::TIER_SECRET_METADATA, SECRET.parse().expect("ascii"));
+        request
+    }
+
+    fn chat(model: &str, question: &str, max_tokens: u32) -> pb::GenerateRequest {
+        pb::GenerateRequest {
+            request_id: "req-1".into(),
+            tenant: "tenant-a".into(),
+            model: model.into(),
+            messages: vec![pb::ChatMessage { role: "user".into(), content: question.into() }],
+            sampling: Some(pb::Sampling { max_tokens, ..Default::default() }),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn serves_grpc_and_http_on_one_port() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let config = PodConfig::new(model_path(), TierCredential::new(SECRET).expect("secret"));
+        let server = tokio::spawn(run(config, listener, async {
+            let _ = stopped.await;
+        }));
+
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while http_get(addr, "/healthz").await.0 != 200 {
+            assert!(Instant::now() < deadline, "model never became ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+
+        let channel =
+            Channel::from_shared(format!("http://{addr}")).expect("uri").connect().await.expect("connect");
+        let mut client = InferencePodClient::new(channel);
+
+        let unauthenticated = client.health(pb::HealthRequest {}).await.expect_err("no secret");
+        assert_eq!(unauthenticated.code(), Code::Unauthenticated);
+        let health = client.health(authed(pb::HealthRequest {})).await.expect("health").into_inner();
+        assert_eq!(health.model, "smollm2-135m-instruct");
+
+        let model = "smollm2-135m-instruct";
+        for (bad, what) in [
+            (chat("gpt-4", "hi", 5), "unknown model"),
+            (chat(model, "hi", 0), "max_tokens 0"),
+            (chat(model, "hi", 1_000_000), "max_tokens over the context"),
+            (chat(model, &"word ".repeat(9000), 5), "prompt over the context"),
+            (pb::GenerateRequest { messages: vec![], ..chat(model, "hi", 5) }, "no messages"),
+        ] {
+            let status = client.generate(authed(bad)).await.map(|_| ()).expect_err(what);
+            assert_eq!(status.code(), Code::InvalidArgument, "{what}: {status:?}");
+        }
+
+        let mut stream = client
+            .generate(authed(chat(model, "What is the capital of France?", 20)))
+            .await
+            .expect("generate")
+            .into_inner();
+        let mut text = String::new();
+        let mut done = None;
+        while let Some(event) = stream.message().await.expect("event") {
+            assert!(done.is_none(), "an event after Done");
+            match event.event.expect("event") {
+                pb::generate_event::Event::Delta(d) => text.push_str(&d.text),
+                pb::generate_event::Event::Done(d) => done = Some(d),
+            }
+        }
+        let done = done.expect("a Done event");
+        assert!(text.contains("Paris"), "{text:?}");
+        assert!(done.completion_tokens >= 1 && done.prompt_tokens > 10);
+        let timings = done.timings.expect("timings");
+        assert!(timings.ttft_us >= timings.prefill_us && timings.prefill_us > 0);
+
+        assert_eq!(http_get(addr, "/nope").await.0, 404);
+        let (status, metrics) = http_get(addr, "/metrics").await;
+        assert_eq!(status, 200);
+        assert!(metrics
+            .contains("inference_requests_total{model=\"smollm2-135m-instruct\",outcome=\"rejected\"} 5"));
+        assert!(metrics.contains(&format!(
+            "inference_generated_tokens_total{{model=\"smollm2-135m-instruct\"}} {}",
+            done.completion_tokens
+        )));
+        assert!(metrics.contains("inference_queue_depth{model=\"smollm2-135m-instruct\"} 0"));
+
+        drop(client);
+        stop.send(()).expect("server running");
+        tokio::time::timeout(Duration::from_secs(10), server)
+            .await
+            .expect("shut down in time")
+            .expect("join")
+            .expect("run");
+    }
+}

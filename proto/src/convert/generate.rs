@@ -1,0 +1,182 @@
+//! A normalized request on its way to the pod (through the core), and a finished generation on its way
+//! back as a cached entry.
+
+use shared::cache_key::CacheKey;
+use shared::completion::CachedCompletion;
+use shared::models::ModelRef;
+use shared::normalize::{Message, NormalizedRequest, Role, Sampling};
+
+use crate::cache::CompleteRequest;
+use crate::inference::{self as pb, GenerateDone, GenerateRequest};
+
+impl GenerateRequest {
+    /// The pod's request for `request` of `tenant`, under the id `request_id`. Sampling parameters the
+    /// normalizer does not produce (top-k, priority, speculative) keep their defaults.
+    pub fn for_request(request_id: String, tenant: &str, request: &NormalizedRequest) -> Self {
+        let sampling = &request.sampling;
+        Self {
+            request_id,
+            tenant: tenant.to_owned(),
+            model: request.model.name.clone(),
+            messages: request
+                .messages
+                .iter()
+                .map(|m| pb::ChatMessage { role: m.role.as_str().to_owned(), content: m.content.clone() })
+                .collect(),
+            sampling: Some(pb::Sampling {
+                max_tokens: sampling.max_tokens,
+                temperature: sampling.temperature,
+                top_p: sampling.top_p,
+                seed: sampling.seed,
+                stop: sampling.stop.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// The conversation as normalized messages; `None` if a role is not one the normalizer produces.
+    pub fn normalized_messages(&self) -> Option<Vec<Message>> {
+        self.messages
+            .iter()
+            .map(|m| Some(Message { role: Role::from_name(&m.role)?, content: m.content.clone() }))
+            .collect()
+    }
+
+    /// The sampling parameters as the normalizer writes them (absent ones are the wire defaults).
+    pub fn normalized_sampling(&self) -> Sampling {
+        let s = self.sampling.clone().unwrap_or_default();
+        Sampling {
+            max_tokens: s.max_tokens,
+            temperature: s.temperature,
+            top_p: s.top_p,
+            seed: s.seed,
+            stop: s.stop,
+        }
+    }
+}
+
+impl CompleteRequest {
+    /// The core's completion request for `request` of `tenant` under `key`: generated as the pod's
+    /// request, then stored with the content class and the TTL the caller chose.
+    pub fn for_request(
+        tenant: &str,
+        key: &CacheKey,
+        request: &NormalizedRequest,
+        content_class: &str,
+        ttl_s: u64,
+    ) -> Self {
+        Self {
+            key: key.as_str().to_owned(),
+            model_version: request.model.version,
+            ttl_s,
+            content_class: content_class.to_owned(),
+            generate: Some(GenerateRequest::for_request(key.completion_id(), tenant, request)),
+        }
+    }
+}
+
+/// Who a generated answer belongs to and how long it lives: everything its entry needs that the
+/// generation itself does not say.
+#[derive(Clone, Debug)]
+pub struct GeneratedEntry {
+    /// The cache key it is stored under.
+    pub key: String,
+    /// The tenant that owns it.
+    pub tenant: String,
+    /// The model and version that generated it.
+    pub model: ModelRef,
+    /// Its TTL, in seconds.
+    pub ttl_s: u64,
+    /// Its creation time (Unix ms); the state machine sets the committed one.
+    pub created_ms: i64,
+}
+
+impl GeneratedEntry {
+    /// The cached entry of a generation that produced `content` and finished as `done` says.
+    pub fn entry(self, content: String, done: &GenerateDone) -> CachedCompletion {
+        CachedCompletion {
+            key: self.key,
+            tenant: self.tenant,
+            model: self.model.name,
+            model_version: self.model.version,
+            etag: CachedCompletion::etag_of(&content, &done.finish_reason),
+            content,
+            finish_reason: done.finish_reason.clone(),
+            prompt_tokens: done.prompt_tokens,
+            completion_tokens: done.completion_tokens,
+            created_ms: self.created_ms,
+            ttl_s: self.ttl_s,
+            question: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> NormalizedRequest {
+        NormalizedRequest {
+            model: ModelRef { name: "m".into(), version: 3 },
+            messages: vec![
+                Message { role: Role::System, content: "Be brief.".into() },
+                Message { role: Role::User, content: "What is 2 + 2?".into() },
+            ],
+            sampling: Sampling {
+                max_tokens: 16,
+                temperature: 0.7,
+                top_p: 0.9,
+                seed: Some(7),
+                stop: vec!["\n".into()],
+            },
+            stream: true,
+        }
+    }
+
+    #[test]
+    fn the_pods_request_round_trips_to_the_normalized_prompt() {
+        let request = request();
+        let wire = GenerateRequest::for_request("r1".into(), "acme", &request);
+        assert_eq!(
+            (wire.request_id.as_str(), wire.tenant.as_str(), wire.model.as_str()),
+            ("r1", "acme", "m")
+        );
+        assert_eq!(wire.normalized_messages(), Some(request.messages.clone()));
+        assert_eq!(wire.normalized_sampling(), request.sampling);
+        let mut odd = wire.clone();
+        odd.messages[0].role = "tool".into();
+        assert_eq!(odd.normalized_messages(), None);
+    }
+
+    #[test]
+    fn the_core_request_carries_key_version_class_and_ttl() {
+        let request = request();
+        let key = CacheKey::derive("acme", &request);
+        let wire = CompleteRequest::for_request("acme", &key, &request, "stable", 86_400);
+        assert_eq!(wire.key, key.as_str());
+        assert_eq!((wire.model_version, wire.ttl_s, wire.content_class.as_str()), (3, 86_400, "stable"));
+        assert_eq!(wire.generate.map(|g| g.request_id), Some(key.completion_id()));
+    }
+
+    #[test]
+    fn a_finished_generation_becomes_its_entry() {
+        let done = GenerateDone {
+            finish_reason: "stop".into(),
+            prompt_tokens: 9,
+            completion_tokens: 1,
+            ..Default::default()
+        };
+        let header = GeneratedEntry {
+            key: "k".into(),
+            tenant: "acme".into(),
+            model: ModelRef { name: "m".into(), version: 3 },
+            ttl_s: 60,
+            created_ms: 5,
+        };
+        let entry = header.entry("4".into(), &done);
+        assert_eq!(entry.etag, CachedCompletion::etag_of("4", "stop"));
+        assert_eq!((entry.model.as_str(), entry.model_version, entry.ttl_s), ("m", 3, 60));
+        assert_eq!((entry.prompt_tokens, entry.completion_tokens, entry.created_ms), (9, 1, 5));
+    }
+}

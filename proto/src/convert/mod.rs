@@ -1,0 +1,11 @@
+//! Conversions between the protobuf messages and the domain types of `shared`. Every tier converts here,
+//! so that prost types stop at the boundary of each daemon and the two sides of a hop cannot drift.
+//!
+//! - `completion`: a cached answer, on the wire and in `shared`.
+//! - `generate`: a normalized request as the pod's request (and back, for the core's refresh prompts),
+//!   the core's completion request, and a finished generation as the entry it is stored as.
+
+mod completion;
+mod generate;
+
+pub use generate::GeneratedEntry;
