@@ -130,6 +130,7 @@ impl Flight {
 }
 
 /// A reader of one flight's log.
+#[derive(Debug)]
 pub struct Subscription {
     flight: Arc<Flight>,
     next: usize,

@@ -4,7 +4,10 @@
 //! # Layout
 //! - [`config`]: the documented command-line / environment configuration.
 //! - [`server`]: [`server::run`], which serves the HTTP routes on a given listener until shutdown.
-//! - [`http`]: the route handlers (`/v1/chat/completions`, `/v1/models`, `/healthz`, `/metrics`).
+//! - [`http`]: the route handlers (`/v1/chat/completions`, `/v1/cache/invalidate`, `/v1/hotset`,
+//!   `/v1/models`, `/healthz`, `/metrics`): authentication, parsing and rendering only.
+//! - [`request_path`]: how a validated request is answered (exact cache, coalesced flights to the core,
+//!   semantic tier, stale answers), and invalidation; tested in process against a fake core.
 //! - [`exact_cache`]: the in-memory exact-match cache, bounded by bytes, with W-TinyLFU admission.
 //! - [`flight`]: request coalescing: identical concurrent misses share one flight to the core.
 //! - [`exact_store`]: sled persistence of the exact cache, so a restart starts warm.
@@ -36,6 +39,7 @@ pub mod flight;
 pub mod http;
 pub mod metrics;
 pub mod replication;
+pub mod request_path;
 pub mod semantic_cache;
 pub mod semantic_eval;
 pub mod semantic_tier;

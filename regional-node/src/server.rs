@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use proto::replication::replication_server::ReplicationServer;
-use shared::completion::CachedCompletion;
 use shared::normalize::Limits;
 use shared::small_embedding::SmallEmbedder;
 use tokio::net::TcpListener;
@@ -19,102 +18,30 @@ use crate::core_client::CoreClient;
 use crate::embedding::SentenceEmbedder;
 use crate::exact_cache::ExactCache;
 use crate::exact_store::ExactStore;
-use crate::flight::Flights;
-use crate::metrics::RegionalMetrics;
-use crate::replication::record::{Record, Resolved};
 use crate::replication::service::ReplicationService;
 use crate::replication::{Applier, Replication, ReplicationSettings};
+use crate::request_path::{PathParts, RequestPath};
 use crate::semantic_cache::SemanticLimits;
 use crate::semantic_tier::SemanticTier;
 use crate::RegionalError;
 
-/// State shared by every request.
+/// State shared by every request: the settings, the request path, and the edge's table.
 #[derive(Debug)]
 pub struct AppState {
     /// Validated configuration.
-    pub settings: Settings,
-    /// The regional exact cache.
-    pub cache: ExactCache,
-    /// Client of the core cluster.
-    pub core: CoreClient,
-    /// Exported metrics.
-    pub metrics: RegionalMetrics,
+    settings: Settings,
     /// Normalization limits.
-    pub limits: Limits,
-    /// The semantic tier, when a model directory was given.
-    pub semantic: Option<Arc<SemanticTier>>,
-    /// The exact cache's copy on disk, when a data directory was given.
-    pub exact_store: Option<ExactStore>,
-    /// Misses in flight to the core, by key, for coalescing.
-    pub flights: Flights,
-    /// Admission of generations by predicted cost.
-    pub admission: Admission,
-    /// The replicated hot set: the hot answers and invalidations, shared with the peer regional nodes
-    /// when there are any, and served to the edge (`/v1/hotset`).
-    pub replication: Arc<Replication>,
+    limits: Limits,
+    /// Everything that answers a request.
+    path: Arc<RequestPath>,
     /// The edge's small-embedding table, for the hot set's embeddings.
-    pub edge_table: Option<Arc<SmallEmbedder>>,
+    edge_table: Option<Arc<SmallEmbedder>>,
 }
 
 impl AppState {
-    /// Builds the state from validated settings.
+    /// Builds the state from validated settings: loads the models and the stores the settings name.
     pub fn new(settings: Settings) -> Result<Self, RegionalError> {
-        let config = &settings.config;
-        let breaker = CircuitBreaker::new(
-            config.breaker_failures,
-            std::time::Duration::from_millis(config.breaker_open_ms),
-        );
-        let core = CoreClient::new(&config.core, settings.tier_secret.clone(), breaker)?;
-        let admission = Admission::new(AdmissionLimits {
-            budget: config.admission_budget,
-            queue: config.admission_queue,
-            max_wait: std::time::Duration::from_millis(config.admission_wait_ms),
-        });
-        let semantic = match &settings.config.semantic_model_dir {
-            Some(dir) => {
-                let embedder = SentenceEmbedder::load(dir).map_err(|e| {
-                    RegionalError::Config(format!("loading the embedding model from {}: {e}", dir.display()))
-                })?;
-                let limits = SemanticLimits {
-                    per_partition: settings.config.semantic_per_partition,
-                    partitions: settings.config.semantic_partitions,
-                };
-                tracing::info!(dir = %dir.display(), "semantic tier on");
-                Some(Arc::new(SemanticTier::new(embedder, limits, settings.config.semantic_thresholds())))
-            }
-            None => None,
-        };
-        let cache =
-            ExactCache::new(settings.config.cache_bytes).with_stale_grace(settings.config.stale_grace_s);
-        let exact_store = match &settings.config.data_dir {
-            Some(dir) => {
-                // The directory keeps the name it had before the exact store was named for what it holds.
-                let store = ExactStore::open(&dir.join("hotset"), settings.config.cache_bytes)?;
-                let report = store.load_into(&cache, now_ms());
-                tracing::info!(
-                    loaded = report.loaded,
-                    expired = report.expired,
-                    unreadable = report.unreadable,
-                    "exact cache restored"
-                );
-                Some(store)
-            }
-            None => None,
-        };
-        let db = match &settings.config.data_dir {
-            Some(dir) => Some(sled::open(dir.join("replica")).map_err(|e| {
-                RegionalError::Config(format!("opening the replica store in {}: {e}", dir.display()))
-            })?),
-            None => None,
-        };
-        let replication = Replication::new(replication_settings(&settings), db.as_ref())?;
-        // Replicated answers are part of the hot set too: a restart serves them at once.
-        for entry in replication.store().live_answers() {
-            if !entry.is_expired(now_ms()) {
-                cache.insert(entry);
-            }
-        }
-        let replication = Arc::new(replication);
+        let path = Arc::new(RequestPath::new(path_parts(&settings)?));
         let edge_table = match &settings.config.edge_table {
             Some(path) => {
                 let bytes = std::fs::read(path).map_err(|e| {
@@ -127,58 +54,88 @@ impl AppState {
             }
             None => None,
         };
-        Ok(Self {
-            semantic,
-            exact_store,
-            replication,
-            edge_table,
-            admission,
-            flights: Flights::default(),
-            cache,
-            core,
-            metrics: RegionalMetrics::default(),
-            limits: Limits::default(),
-            settings,
-        })
+        Ok(Self { settings, limits: Limits::default(), path, edge_table })
     }
 
-    /// Keeps `entry` in the exact cache, and on disk when there is a store; replicates it when it is hot.
-    /// An answer older than an invalidation of its key is dropped.
-    pub fn remember(&self, entry: CachedCompletion) {
-        if !self.replication.offer(&entry, None, now_ms()) {
-            return;
-        }
-        self.keep(entry);
+    /// The validated configuration.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
     }
 
-    /// Stores `entry` in the exact cache and on disk, replicating nothing.
-    fn keep(&self, entry: CachedCompletion) {
-        match &self.exact_store {
-            Some(store) => {
-                self.cache.insert(entry.clone());
-                store.put(&entry, &self.cache);
-            }
-            None => self.cache.insert(entry),
-        }
+    /// The normalization limits requests are held to.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
-    /// Forgets `key` in the exact cache and on disk (an invalidation).
-    pub fn forget(&self, key: &str) {
-        self.cache.remove(key);
-        if let Some(store) = &self.exact_store {
-            store.remove(key);
-        }
+    /// The request path.
+    pub fn path(&self) -> &Arc<RequestPath> {
+        &self.path
+    }
+
+    /// The edge's small-embedding table, when one was given.
+    pub fn edge_table(&self) -> Option<&SmallEmbedder> {
+        self.edge_table.as_deref()
     }
 }
 
-impl Applier for AppState {
-    fn apply(&self, key: &str, record: &Record) {
-        match record.resolve() {
-            Some(Resolved::Live(entry)) if !entry.is_expired(now_ms()) => self.keep(entry.clone()),
-            Some(Resolved::Invalidated) => self.forget(key),
-            _ => {}
+/// The request path's parts, as `settings` configure them: the exact cache refilled from disk and from
+/// replication, the core client behind its breaker, the semantic tier, admission and replication.
+pub fn path_parts(settings: &Settings) -> Result<PathParts, RegionalError> {
+    let config = &settings.config;
+    let breaker = CircuitBreaker::new(
+        config.breaker_failures,
+        std::time::Duration::from_millis(config.breaker_open_ms),
+    );
+    let core = CoreClient::new(&config.core, settings.tier_secret.clone(), breaker)?;
+    let admission = Admission::new(AdmissionLimits {
+        budget: config.admission_budget,
+        queue: config.admission_queue,
+        max_wait: std::time::Duration::from_millis(config.admission_wait_ms),
+    });
+    let semantic = match &config.semantic_model_dir {
+        Some(dir) => {
+            let embedder = SentenceEmbedder::load(dir).map_err(|e| {
+                RegionalError::Config(format!("loading the embedding model from {}: {e}", dir.display()))
+            })?;
+            let limits = SemanticLimits {
+                per_partition: config.semantic_per_partition,
+                partitions: config.semantic_partitions,
+            };
+            tracing::info!(dir = %dir.display(), "semantic tier on");
+            Some(Arc::new(SemanticTier::new(embedder, limits, config.semantic_thresholds())))
+        }
+        None => None,
+    };
+    let cache = ExactCache::new(config.cache_bytes).with_stale_grace(config.stale_grace_s);
+    let exact_store = match &config.data_dir {
+        Some(dir) => {
+            // The directory keeps the name it had before the exact store was named for what it holds.
+            let store = ExactStore::open(&dir.join("hotset"), config.cache_bytes)?;
+            let report = store.load_into(&cache, now_ms());
+            tracing::info!(
+                loaded = report.loaded,
+                expired = report.expired,
+                unreadable = report.unreadable,
+                "exact cache restored"
+            );
+            Some(store)
+        }
+        None => None,
+    };
+    let db = match &config.data_dir {
+        Some(dir) => Some(sled::open(dir.join("replica")).map_err(|e| {
+            RegionalError::Config(format!("opening the replica store in {}: {e}", dir.display()))
+        })?),
+        None => None,
+    };
+    let replication = Replication::new(replication_settings(settings), db.as_ref())?;
+    // Replicated answers are part of the hot set too: a restart serves them at once.
+    for entry in replication.store().live_answers() {
+        if !entry.is_expired(now_ms()) {
+            cache.insert(entry);
         }
     }
+    Ok(PathParts { cache, exact_store, core, semantic, admission, replication: Arc::new(replication) })
 }
 
 fn replication_settings(settings: &Settings) -> ReplicationSettings {
@@ -202,11 +159,11 @@ pub async fn run(
     let peer_listen = settings.config.peer_listen;
     let state = Arc::new(AppState::new(settings)?);
     let mut tasks = Vec::new();
-    let replication = &state.replication;
+    let replication = state.path().replication();
     if let Some(addr) = peer_listen {
         let peer_listener = TcpListener::bind(addr).await?;
         tracing::info!(node = %replication.settings().node_id, addr = %peer_listener.local_addr()?, peers = replication.settings().peers.len(), "replication serving");
-        let applier: Arc<dyn Applier> = state.clone();
+        let applier: Arc<dyn Applier> = state.path().clone();
         let service =
             ReplicationServer::new(ReplicationService::new(Arc::clone(replication), Arc::clone(&applier)))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -228,10 +185,7 @@ pub async fn run(
         task.abort();
     }
     served?;
-    replication.store().flush().await;
-    if let Some(store) = &state.exact_store {
-        store.flush();
-    }
+    state.path().flush().await;
     Ok(())
 }
 

@@ -11,24 +11,6 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let settings = RegionalConfig::parse().resolve()?;
     let listener = tokio::net::TcpListener::bind(settings.config.listen).await?;
-    regional_node::server::run(settings, listener, shutdown_signal()).await?;
+    regional_node::server::run(settings, listener, proto::shutdown::signal()).await?;
     Ok(())
-}
-
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(signal) => signal,
-            Err(_) => return interrupt.await.unwrap_or_default(),
-        };
-        tokio::select! {
-            _ = interrupt => {}
-            _ = terminate.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    interrupt.await.unwrap_or_default();
 }

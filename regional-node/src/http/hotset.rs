@@ -39,7 +39,7 @@ async fn read(
     params: &HashMap<String, String>,
 ) -> Result<HotSet, RequestError> {
     let secret = headers.get(TIER_SECRET_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
-    if !state.settings.tier_secret.matches(secret) {
+    if !state.settings().tier_secret.matches(secret) {
         return Err(RequestError::unauthorized("the hot set is for tiers: send the tier secret"));
     }
     let since = match params.get("since").map(String::as_str) {
@@ -58,9 +58,12 @@ async fn read(
 }
 
 fn build(state: &AppState, since: Option<HotSetVersion>) -> HotSet {
-    let changes =
-        state.replication.store().hot_changes(since, state.settings.config.hotset_per_tenant, now_ms());
-    let table = state.edge_table.as_deref();
+    let changes = state.path().replication().store().hot_changes(
+        since,
+        state.settings().config.hotset_per_tenant,
+        now_ms(),
+    );
+    let table = state.edge_table();
     let entries = changes
         .live
         .into_iter()
@@ -72,7 +75,7 @@ fn build(state: &AppState, since: Option<HotSetVersion>) -> HotSet {
             HotEntry { entry, embedding }
         })
         .collect();
-    state.metrics.hotset_reads.inc();
+    state.path().metrics().hotset_reads.inc();
     HotSet {
         version: changes.version.to_string(),
         snapshot: changes.snapshot,

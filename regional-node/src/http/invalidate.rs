@@ -15,7 +15,6 @@ use axum::Json;
 use shared::RequestError;
 
 use crate::caller::resolve_tenant;
-use crate::error::error_response;
 use crate::server::{now_ms, AppState};
 
 /// Largest invalidation body.
@@ -30,27 +29,20 @@ pub async fn invalidate(State(state): State<Arc<AppState>>, headers: HeaderMap, 
 }
 
 async fn run(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, crate::RegionalError> {
-    let tenant = resolve_tenant(headers, &state.settings.tenants, &state.settings.tier_secret)?;
+    let settings = state.settings();
+    let tenant = resolve_tenant(headers, &settings.tenants, &settings.tier_secret)?;
     let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
         .await
         .map_err(|_| RequestError::too_large(MAX_BODY_BYTES))?;
     let key = parse_key(&bytes)?;
-    if state.cache.peek(&key).is_some_and(|entry| entry.tenant != tenant) {
-        return Ok(error_response(&RequestError::key_not_found(
-            "no cached answer of this tenant under that key",
-        )));
-    }
-    let now = now_ms();
-    let request_id = format!("invalidate:{}:{}", state.settings.config.region, now);
-    let removed_at_core = state.core.invalidate(&key, &tenant, &request_id).await?;
-    state.forget(&key);
-    state.replication.invalidate(&key, &tenant, now);
+    let request_id = format!("invalidate:{}:{}", settings.config.region, now_ms());
+    let removed_at_core = state.path().invalidate(&tenant, &key, &request_id).await?;
     tracing::info!(%tenant, %key, removed_at_core, "invalidated");
     Ok(Json(serde_json::json!({
         "object": "cache.invalidation",
         "key": key,
         "removed_at_core": removed_at_core,
-        "replicated": !state.replication.settings().peers.is_empty(),
+        "replicated": !state.path().replication().settings().peers.is_empty(),
     }))
     .into_response())
 }

@@ -14,10 +14,10 @@ use crate::server::AppState;
 
 /// `GET /healthz`: the daemon is up and serving.
 pub async fn healthz(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
-    let stats = state.cache.stats();
+    let stats = state.path().cache().stats();
     Json(serde_json::json!({
         "status": "ok",
-        "region": state.settings.config.region,
+        "region": state.settings().config.region,
         "cache_entries": stats.entries,
         "cache_bytes": stats.bytes,
     }))
@@ -26,7 +26,7 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> Json<serde_json::Val
 /// `GET /v1/replication`: this node's replicated state (counts and root digest: equal roots, equal
 /// states) and its peer links (none when the node does not replicate).
 pub async fn replication(State(state): State<Arc<AppState>>) -> Response {
-    let replication = &state.replication;
+    let replication = state.path().replication();
     let stats = replication.store().stats();
     Json(serde_json::json!({
         "node_id": replication.settings().node_id,
@@ -42,9 +42,10 @@ pub async fn replication(State(state): State<Arc<AppState>>) -> Response {
 
 /// `GET /metrics`: Prometheus text format.
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let mut text = state.metrics.render(&state.settings.config.region, state.cache.stats());
+    let (path, region) = (state.path(), &state.settings().config.region);
+    let mut text = path.metrics().render(region, path.cache().stats());
     text.push_str(&overload_metrics(&state));
-    let (replication, region) = (&state.replication, &state.settings.config.region);
+    let replication = path.replication();
     text.push_str(
         &replication.metrics.render(MetricsText::default(), region, replication.store().stats()).finish(),
     );
@@ -53,9 +54,9 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 
 /// The circuit breaker's and the admission queue's state.
 fn overload_metrics(state: &AppState) -> String {
-    let r = [("region", state.settings.config.region.as_str())];
-    let breaker = state.core.breaker();
-    let admission = &state.admission;
+    let r = [("region", state.settings().config.region.as_str())];
+    let breaker = state.path().core().breaker();
+    let admission = state.path().admission();
     let refused = shared::metrics::Counter::default();
     refused.add(admission.refused.load(std::sync::atomic::Ordering::Relaxed));
     let opened = shared::metrics::Counter::default();
@@ -87,7 +88,7 @@ fn overload_metrics(state: &AppState) -> String {
 /// `GET /v1/models`: the served models, in OpenAI's list shape.
 pub async fn models(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
     let data: Vec<_> = state
-        .settings
+        .settings()
         .models
         .models()
         .iter()

@@ -4,34 +4,13 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 use shared::completion::CachedCompletion;
-use shared::content_class::{ContentClass, TtlPolicy};
 use shared::server_timing::ServerTiming;
 
+use crate::request_path::ClassTtl;
 use crate::semantic_cache::SemanticHit;
 
 /// `Content-Type` of server-sent events.
 pub const EVENT_STREAM: &str = "text/event-stream";
-
-/// A request's content class and the TTL this node's policy gives it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClassTtl {
-    /// The class of the last user message.
-    pub class: ContentClass,
-    /// The class's TTL in seconds (0 for realtime, which is not cached).
-    pub ttl_s: u64,
-}
-
-impl ClassTtl {
-    /// The class and its TTL under `policy`.
-    pub fn new(class: ContentClass, policy: &TtlPolicy) -> Self {
-        Self { class, ttl_s: policy.ttl_s(class) }
-    }
-
-    /// Whether answers of this class may be cached.
-    pub fn cacheable(self) -> bool {
-        TtlPolicy::cacheable(self.class)
-    }
-}
 
 /// Headers every chat answer carries: which tier answered, the key, timing, the content class and its TTL,
 /// and (when known) validators.
@@ -66,12 +45,6 @@ pub fn cache_headers(
     }
     headers
 }
-
-/// `X-Cache` of an answer past its TTL, served within the stale grace while the core is out of reach.
-pub const X_CACHE_STALE: &str = "STALE";
-
-/// `X-Cache` of an answer served from a paraphrase's entry by the semantic tier.
-pub const X_CACHE_SEMANTIC: &str = "HIT-REGIONAL-SEMANTIC";
 
 /// Adds what a semantic hit matched: the similarity and the key of the cached entry served.
 pub fn semantic_headers(headers: &mut HeaderMap, hit: &SemanticHit) {
@@ -120,6 +93,8 @@ pub fn with_headers(
 
 #[cfg(test)]
 mod tests {
+    use shared::content_class::{ContentClass, TtlPolicy};
+
     use super::*;
 
     fn entry(ttl_s: u64) -> CachedCompletion {

@@ -1,0 +1,189 @@
+//! The leader's work for a flight, on a task of its own so that it lands even if its client leaves:
+//! the core's entry or a paraphrase's, else a generation through the core; a stale answer when no core
+//! node can be reached.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use proto::cache::complete_event::Event;
+use proto::cache::{CompleteDone, CompleteEvent, CompleteRequest};
+use shared::completion::CachedCompletion;
+use shared::server_timing::ServerTiming;
+use tonic::Streaming;
+
+use super::{elapsed_ms, Admitted, ClassTtl, RequestPath, X_CACHE_MISS, X_CACHE_STALE};
+use crate::admission::predicted_cost;
+use crate::core_client::STREAM_IDLE_TIMEOUT;
+use crate::flight::{Flight, Outcome};
+use crate::server::now_ms;
+use crate::RegionalError;
+
+/// TTL asked of the core for an answer that must not be cached: the core commits every answer it
+/// generates, and 0 would mean the tenant's default TTL (or none), so the entry is made to expire at once.
+pub const UNCACHED_CORE_TTL_S: u64 = 1;
+
+/// One flight's leader.
+pub(super) struct FlightTask {
+    path: Arc<RequestPath>,
+    admitted: Admitted,
+    flight: Arc<Flight>,
+    /// Whether a delta went out (a stale answer can no longer replace the stream).
+    streamed: AtomicBool,
+}
+
+impl FlightTask {
+    pub(super) fn new(path: Arc<RequestPath>, admitted: Admitted, flight: Arc<Flight>) -> Self {
+        Self { path, admitted, flight, streamed: AtomicBool::new(false) }
+    }
+
+    /// Flies, lands the flight with what came of it, and takes it out of the air.
+    pub(super) async fn run(self) {
+        let outcome = self.fly().await;
+        if let Err(RegionalError::CoreUnavailable(_) | RegionalError::Core(_)) = &outcome {
+            self.path.metrics.core_errors.inc();
+        }
+        self.flight.land(outcome.map_err(|e| e.to_request_error()));
+        self.path.flights.land(self.admitted.key.as_str(), &self.flight);
+    }
+
+    /// The answer from the core, else (when no core node can be reached and nothing was streamed yet)
+    /// the entry this node still holds within its stale grace, marked `STALE`.
+    async fn fly(&self) -> Result<Outcome, RegionalError> {
+        match self.fly_to_core().await {
+            Err(error @ (RegionalError::CoreUnavailable(_) | RegionalError::CircuitOpen { .. }))
+                if self.admitted.class.cacheable() && !self.streamed.load(Ordering::Acquire) =>
+            {
+                let key = &self.admitted.key;
+                let Some(entry) = self.path.cache.get_stale(key.as_str(), now_ms()) else {
+                    return Err(error);
+                };
+                tracing::info!(%key, %error, "core out of reach: serving a stale answer");
+                self.path.metrics.stale_served.inc();
+                let mut timing = ServerTiming::default();
+                timing.push_ms("regional", elapsed_ms(self.admitted.started));
+                Ok(Outcome { entry, x_cache: X_CACHE_STALE, timing, semantic: None })
+            }
+            other => other,
+        }
+    }
+
+    /// Core lookup, then the semantic tier, then generation (once admitted).
+    async fn fly_to_core(&self) -> Result<Outcome, RegionalError> {
+        let (path, admitted) = (&self.path, &self.admitted);
+        let (found, question) = path.find_cached(admitted).await?;
+        if let Some(outcome) = found {
+            return Ok(outcome);
+        }
+        let lookup_ms = elapsed_ms(admitted.started);
+        let _ticket = path.admission.admit(predicted_cost(&admitted.request)).await?;
+        path.metrics.misses.inc();
+        let generate_started = Instant::now();
+        path.metrics.core_completions.inc();
+        let mut events = path.core.complete(complete_request(admitted)).await?;
+        while let Some(event) = next_event(&mut events).await? {
+            match event.event {
+                Some(Event::Delta(delta)) => {
+                    self.streamed.store(true, Ordering::Release);
+                    self.flight.delta(&delta.text);
+                }
+                Some(Event::Done(done)) => {
+                    let entry = done
+                        .entry
+                        .clone()
+                        .map(CachedCompletion::from)
+                        .ok_or_else(|| RegionalError::Core("completion without an entry".into()))?
+                        .answering(admitted.query());
+                    if admitted.class.cacheable() {
+                        path.remember(entry.clone());
+                        path.index_question(question.as_ref(), &entry.key);
+                    }
+                    let mut timing = ServerTiming::default();
+                    timing
+                        .push_ms("regional", elapsed_ms(admitted.started))
+                        .push_ms("core-lookup", lookup_ms)
+                        .push_ms("core", elapsed_ms(generate_started));
+                    push_core_timings(&mut timing, &done);
+                    path.metrics.latency_miss.observe(admitted.started.elapsed().as_secs_f64());
+                    return Ok(Outcome {
+                        entry: Arc::new(entry),
+                        x_cache: X_CACHE_MISS,
+                        timing,
+                        semantic: None,
+                    });
+                }
+                None => {}
+            }
+        }
+        Err(RegionalError::Core("the completion stream ended without a result".into()))
+    }
+}
+
+/// The core's request for `admitted`: cached for its class's TTL, or expiring at once when its class is
+/// never cached.
+pub(super) fn complete_request(admitted: &Admitted) -> CompleteRequest {
+    let ClassTtl { class, ttl_s } = admitted.class;
+    let ttl_s = if admitted.class.cacheable() { ttl_s } else { UNCACHED_CORE_TTL_S };
+    CompleteRequest::for_request(&admitted.tenant, &admitted.key, &admitted.request, class.as_str(), ttl_s)
+}
+
+/// The next event of a completion stream, failing if the core stays silent too long.
+async fn next_event(events: &mut Streaming<CompleteEvent>) -> Result<Option<CompleteEvent>, RegionalError> {
+    match tokio::time::timeout(STREAM_IDLE_TIMEOUT, events.message()).await {
+        Ok(event) => Ok(event?),
+        Err(_) => {
+            Err(RegionalError::CoreUnavailable("the core went silent in the middle of a completion".into()))
+        }
+    }
+}
+
+fn push_core_timings(timing: &mut ServerTiming, done: &CompleteDone) {
+    if let Some(t) = &done.timings {
+        timing
+            .push_micros("pod-queue", t.queue_us)
+            .push_micros("pod-prefill", t.prefill_us)
+            .push_micros("pod-decode", t.decode_us);
+    }
+    timing.push_micros("raft-commit", done.commit_us);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use shared::content_class::{ContentClass, TtlPolicy};
+    use shared::models::ModelRef;
+    use shared::normalize::{Message, NormalizedRequest, Role, Sampling};
+
+    use super::*;
+
+    fn core_request(text: &str, policy: &TtlPolicy) -> CompleteRequest {
+        let request = NormalizedRequest {
+            model: ModelRef { name: "m".into(), version: 3 },
+            messages: vec![Message { role: Role::User, content: text.into() }],
+            sampling: Sampling { max_tokens: 16, temperature: 0.0, top_p: 1.0, seed: None, stop: vec![] },
+            stream: false,
+        };
+        complete_request(&Admitted::new("t".into(), request, policy, false, Instant::now()))
+    }
+
+    #[test]
+    fn the_core_gets_the_class_and_its_ttl() {
+        let policy = TtlPolicy { volatile_s: 120, default_s: 1_800, stable_s: 7 * 86_400 };
+        let stable = core_request("What is a monad?", &policy);
+        assert_eq!((stable.content_class.as_str(), stable.ttl_s), ("stable", 604_800));
+        let volatile = core_request("EUR to USD exchange rate", &policy);
+        assert_eq!((volatile.content_class.as_str(), volatile.ttl_s), ("volatile", 120));
+        let default = core_request("Write a haiku about autumn", &policy);
+        assert_eq!((default.content_class.as_str(), default.ttl_s), ("default", 1_800));
+        assert_eq!(default.model_version, 3);
+    }
+
+    #[test]
+    fn realtime_answers_expire_at_the_core_at_once() {
+        let realtime = core_request("What's the weather right now?", &TtlPolicy::default());
+        assert_eq!(realtime.content_class, ContentClass::Realtime.as_str());
+        assert_eq!(realtime.ttl_s, UNCACHED_CORE_TTL_S);
+        assert_ne!(realtime.ttl_s, 0, "0 would take the tenant's default TTL at the core");
+    }
+}

@@ -1,0 +1,113 @@
+//! Looking for an answer without generating one: the core's entry under the key, else a verified
+//! paraphrase's entry from the semantic tier.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use shared::completion::CachedCompletion;
+use shared::server_timing::ServerTiming;
+
+use super::{elapsed_ms, Admitted, RequestPath, X_CACHE_CORE, X_CACHE_SEMANTIC};
+use crate::flight::Outcome;
+use crate::semantic_cache::SemanticHit;
+use crate::semantic_tier::EmbeddedQuestion;
+use crate::server::now_ms;
+use crate::RegionalError;
+
+impl RequestPath {
+    /// The core's entry under the key, else a verified paraphrase's; also the request's embedded
+    /// question, for indexing once the answer exists.
+    pub(super) async fn find_cached(
+        &self,
+        admitted: &Admitted,
+    ) -> Result<(Option<Outcome>, Option<EmbeddedQuestion>), RegionalError> {
+        if !admitted.class.cacheable() {
+            return Ok((None, None));
+        }
+        let key = admitted.key.as_str();
+        let lookup_started = Instant::now();
+        self.metrics.core_lookups.inc();
+        let found = self.core.lookup(key, &admitted.tenant).await?;
+        let lookup_ms = elapsed_ms(lookup_started);
+        if let Some(entry) = found.filter(|e| !e.is_expired(now_ms()) && e.key == key) {
+            let entry = entry.answering(admitted.query());
+            self.remember(entry.clone());
+            self.metrics.hits_core.inc();
+            let mut timing = ServerTiming::default();
+            timing.push_ms("regional", elapsed_ms(admitted.started)).push_ms("core-lookup", lookup_ms);
+            self.metrics.latency_hit_core.observe(admitted.started.elapsed().as_secs_f64());
+            let outcome = Outcome { entry: Arc::new(entry), x_cache: X_CACHE_CORE, timing, semantic: None };
+            return Ok((Some(outcome), None));
+        }
+        let question = self.embedded_question(admitted).await;
+        let Some(embedded) = &question else { return Ok((None, None)) };
+        let found = self.semantic_hit(admitted, embedded).await?.map(|(entry, hit)| {
+            let mut timing = ServerTiming::default();
+            timing.push_ms("regional", elapsed_ms(admitted.started)).push_ms("core-lookup", lookup_ms);
+            self.metrics.latency_hit_semantic.observe(admitted.started.elapsed().as_secs_f64());
+            Outcome { entry, x_cache: X_CACHE_SEMANTIC, timing, semantic: Some(hit) }
+        });
+        Ok((found, question))
+    }
+
+    /// The request's last user turn, embedded, when the semantic tier is on and the request may be
+    /// answered semantically; an embedding failure only skips the tier.
+    async fn embedded_question(&self, admitted: &Admitted) -> Option<EmbeddedQuestion> {
+        let tier = self.semantic.as_ref()?;
+        tier.threshold(admitted.class.class).filter(|_| admitted.class.cacheable())?;
+        let query = admitted.query()?;
+        match tier.embed(&query).await {
+            Ok(question) => Some(question),
+            Err(error) => {
+                tracing::warn!(%error, "semantic tier skipped");
+                None
+            }
+        }
+    }
+
+    /// The live entry of a cached paraphrase that passes the class's threshold and the verifier (from
+    /// the exact cache, else from the core), with what matched.
+    async fn semantic_hit(
+        &self,
+        admitted: &Admitted,
+        question: &EmbeddedQuestion,
+    ) -> Result<Option<(Arc<CachedCompletion>, SemanticHit)>, RegionalError> {
+        let Some(tier) = &self.semantic else { return Ok(None) };
+        let Some(threshold) = tier.threshold(admitted.class.class) else { return Ok(None) };
+        let Some(hit) = tier.lookup(question, threshold) else {
+            self.metrics.semantic_misses.inc();
+            return Ok(None);
+        };
+        let now = now_ms();
+        let entry = match self.cache.get(&hit.key, now) {
+            Some(entry) => Some(entry),
+            None => {
+                self.metrics.core_lookups.inc();
+                let found = self.core.lookup(&hit.key, &admitted.tenant).await?;
+                found.filter(|e| !e.is_expired(now) && e.key == hit.key).map(|entry| {
+                    self.remember(entry.clone());
+                    Arc::new(entry)
+                })
+            }
+        };
+        match entry {
+            Some(entry) => {
+                self.metrics.hits_semantic.inc();
+                Ok(Some((entry, hit)))
+            }
+            None => {
+                self.metrics.semantic_misses.inc();
+                Ok(None)
+            }
+        }
+    }
+
+    /// Indexes a generated answer's question, so that its paraphrases hit.
+    pub(super) fn index_question(&self, question: Option<&EmbeddedQuestion>, key: &str) {
+        if let (Some(tier), Some(question)) = (&self.semantic, question) {
+            if let Err(error) = tier.insert(question, key) {
+                tracing::warn!(%error, "question not indexed");
+            }
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! The regional request path: how a validated chat request is answered, kept apart from HTTP.
+//!
+//! In order: the exact cache (a hit also counts toward the key's hotness for replication); then, on a
+//! miss, one flight per key to the core (identical concurrent misses coalesce onto it): the core's
+//! entry under the key, else a verified paraphrase's from the semantic tier, else a generation through
+//! the core once admission lets it in. When no core node can be reached, an answer within its stale
+//! grace is served instead. `only-if-cached` looks but never generates. Realtime requests skip every
+//! cache and are generated for each request.
+//!
+//! - [`admitted`]: [`Admitted`], the request with what is derived from it once (key, class, question).
+//! - `lookup`: the core's entry, then the semantic tier.
+//! - `flight_task`: the leader's work for a flight, which lands even if its client leaves.
+//!
+//! The HTTP handlers only authenticate, parse and render: they call [`RequestPath::answer`] and
+//! [`RequestPath::invalidate`], and read the parts below for status and metrics.
+
+pub mod admitted;
+mod flight_task;
+mod lookup;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use shared::completion::CachedCompletion;
+use shared::server_timing::ServerTiming;
+use shared::RequestError;
+
+pub use self::admitted::{Admitted, ClassTtl};
+use self::flight_task::FlightTask;
+use crate::admission::Admission;
+use crate::core_client::CoreClient;
+use crate::exact_cache::ExactCache;
+use crate::exact_store::ExactStore;
+use crate::flight::{Flight, Flights, Joined, Outcome, Subscription};
+use crate::metrics::RegionalMetrics;
+use crate::replication::record::{Record, Resolved};
+use crate::replication::{Applier, Replication};
+use crate::semantic_tier::SemanticTier;
+use crate::server::now_ms;
+use crate::RegionalError;
+
+/// `X-Cache` of an answer from this node's exact cache.
+pub const X_CACHE_REGIONAL: &str = "HIT-REGIONAL";
+/// `X-Cache` of an answer from the core's state.
+pub const X_CACHE_CORE: &str = "HIT-CORE";
+/// `X-Cache` of an answer served from a paraphrase's entry by the semantic tier.
+pub const X_CACHE_SEMANTIC: &str = "HIT-REGIONAL-SEMANTIC";
+/// `X-Cache` of an answer past its TTL, served within the stale grace while the core is out of reach.
+pub const X_CACHE_STALE: &str = "STALE";
+/// `X-Cache` of an answer generated for this request (or its flight).
+pub const X_CACHE_MISS: &str = "MISS";
+
+/// How a request is answered.
+#[derive(Debug)]
+pub enum Answered {
+    /// A whole answer from a cache, at once.
+    Ready(Outcome),
+    /// The flight of the request's key to the core: its deltas as they are generated, then its outcome.
+    Flight {
+        /// This request's view of the flight.
+        subscription: Subscription,
+        /// Whether the request joined another identical request's flight.
+        coalesced: bool,
+    },
+}
+
+/// Everything that answers a request at this node.
+#[derive(Debug)]
+pub struct RequestPath {
+    /// The exact cache.
+    cache: ExactCache,
+    /// Its copy on disk, when there is a data directory.
+    exact_store: Option<ExactStore>,
+    /// The core cluster.
+    core: CoreClient,
+    /// The semantic tier, when a model directory was given.
+    semantic: Option<Arc<SemanticTier>>,
+    /// Misses in flight to the core, by key.
+    flights: Flights,
+    /// Admission of generations by predicted cost.
+    admission: Admission,
+    /// The replicated hot set and invalidations.
+    replication: Arc<Replication>,
+    /// Exported metrics.
+    metrics: RegionalMetrics,
+}
+
+/// The parts a [`RequestPath`] is made of.
+#[derive(Debug)]
+pub struct PathParts {
+    /// The exact cache (already filled from disk and replication, if at all).
+    pub cache: ExactCache,
+    /// The exact cache's copy on disk.
+    pub exact_store: Option<ExactStore>,
+    /// The client of the core cluster.
+    pub core: CoreClient,
+    /// The semantic tier.
+    pub semantic: Option<Arc<SemanticTier>>,
+    /// Admission of generations.
+    pub admission: Admission,
+    /// Replication between regional nodes.
+    pub replication: Arc<Replication>,
+}
+
+impl RequestPath {
+    /// A path over `parts`, with no flight in the air.
+    pub fn new(parts: PathParts) -> Self {
+        let PathParts { cache, exact_store, core, semantic, admission, replication } = parts;
+        Self {
+            cache,
+            exact_store,
+            core,
+            semantic,
+            flights: Flights::default(),
+            admission,
+            replication,
+            metrics: RegionalMetrics::default(),
+        }
+    }
+
+    /// Answers `admitted`: from the exact cache at once, else through the flight of its key (joined, or
+    /// led on a task of its own).
+    pub async fn answer(self: &Arc<Self>, admitted: Admitted) -> Result<Answered, RegionalError> {
+        let cacheable = admitted.class.cacheable();
+        let key = admitted.key.as_str();
+        if cacheable {
+            let hot = self.replication.touch(key);
+            if let Some(entry) = self.cache.get(key, now_ms()) {
+                self.replication.offer(&entry, Some(hot), now_ms());
+                self.metrics.hits_regional.inc();
+                let mut timing = ServerTiming::default();
+                timing.push_ms("regional", elapsed_ms(admitted.started));
+                self.metrics.latency_hit_regional.observe(admitted.started.elapsed().as_secs_f64());
+                return Ok(Answered::Ready(Outcome {
+                    entry,
+                    x_cache: X_CACHE_REGIONAL,
+                    timing,
+                    semantic: None,
+                }));
+            }
+        }
+        if admitted.only_if_cached {
+            // Looks, never generates, and so never leads or follows a flight that might.
+            let (found, _) = self.find_cached(&admitted).await?;
+            let outcome = found.ok_or_else(|| {
+                RequestError::gateway_timeout("not cached, and the request said only-if-cached")
+            })?;
+            return Ok(Answered::Ready(outcome));
+        }
+        // Identical concurrent misses share one flight to the core; an answer that must not be cached
+        // (realtime) is generated for each request.
+        let (flight, leader) = if cacheable {
+            match self.flights.join(key) {
+                Joined::Leader(flight) => (flight, true),
+                Joined::Follower(flight) => (flight, false),
+            }
+        } else {
+            (Arc::new(Flight::new()), true)
+        };
+        let subscription = flight.subscribe();
+        if leader {
+            tokio::spawn(FlightTask::new(Arc::clone(self), admitted, flight).run());
+        } else {
+            self.metrics.coalesced.inc();
+        }
+        Ok(Answered::Flight { subscription, coalesced: !leader })
+    }
+
+    /// Invalidates `key` of `tenant` at the core (under `request_id`, so that a retry applies once),
+    /// here, and (as a tombstone) at every peer. Returns how many entries the core removed. A key this
+    /// node holds for another tenant is refused without asking the core.
+    pub async fn invalidate(&self, tenant: &str, key: &str, request_id: &str) -> Result<u64, RegionalError> {
+        if self.cache.peek(key).is_some_and(|entry| entry.tenant != tenant) {
+            return Err(RequestError::key_not_found("no cached answer of this tenant under that key").into());
+        }
+        let removed_at_core = self.core.invalidate(key, tenant, request_id).await?;
+        self.forget(key);
+        self.replication.invalidate(key, tenant, now_ms());
+        Ok(removed_at_core)
+    }
+
+    /// Keeps `entry` in the exact cache, and on disk when there is a store; replicates it when it is hot.
+    /// An answer older than an invalidation of its key is dropped.
+    pub fn remember(&self, entry: CachedCompletion) {
+        if !self.replication.offer(&entry, None, now_ms()) {
+            return;
+        }
+        self.keep(entry);
+    }
+
+    /// Stores `entry` in the exact cache and on disk, replicating nothing.
+    fn keep(&self, entry: CachedCompletion) {
+        match &self.exact_store {
+            Some(store) => {
+                self.cache.insert(entry.clone());
+                store.put(&entry, &self.cache);
+            }
+            None => self.cache.insert(entry),
+        }
+    }
+
+    /// Forgets `key` in the exact cache and on disk (an invalidation).
+    fn forget(&self, key: &str) {
+        self.cache.remove(key);
+        if let Some(store) = &self.exact_store {
+            store.remove(key);
+        }
+    }
+
+    /// Writes what is buffered to disk (at shutdown).
+    pub async fn flush(&self) {
+        self.replication.store().flush().await;
+        if let Some(store) = &self.exact_store {
+            store.flush();
+        }
+    }
+
+    /// The exact cache (for status and metrics).
+    pub fn cache(&self) -> &ExactCache {
+        &self.cache
+    }
+
+    /// The client of the core (its breaker's state, for metrics).
+    pub fn core(&self) -> &CoreClient {
+        &self.core
+    }
+
+    /// Admission of generations (for metrics).
+    pub fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
+    /// Replication between regional nodes (the hot set, status, metrics).
+    pub fn replication(&self) -> &Arc<Replication> {
+        &self.replication
+    }
+
+    /// The metrics of the path.
+    pub fn metrics(&self) -> &RegionalMetrics {
+        &self.metrics
+    }
+
+    /// Misses in the air now.
+    pub fn flights_in_the_air(&self) -> usize {
+        self.flights.len()
+    }
+}
+
+impl Applier for RequestPath {
+    fn apply(&self, key: &str, record: &Record) {
+        match record.resolve() {
+            Some(Resolved::Live(entry)) if !entry.is_expired(now_ms()) => self.keep(entry.clone()),
+            Some(Resolved::Invalidated) => self.forget(key),
+            _ => {}
+        }
+    }
+}
+
+/// Milliseconds since `since`, for `Server-Timing`.
+fn elapsed_ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
+}

@@ -1,0 +1,333 @@
+//! The request path in process, against a fake core cluster served over real gRPC on loopback: cache
+//! hits, core hits, coalescing, realtime answers, `only-if-cached`, stale answers and invalidation.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use clap::Parser as _;
+use proto::cache::core_cache_server::{CoreCache, CoreCacheServer};
+use proto::cache::{
+    complete_event, CompleteDone, CompleteEvent, CompleteRequest, LookupReply, LookupRequest,
+};
+use proto::core::core_store_server::{CoreStore, CoreStoreServer};
+use proto::core::{
+    invalidate, write_outcome, write_request, Invalidated, ReadReply, ReadRequest, WriteOutcome, WriteReply,
+    WriteRequest,
+};
+use proto::inference::{GenerateDone, TokenDelta};
+use proto::TierCredential;
+use shared::completion::CachedCompletion;
+use shared::content_class::TtlPolicy;
+use shared::models::ModelRef;
+use shared::normalize::{Message, NormalizedRequest, Role, Sampling};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tonic::service::interceptor::InterceptedService;
+use tonic::{Request, Response, Status};
+
+use super::*;
+use crate::config::RegionalConfig;
+use crate::flight::FlightItem;
+
+const SECRET: &str = "path-test-secret";
+
+/// What the fake core holds and how often it was asked.
+#[derive(Default)]
+struct CoreState {
+    /// Committed entries by key (wire form), as a real core's state machine would hold them.
+    entries: Mutex<HashMap<String, proto::cache::CachedCompletion>>,
+    completes: AtomicUsize,
+    lookups: AtomicUsize,
+    invalidations: AtomicUsize,
+}
+
+/// A core cluster of one node: lookups read its entries; a completion streams `answer: <question>` in
+/// two deltas after `delay`, then commits the entry and sends it.
+#[derive(Clone)]
+struct FakeCore {
+    state: Arc<CoreState>,
+    delay: Duration,
+}
+
+impl FakeCore {
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, proto::cache::CachedCompletion>> {
+        self.state.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[tonic::async_trait]
+impl CoreCache for FakeCore {
+    type CompleteStream = ReceiverStream<Result<CompleteEvent, Status>>;
+
+    async fn lookup(&self, request: Request<LookupRequest>) -> Result<Response<LookupReply>, Status> {
+        self.state.lookups.fetch_add(1, Ordering::SeqCst);
+        let key = request.into_inner().key;
+        Ok(Response::new(LookupReply { entry: self.entries().get(&key).cloned() }))
+    }
+
+    async fn complete(
+        &self,
+        request: Request<CompleteRequest>,
+    ) -> Result<Response<Self::CompleteStream>, Status> {
+        self.state.completes.fetch_add(1, Ordering::SeqCst);
+        let request = request.into_inner();
+        let generate = request.generate.clone().ok_or_else(|| Status::invalid_argument("no generate"))?;
+        let question = generate.messages.last().map(|m| m.content.clone()).unwrap_or_default();
+        let done = GenerateDone {
+            finish_reason: "stop".into(),
+            prompt_tokens: 3,
+            completion_tokens: 2,
+            ..Default::default()
+        };
+        let entry = proto::convert::GeneratedEntry {
+            key: request.key.clone(),
+            tenant: generate.tenant.clone(),
+            model: ModelRef { name: generate.model.clone(), version: request.model_version },
+            ttl_s: request.ttl_s,
+            created_ms: now_ms(),
+        }
+        .entry(format!("answer: {question}"), &done);
+        let (tx, rx) = mpsc::channel(8);
+        let (core, delay) = (self.clone(), self.delay);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            for text in ["answer: ".to_owned(), question] {
+                let delta = complete_event::Event::Delta(TokenDelta { text });
+                let _ = tx.send(Ok(CompleteEvent { event: Some(delta) })).await;
+            }
+            let wire = proto::cache::CachedCompletion::from(entry);
+            core.entries().insert(wire.key.clone(), wire.clone());
+            let done = CompleteDone { entry: Some(wire), timings: None, commit_us: 10 };
+            let _ = tx.send(Ok(CompleteEvent { event: Some(complete_event::Event::Done(done)) })).await;
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+#[tonic::async_trait]
+impl CoreStore for FakeCore {
+    async fn write(&self, request: Request<WriteRequest>) -> Result<Response<WriteReply>, Status> {
+        let Some(write_request::Command::Invalidate(command)) = request.into_inner().command else {
+            return Err(Status::unimplemented("the fake core only invalidates"));
+        };
+        let Some(invalidate::Scope::Key(key)) = command.scope else {
+            return Err(Status::unimplemented("the fake core invalidates keys only"));
+        };
+        self.state.invalidations.fetch_add(1, Ordering::SeqCst);
+        let removed = u64::from(self.entries().remove(&key).is_some());
+        let outcome = write_outcome::Outcome::Invalidated(Invalidated { removed });
+        Ok(Response::new(WriteReply {
+            log_index: 1,
+            outcome: Some(WriteOutcome { outcome: Some(outcome) }),
+            ..Default::default()
+        }))
+    }
+
+    async fn read(&self, _: Request<ReadRequest>) -> Result<Response<ReadReply>, Status> {
+        Err(Status::unimplemented("the path never reads through the store API"))
+    }
+}
+
+/// Serves `core` on a loopback port, behind the tier credential check.
+async fn serve(core: FakeCore) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let credential = TierCredential::new(SECRET).expect("credential");
+    let cache = InterceptedService::new(CoreCacheServer::new(core.clone()), credential.interceptor());
+    let store = InterceptedService::new(CoreStoreServer::new(core), credential.interceptor());
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(cache)
+            .add_service(store)
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    addr
+}
+
+/// A request path whose core is at `core_addr`, configured the way the daemon is (flags, then
+/// [`crate::server::path_parts`]).
+fn path_to(core_addr: SocketAddr, extra: &[&str]) -> Arc<RequestPath> {
+    let secret_file = std::env::temp_dir().join(format!("path-test-secret-{}", std::process::id()));
+    std::fs::write(&secret_file, SECRET).expect("write the secret");
+    let mut args = vec![
+        "regional-node".to_owned(),
+        "--core".to_owned(),
+        format!("http://{core_addr}"),
+        "--tier-secret-file".to_owned(),
+        secret_file.display().to_string(),
+    ];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    let settings = RegionalConfig::try_parse_from(args).expect("flags").resolve().expect("settings");
+    Arc::new(RequestPath::new(crate::server::path_parts(&settings).expect("parts")))
+}
+
+fn admitted(question: &str, only_if_cached: bool) -> Admitted {
+    let request = NormalizedRequest {
+        model: ModelRef { name: "smollm2-135m-instruct".into(), version: 1 },
+        messages: vec![Message { role: Role::User, content: question.into() }],
+        sampling: Sampling { max_tokens: 16, temperature: 0.0, top_p: 1.0, seed: None, stop: vec![] },
+        stream: false,
+    };
+    Admitted::new("acme".into(), request, &TtlPolicy::default(), only_if_cached, Instant::now())
+}
+
+/// The outcome of an answer, waiting for its flight to land; and whether it was coalesced.
+async fn outcome(answered: Answered) -> (Outcome, bool) {
+    match answered {
+        Answered::Ready(outcome) => (outcome, false),
+        Answered::Flight { mut subscription, coalesced } => {
+            (subscription.landed().await.expect("the flight lands an answer"), coalesced)
+        }
+    }
+}
+
+async fn fake_core(delay: Duration) -> (FakeCore, SocketAddr) {
+    let core = FakeCore { state: Arc::default(), delay };
+    let addr = serve(core.clone()).await;
+    (core, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_miss_is_generated_once_then_served_from_the_exact_cache() {
+    let (core, addr) = fake_core(Duration::ZERO).await;
+    let path = path_to(addr, &[]);
+    let (first, _) = outcome(path.answer(admitted("What is a monad?", false)).await.expect("answer")).await;
+    assert_eq!(first.x_cache, X_CACHE_MISS);
+    assert_eq!(first.entry.content, "answer: What is a monad?");
+    assert_eq!(
+        first.entry.question.as_ref().map(|q| q.text.as_str()),
+        Some("What is a monad?"),
+        "the entry knows the question it answers"
+    );
+    let Answered::Ready(second) = path.answer(admitted("What is a monad?", false)).await.expect("answer")
+    else {
+        panic!("a cached answer is ready at once");
+    };
+    assert_eq!(second.x_cache, X_CACHE_REGIONAL);
+    assert_eq!(second.entry.content, first.entry.content);
+    assert_eq!(core.state.completes.load(Ordering::SeqCst), 1);
+    assert_eq!(path.metrics().hits_regional.get(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_concurrent_misses_share_one_generation() {
+    let (core, addr) = fake_core(Duration::from_millis(300)).await;
+    let path = path_to(addr, &[]);
+    let answers = (0..5).map(|_| {
+        let path = Arc::clone(&path);
+        tokio::spawn(async move {
+            let answered = path.answer(admitted("Explain TCP.", false)).await?;
+            Ok::<_, RegionalError>(outcome(answered).await)
+        })
+    });
+    let mut coalesced = 0;
+    for answer in answers.collect::<Vec<_>>() {
+        let (outcome, joined) = answer.await.expect("task").expect("answer");
+        assert_eq!(outcome.entry.content, "answer: Explain TCP.");
+        coalesced += usize::from(joined);
+    }
+    assert_eq!(core.state.completes.load(Ordering::SeqCst), 1, "one generation for five requests");
+    assert_eq!(coalesced, 4);
+    assert_eq!(path.flights_in_the_air(), 0, "the landed flight left the air");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cores_entry_and_only_if_cached() {
+    let (core, addr) = fake_core(Duration::ZERO).await;
+    let path = path_to(addr, &[]);
+    let missing = path.answer(admitted("Who wrote Hamlet?", true)).await.map(|_| ()).expect_err("not cached");
+    assert_eq!(missing.to_request_error().status, 504);
+    assert_eq!(core.state.completes.load(Ordering::SeqCst), 0, "only-if-cached never generates");
+
+    // Another region had it generated: the core holds it, so this node answers from there.
+    let elsewhere = path_to(addr, &[]);
+    outcome(elsewhere.answer(admitted("Who wrote Hamlet?", false)).await.expect("answer")).await;
+    let (found, _) = outcome(path.answer(admitted("Who wrote Hamlet?", true)).await.expect("cached")).await;
+    assert_eq!(found.x_cache, X_CACHE_CORE);
+    assert_eq!(core.state.completes.load(Ordering::SeqCst), 1);
+    // It is now in this node's exact cache too.
+    let (again, _) = outcome(path.answer(admitted("Who wrote Hamlet?", false)).await.expect("answer")).await;
+    assert_eq!(again.x_cache, X_CACHE_REGIONAL);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn realtime_questions_are_generated_every_time() {
+    let (core, addr) = fake_core(Duration::ZERO).await;
+    let path = path_to(addr, &[]);
+    for _ in 0..2 {
+        let answered = path.answer(admitted("What's the weather right now?", false)).await.expect("answer");
+        let (outcome, coalesced) = outcome(answered).await;
+        assert_eq!((outcome.x_cache, coalesced), (X_CACHE_MISS, false));
+        assert!(outcome.entry.ttl_s <= flight_task::UNCACHED_CORE_TTL_S);
+    }
+    assert_eq!(core.state.completes.load(Ordering::SeqCst), 2);
+    assert_eq!(core.state.lookups.load(Ordering::SeqCst), 0, "nothing cached is looked up");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_answer_is_served_while_the_core_is_out_of_reach() {
+    // A port nothing listens on: every core call fails as unreachable.
+    let unreachable = TcpListener::bind("127.0.0.1:0").await.expect("bind").local_addr().expect("addr");
+    let path = path_to(unreachable, &["--stale-grace-s", "600"]);
+    let question = admitted("What is the speed of light?", false);
+    let mut entry = CachedCompletion {
+        key: question.key.as_str().to_owned(),
+        tenant: "acme".into(),
+        model: "smollm2-135m-instruct".into(),
+        model_version: 1,
+        content: "about 300,000 km/s".into(),
+        finish_reason: "stop".into(),
+        prompt_tokens: 5,
+        completion_tokens: 4,
+        etag: String::new(),
+        created_ms: now_ms() - 120_000,
+        ttl_s: 60,
+        question: None,
+    };
+    entry.etag = CachedCompletion::etag_of(&entry.content, &entry.finish_reason);
+    path.remember(entry);
+    let (stale, _) = outcome(path.answer(question).await.expect("answer")).await;
+    assert_eq!(stale.x_cache, X_CACHE_STALE);
+    assert_eq!(stale.entry.content, "about 300,000 km/s");
+
+    let error = outcome_error(path.answer(admitted("Never asked before?", false)).await).await;
+    assert_eq!(error.status, 503, "nothing stale to serve: the core's absence shows");
+}
+
+async fn outcome_error(answered: Result<Answered, RegionalError>) -> shared::RequestError {
+    match answered {
+        Err(error) => error.to_request_error(),
+        Ok(Answered::Ready(_)) => panic!("an answer from nowhere"),
+        Ok(Answered::Flight { mut subscription, .. }) => loop {
+            match subscription.next().await {
+                Some(FlightItem::Landed(landed)) => break landed.map(|_| ()).expect_err("no answer"),
+                Some(FlightItem::Delta(_)) => {}
+                None => panic!("the flight ended without landing"),
+            }
+        },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalidation_reaches_the_core_and_this_node() {
+    let (core, addr) = fake_core(Duration::ZERO).await;
+    let path = path_to(addr, &[]);
+    let asked = admitted("What is Rust?", false);
+    let key = asked.key.as_str().to_owned();
+    outcome(path.answer(asked).await.expect("answer")).await;
+
+    let refused = path.invalidate("someone-else", &key, "inv-1").await.expect_err("not their key");
+    assert_eq!(refused.to_request_error().status, 404);
+    assert_eq!(core.state.invalidations.load(Ordering::SeqCst), 0, "refused without a core write");
+
+    assert_eq!(path.invalidate("acme", &key, "inv-2").await.expect("invalidated"), 1);
+    assert!(path.cache().peek(&key).is_none(), "gone from the exact cache");
+    let (regenerated, _) =
+        outcome(path.answer(admitted("What is Rust?", false)).await.expect("answer")).await;
+    assert_eq!(regenerated.x_cache, X_CACHE_MISS, "generated again, not served from any cache");
+    assert_eq!(core.state.completes.load(Ordering::SeqCst), 2);
+}
