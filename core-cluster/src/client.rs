@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,8 +18,9 @@ use proto::core::{
     write_outcome, write_request, AddLearnerRequest, ChangeMembershipRequest, MembershipReply, PutEntry,
     ReadRequest, StatusReply, StatusRequest, WriteRequest,
 };
+use proto::failover::FailoverChannel;
 use shared::completion::CachedCompletion;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use crate::node::{CoreError, NodeId};
@@ -66,27 +67,15 @@ pub struct CoreClient {
 
 #[derive(Debug)]
 struct Inner {
-    /// Each node's address and its channel.
-    nodes: Vec<(String, Channel)>,
+    /// Each node's channel, and the one to try first.
+    nodes: FailoverChannel,
     secret: TierCredential,
     /// Which node index answered as which node id.
     ids: Mutex<HashMap<NodeId, usize>>,
-    /// The index to try first.
-    preferred: AtomicUsize,
     /// Numbers the request ids this client makes up.
     next_id: AtomicU64,
     /// Distinguishes this client's request ids from other clients'.
     client_tag: String,
-}
-
-fn channel(addr: &str) -> Result<Channel, CoreError> {
-    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-        .map_err(|e| CoreError::Config(format!("core address {addr:?}: {e}")))?
-        .connect_timeout(Duration::from_secs(1))
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(5))
-        .keep_alive_timeout(Duration::from_secs(5));
-    Ok(endpoint.connect_lazy())
 }
 
 /// Whether a failed call may succeed on another node or later.
@@ -114,18 +103,14 @@ fn final_error(status: Status) -> CoreError {
 impl CoreClient {
     /// A client of the nodes at `addrs` (`host:port`), authenticating with the tier `credential`.
     pub fn new(addrs: Vec<String>, credential: TierCredential) -> Result<Self, CoreError> {
-        if addrs.is_empty() {
-            return Err(CoreError::Config("no core node addresses".into()));
-        }
         let nodes =
-            addrs.into_iter().map(|a| Ok((a.clone(), channel(&a)?))).collect::<Result<_, CoreError>>()?;
+            FailoverChannel::new(&addrs).map_err(|e| CoreError::Config(format!("core nodes: {e}")))?;
         let since_epoch =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let inner = Inner {
             nodes,
             secret: credential,
             ids: Mutex::default(),
-            preferred: AtomicUsize::new(0),
             next_id: AtomicU64::new(0),
             client_tag: format!("{:x}-{:x}", std::process::id(), since_epoch.as_nanos()),
         };
@@ -150,7 +135,7 @@ impl CoreClient {
             ids.insert(served_by, index);
         }
         if let Some(&leader_index) = ids.get(&leader) {
-            self.inner.preferred.store(leader_index, Ordering::Relaxed);
+            self.inner.nodes.prefer(leader_index);
         }
     }
 
@@ -163,7 +148,6 @@ impl CoreClient {
     {
         let deadline = Instant::now() + self.timeout;
         let mut pause = RETRY_PAUSE.0;
-        let count = self.inner.nodes.len();
         let mut last_error = String::from("no attempt made");
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -173,22 +157,16 @@ impl CoreClient {
                     self.timeout
                 )));
             }
-            let index = self.inner.preferred.load(Ordering::Relaxed) % count;
-            let (addr, channel) = &self.inner.nodes[index];
+            let (index, addr, channel) = self.inner.nodes.preferred();
             let attempt = remaining.min(ATTEMPT_TIMEOUT);
-            match tokio::time::timeout(attempt, call(channel.clone(), attempt)).await {
+            match tokio::time::timeout(attempt, call(channel, attempt)).await {
                 Ok(Ok(reply)) => return Ok((index, reply)),
                 Ok(Err(status)) if !retryable(&status) => return Err(final_error(status)),
                 Ok(Err(status)) => last_error = format!("{addr}: {}", status.message()),
                 Err(_) => last_error = format!("{addr}: no answer within {attempt:?}"),
             }
             // Try the next node; the leader's index is learned again from the next reply.
-            let _ = self.inner.preferred.compare_exchange(
-                index,
-                (index + 1) % count,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
+            self.inner.nodes.move_past(index);
             let left = deadline.saturating_duration_since(Instant::now());
             tokio::time::sleep(pause.min(left)).await;
             pause = (pause * 2).min(RETRY_PAUSE.1);
@@ -262,11 +240,7 @@ impl CoreClient {
 
     /// One node's status (no retries, no other node): its view of the cluster and its state digest.
     pub async fn status(&self, addr: &str) -> Result<StatusReply, CoreError> {
-        let known = self.inner.nodes.iter().find(|(a, _)| a == addr).map(|(_, c)| c.clone());
-        let channel = match known {
-            Some(channel) => channel,
-            None => channel(addr)?,
-        };
+        let channel = self.inner.nodes.channel_to(addr).map_err(|e| CoreError::Config(e.to_string()))?;
         let mut call = self.inner.secret.request(StatusRequest {});
         call.set_timeout(ATTEMPT_TIMEOUT);
         let reply = tokio::time::timeout(ATTEMPT_TIMEOUT, CoreAdminClient::new(channel).status(call))

@@ -11,6 +11,7 @@
 //!   entry).
 //! - [`credential`]: the tier credential every hop presents and checks (one type, its interceptor and
 //!   its reader).
+//! - [`failover`]: the failover channel both clients of the core cluster call through.
 //! - [`shutdown`]: the SIGINT/SIGTERM future every daemon stops on.
 //!
 //! The daemons convert these types to their own at the boundary; `shared` never sees them.
@@ -69,6 +70,7 @@ pub use mesh::replication::v1 as replication;
 
 pub mod convert;
 pub mod credential;
+pub mod failover;
 pub mod shutdown;
 
 pub use credential::{TierCredential, TIER_SECRET_METADATA};

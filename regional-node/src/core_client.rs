@@ -1,8 +1,7 @@
 //! The gRPC client of the core cluster. Any core node can serve a request (followers forward writes to
-//! the leader), so the client keeps one lazily connected channel per node, prefers the last node that
-//! answered, and fails over to the next on transport errors.
+//! the leader), so the client calls through a [`FailoverChannel`]: the last node that answered first,
+//! then the next on transport errors, in one pass behind the circuit breaker.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,9 +9,10 @@ use proto::cache::core_cache_client::CoreCacheClient;
 use proto::cache::{CompleteEvent, CompleteRequest, LookupRequest};
 use proto::core::core_store_client::CoreStoreClient;
 use proto::core::{invalidate, write_outcome, write_request, Invalidate, WriteRequest};
+use proto::failover::FailoverChannel;
 use proto::TierCredential;
 use shared::completion::CachedCompletion;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Code, Status, Streaming};
 
 use crate::breaker::CircuitBreaker;
@@ -29,8 +29,7 @@ pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(180);
 /// Client of every configured core node.
 #[derive(Clone)]
 pub struct CoreClient {
-    nodes: Vec<(String, Channel)>,
-    preferred: std::sync::Arc<AtomicUsize>,
+    nodes: Arc<FailoverChannel>,
     secret: TierCredential,
     breaker: Arc<CircuitBreaker>,
 }
@@ -42,20 +41,8 @@ impl CoreClient {
         secret: TierCredential,
         breaker: CircuitBreaker,
     ) -> Result<Self, RegionalError> {
-        let nodes = urls
-            .iter()
-            .map(|url| {
-                let endpoint = Endpoint::from_shared(url.clone())
-                    .map_err(|e| RegionalError::Config(format!("core URL {url:?}: {e}")))?
-                    .connect_timeout(Duration::from_millis(500))
-                    // A frozen or cut-off node is noticed even in the middle of a long stream.
-                    .http2_keep_alive_interval(Duration::from_secs(5))
-                    .keep_alive_timeout(Duration::from_secs(10))
-                    .tcp_nodelay(true);
-                Ok((url.clone(), endpoint.connect_lazy()))
-            })
-            .collect::<Result<Vec<_>, RegionalError>>()?;
-        Ok(Self { nodes, preferred: Default::default(), secret, breaker: Arc::new(breaker) })
+        let nodes = FailoverChannel::new(urls).map_err(|e| RegionalError::Config(format!("--core: {e}")))?;
+        Ok(Self { nodes: Arc::new(nodes), secret, breaker: Arc::new(breaker) })
     }
 
     fn request<T>(&self, message: T, timeout: Duration) -> tonic::Request<T> {
@@ -88,14 +75,11 @@ impl CoreClient {
         F: FnMut(Channel) -> Fut,
         Fut: std::future::Future<Output = Result<T, Status>>,
     {
-        let start = self.preferred.load(Ordering::Relaxed);
         let mut last = None;
-        for offset in 0..self.nodes.len() {
-            let index = (start + offset) % self.nodes.len();
-            let (url, channel) = &self.nodes[index];
-            match rpc(channel.clone()).await {
+        for (index, url, channel) in self.nodes.attempt_order() {
+            match rpc(channel).await {
                 Ok(value) => {
-                    self.preferred.store(index, Ordering::Relaxed);
+                    self.nodes.prefer(index);
                     return Ok(value);
                 }
                 Err(status) if is_retryable(&status) => {
@@ -164,7 +148,7 @@ impl CoreClient {
 
 impl std::fmt::Debug for CoreClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let urls: Vec<&str> = self.nodes.iter().map(|(url, _)| url.as_str()).collect();
+        let urls: Vec<&str> = self.nodes.addresses().collect();
         f.debug_struct("CoreClient").field("nodes", &urls).field("secret", &"<redacted>").finish()
     }
 }
