@@ -9,6 +9,8 @@
 //! - [`convert`]: every conversion between these messages and `shared`'s domain types (a cached
 //!   answer, the normalized request as the core's and the pod's request, a finished generation as its
 //!   entry).
+//! - [`config_file`]: each daemon's TOML configuration file, applied under its flags and `MESH_*`
+//!   environment variables.
 //! - [`credential`]: the tier credential every hop presents and checks (one type, its interceptor and
 //!   its reader).
 //! - [`failover`]: the failover channel both clients of the core cluster call through.
@@ -68,6 +70,7 @@ pub use mesh::raft::v1 as raft;
 /// Replication between regional nodes (`mesh.replication.v1`).
 pub use mesh::replication::v1 as replication;
 
+pub mod config_file;
 pub mod convert;
 pub mod credential;
 pub mod failover;

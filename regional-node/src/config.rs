@@ -115,6 +115,13 @@ pub struct RegionalConfig {
     /// Most entries of one tenant in a `/v1/hotset` snapshot (the most recently changed).
     #[arg(long, env = "MESH_HOTSET_PER_TENANT", default_value_t = 1_000)]
     pub hotset_per_tenant: usize,
+    /// TOML file with any of these settings, one key per flag (`--cache-bytes` is `cache_bytes`); the
+    /// command line and the environment variables override it.
+    #[arg(long, env = "MESH_REGIONAL_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Print the settings in effect as such a file, with each one's help, and exit.
+    #[arg(long)]
+    pub print_config: bool,
 }
 
 /// Configuration resolved and validated for [`crate::server::run`].

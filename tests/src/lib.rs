@@ -4,6 +4,7 @@
 //!
 //! # Layout
 //! - [`paths`]: where the repository, the built binaries, the models and the edge worker are.
+//! - [`daemon_config`]: the TOML configuration file each started daemon reads (`--config`).
 //! - [`process`]: one managed child process in its own process group, with its log file.
 //! - [`ports`]: free loopback ports.
 //! - [`client`]: a small blocking HTTP client for the OpenAI endpoint (plain and streamed).
@@ -17,6 +18,7 @@
 pub mod bench;
 pub mod client;
 pub mod core_cluster;
+pub mod daemon_config;
 pub mod fault_proxy;
 pub mod mesh;
 pub mod paths;

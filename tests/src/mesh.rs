@@ -10,6 +10,7 @@ use anyhow::{bail, Context as _};
 use sha2::{Digest, Sha256};
 
 use crate::client::ChatClient;
+use crate::daemon_config::DaemonConfig;
 use crate::fault_proxy::FaultProxy;
 use crate::paths;
 use crate::ports::free_port;
@@ -441,14 +442,18 @@ impl Mesh {
         format!("{}:{}", self.spec.tenant, shared::hex::encode(&Sha256::digest(self.spec.api_key.as_bytes())))
     }
 
+    /// Where the configuration file of the daemon `name` goes.
+    fn config_path(&self, name: &str) -> PathBuf {
+        self.spec.data_dir.join("config").join(format!("{name}.toml"))
+    }
+
     fn spawn_pod(&self) -> anyhow::Result<ManagedProcess> {
+        let config = DaemonConfig::new()
+            .set("listen", format!("127.0.0.1:{}", self.ports.pod))
+            .path("model_path", &paths::smollm2_gguf())
+            .write(&self.config_path("inference-pod"))?;
         let mut command = Command::new(paths::binary("inference-pod"));
-        command
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{}", self.ports.pod))
-            .arg("--model-path")
-            .arg(paths::smollm2_gguf())
-            .env("MESH_TIER_SECRET", &self.secret);
+        command.arg("--config").arg(config).env("MESH_TIER_SECRET", &self.secret);
         ManagedProcess::spawn("inference-pod", command, &self.log_dir())
     }
 
@@ -462,50 +467,35 @@ impl Mesh {
             .collect();
         let data = self.spec.data_dir.join(format!("core-{}", Self::core_id(index)));
         std::fs::create_dir_all(&data)?;
+        let name = format!("core-{}", Self::core_id(index));
+        let config = DaemonConfig::new()
+            .set("id", i64::try_from(Self::core_id(index))?)
+            .set("listen", format!("127.0.0.1:{}", self.ports.cores[index]))
+            .path("data_dir", &data)
+            .set("peers", peers)
+            .set("pods", vec![format!("http://127.0.0.1:{}", self.ports.pod)])
+            .set("tenants", vec![self.spec.tenant.clone()])
+            .set("bootstrap", index == 0)
+            .write(&self.config_path(&name))?;
         let mut command = Command::new(paths::binary("core-node"));
-        command
-            .arg("--id")
-            .arg(Self::core_id(index).to_string())
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{}", self.ports.cores[index]))
-            .arg("--data-dir")
-            .arg(&data)
-            .arg("--peers")
-            .arg(peers.join(","))
-            .arg("--pods")
-            .arg(format!("http://127.0.0.1:{}", self.ports.pod))
-            .arg("--tenants")
-            .arg(&self.spec.tenant)
-            .env("MESH_TIER_SECRET", &self.secret);
-        if index == 0 {
-            command.arg("--bootstrap");
-        }
-        ManagedProcess::spawn(&format!("core-{}", Self::core_id(index)), command, &self.log_dir())
+        command.arg("--config").arg(config).env("MESH_TIER_SECRET", &self.secret);
+        ManagedProcess::spawn(&name, command, &self.log_dir())
     }
 
     fn spawn_regional(&self, index: usize) -> anyhow::Result<ManagedProcess> {
         // Each regional node prefers a different core node first, so core failover is exercised.
         let n = self.cores.len();
         let cores: Vec<String> = (0..n).map(|i| self.core_url((i + index) % n)).collect();
-        let mut command = Command::new(paths::binary("regional-node"));
-        command
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{}", self.ports.regionals[index]))
-            .arg("--region")
-            .arg(format!("region-{}", index + 1))
-            .arg("--core")
-            .arg(cores.join(","))
-            .arg("--api-keys")
-            .arg(self.key_table())
-            .arg("--models")
-            .arg(&self.spec.models)
-            .arg("--semantic-model-dir")
-            .arg(paths::minilm_dir())
-            .arg("--data-dir")
-            .arg(self.spec.data_dir.join(format!("regional-{}", index + 1)))
-            .arg("--peer-listen")
-            .arg(format!("127.0.0.1:{}", self.ports.regional_peers[index]))
-            .env("MESH_TIER_SECRET", &self.secret);
+        let name = format!("regional-{}", index + 1);
+        let mut config = DaemonConfig::new()
+            .set("listen", format!("127.0.0.1:{}", self.ports.regionals[index]))
+            .set("region", format!("region-{}", index + 1))
+            .set("core", cores)
+            .set("api_keys", self.key_table())
+            .set("models", self.spec.models.clone())
+            .path("semantic_model_dir", &paths::minilm_dir())
+            .path("data_dir", &self.spec.data_dir.join(&name))
+            .set("peer_listen", format!("127.0.0.1:{}", self.ports.regional_peers[index]));
         let peers: Vec<String> = (0..self.regionals.len())
             .filter(|&peer| peer != index)
             .map(|peer| match self.peer_proxies.get(index).and_then(|row| row[peer].as_ref()) {
@@ -514,16 +504,20 @@ impl Mesh {
             })
             .collect();
         if !peers.is_empty() {
-            command.arg("--peers").arg(peers.join(","));
+            config = config.set("peers", peers);
         }
         if paths::edge_table().exists() {
-            command.arg("--edge-table").arg(paths::edge_table());
+            config = config.path("edge_table", &paths::edge_table());
         }
         if let Some(ms) = self.spec.anti_entropy_ms {
-            command.arg("--anti-entropy-interval-ms").arg(ms.to_string());
+            config = config.set("anti_entropy_interval_ms", i64::try_from(ms)?);
         }
+        let config = config.write(&self.config_path(&name))?;
+        let mut command = Command::new(paths::binary("regional-node"));
+        command.arg("--config").arg(config).env("MESH_TIER_SECRET", &self.secret);
+        // Extra flags of the spec override the file.
         command.args(&self.spec.regional_args);
-        ManagedProcess::spawn(&format!("regional-{}", index + 1), command, &self.log_dir())
+        ManagedProcess::spawn(&name, command, &self.log_dir())
     }
 
     /// Writes the edge's secrets to an env file only the owner can read: wrangler shows values passed

@@ -24,7 +24,12 @@ async fn main() -> anyhow::Result<()> {
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn,sled=warn"));
     tracing_subscriber::fmt().with_env_filter(filter).init();
 
-    let args = NodeArgs::parse();
+    let parsed = proto::config_file::parse::<NodeArgs>()?;
+    if let Some(printed) = parsed.print {
+        print!("{printed}");
+        return Ok(());
+    }
+    let args = parsed.settings;
     let listen = args.listen;
     let config = args.into_config()?;
     let listener = TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;

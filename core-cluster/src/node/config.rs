@@ -22,52 +22,59 @@ use proto::TierCredential;
 )]
 pub struct NodeArgs {
     /// This node's Raft id; it must appear in `--peers`.
-    #[arg(long, env = "CORE_NODE_ID")]
+    #[arg(long, env = "MESH_CORE_ID")]
     pub id: NodeId,
     /// Address to listen on, for gRPC (Raft, CoreCache) and HTTP (/healthz, /metrics) alike.
-    #[arg(long, env = "CORE_NODE_LISTEN")]
+    #[arg(long, env = "MESH_CORE_LISTEN")]
     pub listen: SocketAddr,
     /// Directory of this node's sled databases: `sled/` (Raft log and vote, fsynced per append) and
     /// `sled-state/` (state machine and snapshots).
-    #[arg(long, env = "CORE_NODE_DATA_DIR")]
+    #[arg(long, env = "MESH_CORE_DATA_DIR")]
     pub data_dir: PathBuf,
     /// Every core node as `id=host:port`, comma-separated; the same list on every node.
-    #[arg(long, env = "CORE_NODE_PEERS", value_delimiter = ',', value_parser = parse_peer, required = true)]
+    #[arg(long, env = "MESH_CORE_PEERS", value_delimiter = ',', value_parser = parse_peer, required = true)]
     pub peers: Vec<(NodeId, String)>,
     /// Inference pods as `http://host:port`, comma-separated, in order of preference. Without pods the node
     /// serves the store API and lookups only (completions that miss fail as unavailable).
-    #[arg(long, env = "CORE_NODE_PODS", value_delimiter = ',')]
+    #[arg(long, env = "MESH_CORE_PODS", value_delimiter = ',')]
     pub pods: Vec<String>,
     /// Models registered when `--bootstrap` forms the cluster, as `name@version`, comma-separated.
-    #[arg(long, env = "CORE_NODE_MODELS", default_value = shared::models::DEFAULT_MODELS)]
+    #[arg(long, env = "MESH_CORE_MODELS", default_value = shared::models::DEFAULT_MODELS)]
     pub models: String,
     /// Tenants created (with the default policy) when `--bootstrap` forms the cluster, comma-separated.
-    #[arg(long, env = "CORE_NODE_TENANTS", value_delimiter = ',')]
+    #[arg(long, env = "MESH_CORE_TENANTS", value_delimiter = ',')]
     pub tenants: Vec<String>,
     /// Form the cluster from `--peers` if this node has no Raft state yet (give it to one node only).
-    #[arg(long, env = "CORE_NODE_BOOTSTRAP")]
+    #[arg(long, env = "MESH_CORE_BOOTSTRAP")]
     pub bootstrap: bool,
     /// File that holds the tier secret; without it the secret comes from `MESH_TIER_SECRET`.
     #[arg(long, env = "MESH_TIER_SECRET_FILE")]
     pub tier_secret_file: Option<PathBuf>,
     /// Raft heartbeat interval in milliseconds.
-    #[arg(long, env = "CORE_NODE_HEARTBEAT_MS", default_value_t = RaftTuning::default().heartbeat_ms)]
+    #[arg(long, env = "MESH_CORE_HEARTBEAT_MS", default_value_t = RaftTuning::default().heartbeat_ms)]
     pub heartbeat_ms: u64,
     /// Lower bound of the randomized election timeout in milliseconds.
-    #[arg(long, env = "CORE_NODE_ELECTION_MIN_MS", default_value_t = RaftTuning::default().election_timeout_min_ms)]
+    #[arg(long, env = "MESH_CORE_ELECTION_MIN_MS", default_value_t = RaftTuning::default().election_timeout_min_ms)]
     pub election_timeout_min_ms: u64,
     /// Upper bound of the randomized election timeout in milliseconds.
-    #[arg(long, env = "CORE_NODE_ELECTION_MAX_MS", default_value_t = RaftTuning::default().election_timeout_max_ms)]
+    #[arg(long, env = "MESH_CORE_ELECTION_MAX_MS", default_value_t = RaftTuning::default().election_timeout_max_ms)]
     pub election_timeout_max_ms: u64,
     /// Build a snapshot (and later purge the log) after this many log entries since the last one.
-    #[arg(long, env = "CORE_NODE_SNAPSHOT_LOGS", default_value_t = RaftTuning::default().snapshot_logs)]
+    #[arg(long, env = "MESH_CORE_SNAPSHOT_LOGS", default_value_t = RaftTuning::default().snapshot_logs)]
     pub snapshot_logs: u64,
     /// Log entries kept behind a snapshot for lagging followers.
-    #[arg(long, env = "CORE_NODE_LOGS_KEPT_AFTER_SNAPSHOT", default_value_t = RaftTuning::default().logs_kept_after_snapshot)]
+    #[arg(long, env = "MESH_CORE_LOGS_KEPT_AFTER_SNAPSHOT", default_value_t = RaftTuning::default().logs_kept_after_snapshot)]
     pub logs_kept_after_snapshot: u64,
     /// How long a write may wait for a leader and a quorum before the caller gets `unavailable`, in ms.
-    #[arg(long, env = "CORE_NODE_COMMIT_TIMEOUT_MS", default_value_t = 10_000)]
+    #[arg(long, env = "MESH_CORE_COMMIT_TIMEOUT_MS", default_value_t = 10_000)]
     pub commit_timeout_ms: u64,
+    /// TOML file with any of these settings, one key per flag (`--cache-bytes` is `cache_bytes`); the
+    /// command line and the environment variables override it.
+    #[arg(long, env = "MESH_CORE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Print the settings in effect as such a file, with each one's help, and exit.
+    #[arg(long)]
+    pub print_config: bool,
 }
 
 impl NodeArgs {

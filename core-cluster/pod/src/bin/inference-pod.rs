@@ -56,10 +56,22 @@ struct Args {
     /// File holding the tier secret (otherwise it is read from `MESH_TIER_SECRET`).
     #[arg(long, env = "MESH_TIER_SECRET_FILE")]
     tier_secret_file: Option<PathBuf>,
+    /// TOML file with any of these settings, one key per flag (`--cache-bytes` is `cache_bytes`); the
+    /// command line and the environment variables override it.
+    #[arg(long, env = "MESH_POD_CONFIG")]
+    config: Option<PathBuf>,
+    /// Print the settings in effect as such a file, with each one's help, and exit.
+    #[arg(long)]
+    print_config: bool,
 }
 
 fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let parsed = proto::config_file::parse::<Args>()?;
+    if let Some(printed) = parsed.print {
+        print!("{printed}");
+        return Ok(());
+    }
+    let args = parsed.settings;
     // candle sizes its thread pool from this variable; set it before any thread exists.
     std::env::set_var("RAYON_NUM_THREADS", args.threads.to_string());
     tracing_subscriber::fmt()
