@@ -202,9 +202,10 @@ fn render(command: &clap::Command, matches: &ArgMatches) -> String {
 
 /// A flag's text as a TOML scalar: numbers and booleans bare, anything else a quoted string.
 fn toml_scalar(text: &str) -> String {
-    if text.parse::<i64>().is_ok() || text.parse::<bool>().is_ok() {
-        text.to_owned()
-    } else if text.parse::<f64>().is_ok_and(f64::is_finite) && text.contains('.') {
+    let bare = text.parse::<i64>().is_ok()
+        || text.parse::<bool>().is_ok()
+        || (text.contains('.') && text.parse::<f64>().is_ok_and(f64::is_finite));
+    if bare {
         text.to_owned()
     } else {
         toml::Value::String(text.to_owned()).to_string()
