@@ -23,9 +23,11 @@ test: build lint wasm-check unit integration bundle-size semantic-eval
 setup:
 	.ci/setup.sh
 
+# One package selection (the whole workspace, every target) for build, unit and integration: cargo
+# resolves features per selection, so a different one in a later step would rebuild the dependencies.
 build: setup
 	$(STEP)
-	$(CARGO) build --release --bins
+	$(CARGO) build --release --workspace --all-targets
 	target/release/distill-edge-table $(MINILM_DIR) target/edge-table.bin
 	edge-worker/build.sh
 
@@ -40,12 +42,11 @@ wasm-check:
 
 unit:
 	$(STEP)
-	$(CARGO) test --release --workspace --exclude edge-worker --lib
-	$(CARGO) test --release -p edge-worker --lib
+	$(CARGO) test --release --workspace --lib
 
 integration:
 	$(STEP)
-	$(CARGO) test --release -p tests --tests -- --test-threads=1 --nocapture
+	$(CARGO) test --release --workspace --test all -- --test-threads=1 --nocapture
 
 semantic-eval:
 	$(STEP)

@@ -1,6 +1,6 @@
 //! Every cross-process test, one module per file, in one test binary. They start real processes on
 //! loopback ports, so `make test` runs them one at a time (`--test-threads=1`). One file's tests:
-//! `cargo test --release -p tests --test all -- regional_04`.
+//! `cargo test --release --workspace --test all -- regional_04` (the same package selection as `make test`, so nothing is rebuilt).
 
 mod basic_01_edge_path;
 mod core_01_leader_kill_under_load;
