@@ -65,7 +65,9 @@ pub struct RegionalConfig {
     /// Cosine similarity a cached question needs to answer a `stable` one.
     #[arg(long, env = "MESH_SEMANTIC_THRESHOLD_STABLE", default_value_t = 0.92)]
     pub semantic_threshold_stable: f32,
-    /// This node's id in replication clocks; unique in the mesh (defaults to the region name).
+    /// This node's id in replication clocks; unique in the mesh. Without it: the region and a random
+    /// suffix, kept in `--data-dir` (`node-id`) so that a restart keeps it. A peer with this node's id is
+    /// refused.
     #[arg(long, env = "MESH_REGIONAL_NODE_ID")]
     pub node_id: Option<String>,
     /// Address to serve replication gRPC on; without it the node neither replicates nor accepts peers.

@@ -128,7 +128,7 @@ pub fn path_parts(settings: &Settings) -> Result<PathParts, RegionalError> {
         })?),
         None => None,
     };
-    let replication = Replication::new(replication_settings(settings), db.as_ref())?;
+    let replication = Replication::new(replication_settings(settings)?, db.as_ref())?;
     // Replicated answers are part of the hot set too: a restart serves them at once.
     for entry in replication.store().live_answers() {
         if !entry.is_expired(now_ms()) {
@@ -138,14 +138,40 @@ pub fn path_parts(settings: &Settings) -> Result<PathParts, RegionalError> {
     Ok(PathParts { cache, exact_store, core, semantic, admission, replication: Arc::new(replication) })
 }
 
-fn replication_settings(settings: &Settings) -> ReplicationSettings {
+fn replication_settings(settings: &Settings) -> Result<ReplicationSettings, RegionalError> {
     let config = &settings.config;
-    ReplicationSettings {
-        node_id: config.node_id.clone().unwrap_or_else(|| config.region.clone()),
+    let node_id = match &config.node_id {
+        Some(id) => id.clone(),
+        None => default_node_id(&config.region, config.data_dir.as_deref())?,
+    };
+    Ok(ReplicationSettings {
+        node_id,
         peers: config.peers.clone(),
         min_lookups: config.replicate_min_lookups,
         anti_entropy_interval: std::time::Duration::from_millis(config.anti_entropy_interval_ms),
         secret: settings.tier_secret.clone(),
+    })
+}
+
+/// This node's replication actor id when none is configured: the region and a random suffix, kept in
+/// the data directory so that the node is the same actor after a restart. Two nodes of one region, or
+/// two left at the default region, are never one actor.
+fn default_node_id(region: &str, data_dir: Option<&std::path::Path>) -> Result<String, RegionalError> {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    hasher.write_u32(std::process::id());
+    let fresh = format!("{region}-{:016x}", hasher.finish());
+    let Some(dir) = data_dir else { return Ok(fresh) };
+    let path = dir.join("node-id");
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => Ok(id.trim().to_owned()),
+        _ => {
+            std::fs::create_dir_all(dir)?;
+            std::fs::write(&path, format!("{fresh}\n"))?;
+            tracing::info!(node = %fresh, path = %path.display(), "replication node id chosen");
+            Ok(fresh)
+        }
     }
 }
 
@@ -192,4 +218,20 @@ pub async fn run(
 /// Wall-clock time in Unix milliseconds.
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_node_id_is_unique_and_survives_a_restart() {
+        let (a, b) = (default_node_id("eu", None), default_node_id("eu", None));
+        let (a, b) = (a.expect("id"), b.expect("id"));
+        assert!(a.starts_with("eu-") && a != b, "{a} {b}");
+        let dir = std::env::temp_dir().join(format!("regional-node-id-{}", std::process::id()));
+        let first = default_node_id("eu", Some(&dir)).expect("id");
+        assert_eq!(default_node_id("eu", Some(&dir)).expect("id"), first, "kept in the data directory");
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

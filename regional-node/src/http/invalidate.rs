@@ -15,7 +15,7 @@ use axum::Json;
 use shared::RequestError;
 
 use crate::caller::resolve_tenant;
-use crate::server::{now_ms, AppState};
+use crate::server::AppState;
 
 /// Largest invalidation body.
 const MAX_BODY_BYTES: usize = 4096;
@@ -35,8 +35,7 @@ async fn run(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Respon
         .await
         .map_err(|_| RequestError::too_large(MAX_BODY_BYTES))?;
     let key = parse_key(&bytes)?;
-    let request_id = format!("invalidate:{}:{}", settings.config.region, now_ms());
-    let removed_at_core = state.path().invalidate(&tenant, &key, &request_id).await?;
+    let removed_at_core = state.path().invalidate(&tenant, &key).await?;
     tracing::info!(%tenant, %key, removed_at_core, "invalidated");
     Ok(Json(serde_json::json!({
         "object": "cache.invalidation",

@@ -141,13 +141,17 @@ impl Replication {
     /// already. Returns false when the entry must not be kept at all: the key holds an invalidation made
     /// at or after the answer was created (a lagging core read, or a stale copy, of what was invalidated).
     pub fn offer(&self, entry: &CachedCompletion, hot: Option<bool>, now_ms: i64) -> bool {
-        let (admitted, wanted) = self.store.inspect(&entry.key, |record| match record {
-            None => (true, hot.unwrap_or_else(|| self.hot.is_hot(&entry.key))),
-            Some(r) if invalidated_after(r, entry) => (false, false),
-            Some(r) => (true, r.is_tombstone() || !r.holds_answer(entry)),
+        // Decided and written under the store's lock, so a tombstone merged from a peer meanwhile is
+        // either seen here (and the answer refused) or merged after this write (and it wins).
+        let (admitted, wanted) = self.store.write_local_if(&entry.key, now_ms, |record| {
+            let (admitted, wanted) = match record {
+                None => (true, hot.unwrap_or_else(|| self.hot.is_hot(&entry.key))),
+                Some(r) if invalidated_after(r, entry) => (false, false),
+                Some(r) => (true, r.is_tombstone() || !r.holds_answer(entry)),
+            };
+            ((admitted, wanted), wanted.then(|| Value::Live(entry.clone())))
         });
         if wanted {
-            self.store.write_local(&entry.key, Value::Live(entry.clone()), now_ms);
             let _ = self.changes.send(entry.key.clone());
         }
         admitted
@@ -224,5 +228,66 @@ pub fn live_answer(record: &Record) -> Option<&CachedCompletion> {
     match record.resolve() {
         Some(Resolved::Live(entry)) => Some(entry),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod offer_tests {
+    use super::*;
+
+    fn replication() -> Arc<Replication> {
+        let settings = ReplicationSettings {
+            node_id: "here".into(),
+            peers: vec![],
+            min_lookups: 1,
+            anti_entropy_interval: Duration::from_secs(5),
+            secret: proto::TierCredential::new("s").expect("credential"),
+        };
+        Arc::new(Replication::new(settings, None).expect("replication"))
+    }
+
+    fn entry(key: &str, created_ms: i64) -> CachedCompletion {
+        CachedCompletion {
+            key: key.into(),
+            tenant: "t".into(),
+            model: "m".into(),
+            model_version: 1,
+            content: "answer".into(),
+            finish_reason: "stop".into(),
+            prompt_tokens: 1,
+            completion_tokens: 1,
+            etag: CachedCompletion::etag_of("answer", "stop"),
+            created_ms,
+            ttl_s: 0,
+            question: None,
+        }
+    }
+
+    /// What an offer decides and writes happens under one lock: a peer's tombstone that arrives while
+    /// the offer decides (here: merged from another thread during the decision) lands after the write,
+    /// and wins as a concurrent invalidation. Deciding and writing under two locks let the write
+    /// supersede that tombstone (its clock dominated everything held, the tombstone included).
+    #[test]
+    fn a_tombstone_merged_while_an_offer_decides_is_not_superseded() {
+        let replication = replication();
+        let mut tombstone = Record::default();
+        tombstone.write_at(
+            "peer",
+            1,
+            Value::Tombstone(Tombstone { tenant: "t".into(), invalidated_ms: 2_000 }),
+        );
+        let admitted = replication.store().write_local_if("k", 1_500, |record| {
+            assert!(record.is_none(), "nothing held yet");
+            let merging = {
+                let (replication, tombstone) = (Arc::clone(&replication), tombstone.clone());
+                std::thread::spawn(move || replication.store().merge("k", &tombstone))
+            };
+            std::thread::sleep(Duration::from_millis(50));
+            (merging, Some(Value::Live(entry("k", 1_000))))
+        });
+        admitted.join().expect("merge");
+        let record = replication.store().get("k").expect("a record");
+        assert!(matches!(record.resolve(), Some(Resolved::Invalidated)), "the answer was resurrected");
+        assert!(!replication.offer(&entry("k", 1_000), Some(true), 1_600), "an older answer is refused");
     }
 }

@@ -26,6 +26,16 @@ impl ReplicationService {
         Self { replication, applier }
     }
 
+    fn refuse_own_id(&self, from: &str) -> Result<(), Status> {
+        if from == self.replication.settings().node_id {
+            tracing::error!(node = %from, "a peer has this node's replication id: give each node its own --node-id");
+            return Err(Status::failed_precondition(format!(
+                "replication id {from:?} is this node's own: each regional node needs its own --node-id"
+            )));
+        }
+        Ok(())
+    }
+
     fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
         self.replication.settings.secret.check(request.metadata())
     }
@@ -48,6 +58,12 @@ impl ReplicationRpc for ReplicationService {
         let applier = Arc::clone(&self.applier);
         tokio::spawn(async move {
             while let Ok(Some(batch)) = inbound.message().await {
+                if batch.from == replication.settings().node_id {
+                    tracing::error!(node = %batch.from, "a peer replicates under this node's own id; its deltas are refused");
+                    let _ =
+                        tx.send(Err(Status::failed_precondition("the peer has this node's replication id")));
+                    break;
+                }
                 replication.metrics.bytes_received.add(batch.encoded_len() as u64);
                 for record in batch.records {
                     if !replication.merge_remote(record, applier.as_ref()) {
@@ -67,6 +83,9 @@ impl ReplicationRpc for ReplicationService {
     async fn digest(&self, request: Request<DigestRequest>) -> Result<Response<DigestReply>, Status> {
         self.authorize(&request)?;
         let store = self.replication.store();
+        // Every session starts with a digest: a peer that is this node's actor is refused before any
+        // record of its could be mistaken for this node's own.
+        self.refuse_own_id(&request.get_ref().from)?;
         // The caller counts a tombstone in a range with equal digests as acknowledged: have it on disk.
         store.flush().await;
         let reply = DigestReply { ranges: store.range_digests(), records: store.len() as u64 };
@@ -93,5 +112,44 @@ impl ReplicationRpc for ReplicationService {
         let reply = SummariesReply { keys };
         self.replication.metrics.bytes_sent.add(reply.encoded_len() as u64);
         Ok(Response::new(reply))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use proto::TierCredential;
+
+    use super::*;
+    use crate::replication::record::Record;
+    use crate::replication::ReplicationSettings;
+
+    struct Ignore;
+
+    impl Applier for Ignore {
+        fn apply(&self, _: &str, _: &Record) {}
+    }
+
+    fn service(node_id: &str) -> (ReplicationService, TierCredential) {
+        let credential = TierCredential::new("s3cret").expect("credential");
+        let settings = ReplicationSettings {
+            node_id: node_id.into(),
+            peers: vec![],
+            min_lookups: 2,
+            anti_entropy_interval: Duration::from_secs(5),
+            secret: credential.clone(),
+        };
+        let replication = Arc::new(Replication::new(settings, None).expect("replication"));
+        (ReplicationService::new(replication, Arc::new(Ignore)), credential)
+    }
+
+    #[tokio::test]
+    async fn a_peer_with_this_nodes_id_is_refused() {
+        let (service, credential) = service("region-1-a");
+        let own = service.digest(credential.request(DigestRequest { from: "region-1-a".into() })).await;
+        assert_eq!(own.map(|_| ()).expect_err("refused").code(), tonic::Code::FailedPrecondition);
+        let peer = service.digest(credential.request(DigestRequest { from: "region-1-b".into() })).await;
+        assert!(peer.is_ok());
     }
 }

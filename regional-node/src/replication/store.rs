@@ -169,6 +169,27 @@ impl ReplicaStore {
     /// the key.
     pub fn write_local(&self, key: &str, value: Value, now_ms: i64) -> Record {
         let mut inner = self.lock();
+        self.write_locked(&mut inner, key, value, now_ms)
+    }
+
+    /// Decides on the record under `key` and writes the value `decide` returns (if any) at this node,
+    /// under one lock: no merge can land between the decision and the write (a tombstone merged in
+    /// between would otherwise be superseded by a write that never saw it). Returns `decide`'s verdict.
+    pub fn write_local_if<R>(
+        &self,
+        key: &str,
+        now_ms: i64,
+        decide: impl FnOnce(Option<&Record>) -> (R, Option<Value>),
+    ) -> R {
+        let mut inner = self.lock();
+        let (verdict, value) = decide(inner.records.get(key).map(|s| &s.record));
+        if let Some(value) = value {
+            self.write_locked(&mut inner, key, value, now_ms);
+        }
+        verdict
+    }
+
+    fn write_locked(&self, inner: &mut Inner, key: &str, value: Value, now_ms: i64) -> Record {
         let mut record = inner.records.get(key).map(|s| s.record.clone()).unwrap_or_default();
         let counter = next_counter(inner.counter, record.clock().get(&self.node_id), now_ms);
         inner.counter = counter;
@@ -176,7 +197,7 @@ impl ReplicaStore {
             let _ = meta.insert(COUNTER_KEY, &counter.to_be_bytes());
         }
         record.write_at(&self.node_id, counter, value);
-        self.put(&mut inner, key, record.clone());
+        self.put(inner, key, record.clone());
         record
     }
 

@@ -20,8 +20,11 @@ mod lookup;
 #[cfg(test)]
 mod tests;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+
+use sha2::{Digest as _, Sha256};
 
 use shared::completion::CachedCompletion;
 use shared::server_timing::ServerTiming;
@@ -85,6 +88,32 @@ pub struct RequestPath {
     replication: Arc<Replication>,
     /// Exported metrics.
     metrics: RegionalMetrics,
+    /// Makes this node's invalidation request ids unique in the mesh (see [`RequestPath::invalidate`]).
+    invalidation_ids: InvalidationIds,
+}
+
+/// Request ids of this node's invalidations at the core: unique across nodes, restarts and calls in
+/// the same millisecond (the core applies a request id once, so a collision would drop an
+/// invalidation while its caller is told it succeeded), and short (the core takes at most 128 bytes).
+#[derive(Debug)]
+struct InvalidationIds {
+    /// A digest of this node's id, its process and its start time.
+    tag: String,
+    /// Numbers this run's invalidations.
+    next: AtomicU64,
+}
+
+impl InvalidationIds {
+    fn new(node_id: &str) -> Self {
+        let started =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let digest = Sha256::digest(format!("{node_id}\n{}\n{started}", std::process::id()));
+        Self { tag: shared::hex::encode(&digest[..8]), next: AtomicU64::new(0) }
+    }
+
+    fn next(&self) -> String {
+        format!("invalidate:{}:{}", self.tag, self.next.fetch_add(1, Ordering::Relaxed))
+    }
 }
 
 /// The parts a [`RequestPath`] is made of.
@@ -108,7 +137,9 @@ impl RequestPath {
     /// A path over `parts`, with no flight in the air.
     pub fn new(parts: PathParts) -> Self {
         let PathParts { cache, exact_store, core, semantic, admission, replication } = parts;
+        let invalidation_ids = InvalidationIds::new(&replication.settings().node_id);
         Self {
+            invalidation_ids,
             cache,
             exact_store,
             core,
@@ -168,14 +199,16 @@ impl RequestPath {
         Ok(Answered::Flight { subscription, coalesced: !leader })
     }
 
-    /// Invalidates `key` of `tenant` at the core (under `request_id`, so that a retry applies once),
-    /// here, and (as a tombstone) at every peer. Returns how many entries the core removed. A key this
-    /// node holds for another tenant is refused without asking the core.
-    pub async fn invalidate(&self, tenant: &str, key: &str, request_id: &str) -> Result<u64, RegionalError> {
+    /// Invalidates `key` of `tenant` at the core (under a request id of its own, which the client's
+    /// failover reuses, so that a retry applies once), here, and (as a tombstone) at every peer. Returns
+    /// how many entries the core removed. A key this node holds for another tenant is refused without
+    /// asking the core.
+    pub async fn invalidate(&self, tenant: &str, key: &str) -> Result<u64, RegionalError> {
         if self.cache.peek(key).is_some_and(|entry| entry.tenant != tenant) {
             return Err(RequestError::key_not_found("no cached answer of this tenant under that key").into());
         }
-        let removed_at_core = self.core.invalidate(key, tenant, request_id).await?;
+        let request_id = self.invalidation_ids.next();
+        let removed_at_core = self.core.invalidate(key, tenant, &request_id).await?;
         self.forget(key);
         self.replication.invalidate(key, tenant, now_ms());
         Ok(removed_at_core)

@@ -320,14 +320,24 @@ async fn invalidation_reaches_the_core_and_this_node() {
     let key = asked.key.as_str().to_owned();
     outcome(path.answer(asked).await.expect("answer")).await;
 
-    let refused = path.invalidate("someone-else", &key, "inv-1").await.expect_err("not their key");
+    let refused = path.invalidate("someone-else", &key).await.expect_err("not their key");
     assert_eq!(refused.to_request_error().status, 404);
     assert_eq!(core.state.invalidations.load(Ordering::SeqCst), 0, "refused without a core write");
 
-    assert_eq!(path.invalidate("acme", &key, "inv-2").await.expect("invalidated"), 1);
+    assert_eq!(path.invalidate("acme", &key).await.expect("invalidated"), 1);
     assert!(path.cache().peek(&key).is_none(), "gone from the exact cache");
     let (regenerated, _) =
         outcome(path.answer(admitted("What is Rust?", false)).await.expect("answer")).await;
     assert_eq!(regenerated.x_cache, X_CACHE_MISS, "generated again, not served from any cache");
     assert_eq!(core.state.completes.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn invalidation_ids_never_repeat_and_fit_the_core() {
+    let ids = InvalidationIds::new("region-1");
+    let (a, b) = (ids.next(), ids.next());
+    assert_ne!(a, b, "two invalidations of one node in the same millisecond");
+    let other = InvalidationIds::new("region-1");
+    assert_ne!(ids.tag, other.tag, "a restarted node, or another one left at the same node id");
+    assert!(a.len() <= 128, "{a}");
 }
