@@ -31,6 +31,10 @@ pub struct RegionalConfig {
     /// Served models and their current versions: `name@version,...`.
     #[arg(long, env = "MESH_MODELS", default_value = shared::models::DEFAULT_MODELS)]
     pub models: String,
+    /// Milliseconds between asking the core for its models' current versions (a version bump reaches
+    /// this node within this long, or at once when the core refuses a generation for an old version).
+    #[arg(long, env = "MESH_MODEL_REFRESH_MS", default_value_t = 2_000)]
+    pub model_refresh_ms: u64,
     /// Bytes of memory the exact cache may hold.
     #[arg(long, env = "MESH_REGIONAL_CACHE_BYTES", default_value_t = 256 * 1024 * 1024)]
     pub cache_bytes: usize,

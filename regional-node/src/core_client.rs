@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proto::cache::core_cache_client::CoreCacheClient;
-use proto::cache::{CompleteEvent, CompleteRequest, LookupRequest};
+use proto::cache::{CompleteEvent, CompleteRequest, LookupRequest, ModelsRequest};
 use proto::core::core_store_client::CoreStoreClient;
 use proto::core::{invalidate, write_outcome, write_request, Invalidate, WriteRequest};
 use proto::failover::FailoverChannel;
 use proto::TierCredential;
 use shared::completion::CachedCompletion;
+use shared::models::{ModelRef, ModelTable};
 use tonic::transport::Channel;
 use tonic::{Code, Status, Streaming};
 
@@ -92,6 +93,19 @@ impl CoreClient {
         Err(RegionalError::CoreUnavailable(
             last.map_or_else(|| "no core nodes configured".into(), |s| s.message().to_owned()),
         ))
+    }
+
+    /// The core's registry of models and their current versions; `None` when it has none. Not counted
+    /// by the circuit breaker (a background refresh must not open it, nor take its half-open probe).
+    pub async fn models(&self) -> Result<Option<ModelTable>, RegionalError> {
+        let reply = self
+            .each_node(|channel| {
+                let request = self.request(ModelsRequest {}, LOOKUP_TIMEOUT);
+                async move { CoreCacheClient::new(channel).models(request).await }
+            })
+            .await?;
+        let models = reply.into_inner().models;
+        Ok(ModelTable::from_models(models.into_iter().map(|m| ModelRef { name: m.name, version: m.version })))
     }
 
     /// The core's entry under `key`, if it has a fresh one.

@@ -30,6 +30,9 @@ pub enum RegionalError {
     /// A core node answered with an error.
     #[error("core cluster error: {0}")]
     Core(String),
+    /// The core refused a generation for a model version it has moved past.
+    #[error("the model moved to a new version: {0}")]
+    ModelVersionMoved(String),
     /// Invalid configuration (at start-up).
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -58,6 +61,9 @@ impl RegionalError {
                 *retry_after_s,
             ),
             RegionalError::Core(m) => RequestError::upstream(502, format!("the core cluster failed: {m}")),
+            RegionalError::ModelVersionMoved(m) => {
+                RequestError::upstream(502, format!("the model moved to a new version ({m}); retry"))
+            }
             RegionalError::Config(_) | RegionalError::Embedding(_) | RegionalError::Io(_) => {
                 RequestError::internal("internal error")
             }
@@ -74,6 +80,7 @@ impl From<tonic::Status> for RegionalError {
             tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => {
                 RegionalError::CoreUnavailable(status.message().to_owned())
             }
+            tonic::Code::FailedPrecondition => RegionalError::ModelVersionMoved(status.message().to_owned()),
             _ => RegionalError::Core(format!("{:?}: {}", status.code(), status.message())),
         }
     }

@@ -22,6 +22,7 @@
 //! - [`semantic_eval`]: precision and recall of semantic-hit decisions on the labelled pair set.
 //! - [`replication`]: vector-clock replication of the hot set and of invalidations between regional
 //!   nodes over gRPC, with anti-entropy.
+//! - [`model_catalog`]: the served models and their versions, learned from the core's registry.
 //! - [`metrics`]: the Prometheus metrics of this daemon.
 //! - [`error`]: [`RegionalError`], and its conversion to OpenAI-shaped HTTP errors.
 
@@ -38,6 +39,7 @@ pub mod exact_store;
 pub mod flight;
 pub mod http;
 pub mod metrics;
+pub mod model_catalog;
 pub mod replication;
 pub mod request_path;
 pub mod semantic_cache;

@@ -18,6 +18,7 @@ use crate::core_client::CoreClient;
 use crate::embedding::SentenceEmbedder;
 use crate::exact_cache::ExactCache;
 use crate::exact_store::ExactStore;
+use crate::model_catalog::ModelCatalog;
 use crate::replication::service::ReplicationService;
 use crate::replication::{Applier, Replication, ReplicationSettings};
 use crate::request_path::{PathParts, RequestPath};
@@ -135,7 +136,16 @@ pub fn path_parts(settings: &Settings) -> Result<PathParts, RegionalError> {
             cache.insert(entry);
         }
     }
-    Ok(PathParts { cache, exact_store, core, semantic, admission, replication: Arc::new(replication) })
+    let models = Arc::new(ModelCatalog::new(settings.models.clone()));
+    Ok(PathParts {
+        cache,
+        exact_store,
+        core,
+        semantic,
+        admission,
+        replication: Arc::new(replication),
+        models,
+    })
 }
 
 fn replication_settings(settings: &Settings) -> Result<ReplicationSettings, RegionalError> {
@@ -204,6 +214,8 @@ pub async fn run(
         }));
     }
     tasks.extend(replication.spawn()?);
+    let refresh = std::time::Duration::from_millis(state.settings().config.model_refresh_ms.max(100));
+    tasks.push(state.path().models().spawn(state.path().core().clone(), refresh));
     tracing::info!(%region, addr = %listener.local_addr()?, "regional node serving");
     let served =
         axum::serve(listener, crate::http::router(Arc::clone(&state))).with_graceful_shutdown(shutdown).await;

@@ -45,6 +45,29 @@ impl ModelTable {
         Ok(Self { models })
     }
 
+    /// A table of `models` (names lowercased); `None` when there are none.
+    pub fn from_models(models: impl IntoIterator<Item = ModelRef>) -> Option<Self> {
+        let models: Vec<ModelRef> = models
+            .into_iter()
+            .map(|m| ModelRef { name: m.name.trim().to_ascii_lowercase(), version: m.version })
+            .filter(|m| !m.name.is_empty())
+            .collect();
+        (!models.is_empty()).then_some(Self { models })
+    }
+
+    /// This table with the versions of `newer` (a registry that knows better), and the models only
+    /// `newer` has added.
+    pub fn updated(&self, newer: &ModelTable) -> ModelTable {
+        let mut models = self.models.clone();
+        for model in &newer.models {
+            match models.iter_mut().find(|m| m.name == model.name) {
+                Some(known) => known.version = model.version,
+                None => models.push(model.clone()),
+            }
+        }
+        Self { models }
+    }
+
     /// Resolves a requested model name (case-insensitive) to the served model, or a 404.
     pub fn resolve(&self, requested: &str) -> Result<&ModelRef, RequestError> {
         let wanted = requested.trim();
@@ -73,5 +96,20 @@ mod tests {
         assert!(ModelTable::parse("x").is_err());
         assert!(ModelTable::parse("x@y").is_err());
         assert!(ModelTable::parse("").is_err());
+    }
+
+    #[test]
+    fn a_registry_updates_versions_and_adds_models() {
+        let flags = ModelTable::parse("a@1,b@4").expect("valid");
+        let core = ModelTable::from_models([
+            ModelRef { name: "A".into(), version: 2 },
+            ModelRef { name: "c".into(), version: 1 },
+        ])
+        .expect("non-empty");
+        let table = flags.updated(&core);
+        let versions: Vec<(&str, u64)> =
+            table.models().iter().map(|m| (m.name.as_str(), m.version)).collect();
+        assert_eq!(versions, [("a", 2), ("b", 4), ("c", 1)]);
+        assert!(ModelTable::from_models([]).is_none());
     }
 }

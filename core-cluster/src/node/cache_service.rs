@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use proto::cache::core_cache_server::CoreCache;
 use proto::cache::{
-    complete_event, CompleteDone, CompleteEvent, CompleteRequest, LookupReply, LookupRequest,
+    complete_event, CompleteDone, CompleteEvent, CompleteRequest, LookupReply, LookupRequest, ModelsReply,
+    ModelsRequest, ServedModel,
 };
 use proto::convert::GeneratedEntry;
 use proto::inference::{generate_event, GenerateDone, GenerateEvent, GenerateRequest, Timings};
@@ -116,6 +117,17 @@ impl CoreCache for CacheService {
 
     type CompleteStream = ReceiverStream<Result<CompleteEvent, Status>>;
 
+    async fn models(&self, _: Request<ModelsRequest>) -> Result<Response<ModelsReply>, Status> {
+        let models = self
+            .node
+            .state
+            .model_versions()?
+            .into_iter()
+            .map(|(name, version)| ServedModel { name, version })
+            .collect();
+        Ok(Response::new(ModelsReply { models }))
+    }
+
     #[tracing::instrument(name = "core.complete", skip_all, fields(key = %request.get_ref().key))]
     async fn complete(
         &self,
@@ -125,6 +137,17 @@ impl CoreCache for CacheService {
         let metrics = &self.node.metrics;
         metrics.rpc_complete.inc();
         let input = validate_complete(request.into_inner())?;
+        // A version this node knows to be old is refused before anything is generated: the commit would
+        // refuse it anyway, after the pod's work and the caller's stream.
+        if let Some(current) = self.node.state.model_version(&input.generate.model)? {
+            if input.model_version < current {
+                metrics.complete_errors.inc();
+                return Err(Status::failed_precondition(format!(
+                    "model {:?} is at version {current}, not {}",
+                    input.generate.model, input.model_version
+                )));
+            }
+        }
 
         let cached = self.node.state.read(&input.key, &input.generate.tenant, now_ms())?.map(|s| s.entry);
         if let Some(entry) = cached.filter(|e| e.model_version == input.model_version) {

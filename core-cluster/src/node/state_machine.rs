@@ -138,6 +138,18 @@ impl StateMachineStore {
         Ok(self.tenants.contains_key(tenant.as_bytes())?)
     }
 
+    /// Every registered model and its current version, by name.
+    pub fn model_versions(&self) -> Result<Vec<(String, u64)>, CoreError> {
+        self.models
+            .iter()
+            .map(|item| {
+                let (name, bytes) = item?;
+                let model: ModelState = decode(&bytes)?;
+                Ok((String::from_utf8_lossy(&name).into_owned(), model.version))
+            })
+            .collect()
+    }
+
     /// The current version of `model`, if it is registered.
     pub fn model_version(&self, model: &str) -> Result<Option<u64>, CoreError> {
         Ok(self.model(model)?.map(|m| m.version))

@@ -68,7 +68,10 @@ pub async fn chat_completions(
         Err(error) => Err(error),
     };
     response.unwrap_or_else(|error| {
-        if matches!(error, RegionalError::CoreUnavailable(_) | RegionalError::Core(_)) {
+        if matches!(
+            error,
+            RegionalError::CoreUnavailable(_) | RegionalError::Core(_) | RegionalError::ModelVersionMoved(_)
+        ) {
             metrics.core_errors.inc();
         }
         error.into_response()
@@ -87,7 +90,7 @@ async fn admit(
         .await
         .map_err(|_| RequestError::too_large(MAX_REQUEST_BYTES))?;
     let parsed = parse_chat_request(&bytes, MAX_REQUEST_BYTES)?;
-    let request = normalize(&parsed, &settings.models, state.limits())?;
+    let request = normalize(&parsed, &state.path().models().current(), state.limits())?;
     let only_if_cached = headers
         .get_all(axum::http::header::CACHE_CONTROL)
         .iter()

@@ -87,9 +87,8 @@ fn overload_metrics(state: &AppState) -> String {
 
 /// `GET /v1/models`: the served models, in OpenAI's list shape.
 pub async fn models(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
-    let data: Vec<_> = state
-        .settings()
-        .models
+    let table = state.path().models().current();
+    let data: Vec<_> = table
         .models()
         .iter()
         .map(|m| serde_json::json!({"id": m.name, "object": "model", "created": 0, "owned_by": "llm-cache-mesh", "version": m.version}))

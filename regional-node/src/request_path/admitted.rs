@@ -6,6 +6,7 @@ use std::time::Instant;
 use shared::cache_key::{CacheKey, SemanticQuery};
 use shared::completion::AnsweredQuestion;
 use shared::content_class::{classify, ContentClass, TtlPolicy};
+use shared::models::ModelTable;
 use shared::normalize::NormalizedRequest;
 
 /// A request's content class and the TTL this node's policy gives it.
@@ -63,6 +64,21 @@ impl Admitted {
         let question = SemanticQuery::derive(&tenant, &request)
             .map(|q| AnsweredQuestion { partition: q.partition, text: q.question.to_owned() });
         Self { tenant, request, key, class, only_if_cached, started, question }
+    }
+
+    /// The same request under the model's version in `models`, when that is another one (its key and
+    /// semantic question are derived again; the class and the arrival time are kept).
+    pub fn at_current_version(&self, models: &ModelTable) -> Option<Admitted> {
+        let current = models.resolve(&self.request.model.name).ok()?;
+        if current.version == self.request.model.version {
+            return None;
+        }
+        let mut request = self.request.clone();
+        request.model.version = current.version;
+        let key = CacheKey::derive(&self.tenant, &request);
+        let question = SemanticQuery::derive(&self.tenant, &request)
+            .map(|q| AnsweredQuestion { partition: q.partition, text: q.question.to_owned() });
+        Some(Admitted { request, key, question, tenant: self.tenant.clone(), ..*self })
     }
 
     /// The semantic query of the request (a view of the question derived once).

@@ -16,6 +16,7 @@ use super::{elapsed_ms, Admitted, ClassTtl, RequestPath, X_CACHE_MISS, X_CACHE_S
 use crate::admission::predicted_cost;
 use crate::core_client::STREAM_IDLE_TIMEOUT;
 use crate::flight::{Flight, Outcome};
+use crate::semantic_tier::EmbeddedQuestion;
 use crate::server::now_ms;
 use crate::RegionalError;
 
@@ -40,8 +41,15 @@ impl FlightTask {
     /// Flies, lands the flight with what came of it, and takes it out of the air.
     pub(super) async fn run(self) {
         let outcome = self.fly().await;
-        if let Err(RegionalError::CoreUnavailable(_) | RegionalError::Core(_)) = &outcome {
+        if let Err(
+            RegionalError::CoreUnavailable(_) | RegionalError::Core(_) | RegionalError::ModelVersionMoved(_),
+        ) = &outcome
+        {
             self.path.metrics.core_errors.inc();
+        }
+        if let Err(RegionalError::Core(_) | RegionalError::ModelVersionMoved(_)) = &outcome {
+            // A refusal may be a version bump this node has not seen: learn the versions now.
+            self.path.models.refresh_soon();
         }
         self.flight.land(outcome.map_err(|e| e.to_request_error()));
         self.path.flights.land(self.admitted.key.as_str(), &self.flight);
@@ -78,6 +86,33 @@ impl FlightTask {
         let lookup_ms = elapsed_ms(admitted.started);
         let _ticket = path.admission.admit(predicted_cost(&admitted.request)).await?;
         path.metrics.misses.inc();
+        match self.generate(admitted, question.as_ref(), lookup_ms).await {
+            // The core moved the model to a version this node had not learned yet, and refused before
+            // generating anything: learn the versions and generate once more under the new one (the
+            // key, and the semantic partition, are the new version's; the old question is not indexed).
+            Err(RegionalError::ModelVersionMoved(message)) if !self.streamed.load(Ordering::Acquire) => {
+                if !path.models.refresh(&path.core).await.unwrap_or(false) {
+                    return Err(RegionalError::ModelVersionMoved(message));
+                }
+                let Some(moved) = admitted.at_current_version(&path.models.current()) else {
+                    return Err(RegionalError::ModelVersionMoved(message));
+                };
+                tracing::info!(model = %moved.request.model.name, version = moved.request.model.version, "generating under the model's new version");
+                self.generate(&moved, None, lookup_ms).await
+            }
+            other => other,
+        }
+    }
+
+    /// Generates `admitted` through the core, publishing the deltas to the flight, and keeps the answer
+    /// (indexing `question` for paraphrases).
+    async fn generate(
+        &self,
+        admitted: &Admitted,
+        question: Option<&EmbeddedQuestion>,
+        lookup_ms: f64,
+    ) -> Result<Outcome, RegionalError> {
+        let path = &self.path;
         let generate_started = Instant::now();
         path.metrics.core_completions.inc();
         let mut events = path.core.complete(complete_request(admitted)).await?;
@@ -96,7 +131,7 @@ impl FlightTask {
                         .answering(admitted.query());
                     if admitted.class.cacheable() {
                         path.remember(entry.clone());
-                        path.index_question(question.as_ref(), &entry.key);
+                        path.index_question(question, &entry.key);
                     }
                     let mut timing = ServerTiming::default();
                     timing

@@ -38,6 +38,7 @@ use crate::exact_cache::ExactCache;
 use crate::exact_store::ExactStore;
 use crate::flight::{Flight, Flights, Joined, Outcome, Subscription};
 use crate::metrics::RegionalMetrics;
+use crate::model_catalog::ModelCatalog;
 use crate::replication::record::{Record, Resolved};
 use crate::replication::{Applier, Replication};
 use crate::semantic_tier::SemanticTier;
@@ -88,6 +89,8 @@ pub struct RequestPath {
     replication: Arc<Replication>,
     /// Exported metrics.
     metrics: RegionalMetrics,
+    /// The served models and their current versions.
+    models: Arc<ModelCatalog>,
     /// Makes this node's invalidation request ids unique in the mesh (see [`RequestPath::invalidate`]).
     invalidation_ids: InvalidationIds,
 }
@@ -131,15 +134,18 @@ pub struct PathParts {
     pub admission: Admission,
     /// Replication between regional nodes.
     pub replication: Arc<Replication>,
+    /// The served models (the `--models` flag until the core's registry is known).
+    pub models: Arc<ModelCatalog>,
 }
 
 impl RequestPath {
     /// A path over `parts`, with no flight in the air.
     pub fn new(parts: PathParts) -> Self {
-        let PathParts { cache, exact_store, core, semantic, admission, replication } = parts;
+        let PathParts { cache, exact_store, core, semantic, admission, replication, models } = parts;
         let invalidation_ids = InvalidationIds::new(&replication.settings().node_id);
         Self {
             invalidation_ids,
+            models,
             cache,
             exact_store,
             core,
@@ -248,6 +254,11 @@ impl RequestPath {
         if let Some(store) = &self.exact_store {
             store.flush();
         }
+    }
+
+    /// The served models and their current versions.
+    pub fn models(&self) -> &Arc<ModelCatalog> {
+        &self.models
     }
 
     /// The exact cache (for status and metrics).

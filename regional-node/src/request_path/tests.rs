@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use clap::Parser as _;
 use proto::cache::core_cache_server::{CoreCache, CoreCacheServer};
 use proto::cache::{
-    complete_event, CompleteDone, CompleteEvent, CompleteRequest, LookupReply, LookupRequest,
+    complete_event, CompleteDone, CompleteEvent, CompleteRequest, LookupReply, LookupRequest, ModelsReply,
+    ModelsRequest, ServedModel,
 };
 use proto::core::core_store_server::{CoreStore, CoreStoreServer};
 use proto::core::{
@@ -42,6 +43,8 @@ struct CoreState {
     entries: Mutex<HashMap<String, proto::cache::CachedCompletion>>,
     completes: AtomicUsize,
     lookups: AtomicUsize,
+    /// The served model's current version (0 reads as 1).
+    version: std::sync::atomic::AtomicU64,
     invalidations: AtomicUsize,
 }
 
@@ -59,9 +62,20 @@ impl FakeCore {
     }
 }
 
+impl CoreState {
+    fn version(&self) -> u64 {
+        self.version.load(Ordering::SeqCst).max(1)
+    }
+}
+
 #[tonic::async_trait]
 impl CoreCache for FakeCore {
     type CompleteStream = ReceiverStream<Result<CompleteEvent, Status>>;
+
+    async fn models(&self, _: Request<ModelsRequest>) -> Result<Response<ModelsReply>, Status> {
+        let model = ServedModel { name: "smollm2-135m-instruct".into(), version: self.state.version() };
+        Ok(Response::new(ModelsReply { models: vec![model] }))
+    }
 
     async fn lookup(&self, request: Request<LookupRequest>) -> Result<Response<LookupReply>, Status> {
         self.state.lookups.fetch_add(1, Ordering::SeqCst);
@@ -73,8 +87,15 @@ impl CoreCache for FakeCore {
         &self,
         request: Request<CompleteRequest>,
     ) -> Result<Response<Self::CompleteStream>, Status> {
-        self.state.completes.fetch_add(1, Ordering::SeqCst);
         let request = request.into_inner();
+        if request.model_version != self.state.version() {
+            return Err(Status::failed_precondition(format!(
+                "model is at version {}, not {}",
+                self.state.version(),
+                request.model_version
+            )));
+        }
+        self.state.completes.fetch_add(1, Ordering::SeqCst);
         let generate = request.generate.clone().ok_or_else(|| Status::invalid_argument("no generate"))?;
         let question = generate.messages.last().map(|m| m.content.clone()).unwrap_or_default();
         let done = GenerateDone {
@@ -340,4 +361,24 @@ fn invalidation_ids_never_repeat_and_fit_the_core() {
     let other = InvalidationIds::new("region-1");
     assert_ne!(ids.tag, other.tag, "a restarted node, or another one left at the same node id");
     assert!(a.len() <= 128, "{a}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_bump_at_the_core_is_learned_and_the_question_generated_under_it() {
+    let (core, addr) = fake_core(Duration::ZERO).await;
+    let path = path_to(addr, &[]);
+    // Refreshes once at start, then only when asked (the interval is an hour).
+    let refresher = path.models().spawn(path.core().clone(), Duration::from_secs(3600));
+    let version = || path.models().current().resolve("smollm2-135m-instruct").map(|m| m.version).ok();
+    // Let the refresh at start see version 1, then bump: only the refusal can make the node ask again.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    core.state.version.store(2, Ordering::SeqCst);
+    let asked = admitted("What is Go?", false);
+    let old_key = asked.key.clone();
+    let (answer, _) = outcome(path.answer(asked).await.expect("answer")).await;
+    assert_eq!((answer.x_cache, answer.entry.model_version), (X_CACHE_MISS, 2), "generated under version 2");
+    assert_ne!(answer.entry.key, old_key.as_str(), "keyed under the new version");
+    assert_eq!(version(), Some(2), "the refusal made the node learn the core's version");
+    assert_eq!(core.state.completes.load(Ordering::SeqCst), 1, "one generation: the refusal came first");
+    refresher.abort();
 }
