@@ -160,6 +160,22 @@ mod tests {
         }
     }
 
+    /// Opens the store at `dir` again. sled's flusher thread holds the file lock for a moment after the
+    /// last handle is dropped, so a reopen in the same process may have to wait for it.
+    fn reopen(dir: &std::path::Path) -> ExactStore {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match ExactStore::open(dir, 1 << 20) {
+                Ok(store) => return store,
+                Err(error) if std::time::Instant::now() < deadline => {
+                    assert!(error.to_string().contains("lock"), "{error}");
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(error) => panic!("reopen: {error}"),
+            }
+        }
+    }
+
     #[test]
     fn a_reopened_store_refills_the_cache_and_drops_expired_and_unreadable_entries() {
         let dir = std::env::temp_dir().join(format!("hot-store-{}", std::process::id()));
@@ -175,7 +191,7 @@ mod tests {
             store.flush();
         }
         let cache = ExactCache::new(1 << 20);
-        let store = ExactStore::open(&dir, 1 << 20).expect("reopen");
+        let store = reopen(&dir);
         let report = store.load_into(&cache, now);
         assert_eq!(report, LoadReport { loaded: 2, expired: 1, unreadable: 1 });
         assert_eq!(cache.get("fresh", now).map(|e| e.content.clone()), Some("answer of fresh".into()));
