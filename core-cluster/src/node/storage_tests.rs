@@ -51,7 +51,20 @@ impl Drop for TempDir {
 }
 
 fn open(path: &std::path::Path) -> Result<(LogStore, StateMachineStore), StorageError> {
-    let db = sled::Config::new().path(path).open().map_err(|e| StorageIOError::write(&e))?;
+    // sled's flusher thread holds the file lock for a moment after the last handle is dropped, so a
+    // reopen in the same process may have to wait for it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let db = loop {
+        match sled::Config::new().path(path).open() {
+            Err(sled::Error::Io(e))
+                if e.to_string().contains("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            opened => break opened.map_err(|e| StorageIOError::write(&e))?,
+        }
+    };
     Ok((
         LogStore::open(&db).map_err(|e| StorageIOError::write(&e))?,
         StateMachineStore::open(&db).map_err(|e| StorageIOError::write(&e))?,
