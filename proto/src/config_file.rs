@@ -134,8 +134,6 @@ fn file_args(
         if given.contains(long) || from_env || value.as_array().is_some_and(Vec::is_empty) {
             continue;
         }
-        let text = flag_value(value)
-            .ok_or_else(|| invalid(format!("`{key}` must be a string, number, boolean or array of them")))?;
         if matches!(arg.get_action(), ArgAction::SetTrue) {
             match value.as_bool() {
                 Some(true) => flags.push(OsString::from(format!("--{long}"))),
@@ -143,6 +141,9 @@ fn file_args(
                 None => return Err(invalid(format!("`{key}` must be true or false"))),
             }
         } else {
+            let text = flag_value(value).ok_or_else(|| {
+                invalid(format!("`{key}` must be a string, number, boolean or array of them"))
+            })?;
             flags.push(OsString::from(format!("--{long}={text}")));
         }
     }

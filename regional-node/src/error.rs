@@ -45,6 +45,15 @@ pub enum RegionalError {
 }
 
 impl RegionalError {
+    /// Whether the core failed the request (counted as a core error), as opposed to the request or
+    /// this node's own limits.
+    pub fn is_core_failure(&self) -> bool {
+        matches!(
+            self,
+            RegionalError::CoreUnavailable(_) | RegionalError::Core(_) | RegionalError::ModelVersionMoved(_)
+        )
+    }
+
     /// The client-facing form of the error.
     pub fn to_request_error(&self) -> RequestError {
         match self {

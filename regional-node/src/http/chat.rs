@@ -53,25 +53,25 @@ pub async fn chat_completions(
         key = %admitted.key,
         class = admitted.class.class.as_str()
     );
-    let (stream, key, class) = (admitted.request.stream, admitted.key.clone(), admitted.class);
-    let head = StreamStart {
+    let (key, class) = (admitted.key.clone(), admitted.class);
+    // What a streamed answer's chunks carry, made only for a request that streams.
+    let head = admitted.request.stream.then(|| StreamStart {
         id: key.completion_id(),
         created: now_ms() / 1000,
         model: admitted.request.model.name.clone(),
-    };
+    });
     let answered = state.path().answer(admitted).instrument(span).await;
     let response = match answered {
-        Ok(Answered::Ready(outcome)) => Ok(outcome_response(&outcome, stream, key.as_str(), class, false)),
+        Ok(Answered::Ready(outcome)) => {
+            Ok(outcome_response(&outcome, head.is_some(), key.as_str(), class, false))
+        }
         Ok(Answered::Flight { subscription, coalesced }) => {
-            respond(subscription, stream, head, key.as_str(), class, coalesced).await
+            respond(subscription, head, key.as_str(), class, coalesced).await
         }
         Err(error) => Err(error),
     };
     response.unwrap_or_else(|error| {
-        if matches!(
-            error,
-            RegionalError::CoreUnavailable(_) | RegionalError::Core(_) | RegionalError::ModelVersionMoved(_)
-        ) {
+        if error.is_core_failure() {
             metrics.core_errors.inc();
         }
         error.into_response()
@@ -118,20 +118,19 @@ fn outcome_response(
     entry_response(&outcome.entry, stream, headers)
 }
 
-/// Answers one request from its flight: the whole answer once it has landed, or (streaming, when
-/// the flight generates) each delta as it comes.
+/// Answers one request from its flight: the whole answer once it has landed, or (streaming, `head`
+/// given, when the flight generates) each delta as it comes.
 async fn respond(
     mut subscription: Subscription,
-    stream: bool,
-    head: StreamStart,
+    head: Option<StreamStart>,
     key: &str,
     class: ClassTtl,
     coalesced: bool,
 ) -> Result<Response, RegionalError> {
-    if !stream {
+    let Some(head) = head else {
         let outcome = subscription.landed().await?;
         return Ok(outcome_response(&outcome, false, key, class, coalesced));
-    }
+    };
     let first = match subscription.next().await {
         Some(FlightItem::Landed(outcome)) => {
             return Ok(outcome_response(&outcome?, true, key, class, coalesced));

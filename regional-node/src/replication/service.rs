@@ -26,19 +26,21 @@ impl ReplicationService {
         Self { replication, applier }
     }
 
-    fn refuse_own_id(&self, from: &str) -> Result<(), Status> {
-        if from == self.replication.settings().node_id {
-            tracing::error!(node = %from, "a peer has this node's replication id: give each node its own --node-id");
-            return Err(Status::failed_precondition(format!(
-                "replication id {from:?} is this node's own: each regional node needs its own --node-id"
-            )));
-        }
-        Ok(())
-    }
-
     fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
         self.replication.settings.secret.check(request.metadata())
     }
+}
+
+/// Refuses a peer that presents this node's own replication id: its records would pass for this
+/// node's own.
+fn refuse_own_id(replication: &Replication, from: &str) -> Result<(), Status> {
+    if from == replication.settings().node_id {
+        tracing::error!(node = %from, "a peer has this node's replication id: give each node its own --node-id");
+        return Err(Status::failed_precondition(format!(
+            "replication id {from:?} is this node's own: each regional node needs its own --node-id"
+        )));
+    }
+    Ok(())
 }
 
 #[tonic::async_trait]
@@ -58,10 +60,8 @@ impl ReplicationRpc for ReplicationService {
         let applier = Arc::clone(&self.applier);
         tokio::spawn(async move {
             while let Ok(Some(batch)) = inbound.message().await {
-                if batch.from == replication.settings().node_id {
-                    tracing::error!(node = %batch.from, "a peer replicates under this node's own id; its deltas are refused");
-                    let _ =
-                        tx.send(Err(Status::failed_precondition("the peer has this node's replication id")));
+                if let Err(refused) = refuse_own_id(&replication, &batch.from) {
+                    let _ = tx.send(Err(refused));
                     break;
                 }
                 replication.metrics.bytes_received.add(batch.encoded_len() as u64);
@@ -85,7 +85,7 @@ impl ReplicationRpc for ReplicationService {
         let store = self.replication.store();
         // Every session starts with a digest: a peer that is this node's actor is refused before any
         // record of its could be mistaken for this node's own.
-        self.refuse_own_id(&request.get_ref().from)?;
+        refuse_own_id(&self.replication, &request.get_ref().from)?;
         // The caller counts a tombstone in a range with equal digests as acknowledged: have it on disk.
         store.flush().await;
         let reply = DigestReply { ranges: store.range_digests(), records: store.len() as u64 };

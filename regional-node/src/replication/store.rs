@@ -160,11 +160,6 @@ impl ReplicaStore {
         self.lock().records.get(key).map(|s| s.record.clone())
     }
 
-    /// `f` of the record under `key`, without copying it.
-    pub fn inspect<R>(&self, key: &str, f: impl FnOnce(Option<&Record>) -> R) -> R {
-        f(self.lock().records.get(key).map(|s| &s.record))
-    }
-
     /// Writes `value` under `key` at this node at `now_ms`, superseding everything the node has seen of
     /// the key.
     pub fn write_local(&self, key: &str, value: Value, now_ms: i64) -> Record {

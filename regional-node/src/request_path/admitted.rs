@@ -59,8 +59,19 @@ impl Admitted {
         only_if_cached: bool,
         started: Instant,
     ) -> Self {
-        let key = CacheKey::derive(&tenant, &request);
         let class = ClassTtl::new(classify(&request), ttl);
+        Self::derive(tenant, request, class, only_if_cached, started)
+    }
+
+    /// The request with its key and semantic question derived (the class depends on the text only).
+    fn derive(
+        tenant: String,
+        request: NormalizedRequest,
+        class: ClassTtl,
+        only_if_cached: bool,
+        started: Instant,
+    ) -> Self {
+        let key = CacheKey::derive(&tenant, &request);
         let question = SemanticQuery::derive(&tenant, &request)
             .map(|q| AnsweredQuestion { partition: q.partition, text: q.question.to_owned() });
         Self { tenant, request, key, class, only_if_cached, started, question }
@@ -75,10 +86,7 @@ impl Admitted {
         }
         let mut request = self.request.clone();
         request.model.version = current.version;
-        let key = CacheKey::derive(&self.tenant, &request);
-        let question = SemanticQuery::derive(&self.tenant, &request)
-            .map(|q| AnsweredQuestion { partition: q.partition, text: q.question.to_owned() });
-        Some(Admitted { request, key, question, tenant: self.tenant.clone(), ..*self })
+        Some(Self::derive(self.tenant.clone(), request, self.class, self.only_if_cached, self.started))
     }
 
     /// The semantic query of the request (a view of the question derived once).

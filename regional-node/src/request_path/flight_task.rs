@@ -41,14 +41,12 @@ impl FlightTask {
     /// Flies, lands the flight with what came of it, and takes it out of the air.
     pub(super) async fn run(self) {
         let outcome = self.fly().await;
-        if let Err(
-            RegionalError::CoreUnavailable(_) | RegionalError::Core(_) | RegionalError::ModelVersionMoved(_),
-        ) = &outcome
-        {
+        if outcome.as_ref().is_err_and(RegionalError::is_core_failure) {
             self.path.metrics.core_errors.inc();
         }
-        if let Err(RegionalError::Core(_) | RegionalError::ModelVersionMoved(_)) = &outcome {
-            // A refusal may be a version bump this node has not seen: learn the versions now.
+        if let Err(RegionalError::ModelVersionMoved(_)) = &outcome {
+            // Refused after the answer began to stream (a core node that had not applied the bump let
+            // the generation start): the next request learns the versions.
             self.path.models.refresh_soon();
         }
         self.flight.land(outcome.map_err(|e| e.to_request_error()));
