@@ -78,6 +78,10 @@ pub enum AdminCommand {
         /// Longest TTL kept, in seconds (0: unlimited).
         #[arg(long, default_value_t = 0)]
         max_ttl_s: u64,
+        /// Cache answers to sampled requests (temperature above 0 without a seed) too; by default only
+        /// deterministic requests are cached, since one random sample would be served to everyone.
+        #[arg(long)]
+        cache_sampled: bool,
     },
     /// Invalidate one key (--tenant and --key), a tenant (--tenant), or a model version (--model, --version).
     Invalidate {
@@ -108,7 +112,9 @@ fn outcome_json(outcome: &write_outcome::Outcome) -> serde_json::Value {
         Outcome::Stored(s) => {
             serde_json::json!({ "outcome": "stored", "key": s.key, "created_ms": s.created_ms, "ttl_s": s.ttl_s })
         }
-        Outcome::Invalidated(i) => serde_json::json!({ "outcome": "invalidated", "removed": i.removed }),
+        Outcome::Invalidated(i) => {
+            serde_json::json!({ "outcome": "invalidated", "removed": i.removed, "at_ms": i.at_ms })
+        }
         Outcome::ModelVersion(m) => serde_json::json!({
             "outcome": "model_version", "model": m.model, "previous": m.previous, "version": m.version,
             "refreshing": m.refreshing,
@@ -120,6 +126,9 @@ fn outcome_json(outcome: &write_outcome::Outcome) -> serde_json::Value {
             serde_json::json!({ "outcome": "tenant_policy_set", "tenant": t.tenant, "epoch": t.epoch })
         }
         Outcome::HitsRecorded(_) => serde_json::json!({ "outcome": "hits_recorded" }),
+        Outcome::Swept(s) => serde_json::json!({
+            "outcome": "swept", "entries": s.entries, "requests": s.requests, "feed": s.feed
+        }),
     }
 }
 
@@ -171,8 +180,8 @@ pub async fn run(args: AdminArgs) -> Result<(), CoreError> {
         AdminCommand::BumpModel { model, version } => {
             write(write_request::Command::BumpModelVersion(BumpModelVersion { model, version })).await
         }
-        AdminCommand::SetTenant { tenant, max_value_bytes, default_ttl_s, max_ttl_s } => {
-            let policy = Some(TenantPolicy { max_value_bytes, default_ttl_s, max_ttl_s });
+        AdminCommand::SetTenant { tenant, max_value_bytes, default_ttl_s, max_ttl_s, cache_sampled } => {
+            let policy = Some(TenantPolicy { max_value_bytes, default_ttl_s, max_ttl_s, cache_sampled });
             write(write_request::Command::SetTenantPolicy(SetTenantPolicy { tenant, policy })).await
         }
         AdminCommand::Invalidate { tenant, key, model, version } => {

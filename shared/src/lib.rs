@@ -14,6 +14,8 @@
 //! - [`wordpiece`]: BERT's uncased WordPiece tokenizer (all-MiniLM-L6-v2's vocabulary) for wasm.
 //! - [`small_embedding`]: the edge's distilled int8 token table, its file format and int8 cosine.
 //! - [`hotset`]: the hot set a regional node serves to the edge (versioned snapshots and deltas).
+//! - [`changes`]: the core's change feed (invalidations, model versions, tenant settings) by revision.
+//! - [`cutoffs`]: that feed as cutoff times every cache layer checks before it serves or keeps an entry.
 //! - [`auth`]: API-key hashing, the tenant key table, constant-time comparison of secrets.
 //! - [`server_timing`]: the `Server-Timing` header each tier adds to.
 //! - [`metrics`]: counters, histograms and the Prometheus text encoder used by every daemon.
@@ -25,8 +27,10 @@
 
 pub mod auth;
 pub mod cache_key;
+pub mod changes;
 pub mod completion;
 pub mod content_class;
+pub mod cutoffs;
 pub mod error;
 pub mod hex;
 pub mod hotset;
@@ -61,5 +65,8 @@ pub const CACHE_SIMILARITY_HEADER: &str = "x-cache-similarity";
 pub const CACHE_MATCHED_KEY_HEADER: &str = "x-cache-matched-key";
 /// Header set (`true`) on an answer shared with an identical request that was already in flight.
 pub const CACHE_COALESCED_HEADER: &str = "x-cache-coalesced";
+/// Header with a cached answer's creation time at the core (Unix milliseconds, the core's log time), which
+/// the edge compares with the core's invalidations.
+pub const CACHE_CREATED_HEADER: &str = "x-cache-created-ms";
 /// Largest request body any tier accepts.
 pub const MAX_REQUEST_BYTES: usize = 256 * 1024;

@@ -7,7 +7,11 @@
 
 use std::collections::BTreeMap;
 
-use super::records::{AppliedRequest, ModelState, StoredEntry, TenantState};
+use shared::changes::Change;
+
+use super::records::{
+    AppliedRequest, FeedRow, ModelState, StoredEntry, TenantState, FEED_RETENTION_MS, REQUEST_ID_RETENTION_MS,
+};
 use super::types::{Applied, Command, InvalidateScope, Outcome, RefreshJob, Rejection, Request};
 
 /// Largest cached answer the cluster accepts, in bytes (a tenant policy may set less).
@@ -37,17 +41,32 @@ pub trait Tables {
     fn request(&mut self, id: &str) -> Result<Option<AppliedRequest>, Self::Error>;
     /// Records an applied request id.
     fn put_request(&mut self, id: &str, request: &AppliedRequest) -> Result<(), Self::Error>;
+    /// Forgets an applied request id.
+    fn remove_request(&mut self, id: &str) -> Result<(), Self::Error>;
+    /// The change-feed row of a revision.
+    fn feed_row(&mut self, revision: u64) -> Result<Option<FeedRow>, Self::Error>;
+    /// Stores the change-feed row of a revision.
+    fn put_feed_row(&mut self, revision: u64, row: &FeedRow) -> Result<(), Self::Error>;
+    /// Removes the change-feed row of a revision (compaction).
+    fn remove_feed_row(&mut self, revision: u64) -> Result<(), Self::Error>;
+    /// The highest revision compacted out of the feed (0: none).
+    fn feed_floor(&mut self) -> Result<u64, Self::Error>;
+    /// Sets the highest revision compacted out of the feed.
+    fn set_feed_floor(&mut self, revision: u64) -> Result<(), Self::Error>;
 }
 
-/// Applies one proposal's requests at the state machine's time `clock_ms`, in order.
+/// Applies one proposal's requests at the state machine's time `clock_ms`, in order, as log index
+/// `revision`; the changes the tiers in front of the core must learn of become the feed row of that
+/// revision.
 ///
 /// Models touched by several requests are read once and written once, at the end.
 pub fn apply_proposal<T: Tables>(
     tables: &mut T,
+    revision: u64,
     clock_ms: i64,
     requests: &[Request],
 ) -> Result<Vec<Applied>, T::Error> {
-    let mut applier = Applier { tables, clock_ms, models: BTreeMap::new() };
+    let mut applier = Applier { tables, clock_ms, models: BTreeMap::new(), changes: Vec::new() };
     let mut applied = Vec::with_capacity(requests.len());
     for request in requests {
         applied.push(applier.apply(request)?);
@@ -56,6 +75,10 @@ pub fn apply_proposal<T: Tables>(
         if let Some(model) = model {
             applier.tables.put_model(name, model)?;
         }
+    }
+    if !applier.changes.is_empty() {
+        let row = FeedRow { at_ms: clock_ms, changes: applier.changes };
+        applier.tables.put_feed_row(revision, &row)?;
     }
     Ok(applied)
 }
@@ -66,6 +89,8 @@ struct Applier<'a, T> {
     clock_ms: i64,
     /// Models read so far (`None`: not registered), written back at the end.
     models: BTreeMap<String, Option<ModelState>>,
+    /// What this proposal changed that the tiers in front of the core must learn of.
+    changes: Vec<Change>,
 }
 
 fn rejected(reason: Rejection, message: impl Into<String>) -> Outcome {
@@ -199,6 +224,7 @@ impl<T: Tables> Applier<'_, T> {
                     current.version = next;
                     current.hot = Default::default();
                 }
+                self.changes.push(Change::ModelCurrent { model: name.clone(), version: next });
                 Ok(Outcome::ModelVersion {
                     model: name.clone(),
                     previous: model.version,
@@ -221,6 +247,7 @@ impl<T: Tables> Applier<'_, T> {
                     None => {
                         let model = ModelState { version: *version, ..Default::default() };
                         self.models.insert(name.clone(), Some(model));
+                        self.changes.push(Change::ModelCurrent { model: name.clone(), version: *version });
                     }
                 }
                 Ok(Outcome::ModelRegistered { model: name.clone(), version: *version })
@@ -229,6 +256,8 @@ impl<T: Tables> Applier<'_, T> {
                 let mut tenant = self.tables.tenant(name)?.unwrap_or_default();
                 tenant.policy = policy.clone();
                 self.tables.put_tenant(name, &tenant)?;
+                let cache_sampled = policy.cache_sampled;
+                self.changes.push(Change::TenantSettings { tenant: name.clone(), cache_sampled });
                 Ok(Outcome::TenantPolicySet { tenant: name.clone(), epoch: tenant.epoch })
             }
             Command::RecordHits { hits } => {
@@ -242,31 +271,78 @@ impl<T: Tables> Applier<'_, T> {
                 }
                 Ok(Outcome::HitsRecorded)
             }
+            Command::Sweep { entries, requests, feed } => self.sweep(entries, requests, feed),
         }
+    }
+
+    /// Removes the listed entries, request ids and feed rows that are dead at this command's log time;
+    /// anything listed that is live (rewritten since the leader looked, or not yet old enough) stays.
+    fn sweep(&mut self, entries: &[String], requests: &[String], feed: &[u64]) -> Result<Outcome, T::Error> {
+        let clock = self.clock_ms;
+        let mut removed = (0, 0, 0);
+        for key in entries {
+            let Some(stored) = self.tables.entry(key)? else { continue };
+            let tenant = self.tables.tenant(&stored.entry.tenant)?;
+            let model = self.model(&stored.entry.model)?.cloned();
+            if stored.is_live(tenant.as_ref(), model.as_ref(), clock) {
+                continue;
+            }
+            self.tables.remove_entry(key)?;
+            if let Some(model) = self.model(&stored.entry.model)? {
+                model.hot.forget(key);
+            }
+            removed.0 += 1;
+        }
+        for id in requests {
+            let Some(request) = self.tables.request(id)? else { continue };
+            if request.issued_ms.saturating_add(REQUEST_ID_RETENTION_MS) < clock {
+                self.tables.remove_request(id)?;
+                removed.1 += 1;
+            }
+        }
+        let mut floor = self.tables.feed_floor()?;
+        for &revision in feed {
+            let Some(row) = self.tables.feed_row(revision)? else { continue };
+            if row.at_ms.saturating_add(FEED_RETENTION_MS) < clock {
+                self.tables.remove_feed_row(revision)?;
+                floor = floor.max(revision);
+                removed.2 += 1;
+            }
+        }
+        if removed.2 > 0 {
+            self.tables.set_feed_floor(floor)?;
+        }
+        Ok(Outcome::Swept { entries: removed.0, requests: removed.1, feed: removed.2 })
     }
 
     fn invalidate(&mut self, scope: &InvalidateScope) -> Result<Outcome, T::Error> {
         match scope {
-            InvalidateScope::Key { tenant, key } => match self.tables.entry(key)? {
-                None => Ok(Outcome::Invalidated { removed: 0 }),
-                Some(stored) if &stored.entry.tenant != tenant => {
-                    Ok(rejected(Rejection::WrongTenant, "the key belongs to another tenant"))
-                }
-                Some(stored) => {
-                    self.tables.remove_entry(key)?;
-                    if let Some(model) = self.model(&stored.entry.model)? {
-                        model.hot.forget(key);
+            InvalidateScope::Key { tenant, key } => {
+                let removed = match self.tables.entry(key)? {
+                    None => 0,
+                    Some(stored) if &stored.entry.tenant != tenant => {
+                        return Ok(rejected(Rejection::WrongTenant, "the key belongs to another tenant"))
                     }
-                    Ok(Outcome::Invalidated { removed: 1 })
-                }
-            },
+                    Some(stored) => {
+                        self.tables.remove_entry(key)?;
+                        if let Some(model) = self.model(&stored.entry.model)? {
+                            model.hot.forget(key);
+                        }
+                        1
+                    }
+                };
+                // Announced whether or not the core held it: a tier in front may still hold a copy.
+                self.changes.push(Change::Key { tenant: tenant.clone(), key: key.clone() });
+                Ok(Outcome::Invalidated { removed, at_ms: self.clock_ms })
+            }
             InvalidateScope::Tenant { tenant: name } => {
                 let Some(mut tenant) = self.tables.tenant(name)? else {
                     return Ok(rejected(Rejection::UnknownTenant, format!("unknown tenant {name:?}")));
                 };
                 tenant.epoch += 1;
                 self.tables.put_tenant(name, &tenant)?;
-                Ok(Outcome::Invalidated { removed: 0 })
+                self.changes.push(Change::Tenant { tenant: name.clone() });
+                Ok(Outcome::Invalidated { removed: 0, at_ms: self.clock_ms })
             }
             InvalidateScope::ModelVersion { model: name, version } => {
                 let Some(model) = self.model(name)? else {
@@ -276,7 +352,8 @@ impl<T: Tables> Applier<'_, T> {
                     model.epoch += 1;
                     model.hot = Default::default();
                 }
-                Ok(Outcome::Invalidated { removed: 0 })
+                self.changes.push(Change::ModelVersion { model: name.clone(), version: *version });
+                Ok(Outcome::Invalidated { removed: 0, at_ms: self.clock_ms })
             }
         }
     }
@@ -285,55 +362,10 @@ impl<T: Tables> Applier<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::node::memory_tables::Memory;
     use crate::node::types::{Prompt, TenantPolicy};
     use shared::completion::CachedCompletion;
     use shared::normalize::{Message, Role, Sampling};
-    use std::convert::Infallible;
-
-    /// The tables in memory.
-    #[derive(Default)]
-    struct Memory {
-        entries: BTreeMap<String, StoredEntry>,
-        tenants: BTreeMap<String, TenantState>,
-        models: BTreeMap<String, ModelState>,
-        requests: BTreeMap<String, AppliedRequest>,
-    }
-
-    impl Tables for Memory {
-        type Error = Infallible;
-        fn entry(&mut self, key: &str) -> Result<Option<StoredEntry>, Infallible> {
-            Ok(self.entries.get(key).cloned())
-        }
-        fn put_entry(&mut self, key: &str, entry: &StoredEntry) -> Result<(), Infallible> {
-            self.entries.insert(key.into(), entry.clone());
-            Ok(())
-        }
-        fn remove_entry(&mut self, key: &str) -> Result<(), Infallible> {
-            self.entries.remove(key);
-            Ok(())
-        }
-        fn tenant(&mut self, name: &str) -> Result<Option<TenantState>, Infallible> {
-            Ok(self.tenants.get(name).cloned())
-        }
-        fn put_tenant(&mut self, name: &str, tenant: &TenantState) -> Result<(), Infallible> {
-            self.tenants.insert(name.into(), tenant.clone());
-            Ok(())
-        }
-        fn model(&mut self, name: &str) -> Result<Option<ModelState>, Infallible> {
-            Ok(self.models.get(name).cloned())
-        }
-        fn put_model(&mut self, name: &str, model: &ModelState) -> Result<(), Infallible> {
-            self.models.insert(name.into(), model.clone());
-            Ok(())
-        }
-        fn request(&mut self, id: &str) -> Result<Option<AppliedRequest>, Infallible> {
-            Ok(self.requests.get(id).cloned())
-        }
-        fn put_request(&mut self, id: &str, request: &AppliedRequest) -> Result<(), Infallible> {
-            self.requests.insert(id.into(), request.clone());
-            Ok(())
-        }
-    }
 
     fn entry(key: &str, tenant: &str, version: u64, content: &str) -> CachedCompletion {
         CachedCompletion {
@@ -369,7 +401,7 @@ mod tests {
     }
 
     fn one(tables: &mut Memory, clock: i64, request: Request) -> Applied {
-        let mut applied = apply_proposal(tables, clock, &[request]).expect("in memory");
+        let mut applied = apply_proposal(tables, 1, clock, &[request]).expect("in memory");
         applied.remove(0)
     }
 
@@ -380,7 +412,7 @@ mod tests {
             req("", Command::SetTenantPolicy { tenant: "a".into(), policy: TenantPolicy::default() }),
             req("", Command::SetTenantPolicy { tenant: "b".into(), policy: TenantPolicy::default() }),
         ];
-        apply_proposal(&mut t, 1, &setup).expect("in memory");
+        apply_proposal(&mut t, 1, 1, &setup).expect("in memory");
         t
     }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use proto::cache::core_cache_server::CoreCache;
 use proto::cache::{
     complete_event, CompleteDone, CompleteEvent, CompleteRequest, LookupReply, LookupRequest, ModelsReply,
-    ModelsRequest, ServedModel,
+    ModelsRequest, ServedModel, WatchEvent, WatchRequest,
 };
 use proto::convert::GeneratedEntry;
 use proto::inference::{generate_event, GenerateDone, GenerateEvent, GenerateRequest, Timings};
@@ -19,6 +19,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Request, Response, Status, Streaming};
 use tracing::Instrument;
 
+use super::change_feed;
 use super::context::NodeContext;
 use super::convert;
 use super::error::CoreError;
@@ -104,7 +105,8 @@ impl CoreCache for CacheService {
         let request = request.into_inner();
         validate::key(&request.key)?;
         validate::name("tenant", &request.tenant)?;
-        let entry = self.node.state.read(&request.key, &request.tenant, now_ms())?.map(|s| s.entry);
+        self.node.check_serving()?;
+        let entry = self.node.state.read(&request.key, &request.tenant)?.map(|s| s.entry);
         if entry.is_some() {
             self.node.hits.record(&request.key);
             metrics.lookup_hits.inc()
@@ -128,6 +130,15 @@ impl CoreCache for CacheService {
         Ok(Response::new(ModelsReply { models }))
     }
 
+    type WatchStream = ReceiverStream<Result<WatchEvent, Status>>;
+
+    async fn watch(&self, request: Request<WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        self.node.check_serving()?;
+        let after = request.into_inner().after_revision;
+        tracing::debug!(after, "watch");
+        Ok(Response::new(change_feed::watch(self.node.state.clone(), after)))
+    }
+
     #[tracing::instrument(name = "core.complete", skip_all, fields(key = %request.get_ref().key))]
     async fn complete(
         &self,
@@ -149,7 +160,7 @@ impl CoreCache for CacheService {
             }
         }
 
-        let cached = self.node.state.read(&input.key, &input.generate.tenant, now_ms())?.map(|s| s.entry);
+        let cached = self.node.state.read(&input.key, &input.generate.tenant)?.map(|s| s.entry);
         if let Some(entry) = cached.filter(|e| e.model_version == input.model_version) {
             self.node.hits.record(&input.key);
             metrics.complete_hits.inc();

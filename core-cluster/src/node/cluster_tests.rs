@@ -206,10 +206,16 @@ async fn complete(addr: SocketAddr, key: &str, text: &str) -> Result<(String, Co
     Err(Status::internal("stream ended without Done"))
 }
 
+/// The content under `key` on the node at `addr`; `None` also while the node refuses to serve (it has
+/// not yet learned it is a member, or no leader has confirmed its state).
 async fn lookup(addr: SocketAddr, key: &str) -> Option<String> {
     let secret = credential();
     let request = secret.request(LookupRequest { key: key.into(), tenant: "dev".into() });
-    client(addr).await.lookup(request).await.expect("lookup").into_inner().entry.map(|e| e.content)
+    match client(addr).await.lookup(request).await {
+        Ok(reply) => reply.into_inner().entry.map(|e| e.content),
+        Err(status) if status.code() == tonic::Code::Unavailable => None,
+        Err(status) => panic!("lookup: {status}"),
+    }
 }
 
 /// Waits until `key` reads as `content` on every node in `ids`.
@@ -405,7 +411,7 @@ async fn the_store_api_dedupes_retries_refuses_bad_input_and_reads_linearizably(
     );
     let tight = Pb::SetTenantPolicy(proto::core::SetTenantPolicy {
         tenant: "dev".into(),
-        policy: Some(proto::core::TenantPolicy { max_value_bytes: 4, default_ttl_s: 0, max_ttl_s: 0 }),
+        policy: Some(proto::core::TenantPolicy { max_value_bytes: 4, ..Default::default() }),
     });
     client.write("policy", tight).await.expect("policy");
     assert_eq!(

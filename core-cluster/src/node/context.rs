@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::error::CoreError;
 use super::hit_reporter::HitCounter;
 use super::leader_contact::LeaderContact;
 use super::metrics::Metrics;
@@ -15,6 +16,9 @@ use super::state_machine::StateMachineStore;
 use super::types::{NodeId, Raft};
 use super::writer::Writer;
 use proto::TierCredential;
+
+/// Longest time since a leader confirmed this node's state for it to serve cached answers.
+pub const SERVING_STALENESS_MS: u64 = 5_000;
 
 /// The running node's parts, shared by the gRPC services and the HTTP routes.
 pub struct NodeContext {
@@ -83,6 +87,22 @@ impl NodeContext {
         let metrics = self.raft.metrics();
         let m = metrics.borrow();
         (m.current_leader, m.last_applied.map(|id| id.index))
+    }
+
+    /// Whether this node may answer from its state: it is a member of the cluster it knows, and a leader
+    /// confirmed its state within [`SERVING_STALENESS_MS`]. A removed node (which may never learn it was
+    /// removed) or one cut off from the leader refuses, so its callers fail over instead of reading a
+    /// state that no longer moves.
+    pub fn check_serving(&self) -> Result<(), CoreError> {
+        if !self.writer.is_member() {
+            return Err(CoreError::NoQuorum("this node is not a member of the cluster".into()));
+        }
+        match self.contact.staleness_ms(self.id, &self.raft) {
+            Some(ms) if ms <= SERVING_STALENESS_MS => Ok(()),
+            staleness => Err(CoreError::NoQuorum(format!(
+                "no leader confirmed this node's state within {SERVING_STALENESS_MS} ms (last: {staleness:?} ms ago)"
+            ))),
+        }
     }
 
     /// The metrics in Prometheus text format.

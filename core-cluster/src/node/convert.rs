@@ -99,6 +99,7 @@ pub fn write_request(request: pb::WriteRequest) -> Result<Request, CoreError> {
                 max_value_bytes: p.max_value_bytes,
                 default_ttl_s: p.default_ttl_s,
                 max_ttl_s: p.max_ttl_s,
+                cache_sampled: p.cache_sampled,
             };
             Command::SetTenantPolicy { tenant: set.tenant, policy }
         }
@@ -131,7 +132,9 @@ pub fn write_outcome(outcome: &Outcome) -> Result<pb::WriteOutcome, CoreError> {
         Outcome::Stored { key, created_ms, ttl_s } => {
             Wire::Stored(pb::Stored { key: key.clone(), created_ms: *created_ms, ttl_s: *ttl_s })
         }
-        Outcome::Invalidated { removed } => Wire::Invalidated(pb::Invalidated { removed: *removed }),
+        Outcome::Invalidated { removed, at_ms } => {
+            Wire::Invalidated(pb::Invalidated { removed: *removed, at_ms: *at_ms })
+        }
         Outcome::ModelVersion { model, previous, version, refresh } => {
             Wire::ModelVersion(pb::ModelVersionChanged {
                 model: model.clone(),
@@ -147,6 +150,9 @@ pub fn write_outcome(outcome: &Outcome) -> Result<pb::WriteOutcome, CoreError> {
             Wire::TenantPolicySet(pb::TenantPolicySet { tenant: tenant.clone(), epoch: *epoch })
         }
         Outcome::HitsRecorded => Wire::HitsRecorded(pb::HitsRecorded {}),
+        Outcome::Swept { entries, requests, feed } => {
+            Wire::Swept(pb::Swept { entries: *entries, requests: *requests, feed: *feed })
+        }
     };
     Ok(pb::WriteOutcome { outcome: Some(wire) })
 }

@@ -15,8 +15,12 @@
 //! - [`hot_prompts`]: the replicated top-k of each model's hottest keys.
 //! - [`apply`]: the rules of every command, over the [`apply::Tables`] trait.
 //! - [`tx_tables`]: those tables inside a sled transaction.
+//! - `memory_tables`: those tables in memory (tests), and `state_machine_proptests`, three replicas of
+//!   one random log compared at every index.
 //! - [`log_store`]: the Raft log, vote and committed pointer in sled.
-//! - [`state_machine`]: the sled state machine: apply, reads, digest, sweep, snapshots.
+//! - [`state_machine`]: the sled state machine: apply, reads at log time, digest, sweep candidates,
+//!   the change feed's rows, snapshots.
+//! - [`change_feed`]: the `CoreCache.Watch` stream of the feed, resumable by revision.
 //! - [`convert`]: conversions between protobuf types and domain types, JSON Raft payloads.
 //! - [`peers`]: gRPC channels to other core nodes, shared by replication and forwarding.
 //! - [`network`]: openraft's network factory over the `Raft` gRPC service.
@@ -25,6 +29,7 @@
 //! - [`writer`]: commits a request through Raft from any node (group commit on the leader, else forwarded).
 //! - [`pods`]: the client side of the inference pods, with failover.
 //! - [`hit_reporter`]: counts served hits and reports them through Raft.
+//! - [`ticker`]: the leader's periodic sweep proposal, which also keeps the log time moving.
 //! - [`refresher`]: regenerates the hottest prompts after a model-version bump.
 //! - [`cache_service`]: the `CoreCache` gRPC server (lookup, complete).
 //! - [`leader_contact`]: when a leader last confirmed this node's state (bounded-staleness reads).
@@ -42,6 +47,7 @@
 pub mod admin_service;
 pub mod apply;
 pub mod cache_service;
+pub mod change_feed;
 pub mod config;
 pub mod context;
 pub mod convert;
@@ -63,6 +69,7 @@ pub mod refresher;
 pub mod server;
 pub mod state_machine;
 pub mod store_service;
+pub mod ticker;
 pub mod tx_tables;
 pub mod types;
 pub mod validate;
@@ -70,6 +77,10 @@ pub mod writer;
 
 #[cfg(test)]
 mod cluster_tests;
+#[cfg(test)]
+mod memory_tables;
+#[cfg(test)]
+mod state_machine_proptests;
 #[cfg(test)]
 mod storage_tests;
 

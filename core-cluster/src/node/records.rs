@@ -55,6 +55,18 @@ pub struct AppliedRequest {
 /// How long an applied request id is remembered: a client retrying for longer may apply twice.
 pub const REQUEST_ID_RETENTION_MS: i64 = 10 * 60 * 1000;
 
+/// How long (log time) a change stays in the feed: a watcher away for longer resyncs.
+pub const FEED_RETENTION_MS: i64 = 60 * 60 * 1000;
+
+/// The changes one log entry made that the tiers in front of the core must learn of.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeedRow {
+    /// The entry's log time.
+    pub at_ms: i64,
+    /// In the order they were applied.
+    pub changes: Vec<shared::changes::Change>,
+}
+
 impl StoredEntry {
     /// Whether the entry may be served at `now_ms`, given its tenant and model as they are now.
     pub fn is_live(&self, tenant: Option<&TenantState>, model: Option<&ModelState>, now_ms: i64) -> bool {

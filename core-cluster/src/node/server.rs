@@ -36,11 +36,10 @@ use super::read_barrier::ReadBarrier;
 use super::refresher::Refresher;
 use super::state_machine::StateMachineStore;
 use super::store_service::StoreService;
+use super::ticker;
 use super::types::{Command, Raft, Request, TenantPolicy};
 use super::writer::Writer;
 
-/// How often dead entries and old request ids are swept from the state machine.
-const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 /// How often the inference pods are probed.
 const POD_PROBE_INTERVAL: Duration = Duration::from_secs(2);
 /// How long open connections may take to finish after shutdown is signalled.
@@ -106,8 +105,9 @@ pub async fn run(
         contact: contact.clone(),
         metrics: metrics.clone(),
     });
+    let ticker = ticker::run(config.id, raft.clone(), state, writer.clone());
     let mut background =
-        vec![prober, tokio::spawn(hit_reporter::report(hits, writer.clone())), tokio::spawn(sweep(state))];
+        vec![prober, tokio::spawn(hit_reporter::report(hits, writer.clone())), tokio::spawn(ticker)];
     if formed {
         background.push(tokio::spawn(seed(writer, config.clone())));
     }
@@ -265,24 +265,6 @@ async fn seed(writer: Writer, config: NodeConfig) {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
             }
-        }
-    }
-}
-
-/// Sweeps dead entries and expired request ids every [`SWEEP_INTERVAL`].
-async fn sweep(state: StateMachineStore) {
-    let mut tick = tokio::time::interval(SWEEP_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let store = state.clone();
-        match tokio::task::spawn_blocking(move || store.sweep()).await {
-            Ok(Ok((0, 0))) => {}
-            Ok(Ok((entries, requests))) => {
-                tracing::info!(entries, requests, "swept dead entries and old request ids")
-            }
-            Ok(Err(e)) => tracing::warn!(error = %e, "sweep failed"),
-            Err(e) => tracing::warn!(error = %e, "sweep task failed"),
         }
     }
 }

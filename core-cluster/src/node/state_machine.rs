@@ -8,8 +8,17 @@
 //!
 //! Time: the state machine's clock is the largest `issued_ms` of the proposals applied so far (the leader's
 //! clock, never the replica's), so every replica stamps the same creation times and agrees on what had
-//! expired at a given log index. Dead entries (expired at that clock, or invalidated by an epoch or version)
-//! are never served; [`StateMachineStore::sweep`] removes them later, and snapshots leave them out.
+//! expired at a given log index. Reads decide expiry at that clock too, so a read never sees time go
+//! backwards, on one node or across a failover; the leader proposes a [`Command::Sweep`] every tick, which
+//! keeps the clock moving on an idle cluster. Dead entries (expired at that clock, or invalidated by an
+//! epoch or version) are never served; the leader lists them in a later sweep, and applying it removes
+//! those still dead at its log time. Nothing changes outside `apply` and snapshot installation, so replicas
+//! that applied the same log prefix hold the same state, and a snapshot is that whole state.
+//!
+//! The change feed: every log entry that invalidated something, moved a model's version or changed a
+//! tenant's settings leaves a [`FeedRow`] at its index (its revision), which `CoreCache.Watch` streams to
+//! the regional tier ([`super::change_feed`]). Sweeps compact rows older than [`FEED_RETENTION_MS`] and
+//! raise the feed's floor, below which a watcher must resync.
 
 // openraft's storage error is large, and every trait method returns it; the private helpers return it too
 // rather than box it only to unbox it at the trait boundary.
@@ -29,9 +38,12 @@ use sled::transaction::{ConflictableTransactionError, TransactionError, Transact
 
 use super::apply::apply_proposal;
 use super::error::CoreError;
-use super::records::{AppliedRequest, ModelState, StoredEntry, TenantState, REQUEST_ID_RETENTION_MS};
-use super::tx_tables::TxTables;
-use super::types::{Entry, NodeId, ProposalResponse, StorageError, TypeConfig};
+use super::records::{
+    AppliedRequest, FeedRow, ModelState, StoredEntry, TenantState, FEED_RETENTION_MS, REQUEST_ID_RETENTION_MS,
+};
+use super::tx_tables::{TxTables, FEED_FLOOR};
+use super::types::{Command, Entry, NodeId, ProposalResponse, StorageError, TypeConfig};
+use shared::changes::Resync;
 
 const LAST_APPLIED: &[u8] = b"last_applied";
 const LAST_MEMBERSHIP: &[u8] = b"last_membership";
@@ -67,14 +79,18 @@ pub struct StateMachineStore {
     meta: sled::Tree,
     /// The current snapshot's metadata and bytes.
     snapshot: sled::Tree,
+    /// [`FeedRow`] JSON by revision (big-endian log index).
+    feed: sled::Tree,
+    /// The last applied log index, for watchers of the feed.
+    applied: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
 }
 
-/// The bytes of a snapshot: the whole live state.
+/// The bytes of a snapshot: the whole state.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct SnapshotBody {
     /// The state machine's clock.
     clock_ms: i64,
-    /// Live entries, in key order.
+    /// Every entry (dead ones not yet swept included), in key order.
     entries: Vec<(String, StoredEntry)>,
     /// Every tenant.
     tenants: Vec<(String, TenantState)>,
@@ -82,7 +98,25 @@ struct SnapshotBody {
     models: Vec<(String, ModelState)>,
     /// Request ids still remembered.
     requests: Vec<(String, AppliedRequest)>,
+    /// The change feed's rows.
+    #[serde(default)]
+    feed: Vec<(u64, FeedRow)>,
+    /// The feed's floor.
+    #[serde(default)]
+    feed_floor: u64,
 }
+
+/// What a watcher of the feed gets after a revision.
+#[derive(Debug)]
+pub enum FeedRead {
+    /// Rows after it were compacted: the watcher must resync.
+    Compacted,
+    /// The rows after it (up to a limit), in revision order.
+    Rows(Vec<(u64, FeedRow)>),
+}
+
+/// Sweeps list at most this many items of each kind.
+const SWEEP_LIMIT: usize = 1_000;
 
 /// Sizes and a digest of the live state, equal on replicas that applied the same log prefix.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,7 +134,13 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error> {
 impl StateMachineStore {
     /// Opens (or creates) the state-machine trees in `db`.
     pub fn open(db: &sled::Db) -> Result<Self, sled::Error> {
+        let meta = db.open_tree("sm_meta")?;
+        let last_applied: Option<LogId<NodeId>> =
+            meta.get(LAST_APPLIED)?.and_then(|b| decode(&b).ok()).flatten();
+        let applied = tokio::sync::watch::Sender::new(last_applied.map_or(0, |id| id.index));
         Ok(Self {
+            feed: db.open_tree("sm_feed")?,
+            applied: std::sync::Arc::new(applied),
             db: db.clone(),
             entries: db.open_tree("sm_entries")?,
             tenants: db.open_tree("sm_tenants")?,
@@ -119,8 +159,10 @@ impl StateMachineStore {
         Ok(self.models.get(name.as_bytes())?.map(|b| decode(&b)).transpose()?)
     }
 
-    /// The entry under `key` if `tenant` owns it and it is live at `now_ms`, from the local applied state.
-    pub fn read(&self, key: &str, tenant: &str, now_ms: i64) -> Result<Option<StoredEntry>, CoreError> {
+    /// The entry under `key` if `tenant` owns it and it is live at the state machine's clock, from the
+    /// local applied state.
+    pub fn read(&self, key: &str, tenant: &str) -> Result<Option<StoredEntry>, CoreError> {
+        let now_ms = self.clock_ms()?;
         let Some(bytes) = self.entries.get(key.as_bytes())? else {
             return Ok(None);
         };
@@ -219,33 +261,94 @@ impl StateMachineStore {
         Ok(StateDigest { digest: shared::hex::encode(&hasher.finalize()), entries })
     }
 
-    /// Removes entries that are dead at the state machine's clock and request ids past their retention.
-    ///
-    /// Runs beside `apply`: each removal is a compare-and-swap against the value read, so an entry that
-    /// was just rewritten is kept. Returns how many entries and request ids were removed.
-    pub fn sweep(&self) -> Result<(u64, u64), CoreError> {
+    /// What the leader's next sweep should list: entries dead at the clock, request ids and feed rows past
+    /// their retention (at most [`SWEEP_LIMIT`] of each). Only a proposal: applying it decides again.
+    pub fn sweep_candidates(&self) -> Result<Command, CoreError> {
         let clock = self.clock_ms()?;
         let (tenants, models) = self.directory()?;
-        let mut removed = (0, 0);
+        let mut entries = Vec::new();
         for item in self.entries.iter() {
             let (key, bytes) = item?;
             let stored: StoredEntry = decode(&bytes)?;
-            if !stored.is_live(tenants.get(&stored.entry.tenant), models.get(&stored.entry.model), clock)
-                && self.entries.compare_and_swap(&key, Some(&bytes), None::<&[u8]>)?.is_ok()
-            {
-                removed.0 += 1;
+            if !stored.is_live(tenants.get(&stored.entry.tenant), models.get(&stored.entry.model), clock) {
+                entries.push(String::from_utf8_lossy(&key).into_owned());
+                if entries.len() == SWEEP_LIMIT {
+                    break;
+                }
             }
         }
+        let mut requests = Vec::new();
         for item in self.requests.iter() {
             let (id, bytes) = item?;
             let request: AppliedRequest = decode(&bytes)?;
-            if request.issued_ms.saturating_add(REQUEST_ID_RETENTION_MS) < clock
-                && self.requests.compare_and_swap(&id, Some(&bytes), None::<&[u8]>)?.is_ok()
-            {
-                removed.1 += 1;
+            if request.issued_ms.saturating_add(REQUEST_ID_RETENTION_MS) < clock {
+                requests.push(String::from_utf8_lossy(&id).into_owned());
+                if requests.len() == SWEEP_LIMIT {
+                    break;
+                }
             }
         }
-        Ok(removed)
+        let mut feed = Vec::new();
+        for item in self.feed.iter() {
+            let (revision, bytes) = item?;
+            let row: FeedRow = decode(&bytes)?;
+            // Rows are in revision order, which is log-time order.
+            if row.at_ms.saturating_add(FEED_RETENTION_MS) >= clock || feed.len() == SWEEP_LIMIT {
+                break;
+            }
+            feed.push(revision_of(&revision));
+        }
+        Ok(Command::Sweep { entries, requests, feed })
+    }
+
+    /// The feed's rows after `revision`, at most `limit`, or [`FeedRead::Compacted`] when some were
+    /// compacted away.
+    pub fn feed_after(&self, revision: u64, limit: usize) -> Result<FeedRead, CoreError> {
+        if revision < self.feed_floor()? {
+            return Ok(FeedRead::Compacted);
+        }
+        let mut rows = Vec::new();
+        for item in self.feed.range(revision.saturating_add(1).to_be_bytes()..).take(limit) {
+            let (key, bytes) = item?;
+            rows.push((revision_of(&key), decode(&bytes)?));
+        }
+        Ok(FeedRead::Rows(rows))
+    }
+
+    /// The highest revision compacted out of the feed (0: none).
+    pub fn feed_floor(&self) -> Result<u64, CoreError> {
+        Ok(self.meta.get(FEED_FLOOR)?.map(|b| decode(&b)).transpose()?.unwrap_or(0))
+    }
+
+    /// Where a watcher that cannot follow the feed starts again: the applied revision, the clock as its
+    /// floor, every model's version and the tenants that cache sampled answers.
+    ///
+    /// Read beside `apply`: the revision is read first, so anything applied meanwhile is at most sent
+    /// again after it (every change is idempotent), and the floor can only be later (more conservative).
+    pub fn resync_point(&self) -> Result<Resync, CoreError> {
+        let revision = self.applied_index();
+        let floor_ms = self.clock_ms()?;
+        let (tenants, models) = self.directory()?;
+        Ok(Resync {
+            revision,
+            floor_ms,
+            models: models.into_iter().map(|(name, model)| (name, model.version)).collect(),
+            cache_sampled: tenants
+                .into_iter()
+                .filter(|(_, t)| t.policy.cache_sampled)
+                .map(|(n, _)| n)
+                .collect(),
+        })
+    }
+
+    /// The last applied log index (0: none).
+    pub fn applied_index(&self) -> u64 {
+        *self.applied.borrow()
+    }
+
+    /// Notified with every new applied index.
+    pub fn applied_updates(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.applied.subscribe()
     }
 
     fn read_applied(&self) -> Result<(Option<LogId<NodeId>>, Membership), StorageIOError<NodeId>> {
@@ -272,14 +375,18 @@ impl StateMachineStore {
         let (last_applied, membership) = self.read_applied()?;
         let clock_ms = self.clock_ms().map_err(|e| err(&e))?;
         let (tenants, models) = self.directory().map_err(|e| err(&e))?;
-        let mut body = SnapshotBody { clock_ms, ..Default::default() };
+        let feed_floor = self.feed_floor().map_err(|e| err(&e))?;
+        let mut body = SnapshotBody { clock_ms, feed_floor, ..Default::default() };
+        // Dead entries too: the snapshot is the state, so a replica that installs it equals one that
+        // applied the log (the sweeps remove dead entries, in the log).
         for item in self.entries.iter() {
             let (key, bytes) = item.map_err(|e| err(&e))?;
             let stored: StoredEntry = decode(&bytes).map_err(|e| err(&e))?;
-            // Dead entries are never served, so a snapshot leaves them out: compaction for free.
-            if stored.is_live(tenants.get(&stored.entry.tenant), models.get(&stored.entry.model), clock_ms) {
-                body.entries.push((String::from_utf8_lossy(&key).into_owned(), stored));
-            }
+            body.entries.push((String::from_utf8_lossy(&key).into_owned(), stored));
+        }
+        for item in self.feed.iter() {
+            let (revision, bytes) = item.map_err(|e| err(&e))?;
+            body.feed.push((revision_of(&revision), decode(&bytes).map_err(|e| err(&e))?));
         }
         for item in self.requests.iter() {
             let (id, bytes) = item.map_err(|e| err(&e))?;
@@ -289,6 +396,13 @@ impl StateMachineStore {
         body.tenants = tenants.into_iter().collect();
         body.models = models.into_iter().collect();
         Ok((body, last_applied, membership))
+    }
+
+    /// The whole state and the last applied log id as JSON, for tests that compare replicas.
+    #[cfg(test)]
+    pub fn export(&self) -> serde_json::Value {
+        let (body, applied, _) = self.copy_state().expect("the state is readable");
+        serde_json::json!({ "state": body, "applied": applied })
     }
 
     /// Saves a snapshot as the current one and fsyncs it.
@@ -334,7 +448,14 @@ impl StateMachineStore {
         ] {
             encoded.push(encode_all(rows.map_err(|e| err(&e))?));
         }
-        let trees = [&self.entries, &self.tenants, &self.models, &self.requests];
+        let feed_rows = body
+            .feed
+            .iter()
+            .map(|(revision, row)| serde_json::to_vec(row).map(|b| (revision.to_be_bytes().to_vec(), b)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| err(&e))?;
+        encoded.push(feed_rows);
+        let trees = [&self.entries, &self.tenants, &self.models, &self.requests, &self.feed];
         let mut stale: Vec<Vec<sled::IVec>> = Vec::new();
         for (tree, rows) in trees.iter().zip(&encoded) {
             let keep: BTreeSet<&[u8]> = rows.iter().map(|(k, _)| k.as_slice()).collect();
@@ -350,10 +471,11 @@ impl StateMachineStore {
         let applied = serde_json::to_vec(last_applied).map_err(|e| err(&e))?;
         let membership = serde_json::to_vec(membership).map_err(|e| err(&e))?;
         let clock = serde_json::to_vec(&body.clock_ms).map_err(|e| err(&e))?;
+        let feed_floor = serde_json::to_vec(&body.feed_floor).map_err(|e| err(&e))?;
         let result: Result<(), TransactionError<String>> =
-            (&self.entries, &self.tenants, &self.models, &self.requests, &self.meta).transaction(
-                |(entries, tenants, models, requests, meta)| {
-                    for (i, tree) in [entries, tenants, models, requests].into_iter().enumerate() {
+            (&self.entries, &self.tenants, &self.models, &self.requests, &self.feed, &self.meta).transaction(
+                |(entries, tenants, models, requests, feed, meta)| {
+                    for (i, tree) in [entries, tenants, models, requests, feed].into_iter().enumerate() {
                         for key in &stale[i] {
                             tree.remove(key.clone())?;
                         }
@@ -364,11 +486,19 @@ impl StateMachineStore {
                     meta.insert(LAST_APPLIED, applied.as_slice())?;
                     meta.insert(LAST_MEMBERSHIP, membership.as_slice())?;
                     meta.insert(CLOCK, clock.as_slice())?;
+                    meta.insert(FEED_FLOOR, feed_floor.as_slice())?;
                     Ok::<(), ConflictableTransactionError<String>>(())
                 },
             );
-        result.map_err(|e| StorageIOError::write_state_machine(&tx_error(e)))
+        result.map_err(|e| StorageIOError::write_state_machine(&tx_error(e)))?;
+        self.applied.send_replace(last_applied.as_ref().map_or(0, |id| id.index));
+        Ok(())
     }
+}
+
+/// The revision a feed key stands for (keys are big-endian log indexes).
+fn revision_of(key: &[u8]) -> u64 {
+    key.try_into().map(u64::from_be_bytes).unwrap_or(0)
 }
 
 /// Unix time in milliseconds.
@@ -416,13 +546,15 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             None => None,
         };
         let result: Result<Vec<ProposalResponse>, TransactionError<String>> =
-            (&self.entries, &self.tenants, &self.models, &self.requests, &self.meta).transaction(
-                |(tx_entries, tx_tenants, tx_models, tx_requests, tx_meta)| {
+            (&self.entries, &self.tenants, &self.models, &self.requests, &self.feed, &self.meta).transaction(
+                |(tx_entries, tx_tenants, tx_models, tx_requests, tx_feed, tx_meta)| {
                     let mut tables = TxTables {
                         entries: tx_entries,
                         tenants: tx_tenants,
                         models: tx_models,
                         requests: tx_requests,
+                        feed: tx_feed,
+                        meta: tx_meta,
                     };
                     let mut clock = start_clock;
                     let mut responses = Vec::with_capacity(entries.len());
@@ -430,7 +562,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                         match &entry.payload {
                             EntryPayload::Normal(proposal) => {
                                 clock = clock.max(proposal.issued_ms);
-                                let applied = apply_proposal(&mut tables, clock, &proposal.requests)?;
+                                let revision = entry.log_id.index;
+                                let applied =
+                                    apply_proposal(&mut tables, revision, clock, &proposal.requests)?;
                                 responses.push(ProposalResponse { applied });
                             }
                             EntryPayload::Blank | EntryPayload::Membership(_) => {
@@ -448,7 +582,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     Ok(responses)
                 },
             );
-        result.map_err(|e| StorageIOError::apply(last, &tx_error(e)).into())
+        let responses = result.map_err(|e| StorageIOError::apply(last, &tx_error(e)))?;
+        self.applied.send_replace(last.index);
+        Ok(responses)
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {

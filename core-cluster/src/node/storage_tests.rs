@@ -16,7 +16,7 @@ use openraft::{
 use shared::completion::CachedCompletion;
 
 use super::log_store::LogStore;
-use super::state_machine::{now_ms, StateMachineStore};
+use super::state_machine::{now_ms, FeedRead, StateMachineStore};
 use super::types::{
     Command, Entry, NodeId, Outcome, Proposal, ProposalResponse, Request, StorageError, TenantPolicy,
     TypeConfig,
@@ -163,7 +163,7 @@ fn state_survives_a_restart() {
         assert_eq!(log.read_vote().await.expect("vote"), Some(Vote::new(3, 2)));
         assert_eq!(log.try_get_log_entries(1..4).await.expect("logs").len(), 3);
         assert_eq!(sm.applied_state().await.expect("applied").0, Some(log_id(1, 3)));
-        let a = sm.read("a", "dev", now).expect("read").map(|s| s.entry.content);
+        let a = sm.read("a", "dev").expect("read").map(|s| s.entry.content);
         assert_eq!(a, Some("answer for a".to_owned()));
         assert_eq!(sm.clock_ms().expect("clock"), now);
     });
@@ -183,17 +183,26 @@ fn reads_honour_tenant_and_expiry() {
         ])
         .await
         .expect("apply");
-        assert!(sm.read("k", "dev", now).expect("read").is_some());
-        assert!(sm.read("k", "other-tenant", now).expect("read").is_none());
-        assert!(sm.read("old", "dev", now).expect("read").is_none());
-        assert!(sm.read("missing", "dev", now).expect("read").is_none());
-        assert_eq!(sm.sweep().expect("sweep"), (1, 0), "the expired entry is swept");
+        assert!(sm.read("k", "dev").expect("read").is_some());
+        assert!(sm.read("k", "other-tenant").expect("read").is_none());
+        assert!(sm.read("old", "dev").expect("read").is_none());
+        assert!(sm.read("missing", "dev").expect("read").is_none());
+        assert_eq!(sm.len(), 2, "nothing is removed outside the log");
+        let sweep = sm.sweep_candidates().expect("candidates");
+        let applied = sm.apply(vec![proposal(4, now, vec![sweep])]).await.expect("apply");
+        assert_eq!(
+            applied[0].applied[0].outcome,
+            Outcome::Swept { entries: 1, requests: 0, feed: 1 },
+            "the expired entry and the seed's feed row (logged at time 0) are swept, through the log"
+        );
         assert_eq!(sm.len(), 1);
+        assert!(matches!(sm.feed_after(0, 10).expect("feed"), FeedRead::Compacted));
+        assert!(matches!(sm.feed_after(1, 10).expect("feed"), FeedRead::Rows(rows) if rows.is_empty()));
     });
 }
 
 #[test]
-fn snapshots_carry_live_entries_and_replace_state() {
+fn snapshots_carry_the_whole_state_and_replace_it() {
     let (a, b) = (TempDir::new("snap-a"), TempDir::new("snap-b"));
     runtime().block_on(async {
         let (_, mut leader) = open(&a.0).expect("open");
@@ -215,13 +224,10 @@ fn snapshots_carry_live_entries_and_replace_state() {
         *receiving = Cursor::new(snapshot.snapshot.into_inner());
         follower.install_snapshot(&snapshot.meta, receiving).await.expect("install");
 
-        assert!(follower.read("x", "dev", now).expect("read").is_some());
-        assert_eq!(
-            follower.len(),
-            1,
-            "expired entries stay out of snapshots; installing replaces the old state"
-        );
-        assert!(follower.read("stale", "dev", now).expect("read").is_none());
+        assert!(follower.read("x", "dev").expect("read").is_some());
+        assert_eq!(follower.len(), 2, "a snapshot is the whole state, swept or not; installing replaces it");
+        assert!(follower.read("stale", "dev").expect("read").is_none());
+        assert!(follower.read("gone", "dev").expect("read").is_none(), "still dead after the install");
         assert_eq!(follower.applied_state().await.expect("applied").0, Some(log_id(1, 3)));
         assert_eq!(follower.digest().expect("digest"), leader.digest().expect("digest"));
         let current = follower.get_current_snapshot().await.expect("current").expect("a snapshot");

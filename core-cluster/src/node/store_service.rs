@@ -12,7 +12,6 @@ use tonic::{Request, Response, Status};
 use super::context::NodeContext;
 use super::convert;
 use super::error::CoreError;
-use super::state_machine::now_ms;
 use super::validate;
 
 /// Metadata that marks a read forwarded by a follower, so that it is never forwarded twice.
@@ -49,7 +48,7 @@ impl StoreService {
 
     fn local_read(&self, read: &ReadRequest) -> Result<ReadReply, CoreError> {
         let (leader, last_applied) = self.node.raft_position();
-        let stored = self.node.state.read(&read.key, &read.tenant, now_ms())?;
+        let stored = self.node.state.read(&read.key, &read.tenant)?;
         Ok(ReadReply {
             content_class: stored.as_ref().map(|s| s.content_class.clone()).unwrap_or_default(),
             entry: stored.map(|s| s.entry.into()),

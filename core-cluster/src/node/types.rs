@@ -101,6 +101,20 @@ pub enum Command {
         /// Cache keys and how often each was served since the last report.
         hits: Vec<(String, u32)>,
     },
+    /// The leader's periodic proposal: it advances the log time (what reads decide expiry against) and
+    /// removes what the leader found dead. Each listed item is removed only if it is dead at this
+    /// command's log time, so every replica removes the same items at the same index.
+    Sweep {
+        /// Cache keys of entries found expired or invalidated.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        entries: Vec<String>,
+        /// Request ids found past their retention.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        requests: Vec<String>,
+        /// Revisions of change-feed rows found past their retention.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        feed: Vec<u64>,
+    },
 }
 
 /// Which entries an [`Command::Invalidate`] removes.
@@ -137,6 +151,10 @@ pub struct TenantPolicy {
     pub default_ttl_s: u64,
     /// Longest TTL kept, in seconds (longer ones are cut to it); 0 means unlimited.
     pub max_ttl_s: u64,
+    /// Whether the tiers cache answers to sampled requests (temperature above 0 without a seed); by
+    /// default only deterministic requests are cached.
+    #[serde(default)]
+    pub cache_sampled: bool,
 }
 
 /// The normalized request behind an entry: enough to generate it again under a new model version.
@@ -183,6 +201,9 @@ pub enum Outcome {
     Invalidated {
         /// Entries removed now (a key), or 0 when the scope is invalidated lazily by an epoch or version.
         removed: u64,
+        /// The log time of the invalidation: answers created at or before it are invalid.
+        #[serde(default)]
+        at_ms: i64,
     },
     /// A model moved to a new version.
     ModelVersion {
@@ -211,6 +232,15 @@ pub enum Outcome {
     },
     /// Hits were added to the hot summaries.
     HitsRecorded,
+    /// A sweep was applied.
+    Swept {
+        /// Entries removed.
+        entries: u64,
+        /// Request ids forgotten.
+        requests: u64,
+        /// Change-feed rows compacted.
+        feed: u64,
+    },
     /// The command was refused; nothing changed.
     Rejected {
         /// Why, as a category.

@@ -1,0 +1,95 @@
+//! `CoreCache.Watch`: the change feed from a revision on, then as it grows.
+//!
+//! Rows come from the local state machine ([`StateMachineStore::feed_after`]), which every replica holds
+//! alike at a given index, so a watcher that fails over to another node resumes from its revision. A
+//! revision below the feed's floor (compacted), or 0, is answered with a resync first. When nothing new
+//! is applied, a progress event at least every [`PROGRESS_INTERVAL`] tells the watcher the revision it is
+//! at and that the stream is alive.
+
+use std::time::Duration;
+
+use proto::cache::WatchEvent;
+use shared::changes::{Changes, Revised};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Status;
+
+use super::error::CoreError;
+use super::state_machine::{FeedRead, StateMachineStore};
+
+/// Longest quiet time on a watch stream.
+pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
+/// Feed rows read per batch.
+const ROWS_PER_BATCH: usize = 256;
+
+/// Streams the feed after `after_revision` until the watcher hangs up.
+pub fn watch(state: StateMachineStore, after_revision: u64) -> ReceiverStream<Result<WatchEvent, Status>> {
+    let (tx, rx) = mpsc::channel(16);
+    tokio::spawn(async move {
+        if let Err(e) = follow(&state, after_revision, &tx).await {
+            let _ = tx.send(Err(e.into())).await;
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
+/// Why following stopped: the watcher left, or the state could not be read.
+async fn follow(
+    state: &StateMachineStore,
+    after_revision: u64,
+    tx: &mpsc::Sender<Result<WatchEvent, Status>>,
+) -> Result<(), CoreError> {
+    let mut applied = state.applied_updates();
+    let mut cursor = after_revision;
+    let mut sent_progress = None;
+    loop {
+        // Read before the rows: every row at or below it is already visible, so a progress event never
+        // moves the cursor past a row that was not read.
+        let applied_before = state.applied_index();
+        let batch = match (cursor, state.feed_after(cursor, ROWS_PER_BATCH)?) {
+            (0, _) | (_, FeedRead::Compacted) => {
+                let resync = state.resync_point()?;
+                Changes { revision: resync.revision, resync: Some(resync), changes: Vec::new() }
+            }
+            (_, FeedRead::Rows(rows)) if !rows.is_empty() => {
+                let revision = rows.last().map_or(cursor, |(r, _)| *r);
+                let changes = rows
+                    .into_iter()
+                    .flat_map(|(revision, row)| {
+                        row.changes.into_iter().map(move |change| Revised {
+                            revision,
+                            at_ms: row.at_ms,
+                            change,
+                        })
+                    })
+                    .collect();
+                Changes { revision, resync: None, changes }
+            }
+            (_, FeedRead::Rows(_)) => {
+                // Nothing after the cursor: wait for the next applied index, or say where we are.
+                let now = applied_before.max(cursor);
+                if sent_progress != Some(now) {
+                    sent_progress = Some(now);
+                    if tx
+                        .send(Ok(WatchEvent::from(&Changes { revision: now, ..Default::default() })))
+                        .await
+                        .is_err()
+                    {
+                        return Ok(());
+                    }
+                    cursor = now;
+                }
+                tokio::select! {
+                    changed = applied.changed() => if changed.is_err() { return Ok(()) },
+                    _ = tokio::time::sleep(PROGRESS_INTERVAL) => sent_progress = None,
+                    _ = tx.closed() => return Ok(()),
+                }
+                continue;
+            }
+        };
+        cursor = batch.revision;
+        if tx.send(Ok(WatchEvent::from(&batch))).await.is_err() {
+            return Ok(());
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! The core's change feed on the wire (`CoreCache.Watch`) and as [`shared::changes`].
+
+use shared::changes::{Change, Changes, Resync, Revised};
+
+use crate::cache::{
+    feed_change, watch_event, FeedChange, FeedChanges, FeedResync, KeyInvalidated, ServedModel,
+    TenantSettings, WatchEvent,
+};
+
+impl From<&Revised> for FeedChange {
+    fn from(revised: &Revised) -> Self {
+        let model = |name: &str, version: u64| ServedModel { name: name.to_owned(), version };
+        let change = match &revised.change {
+            Change::Key { tenant, key } => {
+                feed_change::Change::Key(KeyInvalidated { tenant: tenant.clone(), key: key.clone() })
+            }
+            Change::Tenant { tenant } => feed_change::Change::Tenant(tenant.clone()),
+            Change::ModelVersion { model: name, version } => {
+                feed_change::Change::ModelVersion(model(name, *version))
+            }
+            Change::ModelCurrent { model: name, version } => {
+                feed_change::Change::ModelCurrent(model(name, *version))
+            }
+            Change::TenantSettings { tenant, cache_sampled } => {
+                feed_change::Change::TenantSettings(TenantSettings {
+                    tenant: tenant.clone(),
+                    cache_sampled: *cache_sampled,
+                })
+            }
+        };
+        FeedChange { revision: revised.revision, at_ms: revised.at_ms, change: Some(change) }
+    }
+}
+
+impl TryFrom<FeedChange> for Revised {
+    type Error = String;
+
+    fn try_from(wire: FeedChange) -> Result<Self, String> {
+        let change = match wire.change.ok_or("a feed change without a change")? {
+            feed_change::Change::Key(k) => Change::Key { tenant: k.tenant, key: k.key },
+            feed_change::Change::Tenant(tenant) => Change::Tenant { tenant },
+            feed_change::Change::ModelVersion(m) => {
+                Change::ModelVersion { model: m.name, version: m.version }
+            }
+            feed_change::Change::ModelCurrent(m) => {
+                Change::ModelCurrent { model: m.name, version: m.version }
+            }
+            feed_change::Change::TenantSettings(t) => {
+                Change::TenantSettings { tenant: t.tenant, cache_sampled: t.cache_sampled }
+            }
+        };
+        Ok(Revised { revision: wire.revision, at_ms: wire.at_ms, change })
+    }
+}
+
+impl From<&Resync> for FeedResync {
+    fn from(resync: &Resync) -> Self {
+        FeedResync {
+            revision: resync.revision,
+            floor_ms: resync.floor_ms,
+            models: resync
+                .models
+                .iter()
+                .map(|(name, version)| ServedModel { name: name.clone(), version: *version })
+                .collect(),
+            cache_sampled: resync.cache_sampled.clone(),
+        }
+    }
+}
+
+impl From<FeedResync> for Resync {
+    fn from(wire: FeedResync) -> Self {
+        Resync {
+            revision: wire.revision,
+            floor_ms: wire.floor_ms,
+            models: wire.models.into_iter().map(|m| (m.name, m.version)).collect(),
+            cache_sampled: wire.cache_sampled,
+        }
+    }
+}
+
+impl From<&Changes> for WatchEvent {
+    /// A batch as one event: its resync if it has one (then its changes follow in later events), else
+    /// its changes, else progress.
+    fn from(batch: &Changes) -> Self {
+        let event = match (&batch.resync, batch.changes.is_empty()) {
+            (Some(resync), _) => watch_event::Event::Resync(resync.into()),
+            (None, false) => watch_event::Event::Changes(FeedChanges {
+                changes: batch.changes.iter().map(Into::into).collect(),
+            }),
+            (None, true) => watch_event::Event::Progress(true),
+        };
+        WatchEvent { revision: batch.revision, event: Some(event) }
+    }
+}
+
+impl TryFrom<WatchEvent> for Changes {
+    type Error = String;
+
+    fn try_from(wire: WatchEvent) -> Result<Self, String> {
+        let mut batch = Changes { revision: wire.revision, ..Default::default() };
+        match wire.event.ok_or("a watch event without an event")? {
+            watch_event::Event::Resync(resync) => batch.resync = Some(resync.into()),
+            watch_event::Event::Changes(changes) => {
+                batch.changes =
+                    changes.changes.into_iter().map(Revised::try_from).collect::<Result<_, _>>()?
+            }
+            watch_event::Event::Progress(_) => {}
+        }
+        Ok(batch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_change_and_a_resync_cross_the_wire_unchanged() {
+        let changes = vec![
+            Change::Key { tenant: "a".into(), key: "k".into() },
+            Change::Tenant { tenant: "a".into() },
+            Change::ModelVersion { model: "m".into(), version: 2 },
+            Change::ModelCurrent { model: "m".into(), version: 3 },
+            Change::TenantSettings { tenant: "b".into(), cache_sampled: true },
+        ];
+        let batch = Changes {
+            revision: 9,
+            resync: None,
+            changes: changes
+                .into_iter()
+                .enumerate()
+                .map(|(i, change)| Revised { revision: i as u64 + 5, at_ms: 100, change })
+                .collect(),
+        };
+        assert_eq!(Changes::try_from(WatchEvent::from(&batch)), Ok(batch));
+        let resync = Changes {
+            revision: 4,
+            resync: Some(Resync {
+                revision: 4,
+                floor_ms: 7,
+                models: vec![("m".into(), 2)],
+                cache_sampled: vec!["a".into()],
+            }),
+            changes: vec![],
+        };
+        assert_eq!(Changes::try_from(WatchEvent::from(&resync)), Ok(resync));
+        let progress = Changes { revision: 11, ..Default::default() };
+        assert_eq!(Changes::try_from(WatchEvent::from(&progress)), Ok(progress));
+        assert!(Changes::try_from(WatchEvent { revision: 1, event: None }).is_err());
+    }
+}

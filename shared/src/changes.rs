@@ -1,0 +1,90 @@
+//! The core's decisions as every tier receives them: a change feed ordered by the core's revision (its
+//! Raft log index), with each change stamped with the core's log time.
+//!
+//! The core streams these to the regional nodes (gRPC `CoreCache.Watch`); a regional node passes them on
+//! to the edge (`GET /v1/changes?since=<revision>`, JSON of [`Changes`]). A reader that fell too far behind
+//! (the feed was compacted past its revision, or it has none yet) gets a [`Resync`] instead: the current
+//! models and tenant settings, and a floor time before which nothing it holds may be served.
+//!
+//! Times are the core's log time (the leader's clock carried in the log), the same clock that stamps
+//! every cached entry's `created_ms` at the core, so tiers compare an entry with an invalidation in one
+//! clock and never compare two machines' wall clocks.
+
+use serde::{Deserialize, Serialize};
+
+/// One decision of the core.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Change {
+    /// One cached answer of a tenant is invalid.
+    Key {
+        /// Its owner.
+        tenant: String,
+        /// Its cache key.
+        key: String,
+    },
+    /// Every cached answer of a tenant is invalid.
+    Tenant {
+        /// The tenant.
+        tenant: String,
+    },
+    /// Every cached answer of one version of a model is invalid.
+    ModelVersion {
+        /// The model.
+        model: String,
+        /// The version.
+        version: u64,
+    },
+    /// A model's current version (a registration or a bump): answers of other versions are stale.
+    ModelCurrent {
+        /// The model.
+        model: String,
+        /// Its current version.
+        version: u64,
+    },
+    /// A tenant's settings that the tiers in front of the core apply.
+    TenantSettings {
+        /// The tenant.
+        tenant: String,
+        /// Whether answers to sampled requests (temperature above 0 without a seed) may be cached.
+        cache_sampled: bool,
+    },
+}
+
+/// A change with its place in the feed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revised {
+    /// The core's revision (log index) of the change; several changes may share one.
+    pub revision: u64,
+    /// The core's log time of the change, Unix milliseconds.
+    pub at_ms: i64,
+    /// The change.
+    pub change: Change,
+}
+
+/// Where a reader starts again when it cannot follow the feed from its revision.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resync {
+    /// The revision the state below is at.
+    pub revision: u64,
+    /// The core's log time at that revision: nothing created at or before it may be served any more
+    /// (the invalidations in between are unknown to the reader).
+    pub floor_ms: i64,
+    /// Every model's current version.
+    pub models: Vec<(String, u64)>,
+    /// Tenants that cache sampled answers.
+    pub cache_sampled: Vec<String>,
+}
+
+/// A batch of the feed, as the edge pulls it from a regional node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Changes {
+    /// The revision this batch brings the reader to; pass it as `since` next time.
+    pub revision: u64,
+    /// Present when the reader must start again from this state before applying `changes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resync: Option<Resync>,
+    /// Changes after `since` (after the resync's revision when there is one), oldest first.
+    #[serde(default)]
+    pub changes: Vec<Revised>,
+}

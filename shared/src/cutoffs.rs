@@ -1,0 +1,228 @@
+//! What a tier in front of the core knows of the core's invalidations, as cutoff times: an answer is
+//! servable only if it was created (at the core, in the core's log time) after every cutoff that covers it
+//! and under its model's current version.
+//!
+//! Every cache layer asks [`Cutoffs::admits`] before serving an entry and before keeping one that arrives
+//! late (a replication delta, an edge fill), so an invalidation holds even where a layer could not remove
+//! the entry at once (the edge's Cache API, a peer's delta that raced the invalidation). An answer created
+//! in the same millisecond as a cutoff is refused: a needless miss at worst, never a stale hit.
+//!
+//! Key cutoffs are bounded ([`MAX_KEY_CUTOFFS`]): forgetting the oldest raises the floor to its time, so
+//! the bound costs misses of old answers, never correctness.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use crate::changes::{Change, Changes, Resync, Revised};
+use crate::completion::CachedCompletion;
+
+/// Key cutoffs remembered before the oldest is folded into the floor.
+pub const MAX_KEY_CUTOFFS: usize = 100_000;
+
+/// The cutoffs a tier applies, at one revision of the core's feed.
+#[derive(Clone, Debug, Default)]
+pub struct Cutoffs {
+    /// The feed revision applied so far (0: none yet).
+    revision: u64,
+    /// Nothing created at or before this is servable.
+    floor_ms: i64,
+    /// Per tenant.
+    tenants: BTreeMap<String, i64>,
+    /// Per model version.
+    model_versions: BTreeMap<(String, u64), i64>,
+    /// Each model's current version.
+    current: BTreeMap<String, u64>,
+    /// Per key.
+    keys: HashMap<String, i64>,
+    /// Keys in the order their cutoffs were set, for the bound.
+    key_order: VecDeque<(String, i64)>,
+    /// Tenants that cache sampled answers.
+    cache_sampled: BTreeSet<String>,
+}
+
+impl Cutoffs {
+    /// The feed revision applied so far.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// The floor: nothing created at or before it is servable.
+    pub fn floor_ms(&self) -> i64 {
+        self.floor_ms
+    }
+
+    /// Each model's current version, as far as the feed said.
+    pub fn current_versions(&self) -> &BTreeMap<String, u64> {
+        &self.current
+    }
+
+    /// The current version of `model`, if the feed named one.
+    pub fn current_version(&self, model: &str) -> Option<u64> {
+        self.current.get(model).copied()
+    }
+
+    /// Whether `tenant` caches answers to sampled requests.
+    pub fn caches_sampled(&self, tenant: &str) -> bool {
+        self.cache_sampled.contains(tenant)
+    }
+
+    /// Whether `entry` may be served (and kept): created after every cutoff that covers it, and of its
+    /// model's current version when the feed named one.
+    pub fn admits(&self, entry: &CachedCompletion) -> bool {
+        let created = entry.created_ms;
+        let after = |cutoff: Option<&i64>| cutoff.is_none_or(|&at| created > at);
+        created > self.floor_ms
+            && after(self.tenants.get(&entry.tenant))
+            && after(self.model_versions.get(&(entry.model.clone(), entry.model_version)))
+            && after(self.keys.get(&entry.key))
+            && self.current.get(&entry.model).is_none_or(|&v| v == entry.model_version)
+    }
+
+    /// Applies a batch: its resync first, then its changes. Changes at or before the revision already
+    /// applied are skipped (a batch may be delivered twice).
+    pub fn apply_batch(&mut self, batch: &Changes) {
+        if let Some(resync) = &batch.resync {
+            self.resync(resync);
+        }
+        for revised in &batch.changes {
+            self.apply(revised);
+        }
+        self.revision = self.revision.max(batch.revision);
+    }
+
+    /// Starts again from `resync`: its models and settings, and its floor over everything held.
+    pub fn resync(&mut self, resync: &Resync) {
+        self.floor_ms = self.floor_ms.max(resync.floor_ms);
+        self.tenants.clear();
+        self.model_versions.clear();
+        self.keys.clear();
+        self.key_order.clear();
+        self.current = resync.models.iter().cloned().collect();
+        self.cache_sampled = resync.cache_sampled.iter().cloned().collect();
+        self.revision = resync.revision;
+    }
+
+    /// Applies one change unless it is at or before the revision applied so far (changes of one
+    /// revision arrive together, so a revision is applied whole or not at all).
+    pub fn apply(&mut self, revised: &Revised) {
+        if revised.revision < self.revision {
+            return;
+        }
+        let at = revised.at_ms;
+        match &revised.change {
+            Change::Key { key, .. } => self.cut_key(key, at),
+            Change::Tenant { tenant } => raise(self.tenants.entry(tenant.clone()).or_insert(at), at),
+            Change::ModelVersion { model, version } => {
+                raise(self.model_versions.entry((model.clone(), *version)).or_insert(at), at)
+            }
+            Change::ModelCurrent { model, version } => {
+                let current = self.current.entry(model.clone()).or_insert(*version);
+                *current = (*current).max(*version);
+            }
+            Change::TenantSettings { tenant, cache_sampled } => {
+                if *cache_sampled {
+                    self.cache_sampled.insert(tenant.clone());
+                } else {
+                    self.cache_sampled.remove(tenant);
+                }
+            }
+        }
+        self.revision = self.revision.max(revised.revision);
+    }
+
+    fn cut_key(&mut self, key: &str, at: i64) {
+        match self.keys.get_mut(key) {
+            Some(cutoff) => raise(cutoff, at),
+            None => {
+                self.keys.insert(key.to_owned(), at);
+                self.key_order.push_back((key.to_owned(), at));
+            }
+        }
+        while self.key_order.len() > MAX_KEY_CUTOFFS {
+            let Some((old, _)) = self.key_order.pop_front() else { break };
+            if let Some(cutoff) = self.keys.remove(&old) {
+                self.floor_ms = self.floor_ms.max(cutoff);
+            }
+        }
+    }
+}
+
+fn raise(cutoff: &mut i64, at: i64) {
+    *cutoff = (*cutoff).max(at);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(key: &str, tenant: &str, version: u64, created_ms: i64) -> CachedCompletion {
+        CachedCompletion {
+            key: key.into(),
+            tenant: tenant.into(),
+            model: "m".into(),
+            model_version: version,
+            content: "a".into(),
+            finish_reason: "stop".into(),
+            prompt_tokens: 1,
+            completion_tokens: 1,
+            etag: String::new(),
+            created_ms,
+            ttl_s: 0,
+            question: None,
+        }
+    }
+
+    fn at(revision: u64, at_ms: i64, change: Change) -> Revised {
+        Revised { revision, at_ms, change }
+    }
+
+    #[test]
+    fn each_scope_cuts_what_it_covers_and_only_before_its_time() {
+        let mut cutoffs = Cutoffs::default();
+        cutoffs.apply(&at(1, 100, Change::Key { tenant: "a".into(), key: "k".into() }));
+        assert!(!cutoffs.admits(&entry("k", "a", 1, 100)), "same millisecond: refused");
+        assert!(cutoffs.admits(&entry("k", "a", 1, 101)));
+        assert!(cutoffs.admits(&entry("other", "a", 1, 50)));
+        cutoffs.apply(&at(2, 200, Change::Tenant { tenant: "a".into() }));
+        assert!(!cutoffs.admits(&entry("other", "a", 1, 150)));
+        assert!(cutoffs.admits(&entry("other", "b", 1, 150)));
+        cutoffs.apply(&at(3, 300, Change::ModelVersion { model: "m".into(), version: 1 }));
+        assert!(!cutoffs.admits(&entry("x", "b", 1, 250)));
+        assert!(cutoffs.admits(&entry("x", "b", 2, 250)), "another version is not covered");
+        cutoffs.apply(&at(4, 400, Change::ModelCurrent { model: "m".into(), version: 2 }));
+        assert!(!cutoffs.admits(&entry("x", "b", 1, 500)), "an old version is stale");
+        assert!(cutoffs.admits(&entry("x", "b", 2, 500)));
+        cutoffs.apply(&at(4, 400, Change::ModelCurrent { model: "m".into(), version: 1 }));
+        assert_eq!(cutoffs.current_version("m"), Some(2), "versions never go back");
+    }
+
+    #[test]
+    fn old_revisions_are_skipped_and_a_resync_floors_everything() {
+        let mut cutoffs = Cutoffs::default();
+        cutoffs.apply(&at(5, 100, Change::Tenant { tenant: "a".into() }));
+        cutoffs.apply(&at(3, 900, Change::Tenant { tenant: "a".into() }));
+        assert!(cutoffs.admits(&entry("k", "a", 1, 500)), "revision 3 came after 5 was applied");
+        let resync = Resync {
+            revision: 9,
+            floor_ms: 1_000,
+            models: vec![("m".into(), 3)],
+            cache_sampled: vec!["a".into()],
+        };
+        cutoffs.apply_batch(&Changes { revision: 9, resync: Some(resync), changes: vec![] });
+        assert_eq!(cutoffs.revision(), 9);
+        assert!(!cutoffs.admits(&entry("k", "b", 3, 1_000)));
+        assert!(cutoffs.admits(&entry("k", "b", 3, 1_001)));
+        assert!(!cutoffs.admits(&entry("k", "b", 2, 2_000)));
+        assert!(cutoffs.caches_sampled("a") && !cutoffs.caches_sampled("b"));
+    }
+
+    #[test]
+    fn forgetting_a_key_cutoff_raises_the_floor_instead() {
+        let mut cutoffs = Cutoffs::default();
+        for i in 0..=MAX_KEY_CUTOFFS as i64 {
+            cutoffs.apply(&at(1, i + 10, Change::Key { tenant: "a".into(), key: format!("k{i}") }));
+        }
+        assert_eq!(cutoffs.floor_ms(), 10, "the oldest cutoff became the floor");
+        assert!(!cutoffs.admits(&entry("k0", "a", 1, 10)));
+        assert!(cutoffs.admits(&entry("k0", "a", 1, 11)));
+    }
+}
