@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proto::cache::core_cache_client::CoreCacheClient;
-use proto::cache::{CompleteEvent, CompleteRequest, LookupRequest, ModelsRequest};
+use proto::cache::{CompleteEvent, CompleteRequest, LookupRequest, ModelsRequest, WatchEvent, WatchRequest};
 use proto::core::core_store_client::CoreStoreClient;
 use proto::core::{invalidate, write_outcome, write_request, Invalidate, WriteRequest};
 use proto::failover::FailoverChannel;
@@ -108,6 +108,26 @@ impl CoreClient {
         Ok(ModelTable::from_models(models.into_iter().map(|m| ModelRef { name: m.name, version: m.version })))
     }
 
+    /// Opens the core's change feed after `after_revision` on the first node that serves it. Returns
+    /// that node's index too, so that a stream that goes quiet can be moved away from
+    /// ([`CoreClient::move_past`]). Not counted by the circuit breaker.
+    pub async fn watch(&self, after_revision: u64) -> Result<(usize, Streaming<WatchEvent>), RegionalError> {
+        let stream = self
+            .each_node(|channel| {
+                // No deadline: the stream lives as long as the node serves it.
+                let request = self.secret.request(WatchRequest { after_revision });
+                async move { CoreCacheClient::new(channel).watch(request).await }
+            })
+            .await?;
+        // A successful call made its node the preferred one.
+        Ok((self.nodes.preferred().0, stream.into_inner()))
+    }
+
+    /// Prefers the node after `index` from now on (its feed went quiet).
+    pub fn move_past(&self, index: usize) {
+        self.nodes.move_past(index);
+    }
+
     /// The core's entry under `key`, if it has a fresh one.
     pub async fn lookup(&self, key: &str, tenant: &str) -> Result<Option<CachedCompletion>, RegionalError> {
         let message = LookupRequest { key: key.to_owned(), tenant: tenant.to_owned() };
@@ -138,7 +158,12 @@ impl CoreClient {
 impl CoreClient {
     /// Invalidates `key` (owned by `tenant`) in the core's state; `request_id` makes a retry apply once.
     /// Returns how many entries the core removed (0 when it held none); another tenant's key is refused.
-    pub async fn invalidate(&self, key: &str, tenant: &str, request_id: &str) -> Result<u64, RegionalError> {
+    pub async fn invalidate(
+        &self,
+        key: &str,
+        tenant: &str,
+        request_id: &str,
+    ) -> Result<InvalidatedAtCore, RegionalError> {
         let message = WriteRequest {
             request_id: request_id.to_owned(),
             command: Some(write_request::Command::Invalidate(Invalidate {
@@ -154,10 +179,21 @@ impl CoreClient {
             .await?
             .into_inner();
         match reply.outcome.and_then(|o| o.outcome) {
-            Some(write_outcome::Outcome::Invalidated(invalidated)) => Ok(invalidated.removed),
+            Some(write_outcome::Outcome::Invalidated(invalidated)) => {
+                Ok(InvalidatedAtCore { removed: invalidated.removed, at_ms: invalidated.at_ms })
+            }
             other => Err(RegionalError::Core(format!("unexpected outcome {other:?}"))),
         }
     }
+}
+
+/// What the core did with an invalidation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InvalidatedAtCore {
+    /// Entries it removed (0 when it held none).
+    pub removed: u64,
+    /// Its log time: answers created at or before it are invalid.
+    pub at_ms: i64,
 }
 
 impl std::fmt::Debug for CoreClient {

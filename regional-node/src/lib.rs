@@ -22,15 +22,20 @@
 //! - [`semantic_eval`]: precision and recall of semantic-hit decisions on the labelled pair set.
 //! - [`replication`]: vector-clock replication of the hot set and of invalidations between regional
 //!   nodes over gRPC, with anti-entropy.
-//! - [`model_catalog`]: the served models and their versions, learned from the core's registry.
+//! - [`model_catalog`]: the served models and their versions, learned from the core's registry and feed.
+//! - [`core_view`]: the core's invalidations as cutoffs every answer is checked against, kept across
+//!   restarts, and the recent changes the edge pulls (`/v1/changes`).
+//! - [`change_feed`]: follows the core's change feed (`CoreCache.Watch`) into the request path.
 //! - [`metrics`]: the Prometheus metrics of this daemon.
 //! - [`error`]: [`RegionalError`], and its conversion to OpenAI-shaped HTTP errors.
 
 pub mod admission;
 pub mod breaker;
 pub mod caller;
+pub mod change_feed;
 pub mod config;
 pub mod core_client;
+pub mod core_view;
 pub mod edge_table;
 pub mod embedding;
 pub mod error;

@@ -15,6 +15,7 @@ use crate::admission::{Admission, AdmissionLimits};
 use crate::breaker::CircuitBreaker;
 use crate::config::Settings;
 use crate::core_client::CoreClient;
+use crate::core_view::CoreView;
 use crate::embedding::SentenceEmbedder;
 use crate::exact_cache::ExactCache;
 use crate::exact_store::ExactStore;
@@ -137,7 +138,9 @@ pub fn path_parts(settings: &Settings) -> Result<PathParts, RegionalError> {
         }
     }
     let models = Arc::new(ModelCatalog::new(settings.models.clone()));
+    let view = Arc::new(CoreView::open(settings.config.data_dir.as_deref()));
     Ok(PathParts {
+        view,
         cache,
         exact_store,
         core,
@@ -216,6 +219,7 @@ pub async fn run(
     tasks.extend(replication.spawn()?);
     let refresh = std::time::Duration::from_millis(state.settings().config.model_refresh_ms.max(100));
     tasks.push(state.path().models().spawn(state.path().core().clone(), refresh));
+    tasks.push(crate::change_feed::spawn(Arc::clone(state.path())));
     tracing::info!(%region, addr = %listener.local_addr()?, "regional node serving");
     let served =
         axum::serve(listener, crate::http::router(Arc::clone(&state))).with_graceful_shutdown(shutdown).await;
@@ -224,6 +228,7 @@ pub async fn run(
     }
     served?;
     state.path().flush().await;
+    state.path().view().save(true);
     Ok(())
 }
 

@@ -12,14 +12,17 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
+use serde::{Deserialize, Serialize};
+
 use crate::changes::{Change, Changes, Resync, Revised};
 use crate::completion::CachedCompletion;
 
 /// Key cutoffs remembered before the oldest is folded into the floor.
 pub const MAX_KEY_CUTOFFS: usize = 100_000;
 
-/// The cutoffs a tier applies, at one revision of the core's feed.
-#[derive(Clone, Debug, Default)]
+/// The cutoffs a tier applies, at one revision of the core's feed. Serializable, so that a tier can keep
+/// them across a restart and resume the feed from their revision.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Cutoffs {
     /// The feed revision applied so far (0: none yet).
     revision: u64,
@@ -27,8 +30,8 @@ pub struct Cutoffs {
     floor_ms: i64,
     /// Per tenant.
     tenants: BTreeMap<String, i64>,
-    /// Per model version.
-    model_versions: BTreeMap<(String, u64), i64>,
+    /// Per model, per version.
+    model_versions: BTreeMap<String, BTreeMap<u64, i64>>,
     /// Each model's current version.
     current: BTreeMap<String, u64>,
     /// Per key.
@@ -37,6 +40,9 @@ pub struct Cutoffs {
     key_order: VecDeque<(String, i64)>,
     /// Tenants that cache sampled answers.
     cache_sampled: BTreeSet<String>,
+    /// The latest cutoff time applied (or the resync floor): a reader that resyncs from this view may
+    /// serve nothing created at or before it.
+    latest_ms: i64,
 }
 
 impl Cutoffs {
@@ -48,6 +54,22 @@ impl Cutoffs {
     /// The floor: nothing created at or before it is servable.
     pub fn floor_ms(&self) -> i64 {
         self.floor_ms
+    }
+
+    /// The latest cutoff time applied: the floor for a reader that resyncs from this view.
+    pub fn latest_ms(&self) -> i64 {
+        self.latest_ms
+    }
+
+    /// Where a reader of this view starts again: this view's revision, models and settings, and its
+    /// latest cutoff as the floor.
+    pub fn resync_point(&self) -> Resync {
+        Resync {
+            revision: self.revision,
+            floor_ms: self.latest_ms,
+            models: self.current.iter().map(|(m, v)| (m.clone(), *v)).collect(),
+            cache_sampled: self.cache_sampled.iter().cloned().collect(),
+        }
     }
 
     /// Each model's current version, as far as the feed said.
@@ -72,7 +94,7 @@ impl Cutoffs {
         let after = |cutoff: Option<&i64>| cutoff.is_none_or(|&at| created > at);
         created > self.floor_ms
             && after(self.tenants.get(&entry.tenant))
-            && after(self.model_versions.get(&(entry.model.clone(), entry.model_version)))
+            && after(self.model_versions.get(&entry.model).and_then(|v| v.get(&entry.model_version)))
             && after(self.keys.get(&entry.key))
             && self.current.get(&entry.model).is_none_or(|&v| v == entry.model_version)
     }
@@ -92,6 +114,7 @@ impl Cutoffs {
     /// Starts again from `resync`: its models and settings, and its floor over everything held.
     pub fn resync(&mut self, resync: &Resync) {
         self.floor_ms = self.floor_ms.max(resync.floor_ms);
+        self.latest_ms = self.latest_ms.max(resync.floor_ms);
         self.tenants.clear();
         self.model_versions.clear();
         self.keys.clear();
@@ -108,11 +131,12 @@ impl Cutoffs {
             return;
         }
         let at = revised.at_ms;
+        self.latest_ms = self.latest_ms.max(at);
         match &revised.change {
             Change::Key { key, .. } => self.cut_key(key, at),
             Change::Tenant { tenant } => raise(self.tenants.entry(tenant.clone()).or_insert(at), at),
             Change::ModelVersion { model, version } => {
-                raise(self.model_versions.entry((model.clone(), *version)).or_insert(at), at)
+                raise(self.model_versions.entry(model.clone()).or_default().entry(*version).or_insert(at), at)
             }
             Change::ModelCurrent { model, version } => {
                 let current = self.current.entry(model.clone()).or_insert(*version);
@@ -224,5 +248,18 @@ mod tests {
         assert_eq!(cutoffs.floor_ms(), 10, "the oldest cutoff became the floor");
         assert!(!cutoffs.admits(&entry("k0", "a", 1, 10)));
         assert!(cutoffs.admits(&entry("k0", "a", 1, 11)));
+    }
+
+    #[test]
+    fn a_view_survives_serialization_and_offers_its_own_resync_point() {
+        let mut cutoffs = Cutoffs::default();
+        cutoffs.apply(&at(3, 40, Change::ModelVersion { model: "m".into(), version: 1 }));
+        cutoffs.apply(&at(4, 50, Change::ModelCurrent { model: "m".into(), version: 2 }));
+        let back: Cutoffs =
+            serde_json::from_str(&serde_json::to_string(&cutoffs).expect("json")).expect("back");
+        assert!(!back.admits(&entry("k", "a", 1, 45)));
+        assert_eq!(back.revision(), 4);
+        let resync = back.resync_point();
+        assert_eq!((resync.revision, resync.floor_ms, resync.models), (4, 50, vec![("m".into(), 2)]));
     }
 }

@@ -61,6 +61,10 @@ struct CompleteInput {
     generate: GenerateRequest,
     /// The caller's content class.
     content_class: String,
+    /// Generate even if the state holds an answer.
+    fresh: bool,
+    /// Do not commit the answer.
+    no_store: bool,
 }
 
 fn validate_complete(request: CompleteRequest) -> Result<CompleteInput, CoreError> {
@@ -78,6 +82,8 @@ fn validate_complete(request: CompleteRequest) -> Result<CompleteInput, CoreErro
         ttl_s: request.ttl_s,
         generate,
         content_class: request.content_class,
+        fresh: request.fresh,
+        no_store: request.no_store,
     })
 }
 
@@ -160,7 +166,10 @@ impl CoreCache for CacheService {
             }
         }
 
-        let cached = self.node.state.read(&input.key, &input.generate.tenant)?.map(|s| s.entry);
+        let cached = match input.fresh {
+            true => None,
+            false => self.node.state.read(&input.key, &input.generate.tenant)?.map(|s| s.entry),
+        };
         if let Some(entry) = cached.filter(|e| e.model_version == input.model_version) {
             self.node.hits.record(&input.key);
             metrics.complete_hits.inc();
@@ -263,6 +272,11 @@ async fn generate_and_commit(
         created_ms: now_ms(),
     }
     .entry(content, &finished);
+    if input.no_store {
+        // Answered, never stored: stamped with the log time, like a committed answer would be.
+        entry.created_ms = node.state.clock_ms()?;
+        return Ok(CompleteDone { entry: Some(entry.into()), timings: finished.timings, commit_us: 0 });
+    }
     let commit_started = Instant::now();
     // Unique per generation: a later generation of the same key (after expiry) is a new write.
     let id = format!("complete-{}-{}-{}", node.id, now_ms(), NEXT_ID.fetch_add(1, Ordering::Relaxed));
@@ -304,6 +318,7 @@ mod tests {
                 sampling: None,
                 ..Default::default()
             }),
+            ..Default::default()
         }
     }
 

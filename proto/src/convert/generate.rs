@@ -58,7 +58,8 @@ impl GenerateRequest {
 
 impl CompleteRequest {
     /// The core's completion request for `request` of `tenant` under `key`: generated as the pod's
-    /// request, then stored with the content class and the TTL the caller chose.
+    /// request, then stored with the content class and the TTL the caller chose. It takes the core's
+    /// answer when there is one unless `fresh`, and is not stored when `no_store`.
     pub fn for_request(
         tenant: &str,
         key: &CacheKey,
@@ -72,6 +73,8 @@ impl CompleteRequest {
             ttl_s,
             content_class: content_class.to_owned(),
             generate: Some(GenerateRequest::for_request(key.completion_id(), tenant, request)),
+            fresh: false,
+            no_store: false,
         }
     }
 }

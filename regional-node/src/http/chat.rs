@@ -22,12 +22,12 @@ use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument as _;
 
 use super::respond::{
-    cache_headers, entry_response, mark_coalesced, semantic_headers, with_headers, EVENT_STREAM,
+    cache_headers, entry_response, mark_coalesced, semantic_headers, with_headers, Labels, EVENT_STREAM,
 };
 use crate::caller::resolve_tenant;
 use crate::error::error_response;
 use crate::flight::{FlightItem, Outcome, Subscription};
-use crate::request_path::{Admitted, Answered, ClassTtl, X_CACHE_MISS};
+use crate::request_path::{Admitted, Answered, Directives, X_CACHE_MISS};
 use crate::server::{now_ms, AppState};
 use crate::RegionalError;
 
@@ -53,7 +53,8 @@ pub async fn chat_completions(
         key = %admitted.key,
         class = admitted.class.class.as_str()
     );
-    let (key, class) = (admitted.key.clone(), admitted.class);
+    let key = admitted.key.clone();
+    let class = Labels { class: admitted.class, store: admitted.caching.store };
     // What a streamed answer's chunks carry, made only for a request that streams.
     let head = admitted.request.stream.then(|| StreamStart {
         id: key.completion_id(),
@@ -91,23 +92,15 @@ async fn admit(
         .map_err(|_| RequestError::too_large(MAX_REQUEST_BYTES))?;
     let parsed = parse_chat_request(&bytes, MAX_REQUEST_BYTES)?;
     let request = normalize(&parsed, &state.path().models().current(), state.limits())?;
-    let only_if_cached = headers
-        .get_all(axum::http::header::CACHE_CONTROL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|directive| directive.trim().eq_ignore_ascii_case("only-if-cached"));
-    Ok(Admitted::new(tenant, request, &settings.ttl, only_if_cached, started))
+    let cache_control: Vec<&str> =
+        headers.get_all(axum::http::header::CACHE_CONTROL).iter().filter_map(|v| v.to_str().ok()).collect();
+    let directives = Directives::parse(Some(&cache_control.join(",")));
+    let cache_sampled = state.path().view().caches_sampled(&tenant);
+    Ok(Admitted::new(tenant, request, &settings.ttl, cache_sampled, directives, started))
 }
 
 /// A whole answer as this request asked for it.
-fn outcome_response(
-    outcome: &Outcome,
-    stream: bool,
-    key: &str,
-    class: ClassTtl,
-    coalesced: bool,
-) -> Response {
+fn outcome_response(outcome: &Outcome, stream: bool, key: &str, class: Labels, coalesced: bool) -> Response {
     let mut headers = cache_headers(outcome.x_cache, key, &outcome.timing, class, Some(&outcome.entry));
     if let Some(hit) = &outcome.semantic {
         semantic_headers(&mut headers, hit);
@@ -124,7 +117,7 @@ async fn respond(
     mut subscription: Subscription,
     head: Option<StreamStart>,
     key: &str,
-    class: ClassTtl,
+    class: Labels,
     coalesced: bool,
 ) -> Result<Response, RegionalError> {
     let Some(head) = head else {

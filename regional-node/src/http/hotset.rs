@@ -64,9 +64,12 @@ fn build(state: &AppState, since: Option<HotSetVersion>) -> HotSet {
         now_ms(),
     );
     let table = state.edge_table();
+    let view = state.path().view();
     let entries = changes
         .live
         .into_iter()
+        // What the core invalidated and this node has not dropped yet stays out of the edge's set.
+        .filter(|entry| view.admits(entry))
         .map(|entry| {
             let embedding = table
                 .zip(entry.question.as_ref())

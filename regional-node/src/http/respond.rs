@@ -17,14 +17,17 @@ pub const EVENT_STREAM: &str = "text/event-stream";
 ///
 /// `X-Cache-TTL` is the TTL the class gets under this node's policy; `Cache-Control: max-age` is what is
 /// left of the entry's own life (it may have been stored under another policy, or capped by the tenant's).
-/// A realtime answer says `no-store`, so that neither the edge nor the client keeps it.
+/// An answer that must not be stored (realtime, sampled, or asked `no-store`) says `no-store`, so that
+/// neither the edge nor the client keeps it. `X-Cache-Created-Ms` is the entry's creation time at the
+/// core, which the edge compares with the core's invalidations.
 pub fn cache_headers(
     x_cache: &'static str,
     key: &str,
     timing: &ServerTiming,
-    class: ClassTtl,
+    labels: Labels,
     entry: Option<&CachedCompletion>,
 ) -> HeaderMap {
+    let Labels { class, store } = labels;
     let mut headers = HeaderMap::new();
     headers.insert(HeaderName::from_static(shared::X_CACHE), HeaderValue::from_static(x_cache));
     insert(&mut headers, HeaderName::from_static(shared::CACHE_KEY_HEADER), key);
@@ -36,14 +39,27 @@ pub fn cache_headers(
     headers.insert(HeaderName::from_static(shared::CACHE_TTL_HEADER), HeaderValue::from(class.ttl_s));
     if let Some(entry) = entry {
         insert(&mut headers, header::ETAG, &entry.etag);
+        headers.insert(
+            HeaderName::from_static(shared::CACHE_CREATED_HEADER),
+            HeaderValue::from(entry.created_ms),
+        );
     }
-    if !class.cacheable() {
+    if !store {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     } else if let Some(entry) = entry {
         let max_age = entry.remaining_ttl_s(crate::server::now_ms()).unwrap_or(365 * 86_400);
         insert(&mut headers, header::CACHE_CONTROL, &format!("private, max-age={max_age}"));
     }
     headers
+}
+
+/// How an answer is labelled: its content class and TTL, and whether it may be stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Labels {
+    /// The request's class and the TTL it gets.
+    pub class: ClassTtl,
+    /// Whether the answer may be kept by the edge and the client.
+    pub store: bool,
 }
 
 /// Adds what a semantic hit matched: the similarity and the key of the cached entry served.
@@ -123,12 +139,15 @@ mod tests {
         let stable = ClassTtl::new(ContentClass::Stable, &TtlPolicy::default());
         let timing = ServerTiming::default();
         for entry in [None, Some(entry(86_400))] {
-            let headers = cache_headers("MISS", "k", &timing, stable, entry.as_ref());
+            let labels = Labels { class: stable, store: true };
+            let headers = cache_headers("MISS", "k", &timing, labels, entry.as_ref());
             assert_eq!(header(&headers, "x-cache-class"), Some("stable"));
             assert_eq!(header(&headers, "x-cache-ttl"), Some("86400"));
         }
         let volatile = ClassTtl::new(ContentClass::Volatile, &TtlPolicy::default());
-        let headers = cache_headers("HIT-REGIONAL", "k", &timing, volatile, Some(&entry(300)));
+        let labels = Labels { class: volatile, store: true };
+        let headers = cache_headers("HIT-REGIONAL", "k", &timing, labels, Some(&entry(300)));
+        assert!(header(&headers, "x-cache-created-ms").is_some_and(|v| v.parse::<i64>().is_ok()));
         assert_eq!(header(&headers, "x-cache-class"), Some("volatile"));
         assert_eq!(header(&headers, "x-cache-ttl"), Some("300"));
         let max_age = header(&headers, "cache-control").and_then(|v| v.strip_prefix("private, max-age="));
@@ -139,7 +158,8 @@ mod tests {
     fn realtime_answers_are_not_to_be_stored() {
         let realtime = ClassTtl::new(ContentClass::Realtime, &TtlPolicy::default());
         assert!(!realtime.cacheable());
-        let headers = cache_headers("MISS", "k", &ServerTiming::default(), realtime, Some(&entry(1)));
+        let labels = Labels { class: realtime, store: false };
+        let headers = cache_headers("MISS", "k", &ServerTiming::default(), labels, Some(&entry(1)));
         assert_eq!(header(&headers, "x-cache-class"), Some("realtime"));
         assert_eq!(header(&headers, "x-cache-ttl"), Some("0"));
         assert_eq!(header(&headers, "cache-control"), Some("no-store"));

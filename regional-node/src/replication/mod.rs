@@ -54,6 +54,13 @@ const CHANGE_FEED: usize = 16 * 1024;
 pub trait Applier: Send + Sync + 'static {
     /// `key`'s record changed to `record` (merged from a peer).
     fn apply(&self, key: &str, record: &Record);
+
+    /// Whether a peer's answer may be merged at all: false when an invalidation the node knows of (from
+    /// the core's feed) covers it, so a delta that raced a tombstone, even one collected long ago, never
+    /// brings the answer back.
+    fn admits(&self, _entry: &CachedCompletion) -> bool {
+        true
+    }
 }
 
 /// How replication is set up.
@@ -167,6 +174,10 @@ impl Replication {
     /// Merges a record from a peer and applies it when it changed anything; false when it did not parse.
     pub fn merge_remote(&self, wire: proto::replication::Record, applier: &dyn Applier) -> bool {
         let Some((key, record)) = wire::from_wire(wire) else { return false };
+        if live_answer(&record).is_some_and(|answer| !applier.admits(answer)) {
+            self.metrics.records_ignored.inc();
+            return true;
+        }
         match self.store.merge(&key, &record) {
             Some(merged) => {
                 self.metrics.records_merged.inc();

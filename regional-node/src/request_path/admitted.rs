@@ -30,6 +30,58 @@ impl ClassTtl {
     }
 }
 
+/// The request's `Cache-Control` directives that the regional tier honours.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Directives {
+    /// `only-if-cached`: answer from a cache or not at all (504), never generate.
+    pub only_if_cached: bool,
+    /// `no-cache`: do not answer from a cache (a fresh answer is still stored).
+    pub no_cache: bool,
+    /// `no-store`: do not store the answer anywhere.
+    pub no_store: bool,
+}
+
+impl Directives {
+    /// Parses a `Cache-Control` header value (unknown directives are ignored).
+    pub fn parse(value: Option<&str>) -> Self {
+        let mut directives = Self::default();
+        for directive in value.unwrap_or_default().split(',').map(|d| d.trim().to_ascii_lowercase()) {
+            match directive.as_str() {
+                "only-if-cached" => directives.only_if_cached = true,
+                "no-cache" => directives.no_cache = true,
+                "no-store" => directives.no_store = true,
+                _ => {}
+            }
+        }
+        directives
+    }
+}
+
+/// What the caches may do for a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caching {
+    /// Answer from a cache (this node's, the semantic tier's, the core's) when one holds an answer.
+    pub lookup: bool,
+    /// Keep the answer (here, at the core, at the peers).
+    pub store: bool,
+}
+
+impl Caching {
+    /// Only deterministic requests (greedy, or sampled with a seed, which the key includes) are cached,
+    /// unless the tenant opted in to caching sampled answers; never a realtime one; and as far as the
+    /// request's directives allow.
+    pub fn decide(
+        class: ClassTtl,
+        request: &NormalizedRequest,
+        cache_sampled: bool,
+        directives: Directives,
+    ) -> Self {
+        let sampled = request.sampling.temperature > 0.0 && request.sampling.seed.is_none();
+        let cacheable = class.cacheable() && (!sampled || cache_sampled);
+        Self { lookup: cacheable && !directives.no_cache, store: cacheable && !directives.no_store }
+    }
+}
+
 /// A validated request of a tenant, as the request path answers it.
 #[derive(Clone, Debug)]
 pub struct Admitted {
@@ -41,6 +93,8 @@ pub struct Admitted {
     pub key: CacheKey,
     /// Its content class and the TTL it gets.
     pub class: ClassTtl,
+    /// What the caches may do for it.
+    pub caching: Caching,
     /// `Cache-Control: only-if-cached`: answer from a cache or not at all (504), never generate.
     pub only_if_cached: bool,
     /// When the request arrived, for `Server-Timing` and latency metrics.
@@ -51,16 +105,19 @@ pub struct Admitted {
 }
 
 impl Admitted {
-    /// Derives the key, the class under `ttl` and the semantic question of `request`.
+    /// Derives the key, the class under `ttl`, what the caches may do (given whether the tenant caches
+    /// sampled answers, and the request's directives) and the semantic question of `request`.
     pub fn new(
         tenant: String,
         request: NormalizedRequest,
         ttl: &TtlPolicy,
-        only_if_cached: bool,
+        cache_sampled: bool,
+        directives: Directives,
         started: Instant,
     ) -> Self {
         let class = ClassTtl::new(classify(&request), ttl);
-        Self::derive(tenant, request, class, only_if_cached, started)
+        let caching = Caching::decide(class, &request, cache_sampled, directives);
+        Self::derive(tenant, request, class, caching, directives.only_if_cached, started)
     }
 
     /// The request with its key and semantic question derived (the class depends on the text only).
@@ -68,13 +125,14 @@ impl Admitted {
         tenant: String,
         request: NormalizedRequest,
         class: ClassTtl,
+        caching: Caching,
         only_if_cached: bool,
         started: Instant,
     ) -> Self {
         let key = CacheKey::derive(&tenant, &request);
         let question = SemanticQuery::derive(&tenant, &request)
             .map(|q| AnsweredQuestion { partition: q.partition, text: q.question.to_owned() });
-        Self { tenant, request, key, class, only_if_cached, started, question }
+        Self { tenant, request, key, class, caching, only_if_cached, started, question }
     }
 
     /// The same request under the model's version in `models`, when that is another one (its key and
@@ -86,7 +144,14 @@ impl Admitted {
         }
         let mut request = self.request.clone();
         request.model.version = current.version;
-        Some(Self::derive(self.tenant.clone(), request, self.class, self.only_if_cached, self.started))
+        Some(Self::derive(
+            self.tenant.clone(),
+            request,
+            self.class,
+            self.caching,
+            self.only_if_cached,
+            self.started,
+        ))
     }
 
     /// The semantic query of the request (a view of the question derived once).
@@ -114,7 +179,14 @@ mod tests {
     #[test]
     fn the_query_is_the_one_semantic_query_derive_gives() {
         let asked = request(vec![Message { role: Role::User, content: "What is a monad?".into() }]);
-        let admitted = Admitted::new("t".into(), asked.clone(), &TtlPolicy::default(), false, Instant::now());
+        let admitted = Admitted::new(
+            "t".into(),
+            asked.clone(),
+            &TtlPolicy::default(),
+            false,
+            Directives::default(),
+            Instant::now(),
+        );
         let derived = SemanticQuery::derive("t", &asked).expect("a user turn");
         let query = admitted.query().expect("a user turn");
         assert_eq!((query.partition, query.question), (derived.partition, derived.question));
@@ -122,7 +194,43 @@ mod tests {
         assert_eq!(admitted.class.class, ContentClass::Stable);
 
         let answered = request(vec![Message { role: Role::Assistant, content: "Hi".into() }]);
-        let admitted = Admitted::new("t".into(), answered, &TtlPolicy::default(), false, Instant::now());
+        let admitted = Admitted::new(
+            "t".into(),
+            answered,
+            &TtlPolicy::default(),
+            false,
+            Directives::default(),
+            Instant::now(),
+        );
         assert!(admitted.query().is_none());
+    }
+
+    #[test]
+    fn sampled_requests_and_directives_decide_what_the_caches_may_do() {
+        let class = ClassTtl::new(ContentClass::Stable, &TtlPolicy::default());
+        let mut asked = request(vec![Message { role: Role::User, content: "What is a monad?".into() }]);
+        let both = Caching { lookup: true, store: true };
+        assert_eq!(Caching::decide(class, &asked, false, Directives::default()), both, "greedy");
+        asked.sampling.temperature = 0.7;
+        let neither = Caching { lookup: false, store: false };
+        assert_eq!(
+            Caching::decide(class, &asked, false, Directives::default()),
+            neither,
+            "one sample for all"
+        );
+        assert_eq!(Caching::decide(class, &asked, true, Directives::default()), both, "the tenant opted in");
+        asked.sampling.seed = Some(7);
+        assert_eq!(
+            Caching::decide(class, &asked, false, Directives::default()),
+            both,
+            "seeded: reproducible"
+        );
+        let no_cache = Directives::parse(Some("No-Cache, max-age=0"));
+        assert_eq!(Caching::decide(class, &asked, false, no_cache), Caching { lookup: false, store: true });
+        let no_store = Directives::parse(Some("no-store"));
+        assert_eq!(Caching::decide(class, &asked, false, no_store), Caching { lookup: true, store: false });
+        let realtime = ClassTtl::new(ContentClass::Realtime, &TtlPolicy::default());
+        assert_eq!(Caching::decide(realtime, &asked, false, Directives::default()), neither);
+        assert!(Directives::parse(Some("only-if-cached")).only_if_cached);
     }
 }

@@ -58,10 +58,11 @@ impl FlightTask {
     async fn fly(&self) -> Result<Outcome, RegionalError> {
         match self.fly_to_core().await {
             Err(error @ (RegionalError::CoreUnavailable(_) | RegionalError::CircuitOpen { .. }))
-                if self.admitted.class.cacheable() && !self.streamed.load(Ordering::Acquire) =>
+                if self.admitted.caching.lookup && !self.streamed.load(Ordering::Acquire) =>
             {
                 let key = &self.admitted.key;
-                let Some(entry) = self.path.cache.get_stale(key.as_str(), now_ms()) else {
+                let stale = self.path.cache.get_stale(key.as_str(), now_ms());
+                let Some(entry) = stale.filter(|entry| self.path.view.not_invalidated(entry)) else {
                     return Err(error);
                 };
                 tracing::info!(%key, %error, "core out of reach: serving a stale answer");
@@ -127,7 +128,7 @@ impl FlightTask {
                         .map(CachedCompletion::from)
                         .ok_or_else(|| RegionalError::Core("completion without an entry".into()))?
                         .answering(admitted.query());
-                    if admitted.class.cacheable() {
+                    if admitted.caching.store {
                         path.remember(entry.clone());
                         path.index_question(question, &entry.key);
                     }
@@ -152,12 +153,21 @@ impl FlightTask {
     }
 }
 
-/// The core's request for `admitted`: cached for its class's TTL, or expiring at once when its class is
-/// never cached.
+/// The core's request for `admitted`: stored for its class's TTL unless its caching forbids storing, and
+/// answered from the core's state only when its caching allows a lookup.
 pub(super) fn complete_request(admitted: &Admitted) -> CompleteRequest {
     let ClassTtl { class, ttl_s } = admitted.class;
-    let ttl_s = if admitted.class.cacheable() { ttl_s } else { UNCACHED_CORE_TTL_S };
-    CompleteRequest::for_request(&admitted.tenant, &admitted.key, &admitted.request, class.as_str(), ttl_s)
+    let ttl_s = if admitted.caching.store { ttl_s } else { UNCACHED_CORE_TTL_S };
+    let mut request = CompleteRequest::for_request(
+        &admitted.tenant,
+        &admitted.key,
+        &admitted.request,
+        class.as_str(),
+        ttl_s,
+    );
+    request.fresh = !admitted.caching.lookup;
+    request.no_store = !admitted.caching.store;
+    request
 }
 
 /// The next event of a completion stream, failing if the core stays silent too long.
@@ -189,6 +199,7 @@ mod tests {
     use shared::normalize::{Message, NormalizedRequest, Role, Sampling};
 
     use super::*;
+    use crate::request_path::admitted::Directives;
 
     fn core_request(text: &str, policy: &TtlPolicy) -> CompleteRequest {
         let request = NormalizedRequest {
@@ -197,7 +208,14 @@ mod tests {
             sampling: Sampling { max_tokens: 16, temperature: 0.0, top_p: 1.0, seed: None, stop: vec![] },
             stream: false,
         };
-        complete_request(&Admitted::new("t".into(), request, policy, false, Instant::now()))
+        complete_request(&Admitted::new(
+            "t".into(),
+            request,
+            policy,
+            false,
+            Directives::default(),
+            Instant::now(),
+        ))
     }
 
     #[test]
@@ -218,5 +236,6 @@ mod tests {
         assert_eq!(realtime.content_class, ContentClass::Realtime.as_str());
         assert_eq!(realtime.ttl_s, UNCACHED_CORE_TTL_S);
         assert_ne!(realtime.ttl_s, 0, "0 would take the tenant's default TTL at the core");
+        assert!(realtime.fresh && realtime.no_store, "never answered from, nor stored at, the core");
     }
 }

@@ -21,7 +21,7 @@ impl RequestPath {
         &self,
         admitted: &Admitted,
     ) -> Result<(Option<Outcome>, Option<EmbeddedQuestion>), RegionalError> {
-        if !admitted.class.cacheable() {
+        if !admitted.caching.lookup {
             return Ok((None, None));
         }
         let key = admitted.key.as_str();
@@ -29,7 +29,9 @@ impl RequestPath {
         self.metrics.core_lookups.inc();
         let found = self.core.lookup(key, &admitted.tenant).await?;
         let lookup_ms = elapsed_ms(lookup_started);
-        if let Some(entry) = found.filter(|e| !e.is_expired(now_ms()) && e.key == key) {
+        // A core node behind this node's view of the feed may still hold what the feed invalidated.
+        let found = found.filter(|e| !e.is_expired(now_ms()) && e.key == key && self.view.admits(e));
+        if let Some(entry) = found {
             let entry = entry.answering(admitted.query());
             self.remember(entry.clone());
             self.metrics.hits_core.inc();
@@ -54,7 +56,7 @@ impl RequestPath {
     /// answered semantically; an embedding failure only skips the tier.
     async fn embedded_question(&self, admitted: &Admitted) -> Option<EmbeddedQuestion> {
         let tier = self.semantic.as_ref()?;
-        tier.threshold(admitted.class.class).filter(|_| admitted.class.cacheable())?;
+        tier.threshold(admitted.class.class).filter(|_| admitted.caching.lookup)?;
         let query = admitted.query()?;
         match tier.embed(&query).await {
             Ok(question) => Some(question),
@@ -79,12 +81,14 @@ impl RequestPath {
             return Ok(None);
         };
         let now = now_ms();
-        let entry = match self.cache.get(&hit.key, now) {
+        let entry = match self.cached(&hit.key, now) {
             Some(entry) => Some(entry),
             None => {
                 self.metrics.core_lookups.inc();
                 let found = self.core.lookup(&hit.key, &admitted.tenant).await?;
-                found.filter(|e| !e.is_expired(now) && e.key == hit.key).map(|entry| {
+                let admitted_entry =
+                    |e: &CachedCompletion| !e.is_expired(now) && e.key == hit.key && self.view.admits(e);
+                found.filter(admitted_entry).map(|entry| {
                     self.remember(entry.clone());
                     Arc::new(entry)
                 })

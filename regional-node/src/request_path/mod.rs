@@ -26,14 +26,17 @@ use std::time::Instant;
 
 use sha2::{Digest as _, Sha256};
 
+use shared::changes::{Change, Changes};
 use shared::completion::CachedCompletion;
+use shared::models::{ModelRef, ModelTable};
 use shared::server_timing::ServerTiming;
 use shared::RequestError;
 
-pub use self::admitted::{Admitted, ClassTtl};
+pub use self::admitted::{Admitted, Caching, ClassTtl, Directives};
 use self::flight_task::FlightTask;
 use crate::admission::Admission;
 use crate::core_client::CoreClient;
+use crate::core_view::CoreView;
 use crate::exact_cache::ExactCache;
 use crate::exact_store::ExactStore;
 use crate::flight::{Flight, Flights, Joined, Outcome, Subscription};
@@ -93,6 +96,8 @@ pub struct RequestPath {
     models: Arc<ModelCatalog>,
     /// Makes this node's invalidation request ids unique in the mesh (see [`RequestPath::invalidate`]).
     invalidation_ids: InvalidationIds,
+    /// What the core decided: every answer is checked against it before it is served or kept.
+    view: Arc<CoreView>,
 }
 
 /// Request ids of this node's invalidations at the core: unique across nodes, restarts and calls in
@@ -136,14 +141,17 @@ pub struct PathParts {
     pub replication: Arc<Replication>,
     /// The served models (the `--models` flag until the core's registry is known).
     pub models: Arc<ModelCatalog>,
+    /// This node's view of the core's feed.
+    pub view: Arc<CoreView>,
 }
 
 impl RequestPath {
     /// A path over `parts`, with no flight in the air.
     pub fn new(parts: PathParts) -> Self {
-        let PathParts { cache, exact_store, core, semantic, admission, replication, models } = parts;
+        let PathParts { cache, exact_store, core, semantic, admission, replication, models, view } = parts;
         let invalidation_ids = InvalidationIds::new(&replication.settings().node_id);
         Self {
+            view,
             invalidation_ids,
             models,
             cache,
@@ -160,11 +168,11 @@ impl RequestPath {
     /// Answers `admitted`: from the exact cache at once, else through the flight of its key (joined, or
     /// led on a task of its own).
     pub async fn answer(self: &Arc<Self>, admitted: Admitted) -> Result<Answered, RegionalError> {
-        let cacheable = admitted.class.cacheable();
+        let cacheable = admitted.caching.lookup;
         let key = admitted.key.as_str();
         if cacheable {
             let hot = self.replication.touch(key);
-            if let Some(entry) = self.cache.get(key, now_ms()) {
+            if let Some(entry) = self.cached(key, now_ms()) {
                 self.replication.offer(&entry, Some(hot), now_ms());
                 self.metrics.hits_regional.inc();
                 let mut timing = ServerTiming::default();
@@ -214,16 +222,69 @@ impl RequestPath {
             return Err(RequestError::key_not_found("no cached answer of this tenant under that key").into());
         }
         let request_id = self.invalidation_ids.next();
-        let removed_at_core = self.core.invalidate(key, tenant, &request_id).await?;
-        self.forget(key);
-        self.replication.invalidate(key, tenant, now_ms());
-        Ok(removed_at_core)
+        let done = self.core.invalidate(key, tenant, &request_id).await?;
+        // The feed brings the same change to every node (this one included) moments later; applying
+        // it here now means this node's next answer already obeys it.
+        let change = Change::Key { tenant: tenant.to_owned(), key: key.to_owned() };
+        self.view.cut_now(&change, done.at_ms);
+        self.drop_invalidated(&change, done.at_ms);
+        Ok(done.removed)
+    }
+
+    /// Applies a batch of the core's feed: the view first (so nothing it covers is served from here
+    /// on), then every tier drops what it can find at once: a key from the exact cache and the disk
+    /// (with a tombstone for the peers); tenant and model-version cutoffs are enforced as answers are
+    /// read. New model versions are learned.
+    pub fn apply_changes(&self, batch: &Changes) {
+        self.view.apply(batch);
+        if let Some(resync) = &batch.resync {
+            let models = resync
+                .models
+                .iter()
+                .map(|(name, version)| ModelRef { name: name.clone(), version: *version });
+            if let Some(table) = ModelTable::from_models(models) {
+                self.models.learn(&table);
+            }
+        }
+        for revised in &batch.changes {
+            self.drop_invalidated(&revised.change, revised.at_ms);
+        }
+    }
+
+    /// Drops what `change` (at the core's log time `at_ms`) invalidates where it can be found by key.
+    fn drop_invalidated(&self, change: &Change, at_ms: i64) {
+        match change {
+            Change::Key { tenant, key } => {
+                self.forget(key);
+                self.replication.invalidate(key, tenant, at_ms);
+            }
+            Change::ModelCurrent { model, version } => {
+                let table = ModelTable::from_models([ModelRef { name: model.clone(), version: *version }]);
+                if let Some(table) = table {
+                    self.models.learn(&table);
+                }
+            }
+            Change::Tenant { .. } | Change::ModelVersion { .. } | Change::TenantSettings { .. } => {}
+        }
+    }
+
+    /// This node's entry under `key`, if it is live and no cutoff of the core covers it (one that is
+    /// covered is forgotten).
+    fn cached(&self, key: &str, now_ms: i64) -> Option<Arc<CachedCompletion>> {
+        let entry = self.cache.get(key, now_ms)?;
+        if self.view.admits(&entry) {
+            return Some(entry);
+        }
+        if self.view.caught_up() {
+            self.forget(key);
+        }
+        None
     }
 
     /// Keeps `entry` in the exact cache, and on disk when there is a store; replicates it when it is hot.
     /// An answer older than an invalidation of its key is dropped.
     pub fn remember(&self, entry: CachedCompletion) {
-        if !self.replication.offer(&entry, None, now_ms()) {
+        if !self.view.not_invalidated(&entry) || !self.replication.offer(&entry, None, now_ms()) {
             return;
         }
         self.keep(entry);
@@ -254,6 +315,11 @@ impl RequestPath {
         if let Some(store) = &self.exact_store {
             store.flush();
         }
+    }
+
+    /// This node's view of the core's feed.
+    pub fn view(&self) -> &Arc<CoreView> {
+        &self.view
     }
 
     /// The served models and their current versions.
@@ -295,10 +361,18 @@ impl RequestPath {
 impl Applier for RequestPath {
     fn apply(&self, key: &str, record: &Record) {
         match record.resolve() {
-            Some(Resolved::Live(entry)) if !entry.is_expired(now_ms()) => self.keep(entry.clone()),
+            Some(Resolved::Live(entry))
+                if !entry.is_expired(now_ms()) && self.view.not_invalidated(entry) =>
+            {
+                self.keep(entry.clone())
+            }
             Some(Resolved::Invalidated) => self.forget(key),
             _ => {}
         }
+    }
+
+    fn admits(&self, entry: &CachedCompletion) -> bool {
+        self.view.not_invalidated(entry)
     }
 }
 

@@ -1,5 +1,6 @@
 //! The request path in process, against a fake core cluster served over real gRPC on loopback: cache
-//! hits, core hits, coalescing, realtime answers, `only-if-cached`, stale answers and invalidation.
+//! hits, core hits, coalescing, realtime answers, `only-if-cached`, stale answers, invalidation, the
+//! core's change feed and the caching policy of sampled requests.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -11,7 +12,7 @@ use clap::Parser as _;
 use proto::cache::core_cache_server::{CoreCache, CoreCacheServer};
 use proto::cache::{
     complete_event, CompleteDone, CompleteEvent, CompleteRequest, LookupReply, LookupRequest, ModelsReply,
-    ModelsRequest, ServedModel,
+    ModelsRequest, ServedModel, WatchEvent, WatchRequest,
 };
 use proto::core::core_store_server::{CoreStore, CoreStoreServer};
 use proto::core::{
@@ -46,6 +47,19 @@ struct CoreState {
     /// The served model's current version (0 reads as 1).
     version: std::sync::atomic::AtomicU64,
     invalidations: AtomicUsize,
+    /// The change feed: every change, in revision order (revision = position + 1).
+    feed: Mutex<Vec<shared::changes::Revised>>,
+}
+
+impl CoreState {
+    /// Appends `change` to the feed at the next revision, made now.
+    fn announce(&self, change: shared::changes::Change) -> i64 {
+        let mut feed = self.feed.lock().unwrap_or_else(PoisonError::into_inner);
+        let at_ms = now_ms();
+        let revision = feed.len() as u64 + 1;
+        feed.push(shared::changes::Revised { revision, at_ms, change });
+        at_ms
+    }
 }
 
 /// A core cluster of one node: lookups read its entries; a completion streams `answer: <question>` in
@@ -71,6 +85,38 @@ impl CoreState {
 #[tonic::async_trait]
 impl CoreCache for FakeCore {
     type CompleteStream = ReceiverStream<Result<CompleteEvent, Status>>;
+    type WatchStream = ReceiverStream<Result<WatchEvent, Status>>;
+
+    /// A resync at the current revision for a watcher at 0, then every change after the watcher's
+    /// revision as it is announced (polled every 10 ms), with progress in between.
+    async fn watch(&self, request: Request<WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        let mut cursor = request.into_inner().after_revision;
+        let (tx, rx) = mpsc::channel(8);
+        let state = Arc::clone(&self.state);
+        tokio::spawn(async move {
+            if cursor == 0 {
+                cursor = state.feed.lock().unwrap_or_else(PoisonError::into_inner).len() as u64;
+                let resync = shared::changes::Resync { revision: cursor, ..Default::default() };
+                let batch =
+                    shared::changes::Changes { revision: cursor, resync: Some(resync), changes: vec![] };
+                if tx.send(Ok(WatchEvent::from(&batch))).await.is_err() {
+                    return;
+                }
+            }
+            loop {
+                let changes: Vec<_> = state.feed.lock().unwrap_or_else(PoisonError::into_inner)
+                    [usize::try_from(cursor).unwrap_or(usize::MAX)..]
+                    .to_vec();
+                cursor += changes.len() as u64;
+                let batch = shared::changes::Changes { revision: cursor, resync: None, changes };
+                if tx.send(Ok(WatchEvent::from(&batch))).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
 
     async fn models(&self, _: Request<ModelsRequest>) -> Result<Response<ModelsReply>, Status> {
         let model = ServedModel { name: "smollm2-135m-instruct".into(), version: self.state.version() };
@@ -140,7 +186,8 @@ impl CoreStore for FakeCore {
         };
         self.state.invalidations.fetch_add(1, Ordering::SeqCst);
         let removed = u64::from(self.entries().remove(&key).is_some());
-        let outcome = write_outcome::Outcome::Invalidated(Invalidated { removed });
+        let at_ms = self.state.announce(shared::changes::Change::Key { tenant: command.key_tenant, key });
+        let outcome = write_outcome::Outcome::Invalidated(Invalidated { removed, at_ms });
         Ok(Response::new(WriteReply {
             log_index: 1,
             outcome: Some(WriteOutcome { outcome: Some(outcome) }),
@@ -170,8 +217,21 @@ async fn serve(core: FakeCore) -> SocketAddr {
 }
 
 /// A request path whose core is at `core_addr`, configured the way the daemon is (flags, then
-/// [`crate::server::path_parts`]).
+/// [`crate::server::path_parts`]), following the core's feed, once the feed delivered its first batch.
 fn path_to(core_addr: SocketAddr, extra: &[&str]) -> Arc<RequestPath> {
+    let path = path_without_feed(core_addr, extra);
+    // Follows the fake core's feed, as the daemon does, and waits for its first batch.
+    crate::change_feed::spawn(Arc::clone(&path));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !path.view().caught_up() {
+        assert!(Instant::now() < deadline, "the feed never delivered");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    path
+}
+
+/// A request path whose core is at `core_addr`, not following any feed.
+fn path_without_feed(core_addr: SocketAddr, extra: &[&str]) -> Arc<RequestPath> {
     let secret_file = std::env::temp_dir().join(format!("path-test-secret-{}", std::process::id()));
     std::fs::write(&secret_file, SECRET).expect("write the secret");
     let mut args = vec![
@@ -193,7 +253,8 @@ fn admitted(question: &str, only_if_cached: bool) -> Admitted {
         sampling: Sampling { max_tokens: 16, temperature: 0.0, top_p: 1.0, seed: None, stop: vec![] },
         stream: false,
     };
-    Admitted::new("acme".into(), request, &TtlPolicy::default(), only_if_cached, Instant::now())
+    let directives = Directives { only_if_cached, ..Directives::default() };
+    Admitted::new("acme".into(), request, &TtlPolicy::default(), false, directives, Instant::now())
 }
 
 /// The outcome of an answer, waiting for its flight to land; and whether it was coalesced.
@@ -293,7 +354,7 @@ async fn realtime_questions_are_generated_every_time() {
 async fn a_stale_answer_is_served_while_the_core_is_out_of_reach() {
     // A port nothing listens on: every core call fails as unreachable.
     let unreachable = TcpListener::bind("127.0.0.1:0").await.expect("bind").local_addr().expect("addr");
-    let path = path_to(unreachable, &["--stale-grace-s", "600"]);
+    let path = path_without_feed(unreachable, &["--stale-grace-s", "600"]);
     let question = admitted("What is the speed of light?", false);
     let mut entry = CachedCompletion {
         key: question.key.as_str().to_owned(),
@@ -381,4 +442,54 @@ async fn a_version_bump_at_the_core_is_learned_and_the_question_generated_under_
     assert_eq!(version(), Some(2), "the refusal made the node learn the core's version");
     assert_eq!(core.state.completes.load(Ordering::SeqCst), 1, "one generation: the refusal came first");
     refresher.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalidation_made_elsewhere_reaches_this_node_through_the_feed() {
+    let (core, addr) = fake_core(Duration::ZERO).await;
+    let path = path_to(addr, &[]);
+    let (first, _) = outcome(path.answer(admitted("What is a monad?", false)).await.expect("answer")).await;
+    assert!(matches!(path.answer(admitted("What is a monad?", false)).await, Ok(Answered::Ready(_))));
+    // Another regional node invalidates the key at the core; the core's feed carries it here.
+    core.entries().remove(first.entry.key.as_str());
+    let change = shared::changes::Change::Key { tenant: "acme".into(), key: first.entry.key.to_string() };
+    core.state.announce(change);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while path.cache().peek(first.entry.key.as_str()).is_some() {
+        assert!(Instant::now() < deadline, "the feed's invalidation never reached the exact cache");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (again, _) = outcome(path.answer(admitted("What is a monad?", false)).await.expect("answer")).await;
+    assert_eq!(again.x_cache, X_CACHE_MISS, "generated again, not served from any cache");
+    assert_eq!(core.state.completes.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sampled_request_is_generated_every_time_and_no_cache_skips_the_caches() {
+    let (core, addr) = fake_core(Duration::ZERO).await;
+    let path = path_to(addr, &[]);
+    let sampled = || {
+        let mut request = admitted("Tell me a story", false).request;
+        request.sampling.temperature = 0.8;
+        Admitted::new(
+            "acme".into(),
+            request,
+            &TtlPolicy::default(),
+            false,
+            Directives::default(),
+            Instant::now(),
+        )
+    };
+    for _ in 0..2 {
+        let (answer, _) = outcome(path.answer(sampled()).await.expect("answer")).await;
+        assert_eq!(answer.x_cache, X_CACHE_MISS);
+    }
+    assert_eq!(core.state.completes.load(Ordering::SeqCst), 2, "one random sample is never pinned for all");
+    assert_eq!(path.cache().stats().entries, 0, "nothing kept");
+    outcome(path.answer(admitted("What is a monad?", false)).await.expect("answer")).await;
+    let mut fresh = admitted("What is a monad?", false);
+    fresh.caching.lookup = false;
+    let (answer, _) = outcome(path.answer(fresh).await.expect("answer")).await;
+    assert_eq!(answer.x_cache, X_CACHE_MISS, "no-cache: a fresh answer even though one is cached");
+    assert_eq!(core.state.completes.load(Ordering::SeqCst), 4);
 }
