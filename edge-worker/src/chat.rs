@@ -6,13 +6,15 @@
 //! so that bad input never reaches the regional tier. An edge hit whose ETag the client names in
 //! `If-None-Match` is a 304. The client's `Cache-Control` is honoured: `no-store` neither reads nor
 //! fills the edge, `no-cache` skips reading it, `max-age=N` serves only entries at most N seconds old.
+//! Nothing cached is served unless the isolate's view of the core's changes is within its bound and
+//! admits it ([`crate::core_view`]).
 
 use shared::cache_key::{CacheKey, SemanticQuery};
 use shared::completion::CachedCompletion;
 use shared::content_class::classify;
 use shared::normalize::{normalize, Limits, NormalizedRequest};
 use shared::openai::parse_chat_request;
-use shared::{RequestError, CACHE_KEY_HEADER, MAX_REQUEST_BYTES, X_CACHE};
+use shared::{RequestError, CACHE_CREATED_HEADER, CACHE_KEY_HEADER, MAX_REQUEST_BYTES, X_CACHE};
 use worker::{Context, KvStore, Request, Response, ResponseBuilder};
 
 use crate::cache_control::RequestCaching;
@@ -68,19 +70,22 @@ pub async fn handle(
     let caching = RequestCaching::parse(cache_control.as_deref());
     let body = req.bytes().await?;
     let request = parse_chat_request(&body, MAX_REQUEST_BYTES)?;
-    let normalized = normalize(&request, &config.models, &Limits::default())?;
+    let normalized = normalize(&request, &crate::core_view::models(&config), &Limits::default())?;
     let key = CacheKey::derive(&tenant, &normalized);
     let stream = normalized.stream;
     let job = Job { model_version: normalized.model.version, config, tenant, key, body, caching };
     crate::hot_set_sync::refresh_if_due(&job.config, ctx, kv);
+    crate::core_view::refresh_if_due(&job.config, ctx);
 
     let l1 = L1::open();
-    if job.config.cache_ttl_s != 0 && caching.may_read() {
+    if job.config.cache_ttl_s != 0 && caching.may_read() && crate::core_view::ensure_fresh(&job.config).await
+    {
         let now = Clock::now_ms();
         let not_modified =
             |etag: &str| if_none_match.as_deref().is_some_and(|v| respond::etag_matches(v, etag));
         // The isolate's memory first (microseconds), then the data center's Cache API, then paraphrases.
-        let accepts = |e: &CachedCompletion| caching.accepts_age(e.created_ms, now);
+        let accepts =
+            |e: &CachedCompletion| caching.accepts_age(e.created_ms, now) && crate::core_view::admits(e);
         if let Some(entry) =
             crate::hot_set_sync::exact(job.key.as_str(), &job.tenant, now).filter(|e| accepts(e))
         {
@@ -129,12 +134,14 @@ pub async fn handle(
 
     let bytes = clock.upstream(upstream.bytes()).await?;
     let (etag, cache_control) = (headers.get("etag")?, headers.get("cache-control")?);
+    let created = headers.get(CACHE_CREATED_HEADER)?;
     let answer = RegionalAnswer {
         status,
         x_cache: x_cache.as_deref(),
         etag: etag.as_deref(),
         cache_key: their_key.as_deref(),
         cache_control: cache_control.as_deref(),
+        created_ms: created.as_deref().and_then(|v| v.trim().parse().ok()),
         body: &bytes,
     };
     // Kept in the isolate's memory before answering, so that once a client has its answer the next
@@ -142,7 +149,9 @@ pub async fn handle(
     if job.caching.may_store() {
         let entry = fill::entry_from_answer(&job.target(Clock::now_ms()), &answer);
         if let Ok(entry) = &entry {
-            crate::hot_set_sync::remember_fill(entry.clone());
+            if crate::core_view::admits(entry) {
+                crate::hot_set_sync::remember_fill(entry.clone());
+            }
         }
         ctx.wait_until(async move { store(&l1, entry).await });
     }
@@ -159,7 +168,9 @@ fn semantic_hit(job: &Job, request: &NormalizedRequest, now_ms: i64) -> Option<S
     let vector = embedder()?.embed_i8(query.question)?;
     let found = with_hot_set(|set| set.nearest(&query.partition, &vector, query.question, threshold, now_ms))
         .flatten()?;
-    job.caching.accepts_age(found.entry.created_ms, now_ms).then_some(found)
+    let admitted =
+        job.caching.accepts_age(found.entry.created_ms, now_ms) && crate::core_view::admits(&found.entry);
+    admitted.then_some(found)
 }
 
 /// Whether the regional key (absent: trust ours) is the one the edge derived; logs when it is not.
@@ -212,11 +223,12 @@ async fn fill_after_stream(job: Job, ended: futures::channel::oneshot::Receiver<
             }
         };
     let headers = response.headers().clone();
-    let (Ok(x_cache), Ok(etag), Ok(their_key), Ok(cache_control)) = (
+    let (Ok(x_cache), Ok(etag), Ok(their_key), Ok(cache_control), Ok(created)) = (
         headers.get(X_CACHE),
         headers.get("etag"),
         headers.get(CACHE_KEY_HEADER),
         headers.get("cache-control"),
+        headers.get(CACHE_CREATED_HEADER),
     ) else {
         return;
     };
@@ -235,6 +247,7 @@ async fn fill_after_stream(job: Job, ended: futures::channel::oneshot::Receiver<
         etag: etag.as_deref(),
         cache_key: their_key.as_deref(),
         cache_control: cache_control.as_deref(),
+        created_ms: created.as_deref().and_then(|v| v.trim().parse().ok()),
         body: &bytes,
     };
     let entry = fill::entry_from_answer(&job.target(Clock::now_ms()), &answer);
@@ -245,6 +258,7 @@ async fn fill_after_stream(job: Job, ended: futures::channel::oneshot::Receiver<
                 entry.key
             );
         }
+        Ok(entry) if !crate::core_view::admits(&entry) => {}
         other => {
             if let Ok(entry) = &other {
                 crate::hot_set_sync::remember_fill(entry.clone());

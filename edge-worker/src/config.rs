@@ -5,13 +5,15 @@
 //! | `API_KEYS`      | secret | Tenant key table, `tenant:sha256hex,...` ([`shared::auth::TenantKeys`]). |
 //! | `TIER_SECRET`   | secret | Shared secret sent to the regional tier in `x-mesh-secret`.             |
 //! | `REGIONAL_URLS` | var    | Comma-separated regional base URLs, tried in order.                     |
-//! | `MODELS`        | var    | Served models, `name@version,...`; must match the regional tier's.      |
+//! | `MODELS`        | var    | Served models, `name@version,...`, until the core's feed names newer versions. |
 //! | `CACHE_TTL_S`   | var    | Edge TTL when the regional answer has no `max-age`; 0 turns L1 off.     |
 //! | `SEMANTIC_THRESHOLDS` | var | `volatile,default,stable` similarities (default `0.90,0.88,0.85`), or `off`. |
 //! | `HOTSET_REFRESH_S` | var | Seconds between hot-set pulls per isolate (default 10); 0 turns the hot set off. |
 //! | `HOTSET_MAX_ENTRIES` | var | Hot entries one isolate holds (default 20000).                     |
 //! | `HOTSET_PER_TENANT` | var | Hot entries of one tenant (default 1000).                           |
 //! | `REGIONAL_TIMEOUT_MS` | var | How long a regional node may take to answer (headers) before the next is tried (default 30000). |
+//! | `CHANGES_REFRESH_MS` | var | Milliseconds between pulls of the core's changes per isolate, after a response (default 500). |
+//! | `CHANGES_BOUND_MS` | var | Staleness bound: no cached answer is served unless the isolate's view of the core's changes was confirmed this recently; an older view is pulled first (default 2000). |
 //! | `HOTSET` | KV binding | Optional: the last hot set, so a cold isolate starts warm.          |
 //!
 //! Parsing is pure (a lookup function in, a [`Config`] out) so it is tested natively; `lib.rs` feeds it
@@ -39,6 +41,10 @@ pub const DEFAULT_SEMANTIC_THRESHOLDS: SemanticThresholds =
     SemanticThresholds { volatile: 0.90, default: 0.88, stable: 0.85 };
 /// `REGIONAL_TIMEOUT_MS` when the variable is not set.
 pub const DEFAULT_REGIONAL_TIMEOUT_MS: u64 = 30_000;
+/// `CHANGES_REFRESH_MS` when the variable is not set.
+pub const DEFAULT_CHANGES_REFRESH_MS: u64 = 500;
+/// `CHANGES_BOUND_MS` when the variable is not set.
+pub const DEFAULT_CHANGES_BOUND_MS: u64 = 2_000;
 
 /// The checked configuration of one worker invocation.
 #[derive(Clone)]
@@ -61,6 +67,10 @@ pub struct Config {
     pub hotset_limits: HotSetLimits,
     /// Milliseconds a regional node may take to start answering before the next one is tried.
     pub regional_timeout_ms: u64,
+    /// Milliseconds between background pulls of the core's changes.
+    pub changes_refresh_ms: u64,
+    /// Oldest view of the core's changes that cached answers are served under, in milliseconds.
+    pub changes_bound_ms: u64,
 }
 
 impl std::fmt::Debug for Config {
@@ -75,6 +85,8 @@ impl std::fmt::Debug for Config {
             .field("hotset_refresh_s", &self.hotset_refresh_s)
             .field("hotset_limits", &self.hotset_limits)
             .field("regional_timeout_ms", &self.regional_timeout_ms)
+            .field("changes_refresh_ms", &self.changes_refresh_ms)
+            .field("changes_bound_ms", &self.changes_bound_ms)
             .finish()
     }
 }
@@ -119,6 +131,8 @@ impl Config {
             hotset_refresh_s: number("HOTSET_REFRESH_S", DEFAULT_HOTSET_REFRESH_S)?,
             hotset_limits,
             regional_timeout_ms: number("REGIONAL_TIMEOUT_MS", DEFAULT_REGIONAL_TIMEOUT_MS)?,
+            changes_refresh_ms: number("CHANGES_REFRESH_MS", DEFAULT_CHANGES_REFRESH_MS)?,
+            changes_bound_ms: number("CHANGES_BOUND_MS", DEFAULT_CHANGES_BOUND_MS)?,
         })
     }
 }

@@ -21,6 +21,9 @@ pub struct RegionalAnswer<'a> {
     pub cache_key: Option<&'a str>,
     /// `Cache-Control`.
     pub cache_control: Option<&'a str>,
+    /// `X-Cache-Created-Ms`: the answer's creation time at the core (the clock the core's invalidations
+    /// are in); without it, the completion's `created` second is used.
+    pub created_ms: Option<i64>,
     /// The JSON body of a non-streamed completion.
     pub body: &'a [u8],
 }
@@ -77,7 +80,9 @@ pub fn is_cacheable_source(x_cache: Option<&str>) -> bool {
 
 /// Builds the entry to store for a regional answer, or says why not.
 ///
-/// `created_ms` keeps the answer's own `created`, so a later edge hit renders the very same completion;
+/// `created_ms` is the answer's creation time at the core (its own `created` second when the regional
+/// tier did not say), so a later edge hit renders the very same completion and is compared with the
+/// core's invalidations in the core's clock;
 /// `ttl_s` is stretched by the answer's age so that the entry expires when the regional `max-age` (or
 /// `CACHE_TTL_S`, counted from now) runs out.
 pub fn entry_from_answer(
@@ -106,7 +111,7 @@ pub fn entry_from_answer(
     let [choice] = completion.choices.as_slice() else {
         return Err(Skip::Body(format!("{} choices", completion.choices.len())));
     };
-    let created_ms = completion.created.saturating_mul(1000);
+    let created_ms = answer.created_ms.unwrap_or_else(|| completion.created.saturating_mul(1000));
     let age_s = u64::try_from(target.now_ms.saturating_sub(created_ms).max(0) / 1000).unwrap_or(0);
     let content = choice.message.content.clone();
     let etag = answer
@@ -157,6 +162,7 @@ mod tests {
             etag: Some("\"e1\""),
             cache_key: None,
             cache_control: None,
+            created_ms: None,
             body: body.as_bytes(),
         }
     }
@@ -186,6 +192,12 @@ mod tests {
             ..answer(BODY)
         };
         assert_eq!(entry_from_answer(&target, &with_key).map(|e| e.ttl_s), Ok(70));
+        let at_core = RegionalAnswer { created_ms: Some(1_000_250), ..answer(BODY) };
+        assert_eq!(
+            entry_from_answer(&target, &at_core).map(|e| e.created_ms),
+            Ok(1_000_250),
+            "the core's creation time, to the millisecond, when the regional tier names it"
+        );
         let no_etag = RegionalAnswer { etag: None, ..answer(BODY) };
         assert_eq!(
             entry_from_answer(&target, &no_etag).map(|e| e.etag),

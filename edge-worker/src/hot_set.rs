@@ -228,8 +228,8 @@ impl HotSet {
         evicted
     }
 
-    /// Removes `key`; true if it was held.
-    fn remove(&mut self, key: &str) -> bool {
+    /// Removes `key` (the core invalidated it, or the set moved on); true if it was held.
+    pub fn remove(&mut self, key: &str) -> bool {
         let Some(held) = self.held.remove(key) else { return false };
         self.order.remove(&held.order);
         if let Some(orders) = self.tenant_order.get_mut(&held.entry.tenant) {

@@ -40,6 +40,16 @@ thread_local! {
     static RECENT: RefCell<RecentFills> = RefCell::new(RecentFills::default());
 }
 
+/// Drops `key` from the isolate's hot set and recent fills (the core invalidated it).
+pub fn forget(key: &str) {
+    STATE.with(|state| {
+        if let Some(set) = state.borrow_mut().set.as_mut() {
+            set.remove(key);
+        }
+    });
+    RECENT.with(|recent| recent.borrow_mut().remove(key));
+}
+
 /// Keeps an answer this isolate is storing in L1 in memory too ([`RecentFills`]).
 pub fn remember_fill(entry: CachedCompletion) {
     RECENT.with(|recent| recent.borrow_mut().put(entry));

@@ -8,6 +8,8 @@
 //! # Layout
 //! - [`chat`]: the chat-completions handler (auth, validation, L1 lookup, relay, fill).
 //! - [`config`]: wrangler vars and secrets, checked on every request.
+//! - [`core_view`]: the core's invalidations and model versions as this isolate knows them (pulled from
+//!   the regional tier's `/v1/changes` within a bound), checked before any cached answer is served.
 //! - [`l1`]: the exact-match cache in the Workers Cache API.
 //! - [`recent`]: answers this isolate stored in L1 lately, kept in memory too.
 //! - [`hot_set`]: the regional tier's hot set in this isolate: exact and small-embedding semantic hits;
@@ -34,6 +36,7 @@ pub mod cache_control;
 pub mod chat;
 pub mod clock;
 pub mod config;
+pub mod core_view;
 pub mod dot;
 pub mod error;
 pub mod fill;

@@ -37,6 +37,11 @@ impl RecentFills {
         (entry.tenant == tenant && !entry.is_expired(now_ms)).then(|| Rc::clone(entry))
     }
 
+    /// Forgets `key` (the core invalidated it). The order keeps its slot until it comes up.
+    pub fn remove(&mut self, key: &str) {
+        self.entries.remove(key);
+    }
+
     /// Entries held.
     pub fn len(&self) -> usize {
         self.entries.len()

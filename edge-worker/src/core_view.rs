@@ -1,0 +1,139 @@
+//! This isolate's view of the core's decisions, pulled from the regional tier (`GET /v1/changes`), and
+//! the one check every edge layer makes before it serves an answer: [`admits`].
+//!
+//! How each layer obeys, on the real platform as under `wrangler dev`:
+//! - Every layer (isolate memory, recent fills, the Cache API, entries loaded from the KV snapshot) is
+//!   read through [`admits`]: an answer created (at the core) at or before an invalidation that covers
+//!   it, or of a model version older than the current one, is never served. The Cache API and KV are
+//!   shared by many isolates and cannot be purged from one; the check makes their stale entries
+//!   unreachable instead.
+//! - A model-version bump changes the version in every new cache key ([`models`]), so old entries are
+//!   not even looked up.
+//! - Key invalidations also drop the key from this isolate's memory at once.
+//!
+//! The staleness bound: a cached answer is served only while the view was confirmed by a regional node
+//! within `CHANGES_BOUND_MS` ([`ensure_fresh`] pulls first when it is older; if that fails, the request
+//! goes to the regional tier, which holds the current view). Background pulls every
+//! `CHANGES_REFRESH_MS` keep busy isolates from ever pulling inline. So an invalidation is obeyed at
+//! the edge at most `CHANGES_BOUND_MS` after the regional node learned it from the core's feed.
+
+use std::cell::RefCell;
+
+use shared::changes::{Change, Changes};
+use shared::completion::CachedCompletion;
+use shared::cutoffs::Cutoffs;
+use shared::models::{ModelRef, ModelTable};
+use worker::Context;
+
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::regional;
+
+/// Largest changes response read.
+const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
+#[derive(Default)]
+struct ViewState {
+    cutoffs: Cutoffs,
+    /// When a regional node last confirmed the view (0: never).
+    confirmed_ms: i64,
+    pulling: bool,
+}
+
+thread_local! {
+    static VIEW: RefCell<ViewState> = RefCell::new(ViewState::default());
+}
+
+/// Whether `entry` may be served: no invalidation the view knows of covers it.
+pub fn admits(entry: &CachedCompletion) -> bool {
+    VIEW.with(|view| view.borrow().cutoffs.admits(entry))
+}
+
+/// The served models: `MODELS`, with the versions the core's feed announced since.
+pub fn models(config: &Config) -> ModelTable {
+    VIEW.with(|view| {
+        let view = view.borrow();
+        let announced = view
+            .cutoffs
+            .current_versions()
+            .iter()
+            .map(|(name, version)| ModelRef { name: name.clone(), version: *version });
+        match ModelTable::from_models(announced) {
+            Some(newer) => config.models.updated(&newer),
+            None => config.models.clone(),
+        }
+    })
+}
+
+/// Whether the view was confirmed within the bound, pulling it first when it was not; false when it
+/// could not be brought up to date (then nothing cached may be served).
+pub async fn ensure_fresh(config: &Config) -> bool {
+    let within = |now: i64| VIEW.with(|v| now - v.borrow().confirmed_ms <= config.changes_bound_ms as i64);
+    if within(Clock::now_ms()) {
+        return true;
+    }
+    pull(config).await;
+    within(Clock::now_ms())
+}
+
+/// Starts a pull after the response (`ctx.wait_until`) when one is due.
+pub fn refresh_if_due(config: &Config, ctx: &Context) {
+    let now = Clock::now_ms();
+    let due = VIEW.with(|view| {
+        let mut view = view.borrow_mut();
+        let due = !view.pulling && now - view.confirmed_ms >= config.changes_refresh_ms as i64;
+        view.pulling |= due;
+        due
+    });
+    if due {
+        let config = config.clone();
+        ctx.wait_until(async move {
+            pull(&config).await;
+            VIEW.with(|view| view.borrow_mut().pulling = false);
+        });
+    }
+}
+
+/// Pulls the changes since the view's revision and applies them.
+async fn pull(config: &Config) {
+    let since = VIEW.with(|view| view.borrow().cutoffs.revision());
+    match fetch(config, since).await {
+        Ok(batch) => apply(&batch),
+        Err(e) => worker::console_warn!("core changes: pull failed: {e}"),
+    }
+}
+
+async fn fetch(config: &Config, since: u64) -> Result<Changes, String> {
+    let mut response =
+        regional::get(config, &format!("/v1/changes?since={since}")).await.map_err(|e| e.to_string())?;
+    if response.status_code() != 200 {
+        return Err(format!("status {}", response.status_code()));
+    }
+    let bytes = response.bytes().await.map_err(|e| e.to_string())?;
+    if bytes.len() > MAX_RESPONSE_BYTES {
+        return Err(format!("{} bytes is over the {MAX_RESPONSE_BYTES}-byte limit", bytes.len()));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| format!("unreadable changes: {e}"))
+}
+
+fn apply(batch: &Changes) {
+    let now = Clock::now_ms();
+    VIEW.with(|view| {
+        let mut view = view.borrow_mut();
+        view.cutoffs.apply_batch(batch);
+        view.confirmed_ms = now;
+    });
+    for revised in &batch.changes {
+        if let Change::Key { key, .. } = &revised.change {
+            crate::hot_set_sync::forget(key);
+        }
+    }
+    if batch.resync.is_some() || !batch.changes.is_empty() {
+        worker::console_log!(
+            "core changes: revision {}, {} changes{}",
+            batch.revision,
+            batch.changes.len(),
+            if batch.resync.is_some() { ", resynced" } else { "" }
+        );
+    }
+}
