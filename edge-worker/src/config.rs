@@ -12,8 +12,8 @@
 //! | `HOTSET_MAX_ENTRIES` | var | Hot entries one isolate holds (default 20000).                     |
 //! | `HOTSET_PER_TENANT` | var | Hot entries of one tenant (default 1000).                           |
 //! | `REGIONAL_TIMEOUT_MS` | var | How long a regional node may take to answer (headers) before the next is tried (default 30000). |
-//! | `CHANGES_REFRESH_MS` | var | Milliseconds between pulls of the core's changes per isolate, after a response (default 500). |
-//! | `CHANGES_BOUND_MS` | var | Staleness bound: no cached answer is served unless the isolate's view of the core's changes was confirmed this recently; an older view is pulled first (default 2000). |
+//! | `CHANGES_REFRESH_MS` | var | Milliseconds between pulls of the core's changes per isolate, after a response (default 100). |
+//! | `CHANGES_BOUND_MS` | var | Staleness bound: no cached answer is served unless the isolate's view of the core's changes was confirmed this recently; an older view is pulled first (default 1000). |
 //! | `HOTSET` | KV binding | Optional: the last hot set, so a cold isolate starts warm.          |
 //!
 //! Parsing is pure (a lookup function in, a [`Config`] out) so it is tested natively; `lib.rs` feeds it
@@ -42,9 +42,9 @@ pub const DEFAULT_SEMANTIC_THRESHOLDS: SemanticThresholds =
 /// `REGIONAL_TIMEOUT_MS` when the variable is not set.
 pub const DEFAULT_REGIONAL_TIMEOUT_MS: u64 = 30_000;
 /// `CHANGES_REFRESH_MS` when the variable is not set.
-pub const DEFAULT_CHANGES_REFRESH_MS: u64 = 500;
+pub const DEFAULT_CHANGES_REFRESH_MS: u64 = 100;
 /// `CHANGES_BOUND_MS` when the variable is not set.
-pub const DEFAULT_CHANGES_BOUND_MS: u64 = 2_000;
+pub const DEFAULT_CHANGES_BOUND_MS: u64 = 1_000;
 
 /// The checked configuration of one worker invocation.
 #[derive(Clone)]

@@ -55,6 +55,7 @@ pub fn edge_hit(
 ) -> Result<Response> {
     let headers = Headers::new();
     headers.set("etag", &entry.etag)?;
+    headers.set(shared::CACHE_CREATED_HEADER, &entry.created_ms.to_string())?;
     match matched {
         EdgeMatch::Exact => {
             headers.set(X_CACHE, "HIT-EDGE")?;

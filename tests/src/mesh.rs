@@ -156,6 +156,16 @@ const REGIONAL_READY: Duration = Duration::from_secs(30);
 const EDGE_READY: Duration = Duration::from_secs(300);
 
 impl Mesh {
+    /// Core nodes in the mesh.
+    pub fn core_nodes(&self) -> usize {
+        self.spec.core_nodes
+    }
+
+    /// Regional nodes in the mesh.
+    pub fn regional_nodes(&self) -> usize {
+        self.spec.regional_nodes
+    }
+
     /// Starts every process and waits until each is ready.
     pub fn start(mut spec: MeshSpec) -> anyhow::Result<Self> {
         // Absolute: wrangler runs in edge-worker/, and reads its env file and state from here.
@@ -329,7 +339,14 @@ impl Mesh {
         Ok((status, serde_json::from_reader(reply.body_mut().as_reader())?))
     }
 
-    /// Kills core node `index` (0-based) with SIGKILL.
+    /// Kills regional node `index` with SIGKILL (restart it with [`Mesh::start_all`]).
+    pub fn kill_regional(&mut self, index: usize) {
+        if let Some(mut regional) = self.regionals.get_mut(index).and_then(Option::take) {
+            regional.kill();
+        }
+    }
+
+    /// Kills core node `index` with SIGKILL (restart it with [`Mesh::start_all`]).
     pub fn kill_core(&mut self, index: usize) {
         if let Some(mut core) = self.cores.get_mut(index).and_then(Option::take) {
             core.kill();

@@ -35,12 +35,15 @@ async fn run(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Respon
         .await
         .map_err(|_| RequestError::too_large(MAX_BODY_BYTES))?;
     let key = parse_key(&bytes)?;
-    let removed_at_core = state.path().invalidate(&tenant, &key).await?;
-    tracing::info!(%tenant, %key, removed_at_core, "invalidated");
+    let done = state.path().invalidate(&tenant, &key).await?;
+    tracing::info!(%tenant, %key, removed_at_core = done.removed, at_ms = done.at_ms, "invalidated");
     Ok(Json(serde_json::json!({
         "object": "cache.invalidation",
         "key": key,
-        "removed_at_core": removed_at_core,
+        "removed_at_core": done.removed,
+        // The core's log time of the invalidation: no tier serves this key's answers created at or
+        // before it, each within its documented bound.
+        "invalidated_at_ms": done.at_ms,
         "replicated": !state.path().replication().settings().peers.is_empty(),
     }))
     .into_response())

@@ -23,6 +23,8 @@
 //! - [`anti_entropy`]: the pure steps of a round (proptested convergence in `store_tests.rs`).
 //! - [`wire`]: records to and from protobuf.
 //! - [`lookup_frequency`], [`metrics`], [`link`], [`service`].
+//! - `model_tests`: offer, invalidate, merge, acknowledgement and collection driven together against
+//!   each node's view of the core's feed (late deltas after collection included).
 
 pub mod anti_entropy;
 pub mod link;
@@ -32,6 +34,9 @@ pub mod record;
 pub mod service;
 pub mod store;
 pub mod wire;
+
+#[cfg(test)]
+mod model_tests;
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;

@@ -76,7 +76,7 @@ impl Caching {
         cache_sampled: bool,
         directives: Directives,
     ) -> Self {
-        let sampled = request.sampling.temperature > 0.0 && request.sampling.seed.is_none();
+        let sampled = !request.sampling.is_greedy() && request.sampling.seed.is_none();
         let cacheable = class.cacheable() && (!sampled || cache_sampled);
         Self { lookup: cacheable && !directives.no_cache, store: cacheable && !directives.no_store }
     }

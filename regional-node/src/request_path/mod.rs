@@ -35,7 +35,7 @@ use shared::RequestError;
 pub use self::admitted::{Admitted, Caching, ClassTtl, Directives};
 use self::flight_task::FlightTask;
 use crate::admission::Admission;
-use crate::core_client::CoreClient;
+use crate::core_client::{CoreClient, InvalidatedAtCore};
 use crate::core_view::CoreView;
 use crate::exact_cache::ExactCache;
 use crate::exact_store::ExactStore;
@@ -215,9 +215,9 @@ impl RequestPath {
 
     /// Invalidates `key` of `tenant` at the core (under a request id of its own, which the client's
     /// failover reuses, so that a retry applies once), here, and (as a tombstone) at every peer. Returns
-    /// how many entries the core removed. A key this node holds for another tenant is refused without
+    /// how many entries the core removed and its log time of the invalidation. A key this node holds for another tenant is refused without
     /// asking the core.
-    pub async fn invalidate(&self, tenant: &str, key: &str) -> Result<u64, RegionalError> {
+    pub async fn invalidate(&self, tenant: &str, key: &str) -> Result<InvalidatedAtCore, RegionalError> {
         if self.cache.peek(key).is_some_and(|entry| entry.tenant != tenant) {
             return Err(RequestError::key_not_found("no cached answer of this tenant under that key").into());
         }
@@ -228,13 +228,14 @@ impl RequestPath {
         let change = Change::Key { tenant: tenant.to_owned(), key: key.to_owned() };
         self.view.cut_now(&change, done.at_ms);
         self.drop_invalidated(&change, done.at_ms);
-        Ok(done.removed)
+        Ok(done)
     }
 
     /// Applies a batch of the core's feed: the view first (so nothing it covers is served from here
-    /// on), then every tier drops what it can find at once: a key from the exact cache and the disk
-    /// (with a tombstone for the peers); tenant and model-version cutoffs are enforced as answers are
-    /// read. New model versions are learned.
+    /// on), then every tier drops what it can find at once: a key from the exact cache and the disk,
+    /// and replicated answers a change covers, with a tombstone for the peers. Everything else a tenant
+    /// or model-version cutoff covers (the exact tier, the disk, the semantic index's pointers) is
+    /// refused as it is read. New model versions are learned.
     pub fn apply_changes(&self, batch: &Changes) {
         self.view.apply(batch);
         if let Some(resync) = &batch.resync {
@@ -263,8 +264,21 @@ impl RequestPath {
                 if let Some(table) = table {
                     self.models.learn(&table);
                 }
+                self.tombstone_covered(at_ms);
             }
-            Change::Tenant { .. } | Change::ModelVersion { .. } | Change::TenantSettings { .. } => {}
+            Change::Tenant { .. } | Change::ModelVersion { .. } => self.tombstone_covered(at_ms),
+            Change::TenantSettings { .. } => {}
+        }
+    }
+
+    /// Replicated answers the view now refuses become tombstones (and leave the exact tier), so the
+    /// peers converge on the invalidation instead of offering each other answers they all refuse.
+    fn tombstone_covered(&self, at_ms: i64) {
+        for entry in self.replication.store().live_answers() {
+            if !self.view.not_invalidated(&entry) {
+                self.forget(&entry.key);
+                self.replication.invalidate(&entry.key, &entry.tenant, at_ms);
+            }
         }
     }
 

@@ -406,7 +406,7 @@ async fn invalidation_reaches_the_core_and_this_node() {
     assert_eq!(refused.to_request_error().status, 404);
     assert_eq!(core.state.invalidations.load(Ordering::SeqCst), 0, "refused without a core write");
 
-    assert_eq!(path.invalidate("acme", &key).await.expect("invalidated"), 1);
+    assert_eq!(path.invalidate("acme", &key).await.expect("invalidated").removed, 1);
     assert!(path.cache().peek(&key).is_none(), "gone from the exact cache");
     let (regenerated, _) =
         outcome(path.answer(admitted("What is Rust?", false)).await.expect("answer")).await;

@@ -27,6 +27,7 @@
 //! - [`replica_load`]: loading a regional node's replicated state over its replication gRPC.
 //! - [`regional_suite`]: `mesh bench regional`, putting the above together.
 //! - [`edge_suite`]: `mesh bench edge`: the edge worker against a pass-through worker, and the scan.
+//! - [`propagation`]: `mesh bench propagation`: how long each tier takes to obey an invalidation.
 //! - [`report`]: the table and the JSON.
 //! - [`scratch`]: the run's scratch directory.
 
@@ -49,6 +50,7 @@ pub mod pod;
 pub mod pod_rows;
 pub mod pod_suite;
 pub mod prompts;
+pub mod propagation;
 pub mod redis;
 pub mod regional_suite;
 pub mod replica_load;

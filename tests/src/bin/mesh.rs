@@ -2,7 +2,7 @@
 //! inference pod, 2 regional nodes, the edge under `wrangler dev`) in the foreground; Ctrl-C stops it.
 //! `mesh bench core` measures the core cluster against etcd, `mesh bench pod` the inference pod against
 //! llama.cpp, and `mesh bench regional` the regional node against Redis and GPTCache, side by side
-//! (`shared/design/BENCHMARKS.md`).
+//! (`shared/design/BENCHMARKS.md`); `mesh bench propagation` times invalidations through every tier.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -168,6 +168,25 @@ enum BenchSuite {
         #[arg(long, env = "MESH_BENCH_DIR", default_value = ".cache/bench")]
         dir: PathBuf,
     },
+    /// How long each tier (edge, regional nodes, core nodes) takes to stop serving an answer after the
+    /// core acknowledged its invalidation: one key, a whole tenant, a model-version bump.
+    Propagation {
+        /// Also write the figures as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Keys invalidated one by one.
+        #[arg(long, default_value_t = 100)]
+        keys: usize,
+        /// Tenant-wide invalidations.
+        #[arg(long, default_value_t = 10)]
+        tenant_rounds: usize,
+        /// Model-version bumps.
+        #[arg(long, default_value_t = 10)]
+        model_rounds: usize,
+        /// Where the run keeps its data and logs (removed after a successful run).
+        #[arg(long, env = "MESH_BENCH_DIR", default_value = ".cache/bench")]
+        dir: PathBuf,
+    },
 }
 
 /// Set by SIGINT or SIGTERM: a benchmark stops at its next check and still reports.
@@ -243,6 +262,17 @@ fn main() -> anyhow::Result<()> {
             },
             json,
         ),
+        Command::Bench {
+            suite: BenchSuite::Propagation { json, keys, tenant_rounds, model_rounds, dir },
+        } => {
+            let options = bench::propagation::PropagationOptions { keys, tenant_rounds, model_rounds, dir };
+            let figures = bench::propagation::run(&options)?;
+            if let Some(path) = json {
+                std::fs::write(&path, serde_json::to_string_pretty(&figures)? + "\n")?;
+                println!("\nwrote {}", path.display());
+            }
+            Ok(())
+        }
         Command::Bench { suite: BenchSuite::Edge { json, seconds, concurrency, entries, queries, dir } } => {
             bench_edge(EdgeBenchOptions { seconds, concurrency, entries, queries, dir, stop: &STOP }, json)
         }

@@ -1,0 +1,182 @@
+//! A recorded history of the whole mesh under faults, checked for one truth: clients generate and read
+//! a few questions through the edge and both regional nodes while another invalidates them, and
+//! meanwhile the core's leader is killed with SIGKILL (and restarted), a regional node is partitioned
+//! from its peer (and healed), and a regional node is killed with SIGKILL (and restarted). Every
+//! operation is recorded with its start and end.
+//!
+//! Checked per question: no read returns an answer created (at the core) at or before an invalidation
+//! whose acknowledgement came more than the documented bound before the read started; and no
+//! acknowledged answer is lost: at the end, a question whose last acknowledged generation came after its
+//! last invalidation is still answered from a cache. Seeded; `MESH_HISTORY_SECONDS` makes it longer.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mesh_harness::client::ChatClient;
+use mesh_harness::{Mesh, MeshSpec};
+use serde_json::json;
+
+/// The longest a tier may serve an answer after its invalidation was acknowledged: the edge's
+/// `CHANGES_BOUND_MS` default plus the regional feed's delivery and a request's own time.
+const BOUND: Duration = Duration::from_millis(2_500);
+const QUESTIONS: usize = 4;
+
+fn question(i: usize) -> serde_json::Value {
+    json!({"model": "smollm2-135m-instruct", "temperature": 0, "max_tokens": 6,
+           "messages": [{"role": "user", "content": format!("Name one animal, history question {i}.")}]})
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// A chat answered 200 from `tier`, with the answer's creation time at the core.
+    Read { question: usize, start: Instant, created_ms: i64, x_cache: String, tier: String },
+    /// An acknowledged invalidation and its core time.
+    Invalidated { question: usize, acked: Instant, at_ms: i64 },
+}
+
+/// SplitMix64, so the workload replays exactly.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) % n as u64) as usize
+    }
+}
+
+fn reader(name: &str, client: ChatClient, seed: u64, stop: Arc<AtomicBool>, history: Arc<Mutex<Vec<Op>>>) {
+    let mut rng = Rng(seed);
+    while !stop.load(Ordering::Relaxed) {
+        let q = rng.below(QUESTIONS);
+        let start = Instant::now();
+        let Ok(reply) = client.chat(&question(q)) else { continue };
+        let created = reply.header("x-cache-created-ms").and_then(|v| v.parse::<i64>().ok());
+        if let (200, Some(created_ms)) = (reply.status, created) {
+            let x_cache = reply.header("x-cache").unwrap_or_default().to_owned();
+            let read = Op::Read { question: q, start, created_ms, x_cache, tier: name.to_owned() };
+            history.lock().expect("history").push(read);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn no_invalidated_answer_returns_and_no_acknowledged_answer_is_lost_under_faults() -> anyhow::Result<()> {
+    let seconds: u64 = std::env::var("MESH_HISTORY_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(24);
+    let dir = std::env::temp_dir().join(format!("mesh-test-history-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut mesh = Mesh::start(MeshSpec { peer_fault_proxies: true, ..MeshSpec::local(&dir) })?;
+    let keys: Vec<String> = (0..QUESTIONS)
+        .map(|q| {
+            let reply = mesh.client().chat(&question(q))?;
+            anyhow::ensure!(reply.status == 200, "{}", reply.body);
+            Ok(reply.header("x-cache-key").unwrap_or_default().to_owned())
+        })
+        .collect::<anyhow::Result<_>>()?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let history = Arc::new(Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for (i, (name, client)) in [
+        ("edge", mesh.client()),
+        ("regional-0", mesh.regional_client(0)),
+        ("regional-1", mesh.regional_client(1)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (stop, history) = (Arc::clone(&stop), Arc::clone(&history));
+        threads.push(std::thread::spawn(move || reader(name, client, 7 + i as u64, stop, history)));
+    }
+    {
+        let (stop, history, keys) = (Arc::clone(&stop), Arc::clone(&history), keys.clone());
+        let invalidator = mesh.regional_client(0);
+        threads.push(std::thread::spawn(move || {
+            let mut rng = Rng(99);
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(700 + rng.below(600) as u64));
+                let q = rng.below(QUESTIONS);
+                let Ok(reply) = invalidator.invalidate(&keys[q]) else { continue };
+                let acked = Instant::now();
+                if reply.status == 200 {
+                    let at_ms = reply.json()["invalidated_at_ms"].as_i64().unwrap_or(i64::MAX);
+                    history.lock().expect("history").push(Op::Invalidated { question: q, acked, at_ms });
+                }
+            }
+        }));
+    }
+
+    // The faults, spread over the run.
+    let step = Duration::from_secs(seconds / 6);
+    std::thread::sleep(step);
+    let leader = mesh.leader_id().and_then(|id| (0..3).find(|i| Mesh::core_id(*i) == id));
+    if let Some(index) = leader {
+        mesh.kill_core(index);
+    }
+    std::thread::sleep(step);
+    mesh.start_all()?;
+    mesh.partition_regional(1)?;
+    std::thread::sleep(step);
+    mesh.heal_regional(1)?;
+    std::thread::sleep(step);
+    mesh.kill_regional(1);
+    std::thread::sleep(step);
+    mesh.start_all()?;
+    std::thread::sleep(step);
+    stop.store(true, Ordering::Relaxed);
+    for thread in threads {
+        let _ = thread.join();
+    }
+
+    let history = history.lock().expect("history").clone();
+    let reads = history.iter().filter(|op| matches!(op, Op::Read { .. })).count();
+    let invalidations: Vec<(usize, Instant, i64)> = history
+        .iter()
+        .filter_map(|op| match op {
+            Op::Invalidated { question, acked, at_ms } => Some((*question, *acked, *at_ms)),
+            Op::Read { .. } => None,
+        })
+        .collect();
+    println!("history: {reads} reads, {} acknowledged invalidations, {seconds} s", invalidations.len());
+    anyhow::ensure!(reads > 50 && invalidations.len() > 5, "too little happened to check anything");
+    for op in &history {
+        let Op::Read { question, start, created_ms, x_cache, tier, .. } = op else { continue };
+        for (q, acked, at_ms) in &invalidations {
+            let stale = q == question && *created_ms <= *at_ms && *start > *acked + BOUND;
+            assert!(
+                !stale,
+                "{tier} served question {question} ({x_cache}, created {created_ms}) {:?} after an invalidation \
+                 at {at_ms} was acknowledged",
+                start.duration_since(*acked)
+            );
+        }
+    }
+    // No acknowledged answer lost: a question generated (a MISS) after its last invalidation still
+    // has that answer at the core.
+    for question in 0..QUESTIONS {
+        let last_invalidation =
+            invalidations.iter().filter(|(q, ..)| *q == question).map(|(_, _, at)| *at).max();
+        let last_miss = history
+            .iter()
+            .filter_map(|op| match op {
+                Op::Read { question: q, x_cache, created_ms, .. } if *q == question && x_cache == "MISS" => {
+                    Some(*created_ms)
+                }
+                _ => None,
+            })
+            .max();
+        if let Some(created) = last_miss.filter(|c| last_invalidation.is_none_or(|at| *c > at)) {
+            let reply = mesh.regional_client(0).chat_only_if_cached(&self::question(question))?;
+            assert_eq!(
+                reply.status, 200,
+                "question {question}: its answer created at {created} was lost: {}",
+                reply.body
+            );
+        }
+    }
+    Ok(())
+}
