@@ -25,7 +25,7 @@ pub async fn run(id: NodeId, raft: Raft, state: StateMachineStore, writer: Write
             continue;
         }
         count = count.wrapping_add(1);
-        let command = if count % SWEEP_EVERY == 0 {
+        let command = if count.is_multiple_of(SWEEP_EVERY) {
             let store = state.clone();
             match tokio::task::spawn_blocking(move || store.sweep_candidates()).await {
                 Ok(Ok(command)) => command,
