@@ -13,14 +13,23 @@ use crate::error::error_response;
 use crate::server::AppState;
 
 /// `GET /healthz`: the daemon is up and serving.
-pub async fn healthz(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
+pub async fn healthz(State(state): State<Arc<AppState>>) -> Response {
     let stats = state.path().cache().stats();
-    Json(serde_json::json!({
-        "status": "ok",
+    let view = state.path().view();
+    // Ready once the core's feed has delivered since the start: before that the node serves nothing
+    // from its own caches (they may hold what was invalidated while it was away).
+    let (status, text) = match view.caught_up() {
+        true => (axum::http::StatusCode::OK, "ok"),
+        false => (axum::http::StatusCode::SERVICE_UNAVAILABLE, "catching up with the core's feed"),
+    };
+    let body = Json(serde_json::json!({
+        "status": text,
         "region": state.settings().config.region,
         "cache_entries": stats.entries,
         "cache_bytes": stats.bytes,
-    }))
+        "feed_revision": view.revision(),
+    }));
+    (status, body).into_response()
 }
 
 /// `GET /v1/replication`: this node's replicated state (counts and root digest: equal roots, equal
