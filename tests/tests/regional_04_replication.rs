@@ -3,7 +3,8 @@
 //! Hot answers reach the other nodes at once; a partitioned node keeps serving, and both sides write and
 //! invalidate; after healing, anti-entropy brings every node to the same state (equal root digests), no
 //! hot write is lost and no invalidated answer comes back. A node that was down catches up after its
-//! restart, and the tombstones are collected once every peer has them.
+//! restart, and the tombstones are collected once every peer has them. A question made hot at one node
+//! is a semantic hit when paraphrased at another.
 
 use std::time::{Duration, Instant};
 
@@ -136,6 +137,25 @@ fn regional_nodes_converge_after_a_partition_and_a_restart() -> anyhow::Result<(
     for status in &statuses {
         println!("{}", serde_json::to_string(status)?);
     }
+
+    // A question made hot at node 1 is a semantic hit at node 3 when paraphrased there: replicated
+    // answers bring their questions, and every node indexes them.
+    let (asked_key, asked_answer) = write_hot(&mesh, 0, "How do I reverse a list in Python?")?;
+    wait_for(&mesh, &all, "the question everywhere", |s| {
+        same_root(s) && s.iter().all(|n| n["live"].as_u64() >= Some(3))
+    })?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let paraphrase = loop {
+        let reply =
+            mesh.regional_client(2).chat_only_if_cached(&question("How can I reverse a list in python"))?;
+        if reply.status == 200 || Instant::now() > deadline {
+            break reply;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(paraphrase.header("x-cache"), Some("HIT-REGIONAL-SEMANTIC"), "{:?}", paraphrase.headers);
+    assert_eq!(paraphrase.header("x-cache-matched-key"), Some(asked_key.as_str()));
+    assert_eq!(paraphrase.content(), Some(asked_answer));
     drop(mesh);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

@@ -295,6 +295,25 @@ impl RequestPath {
         None
     }
 
+    /// Makes a peer's answer findable by paraphrase here too: the question it answers is embedded and
+    /// indexed in this node's semantic tier, off the replication path (a question asked in one region
+    /// and paraphrased in another is a semantic hit within the replication delay).
+    fn index_replicated(&self, entry: &CachedCompletion) {
+        let (Some(tier), Some(question)) = (self.semantic.clone(), entry.question.clone()) else { return };
+        let key = entry.key.clone();
+        tokio::spawn(async move {
+            let query =
+                shared::cache_key::SemanticQuery { partition: question.partition, question: &question.text };
+            let indexed = match tier.embed(&query).await {
+                Ok(embedded) => tier.insert(&embedded, &key),
+                Err(error) => Err(error),
+            };
+            if let Err(error) = indexed {
+                tracing::debug!(%error, %key, "a replicated question was not indexed");
+            }
+        });
+    }
+
     /// Keeps `entry` in the exact cache, and on disk when there is a store; replicates it when it is hot.
     /// An answer older than an invalidation of its key is dropped.
     pub fn remember(&self, entry: CachedCompletion) {
@@ -378,7 +397,11 @@ impl Applier for RequestPath {
             Some(Resolved::Live(entry))
                 if !entry.is_expired(now_ms()) && self.view.not_invalidated(entry) =>
             {
-                self.keep(entry.clone())
+                let new_here = self.cache.peek(key).is_none();
+                self.keep(entry.clone());
+                if new_here {
+                    self.index_replicated(entry);
+                }
             }
             Some(Resolved::Invalidated) => self.forget(key),
             _ => {}
