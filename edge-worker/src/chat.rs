@@ -76,6 +76,7 @@ pub async fn handle(
     let job = Job { model_version: normalized.model.version, config, tenant, key, body, caching };
     crate::hot_set_sync::refresh_if_due(&job.config, ctx, kv);
     crate::core_view::refresh_if_due(&job.config, ctx);
+    crate::hit_report::report_if_due(&job.config, ctx);
 
     let l1 = L1::open();
     if job.config.cache_ttl_s != 0 && caching.may_read() && crate::core_view::ensure_fresh(&job.config).await
@@ -89,14 +90,17 @@ pub async fn handle(
         if let Some(entry) =
             crate::hot_set_sync::exact(job.key.as_str(), &job.tenant, now).filter(|e| accepts(e))
         {
+            crate::hit_report::record(&entry.key, &entry.tenant);
             let fresh = not_modified(&entry.etag);
             return Ok(respond::edge_hit(&entry, EdgeMatch::Exact, stream, fresh, clock.edge_ms())?);
         }
         if let Some(entry) = l1.get(&job.key, &job.tenant, now).await.filter(|e| accepts(e)) {
+            crate::hit_report::record(&entry.key, &entry.tenant);
             let fresh = not_modified(&entry.etag);
             return Ok(respond::edge_hit(&entry, EdgeMatch::Exact, stream, fresh, clock.edge_ms())?);
         }
         if let Some(hit) = semantic_hit(&job, &normalized, now) {
+            crate::hit_report::record(&hit.entry.key, &hit.entry.tenant);
             let matched = EdgeMatch::Semantic { request_key: job.key.as_str(), similarity: hit.similarity };
             let fresh = not_modified(&hit.entry.etag);
             return Ok(respond::edge_hit(&hit.entry, matched, stream, fresh, clock.edge_ms())?);

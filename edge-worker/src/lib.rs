@@ -18,6 +18,7 @@
 //! - [`regional`]: calls to the regional tier, nearest healthy node first ([`node_health`]), with a
 //!   timeout and failover.
 //! - [`fill`]: when and how a regional answer becomes an edge entry.
+//! - [`hit_report`]: the hits served at the edge, reported to the regional tier so they count as hotness.
 //! - [`cache_control`]: reading a regional `Cache-Control` header.
 //! - [`observed_stream`], [`sse`]: passing an event stream through while learning what it carried.
 //! - [`respond`]: error, hit and relayed responses.
@@ -40,6 +41,7 @@ pub mod core_view;
 pub mod dot;
 pub mod error;
 pub mod fill;
+pub mod hit_report;
 pub mod hot_set;
 pub mod hot_set_sync;
 pub mod l1;

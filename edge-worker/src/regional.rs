@@ -44,6 +44,13 @@ pub async fn post_chat(
     call(config, Method::Post, "/v1/chat/completions", &headers, Some(body)).await
 }
 
+/// POSTs a JSON `body` to `path` of the regional tier, as the edge tier.
+pub async fn post_json(config: &Config, path: &str, body: &[u8]) -> Result<Response, EdgeError> {
+    let headers = Headers::new();
+    headers.set("content-type", "application/json")?;
+    call(config, Method::Post, path, &headers, Some(body)).await
+}
+
 /// GETs `path` (with its query) from the regional tier, as the edge tier.
 pub async fn get(config: &Config, path: &str) -> Result<Response, EdgeError> {
     call(config, Method::Get, path, &Headers::new(), None).await

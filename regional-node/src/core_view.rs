@@ -21,12 +21,21 @@ pub const RECENT_CHANGES: usize = 10_000;
 /// Least time between two saves of the view.
 const SAVE_INTERVAL: Duration = Duration::from_secs(1);
 
+/// The changes kept for the edge.
+#[derive(Debug, Default)]
+struct Recent {
+    /// Oldest first.
+    changes: VecDeque<Revised>,
+    /// Every change after this revision is in `changes` (an edge at or past it can follow).
+    complete_after: u64,
+}
+
 /// The view, shared by the request path, the feed follower and the HTTP handlers.
 #[derive(Debug)]
 pub struct CoreView {
     cutoffs: RwLock<Cutoffs>,
     /// The latest changes, oldest first, for the edge.
-    recent: Mutex<VecDeque<Revised>>,
+    recent: Mutex<Recent>,
     /// Whether the feed has delivered a batch since this process started.
     caught_up: AtomicBool,
     /// Where the view is kept, if anywhere, and when it was last saved.
@@ -51,7 +60,7 @@ impl CoreView {
             .unwrap_or_default();
         Self {
             cutoffs: RwLock::new(cutoffs),
-            recent: Mutex::new(VecDeque::new()),
+            recent: Mutex::new(Recent::default()),
             caught_up: AtomicBool::new(false),
             file: file.map(|path| (path, Mutex::new(None))),
         }
@@ -93,15 +102,26 @@ impl CoreView {
 
     /// Applies a batch of the core's feed and remembers its changes for the edge.
     pub fn apply(&self, batch: &Changes) {
-        self.cutoffs.write().unwrap_or_else(PoisonError::into_inner).apply_batch(batch);
+        let before = {
+            let mut cutoffs = self.cutoffs.write().unwrap_or_else(PoisonError::into_inner);
+            let before = cutoffs.revision();
+            cutoffs.apply_batch(batch);
+            before
+        };
         let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
-        if batch.resync.is_some() {
+        if let Some(resync) = &batch.resync {
             // What came before the resync is unknown to this view: an edge behind it resyncs too.
-            recent.clear();
+            recent.changes.clear();
+            recent.complete_after = resync.revision;
+        } else if !self.caught_up() {
+            // The first batch since this process started: complete from the revision it resumed at.
+            recent.complete_after = before;
         }
-        recent.extend(batch.changes.iter().cloned());
-        while recent.len() > RECENT_CHANGES {
-            recent.pop_front();
+        recent.changes.extend(batch.changes.iter().cloned());
+        while recent.changes.len() > RECENT_CHANGES {
+            if let Some(dropped) = recent.changes.pop_front() {
+                recent.complete_after = recent.complete_after.max(dropped.revision);
+            }
         }
         drop(recent);
         self.caught_up.store(true, Ordering::Release);
@@ -114,13 +134,11 @@ impl CoreView {
         let cutoffs = self.read();
         let recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
         let revision = cutoffs.revision();
-        let oldest_kept = recent.front().map_or(revision, |r| r.revision);
-        // Changes of one revision are kept together only if the oldest kept one is not cut in half.
-        let covered = since > 0 && since >= oldest_kept.saturating_sub(1) && since <= revision;
+        let covered = since > 0 && since >= recent.complete_after && since <= revision;
         if !covered {
             return Changes { revision, resync: Some(cutoffs.resync_point()), changes: Vec::new() };
         }
-        let changes = recent.iter().filter(|r| r.revision > since).cloned().collect();
+        let changes = recent.changes.iter().filter(|r| r.revision > since).cloned().collect();
         Changes { revision, resync: None, changes }
     }
 
@@ -180,8 +198,12 @@ mod tests {
         let fresh = view.changes_since(0);
         let resync = fresh.resync.expect("a resync for a new edge");
         assert_eq!((resync.revision, resync.floor_ms), (6, 60), "the floor is the latest cutoff");
-        assert!(view.changes_since(2).resync.is_some(), "older than anything kept");
+        assert!(view.changes_since(2).resync.is_some(), "older than the resync the view started from");
         assert!(view.changes_since(9).resync.is_some(), "ahead of this node: another node's revision");
+        // Progress moves the revision on without changes: an edge behind it follows, no resync.
+        view.apply(&Changes { revision: 12, resync: None, changes: vec![] });
+        let quiet = view.changes_since(6);
+        assert!(quiet.resync.is_none() && quiet.changes.is_empty() && quiet.revision == 12);
     }
 
     #[test]

@@ -71,6 +71,26 @@ pub struct HotSet {
     pub removed: Vec<String>,
 }
 
+/// Hits the edge served from its own caches, which the regional tier never saw
+/// (`POST /v1/hotset/hits`): they count toward hotness there, so what is hot at an edge reaches the
+/// hot set.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EdgeHits {
+    /// What was served, and how often since the last report.
+    pub hits: Vec<EdgeHit>,
+}
+
+/// One key's hits at the edge.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EdgeHit {
+    /// The cache key served.
+    pub key: String,
+    /// The tenant it belongs to.
+    pub tenant: String,
+    /// How often it was served.
+    pub hits: u32,
+}
+
 /// Encodes int8 values as the hex of [`HotEntry::embedding`].
 pub fn encode_embedding(values: &[i8]) -> String {
     let bytes: Vec<u8> = values.iter().map(|&v| v as u8).collect();

@@ -111,6 +111,32 @@ fn the_edge_revalidates_honours_cache_control_serves_the_hot_set_and_fails_over(
     let near_miss = client.chat(&question("How many days are there in 2 leap years?"))?;
     assert!(!near_miss.header("x-cache").unwrap_or_default().contains("SEMANTIC"), "{:?}", near_miss.headers);
 
+    // Hits served at the edge count as hotness at the regional tier: a question answered once there and
+    // then only by the edge still becomes part of the hot set.
+    let edge_only = question("What is the chemical symbol of gold?");
+    let first_ask = client.chat(&edge_only)?;
+    assert_eq!(first_ask.header("x-cache"), Some("MISS"));
+    let edge_key = first_ask.header("x-cache-key").context("key")?.to_owned();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let reply = client.chat(&edge_only)?;
+        assert_eq!(reply.header("x-cache"), Some("HIT-EDGE"), "{:?}", reply.headers);
+        let hot = (0..2).any(|i| {
+            mesh.hotset(i, None, None).is_ok_and(|(_, set)| {
+                set["entries"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|e| e["entry"]["key"] == edge_key.as_str())
+            })
+        });
+        if hot {
+            break;
+        }
+        assert!(Instant::now() < deadline, "edge hits never made the key hot at the regional tier");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
     // The node the edge tries first goes down: the edge fails over to the other.
     let order = edge_status(&mesh)?["regional_order"].clone();
     let first = order[0].as_str().context("regional order")?;

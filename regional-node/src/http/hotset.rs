@@ -7,7 +7,8 @@
 //! the removals it remembers, the answer is a snapshot (at most `--hotset-per-tenant` entries of each
 //! tenant); otherwise it is the delta since that version.
 //!
-//! Only a tier may read it: the request must carry the tier secret (`x-mesh-secret`).
+//! Only a tier may read it: the request must carry the tier secret (`x-mesh-secret`). The edge reports
+//! the hits it served itself to `POST /v1/hotset/hits`, which count toward hotness here.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -86,4 +87,34 @@ fn build(state: &AppState, since: Option<HotSetVersion>) -> HotSet {
         entries,
         removed: changes.removed,
     }
+}
+
+/// Largest hit report read.
+const MAX_HITS_BYTES: usize = 1024 * 1024;
+
+/// `POST /v1/hotset/hits` (tier secret only): hits the edge served from its own caches
+/// ([`shared::hotset::EdgeHits`]), counted toward each key's hotness as if this node had served them.
+pub async fn edge_hits(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    let secret = headers.get(TIER_SECRET_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
+    if !state.settings().tier_secret.matches(secret) {
+        let error = RequestError::unauthorized("hit reports are for tiers: send the tier secret");
+        return crate::error::error_response(&error);
+    }
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_HITS_BYTES).await else {
+        return crate::error::error_response(&RequestError::too_large(MAX_HITS_BYTES));
+    };
+    let report: shared::hotset::EdgeHits = match serde_json::from_slice(&bytes) {
+        Ok(report) => report,
+        Err(e) => {
+            return crate::error::error_response(&RequestError::invalid(format!("not a hit report: {e}")))
+        }
+    };
+    for hit in &report.hits {
+        state.path().count_edge_hits(&hit.key, &hit.tenant, hit.hits);
+    }
+    Json(serde_json::json!({ "counted": report.hits.len() })).into_response()
 }

@@ -20,6 +20,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(chat::chat_completions).fallback(ops::method_not_allowed))
         .route("/v1/cache/invalidate", post(invalidate::invalidate).fallback(ops::method_not_allowed))
         .route("/v1/hotset", get(hotset::hotset).fallback(ops::method_not_allowed))
+        .route("/v1/hotset/hits", post(hotset::edge_hits).fallback(ops::method_not_allowed))
         .route("/v1/changes", get(changes::changes).fallback(ops::method_not_allowed))
         .route("/v1/replication", get(ops::replication).fallback(ops::method_not_allowed))
         .route("/v1/models", get(ops::models).fallback(ops::method_not_allowed))

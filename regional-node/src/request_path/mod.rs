@@ -295,6 +295,37 @@ impl RequestPath {
         None
     }
 
+    /// Counts `hits` the edge served of `key` (of `tenant`) toward its hotness (as many lookups, at most
+    /// 8), and offers the answer for replication (and so for the hot set) once the key is hot: this
+    /// node's copy, else the core's, fetched off the caller's path.
+    pub fn count_edge_hits(self: &Arc<Self>, key: &str, tenant: &str, hits: u32) {
+        let mut hot = false;
+        for _ in 0..hits.clamp(1, 8) {
+            hot = self.replication.touch(key);
+        }
+        if let Some(entry) = self.cached(key, now_ms()) {
+            self.replication.offer(&entry, Some(hot), now_ms());
+            return;
+        }
+        if !hot || !self.view.caught_up() {
+            return;
+        }
+        let (path, key, tenant) = (Arc::clone(self), key.to_owned(), tenant.to_owned());
+        tokio::spawn(async move {
+            match path.core.lookup(&key, &tenant).await {
+                Ok(Some(entry))
+                    if entry.key == key && !entry.is_expired(now_ms()) && path.view.admits(&entry) =>
+                {
+                    path.remember(entry)
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::debug!(%error, %key, "the core's copy of an edge-hot key was not fetched")
+                }
+            }
+        });
+    }
+
     /// Makes a peer's answer findable by paraphrase here too: the question it answers is embedded and
     /// indexed in this node's semantic tier, off the replication path (a question asked in one region
     /// and paraphrased in another is a semantic hit within the replication delay).

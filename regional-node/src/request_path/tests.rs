@@ -493,3 +493,14 @@ async fn a_sampled_request_is_generated_every_time_and_no_cache_skips_the_caches
     assert_eq!(answer.x_cache, X_CACHE_MISS, "no-cache: a fresh answer even though one is cached");
     assert_eq!(core.state.completes.load(Ordering::SeqCst), 4);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hits_served_at_the_edge_make_a_key_hot_here() {
+    let (_core, addr) = fake_core(Duration::ZERO).await;
+    let path = path_to(addr, &[]);
+    let (first, _) = outcome(path.answer(admitted("What is a monad?", false)).await.expect("answer")).await;
+    let key = first.entry.key.to_string();
+    assert!(path.replication().store().get(&key).is_none(), "asked once here: not hot yet");
+    path.count_edge_hits(&key, "acme", 3);
+    assert!(path.replication().store().get(&key).is_some(), "the edge's hits made it hot: replicated");
+}
