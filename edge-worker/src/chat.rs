@@ -14,7 +14,10 @@ use shared::completion::CachedCompletion;
 use shared::content_class::classify;
 use shared::normalize::{normalize, Limits, NormalizedRequest};
 use shared::openai::parse_chat_request;
-use shared::{RequestError, CACHE_CREATED_HEADER, CACHE_KEY_HEADER, MAX_REQUEST_BYTES, X_CACHE};
+use shared::{
+    RequestError, CACHE_CREATED_HEADER, CACHE_KEY_HEADER, CACHE_MATCHED_KEY_HEADER, MAX_REQUEST_BYTES,
+    X_CACHE,
+};
 use worker::{Context, KvStore, Request, Response, ResponseBuilder};
 
 use crate::cache_control::RequestCaching;
@@ -24,7 +27,7 @@ use crate::respond::EdgeMatch;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::EdgeError;
-use crate::fill::{self, FillTarget, RegionalAnswer, Skip};
+use crate::fill::{self, Fill, FillTarget, RegionalAnswer, Skip};
 use crate::l1::L1;
 use crate::observed_stream::ObservedStream;
 use crate::sse::StreamedAnswer;
@@ -87,21 +90,27 @@ pub async fn handle(
         // The isolate's memory first (microseconds), then the data center's Cache API, then paraphrases.
         let accepts =
             |e: &CachedCompletion| caching.accepts_age(e.created_ms, now) && crate::core_view::admits(e);
+        // An entry kept under the request's key may be a paraphrase's that the regional tier matched.
+        let matched = |entry: &CachedCompletion| match entry.key == job.key.as_str() {
+            true => EdgeMatch::Exact,
+            false => EdgeMatch::Semantic { request_key: job.key.as_str(), similarity: None },
+        };
         if let Some(entry) =
             crate::hot_set_sync::exact(job.key.as_str(), &job.tenant, now).filter(|e| accepts(e))
         {
             crate::hit_report::record(&entry.key, &entry.tenant);
             let fresh = not_modified(&entry.etag);
-            return Ok(respond::edge_hit(&entry, EdgeMatch::Exact, stream, fresh, clock.edge_ms())?);
+            return Ok(respond::edge_hit(&entry, matched(&entry), stream, fresh, clock.edge_ms())?);
         }
         if let Some(entry) = l1.get(&job.key, &job.tenant, now).await.filter(|e| accepts(e)) {
             crate::hit_report::record(&entry.key, &entry.tenant);
             let fresh = not_modified(&entry.etag);
-            return Ok(respond::edge_hit(&entry, EdgeMatch::Exact, stream, fresh, clock.edge_ms())?);
+            return Ok(respond::edge_hit(&entry, matched(&entry), stream, fresh, clock.edge_ms())?);
         }
         if let Some(hit) = semantic_hit(&job, &normalized, now) {
             crate::hit_report::record(&hit.entry.key, &hit.entry.tenant);
-            let matched = EdgeMatch::Semantic { request_key: job.key.as_str(), similarity: hit.similarity };
+            let matched =
+                EdgeMatch::Semantic { request_key: job.key.as_str(), similarity: Some(hit.similarity) };
             let fresh = not_modified(&hit.entry.etag);
             return Ok(respond::edge_hit(&hit.entry, matched, stream, fresh, clock.edge_ms())?);
         }
@@ -139,11 +148,13 @@ pub async fn handle(
     let bytes = clock.upstream(upstream.bytes()).await?;
     let (etag, cache_control) = (headers.get("etag")?, headers.get("cache-control")?);
     let created = headers.get(CACHE_CREATED_HEADER)?;
+    let matched_key = headers.get(CACHE_MATCHED_KEY_HEADER)?;
     let answer = RegionalAnswer {
         status,
         x_cache: x_cache.as_deref(),
         etag: etag.as_deref(),
         cache_key: their_key.as_deref(),
+        matched_key: matched_key.as_deref(),
         cache_control: cache_control.as_deref(),
         created_ms: created.as_deref().and_then(|v| v.trim().parse().ok()),
         body: &bytes,
@@ -151,13 +162,13 @@ pub async fn handle(
     // Kept in the isolate's memory before answering, so that once a client has its answer the next
     // identical request here is an edge hit; the Cache API store (other isolates) runs after the response.
     if job.caching.may_store() {
-        let entry = fill::entry_from_answer(&job.target(Clock::now_ms()), &answer);
-        if let Ok(entry) = &entry {
-            if crate::core_view::admits(entry) {
-                crate::hot_set_sync::remember_fill(entry.clone());
+        let fill = fill::entry_from_answer(&job.target(Clock::now_ms()), &answer);
+        if let Ok(fill) = &fill {
+            if crate::core_view::admits(&fill.entry) {
+                crate::hot_set_sync::remember_fill(fill.clone());
             }
         }
-        ctx.wait_until(async move { store(&l1, entry).await });
+        ctx.wait_until(async move { store(&l1, fill).await });
     }
     let out_headers = respond::relayed_headers(&headers, &job.key, clock.edge_ms())?;
     Ok(ResponseBuilder::new().with_status(status).with_headers(out_headers).fixed(bytes))
@@ -191,11 +202,11 @@ fn keys_agree(ours: &CacheKey, theirs: Option<&str>) -> bool {
 }
 
 /// Stores a fill result, logging refusals that point at a misconfiguration.
-async fn store(l1: &L1, entry: Result<shared::completion::CachedCompletion, Skip>) {
-    match entry {
-        Ok(entry) => {
-            if let Err(e) = l1.put(&entry, Clock::now_ms()).await {
-                worker::console_warn!("edge cache store failed for {}: {e}", entry.key);
+async fn store(l1: &L1, fill: Result<Fill, Skip>) {
+    match fill {
+        Ok(fill) => {
+            if let Err(e) = l1.put(&fill.under, &fill.entry, Clock::now_ms()).await {
+                worker::console_warn!("edge cache store failed for {}: {e}", fill.under);
             }
         }
         Err(skip @ (Skip::KeyMismatch { .. } | Skip::Body(_))) => {
@@ -227,12 +238,13 @@ async fn fill_after_stream(job: Job, ended: futures::channel::oneshot::Receiver<
             }
         };
     let headers = response.headers().clone();
-    let (Ok(x_cache), Ok(etag), Ok(their_key), Ok(cache_control), Ok(created)) = (
+    let (Ok(x_cache), Ok(etag), Ok(their_key), Ok(cache_control), Ok(created), Ok(matched_key)) = (
         headers.get(X_CACHE),
         headers.get("etag"),
         headers.get(CACHE_KEY_HEADER),
         headers.get("cache-control"),
         headers.get(CACHE_CREATED_HEADER),
+        headers.get(CACHE_MATCHED_KEY_HEADER),
     ) else {
         return;
     };
@@ -250,22 +262,25 @@ async fn fill_after_stream(job: Job, ended: futures::channel::oneshot::Receiver<
         x_cache: x_cache.as_deref(),
         etag: etag.as_deref(),
         cache_key: their_key.as_deref(),
+        matched_key: matched_key.as_deref(),
         cache_control: cache_control.as_deref(),
         created_ms: created.as_deref().and_then(|v| v.trim().parse().ok()),
         body: &bytes,
     };
-    let entry = fill::entry_from_answer(&job.target(Clock::now_ms()), &answer);
-    match entry {
-        Ok(entry) if entry.content != streamed.content || entry.finish_reason != streamed.finish_reason => {
+    let fill = fill::entry_from_answer(&job.target(Clock::now_ms()), &answer);
+    match fill {
+        Ok(Fill { entry, .. })
+            if entry.content != streamed.content || entry.finish_reason != streamed.finish_reason =>
+        {
             worker::console_warn!(
                 "edge fill after stream: regional entry {} differs from what was streamed; not caching",
                 entry.key
             );
         }
-        Ok(entry) if !crate::core_view::admits(&entry) => {}
+        Ok(Fill { entry, .. }) if !crate::core_view::admits(&entry) => {}
         other => {
-            if let Ok(entry) = &other {
-                crate::hot_set_sync::remember_fill(entry.clone());
+            if let Ok(fill) = &other {
+                crate::hot_set_sync::remember_fill(fill.clone());
             }
             store(&L1::open(), other).await
         }

@@ -19,6 +19,8 @@ pub struct RegionalAnswer<'a> {
     pub etag: Option<&'a str>,
     /// `X-Cache-Key`: the key the regional tier derived.
     pub cache_key: Option<&'a str>,
+    /// `X-Cache-Matched-Key`: the entry a regional semantic hit served (the paraphrase it matched).
+    pub matched_key: Option<&'a str>,
     /// `Cache-Control`.
     pub cache_control: Option<&'a str>,
     /// `X-Cache-Created-Ms`: the answer's creation time at the core (the clock the core's invalidations
@@ -74,8 +76,31 @@ pub enum Skip {
 /// Whether an `X-Cache` value names an answer that came out of generation or a cache and may be stored.
 pub fn is_cacheable_source(x_cache: Option<&str>) -> bool {
     x_cache.is_some_and(|v| {
-        ["MISS", "HIT-REGIONAL", "HIT-CORE"].iter().any(|ok| v.trim().eq_ignore_ascii_case(ok))
+        ["MISS", "HIT-REGIONAL", "HIT-CORE", SEMANTIC_SOURCE]
+            .iter()
+            .any(|ok| v.trim().eq_ignore_ascii_case(ok))
     })
+}
+
+/// `X-Cache` of a regional semantic hit: a paraphrase the regional tier decided answers the request.
+pub const SEMANTIC_SOURCE: &str = "HIT-REGIONAL-SEMANTIC";
+
+/// An answer to keep at the edge, and the key it answers there.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fill {
+    /// The request's own key, under which the edge keeps the answer.
+    pub under: String,
+    /// The answer: under its own key for an exact answer; for a regional semantic hit, the matched
+    /// paraphrase's entry (its key is the matched one), so that an invalidation of that entry at the
+    /// core also withdraws the copy the edge keeps under the paraphrase's key.
+    pub entry: CachedCompletion,
+}
+
+impl Fill {
+    /// Whether the answer is another question's entry that the regional tier matched.
+    pub fn is_paraphrase(&self) -> bool {
+        self.under != self.entry.key
+    }
 }
 
 /// Builds the entry to store for a regional answer, or says why not.
@@ -85,10 +110,7 @@ pub fn is_cacheable_source(x_cache: Option<&str>) -> bool {
 /// core's invalidations in the core's clock;
 /// `ttl_s` is stretched by the answer's age so that the entry expires when the regional `max-age` (or
 /// `CACHE_TTL_S`, counted from now) runs out.
-pub fn entry_from_answer(
-    target: &FillTarget<'_>,
-    answer: &RegionalAnswer<'_>,
-) -> Result<CachedCompletion, Skip> {
+pub fn entry_from_answer(target: &FillTarget<'_>, answer: &RegionalAnswer<'_>) -> Result<Fill, Skip> {
     if target.default_ttl_s == 0 {
         return Err(Skip::Disabled);
     }
@@ -119,8 +141,17 @@ pub fn entry_from_answer(
         .map(str::trim)
         .filter(|e| !e.is_empty())
         .map_or_else(|| CachedCompletion::etag_of(&content, &choice.finish_reason), str::to_owned);
-    Ok(CachedCompletion {
-        key: target.key.to_string(),
+    // A regional semantic hit names the entry it served; without that name it is not kept.
+    let key = if answer.x_cache.is_some_and(|v| v.trim().eq_ignore_ascii_case(SEMANTIC_SOURCE)) {
+        match answer.matched_key.map(str::trim).filter(|k| !k.is_empty()) {
+            Some(matched) => matched.to_owned(),
+            None => return Err(Skip::NotCacheable(answer.x_cache.map(str::to_owned))),
+        }
+    } else {
+        target.key.to_string()
+    };
+    let entry = CachedCompletion {
+        key,
         tenant: target.tenant.to_owned(),
         model: completion.model.clone(),
         model_version: target.model_version,
@@ -132,7 +163,8 @@ pub fn entry_from_answer(
         created_ms,
         ttl_s: lifetime_s.saturating_add(age_s),
         question: None,
-    })
+    };
+    Ok(Fill { under: target.key.to_string(), entry })
 }
 
 #[cfg(test)]
@@ -161,6 +193,7 @@ mod tests {
             x_cache: Some("MISS"),
             etag: Some("\"e1\""),
             cache_key: None,
+            matched_key: None,
             cache_control: None,
             created_ms: None,
             body: body.as_bytes(),
@@ -172,7 +205,9 @@ mod tests {
         let key = key();
         let target =
             FillTarget { key: &key, tenant: "dev", model_version: 3, default_ttl_s: 600, now_ms: 1_010_500 };
-        let entry = entry_from_answer(&target, &answer(BODY)).expect("cacheable");
+        let fill = entry_from_answer(&target, &answer(BODY)).expect("cacheable");
+        assert!(!fill.is_paraphrase());
+        let entry = fill.entry;
         assert_eq!(
             (entry.content.as_str(), entry.finish_reason.as_str(), entry.etag.as_str()),
             ("Hello!", "stop", "\"e1\"")
@@ -191,18 +226,36 @@ mod tests {
             x_cache: Some("HIT-CORE"),
             ..answer(BODY)
         };
-        assert_eq!(entry_from_answer(&target, &with_key).map(|e| e.ttl_s), Ok(70));
+        assert_eq!(entry_from_answer(&target, &with_key).map(|f| f.entry.ttl_s), Ok(70));
         let at_core = RegionalAnswer { created_ms: Some(1_000_250), ..answer(BODY) };
         assert_eq!(
-            entry_from_answer(&target, &at_core).map(|e| e.created_ms),
+            entry_from_answer(&target, &at_core).map(|f| f.entry.created_ms),
             Ok(1_000_250),
             "the core's creation time, to the millisecond, when the regional tier names it"
         );
         let no_etag = RegionalAnswer { etag: None, ..answer(BODY) };
         assert_eq!(
-            entry_from_answer(&target, &no_etag).map(|e| e.etag),
+            entry_from_answer(&target, &no_etag).map(|f| f.entry.etag),
             Ok(CachedCompletion::etag_of("Hello!", "stop"))
         );
+    }
+
+    #[test]
+    fn a_regional_semantic_hit_is_kept_under_the_request_key_as_the_matched_entry() {
+        let key = key();
+        let target =
+            FillTarget { key: &key, tenant: "dev", model_version: 3, default_ttl_s: 600, now_ms: 1_000_000 };
+        let semantic = RegionalAnswer {
+            x_cache: Some(SEMANTIC_SOURCE),
+            cache_key: Some(key.as_str()),
+            matched_key: Some("v1:matched"),
+            ..answer(BODY)
+        };
+        let fill = entry_from_answer(&target, &semantic).expect("kept");
+        assert!(fill.is_paraphrase());
+        assert_eq!((fill.under.as_str(), fill.entry.key.as_str()), (key.as_str(), "v1:matched"));
+        let unnamed = RegionalAnswer { matched_key: None, ..semantic };
+        assert!(matches!(entry_from_answer(&target, &unnamed), Err(Skip::NotCacheable(_))));
     }
 
     #[test]

@@ -51,8 +51,8 @@ pub fn forget(key: &str) {
 }
 
 /// Keeps an answer this isolate is storing in L1 in memory too ([`RecentFills`]).
-pub fn remember_fill(entry: CachedCompletion) {
-    RECENT.with(|recent| recent.borrow_mut().put(entry));
+pub fn remember_fill(fill: crate::fill::Fill) {
+    RECENT.with(|recent| recent.borrow_mut().put_under(fill.under, fill.entry));
 }
 
 /// The isolate's own copy of `key` (the hot set's, else a recent fill's) for `tenant`, if live.

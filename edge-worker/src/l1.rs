@@ -46,11 +46,13 @@ impl L1 {
             }
         };
         // The key already covers the tenant; checking both guards against a corrupted or foreign entry.
-        (entry.key == key.as_str() && entry.tenant == tenant && !entry.is_expired(now_ms)).then_some(entry)
+        // A paraphrase's answer is the matched entry, under the paraphrase's key.
+        (entry.tenant == tenant && !entry.is_expired(now_ms)).then_some(entry)
     }
 
-    /// Stores `entry` for the rest of its lifetime. An entry without one left is not stored.
-    pub async fn put(&self, entry: &CachedCompletion, now_ms: i64) -> worker::Result<()> {
+    /// Stores `entry` under `under` (its own key, or a paraphrase's the regional tier matched to it) for
+    /// the rest of its lifetime. An entry without one left is not stored.
+    pub async fn put(&self, under: &str, entry: &CachedCompletion, now_ms: i64) -> worker::Result<()> {
         let max_age = match entry.remaining_ttl_s(now_ms) {
             Some(0) => return Ok(()),
             Some(s) => s,
@@ -62,6 +64,6 @@ impl L1 {
         headers.set("content-type", "application/json")?;
         headers.set("cache-control", &format!("max-age={max_age}"))?;
         let response = ResponseBuilder::new().with_status(200).with_headers(headers).fixed(json);
-        self.cache.put(Self::url(&entry.key), response).await
+        self.cache.put(Self::url(under), response).await
     }
 }

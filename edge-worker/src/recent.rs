@@ -20,7 +20,12 @@ pub struct RecentFills {
 impl RecentFills {
     /// Keeps `entry` (replacing an older answer under its key).
     pub fn put(&mut self, entry: CachedCompletion) {
-        let key = entry.key.clone();
+        self.put_under(entry.key.clone(), entry);
+    }
+
+    /// Keeps `entry` under `key`: its own key, or the key of a paraphrase the regional tier matched
+    /// to it.
+    pub fn put_under(&mut self, key: String, entry: CachedCompletion) {
         if self.entries.insert(key.clone(), Rc::new(entry)).is_none() {
             self.order.push_back(key);
         }

@@ -34,13 +34,13 @@ pub fn error(err: &RequestError, allow: Option<&str>) -> Result<Response> {
 pub enum EdgeMatch<'a> {
     /// By key (L1 or the hot set): `X-Cache: HIT-EDGE`.
     Exact,
-    /// A verified paraphrase in the hot set: `X-Cache: HIT-EDGE-SEMANTIC`, with the request's own key,
-    /// the matched entry's key and the similarity.
+    /// A verified paraphrase: `X-Cache: HIT-EDGE-SEMANTIC`, with the request's own key, the matched
+    /// entry's key and, when the edge matched it itself, the similarity.
     Semantic {
         /// The request's key.
         request_key: &'a str,
-        /// Cosine of the two questions' small embeddings.
-        similarity: f32,
+        /// Cosine of the two questions' small embeddings; `None` when the regional tier matched them.
+        similarity: Option<f32>,
     },
 }
 
@@ -65,7 +65,9 @@ pub fn edge_hit(
             headers.set(X_CACHE, "HIT-EDGE-SEMANTIC")?;
             headers.set(CACHE_KEY_HEADER, request_key)?;
             headers.set(CACHE_MATCHED_KEY_HEADER, &entry.key)?;
-            headers.set(CACHE_SIMILARITY_HEADER, &format!("{similarity:.4}"))?;
+            if let Some(similarity) = similarity {
+                headers.set(CACHE_SIMILARITY_HEADER, &format!("{similarity:.4}"))?;
+            }
         }
     }
     headers.set("server-timing", ServerTiming::from_header(None).push_ms("edge", edge_ms).as_str())?;

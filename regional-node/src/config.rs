@@ -9,6 +9,7 @@ use shared::auth::TenantKeys;
 use shared::content_class::{self, TtlPolicy};
 use shared::models::ModelTable;
 
+use crate::semantic_audit::AuditSettings;
 use crate::semantic_tier::SemanticThresholds;
 use crate::RegionalError;
 
@@ -69,6 +70,17 @@ pub struct RegionalConfig {
     /// Cosine similarity a cached question needs to answer a `stable` one.
     #[arg(long, env = "MESH_SEMANTIC_THRESHOLD_STABLE", default_value_t = 0.92)]
     pub semantic_threshold_stable: f32,
+    /// Share of semantic hits audited online (0..=1): the question as asked is generated again, fresh
+    /// and stored nowhere, and compared with the answer served; 0 turns the audit off.
+    #[arg(long, env = "MESH_SEMANTIC_AUDIT_FRACTION", default_value_t = 0.05)]
+    pub semantic_audit_fraction: f64,
+    /// Share of wrong semantic hits a tenant accepts; when the audits show more (95% confidence), the
+    /// tier raises that tenant's threshold of the class.
+    #[arg(long, env = "MESH_SEMANTIC_ERROR_BUDGET", default_value_t = 0.01)]
+    pub semantic_error_budget: f64,
+    /// A tenant's own error budget, `tenant=fraction` (repeatable, or comma-separated).
+    #[arg(long, env = "MESH_SEMANTIC_TENANT_BUDGETS", value_delimiter = ',')]
+    pub semantic_tenant_budget: Vec<String>,
     /// This node's id in replication clocks; unique in the mesh. Without it: the region and a random
     /// suffix, kept in `--data-dir` (`node-id`) so that a restart keeps it. A peer with this node's id is
     /// refused.
@@ -163,6 +175,7 @@ impl RegionalConfig {
                 )));
             }
         }
+        self.audit_settings().map_err(RegionalError::Config)?;
         if !self.peers.is_empty() && self.peer_listen.is_none() {
             return Err(RegionalError::Config(
                 "--peers needs --peer-listen (peers dial this node too)".into(),
@@ -182,6 +195,24 @@ impl RegionalConfig {
             default: self.semantic_threshold_default,
             stable: self.semantic_threshold_stable,
         }
+    }
+
+    /// What the semantic audit samples and promises, from the `--semantic-audit-*` and budget flags.
+    pub fn audit_settings(&self) -> Result<AuditSettings, String> {
+        if !(0.0..=1.0).contains(&self.semantic_audit_fraction) {
+            return Err(format!(
+                "--semantic-audit-fraction is in 0..=1, not {}",
+                self.semantic_audit_fraction
+            ));
+        }
+        if !(0.0..1.0).contains(&self.semantic_error_budget) {
+            return Err(format!("--semantic-error-budget is in 0..1, not {}", self.semantic_error_budget));
+        }
+        Ok(AuditSettings {
+            fraction: self.semantic_audit_fraction,
+            error_budget: self.semantic_error_budget,
+            tenant_budgets: AuditSettings::parse_tenant_budgets(&self.semantic_tenant_budget)?,
+        })
     }
 
     /// The TTL of each content class, from the `--ttl-*-s` flags.

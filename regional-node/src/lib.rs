@@ -47,6 +47,7 @@ pub mod metrics;
 pub mod model_catalog;
 pub mod replication;
 pub mod request_path;
+pub mod semantic_audit;
 pub mod semantic_cache;
 pub mod semantic_eval;
 pub mod semantic_tier;

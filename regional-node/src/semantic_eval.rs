@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
+use shared::content_class::{classify_text, SemanticThresholds};
 use shared::near_miss::{verify, NearMiss};
 
 use crate::embedding::{cosine, SentenceEmbedder};
@@ -147,11 +148,37 @@ pub fn score(embedder: &SentenceEmbedder, pairs: Vec<LabelledPair>) -> anyhow::R
     Ok(scored)
 }
 
-/// The printed report: precision and recall by threshold, then what still hits wrongly and why
-/// labelled hits were refused, at `threshold`.
-pub fn report(pairs: &[ScoredPair], thresholds: &[f32], threshold: f32, list_refused: bool) -> String {
+/// The decision a regional node makes with its default settings: the asked question's class
+/// threshold ([`SemanticThresholds`], `None` for a class that never hits) and the verifier.
+pub fn deployed(pairs: &[ScoredPair], thresholds: &SemanticThresholds) -> Counts {
+    count(pairs, |p| {
+        thresholds.of(classify_text(&p.pair.b)).is_some_and(|t| p.similarity >= t) && p.verdict.is_ok()
+    })
+}
+
+/// The printed report: the deployed decision, precision and recall by threshold, then what still
+/// hits wrongly and why labelled hits were refused, at `threshold`.
+pub fn report(
+    pairs: &[ScoredPair],
+    thresholds: &[f32],
+    threshold: f32,
+    list_refused: bool,
+    classes: &SemanticThresholds,
+) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
+    let decided = deployed(pairs, classes);
+    let _ = writeln!(
+        out,
+        "deployed decision (class thresholds {:.2}/{:.2}/{:.2} + verifier): precision {:.3} ({} wrong of {} hits), recall {:.3}",
+        classes.volatile,
+        classes.default,
+        classes.stable,
+        decided.precision(),
+        decided.false_hits,
+        decided.true_hits + decided.false_hits,
+        decided.recall()
+    );
     let misses = pairs.iter().filter(|p| !p.pair.should_hit()).count();
     let _ =
         writeln!(out, "{} pairs: {} labelled hits, {misses} near misses", pairs.len(), pairs.len() - misses);

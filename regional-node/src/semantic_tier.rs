@@ -1,5 +1,6 @@
-//! The semantic tier as the request path uses it: the embedder, the per-partition indexes and the
-//! similarity threshold of each content class.
+//! The semantic tier as the request path uses it: the embedder, the per-partition indexes, the
+//! similarity threshold of each content class, and the online audit that raises a tenant's threshold
+//! when its hits disagree with fresh answers too often ([`crate::semantic_audit`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -7,7 +8,8 @@ use std::sync::Arc;
 use shared::cache_key::SemanticQuery;
 use shared::content_class::ContentClass;
 
-use crate::embedding::SentenceEmbedder;
+use crate::embedding::{cosine, SentenceEmbedder};
+use crate::semantic_audit::{AuditSettings, SemanticAudit};
 use crate::semantic_cache::{SemanticCache, SemanticHit, SemanticLimits};
 use crate::RegionalError;
 
@@ -18,6 +20,7 @@ pub struct SemanticTier {
     embedder: SentenceEmbedder,
     cache: SemanticCache,
     thresholds: SemanticThresholds,
+    audit: SemanticAudit,
 }
 
 impl fmt::Debug for SemanticTier {
@@ -47,14 +50,46 @@ impl EmbeddedQuestion {
 }
 
 impl SemanticTier {
-    /// A tier with the given model, bounds and thresholds.
-    pub fn new(embedder: SentenceEmbedder, limits: SemanticLimits, thresholds: SemanticThresholds) -> Self {
-        Self { embedder, cache: SemanticCache::new(limits), thresholds }
+    /// A tier with the given model, bounds, thresholds and audit.
+    pub fn new(
+        embedder: SentenceEmbedder,
+        limits: SemanticLimits,
+        thresholds: SemanticThresholds,
+        audit: AuditSettings,
+    ) -> Self {
+        Self { embedder, cache: SemanticCache::new(limits), thresholds, audit: SemanticAudit::new(audit) }
     }
 
     /// The threshold of `class`, `None` when that class never hits semantically.
     pub fn threshold(&self, class: ContentClass) -> Option<f32> {
         self.thresholds.of(class)
+    }
+
+    /// `tenant`'s threshold of `class`: the configured one, raised as far as the audits raised it.
+    pub fn threshold_for(&self, tenant: &str, class: ContentClass) -> Option<f32> {
+        self.threshold(class).map(|t| (t + self.audit.raised(tenant, class)).min(1.0))
+    }
+
+    /// The online audit of this tier's hits.
+    pub fn audit(&self) -> &SemanticAudit {
+        &self.audit
+    }
+
+    /// Cosine similarity of two texts' embeddings (two answers, for the audit), on a blocking thread.
+    pub async fn similarity(self: &Arc<Self>, a: String, b: String) -> Result<f32, RegionalError> {
+        let tier = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let embeddings = tier
+                .embedder
+                .embed(&[a.as_str(), b.as_str()])
+                .map_err(|e| RegionalError::Embedding(e.to_string()))?;
+            match embeddings.as_slice() {
+                [x, y] => Ok(cosine(x, y)),
+                _ => Err(RegionalError::Embedding("expected two embeddings".into())),
+            }
+        })
+        .await
+        .map_err(|e| RegionalError::Embedding(format!("embedding task: {e}")))?
     }
 
     /// Embeds the query's question on a blocking thread (a MiniLM forward takes milliseconds).

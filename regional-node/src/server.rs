@@ -104,7 +104,8 @@ pub fn path_parts(settings: &Settings) -> Result<PathParts, RegionalError> {
                 partitions: config.semantic_partitions,
             };
             tracing::info!(dir = %dir.display(), "semantic tier on");
-            Some(Arc::new(SemanticTier::new(embedder, limits, config.semantic_thresholds())))
+            let audit = config.audit_settings().map_err(RegionalError::Config)?;
+            Some(Arc::new(SemanticTier::new(embedder, limits, config.semantic_thresholds(), audit)))
         }
         None => None,
     };

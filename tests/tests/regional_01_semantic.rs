@@ -19,7 +19,13 @@ fn x_cache(reply: &Reply) -> &str {
 fn paraphrases_hit_and_near_misses_do_not() -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("mesh-test-semantic-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mesh = Mesh::start(MeshSpec { regional_nodes: 1, edge: false, ..MeshSpec::local(&dir) })?;
+    let mesh = Mesh::start(MeshSpec {
+        regional_nodes: 1,
+        edge: false,
+        // Every semantic hit is audited against a fresh generation.
+        regional_args: vec!["--semantic-audit-fraction".into(), "1".into()],
+        ..MeshSpec::local(&dir)
+    })?;
     let regional = mesh.regional_client(0);
     let system = "You are a concise assistant.";
 
@@ -56,7 +62,36 @@ fn paraphrases_hit_and_near_misses_do_not() -> anyhow::Result<()> {
 
     let metrics = regional.get("/metrics")?.body;
     assert!(metrics.contains("tier=\"semantic\"} 2"), "two semantic hits counted:\n{metrics}");
+
+    // Both hits are audited off the request path (or counted as skipped), with the agreement's
+    // interval exported for the tenant and class.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let metrics = regional.get("/metrics")?.body;
+        let audited = sum(&metrics, "mesh_semantic_audits{");
+        let skipped = sum(&metrics, "mesh_semantic_audits_skipped_total{");
+        if audited + skipped >= 2.0 {
+            assert!(audited >= 1.0, "at most one audit may be skipped (two run at once):\n{metrics}");
+            assert!(
+                metrics.contains("tier=\"regional\",tenant=\"dev\",class=\"stable\",bound=\"low\"}"),
+                "{metrics}"
+            );
+            println!("audits: {audited} done, {skipped} skipped");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the semantic hits were never audited:\n{metrics}");
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
     drop(mesh);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// The sum of the samples of the metric lines that start with `prefix`.
+fn sum(metrics: &str, prefix: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|line| line.starts_with(prefix))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }

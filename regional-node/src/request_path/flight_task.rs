@@ -171,7 +171,9 @@ pub(super) fn complete_request(admitted: &Admitted) -> CompleteRequest {
 }
 
 /// The next event of a completion stream, failing if the core stays silent too long.
-async fn next_event(events: &mut Streaming<CompleteEvent>) -> Result<Option<CompleteEvent>, RegionalError> {
+pub(super) async fn next_event(
+    events: &mut Streaming<CompleteEvent>,
+) -> Result<Option<CompleteEvent>, RegionalError> {
     match tokio::time::timeout(STREAM_IDLE_TIMEOUT, events.message()).await {
         Ok(event) => Ok(event?),
         Err(_) => {

@@ -44,6 +44,7 @@ impl RequestPath {
         let question = self.embedded_question(admitted).await;
         let Some(embedded) = &question else { return Ok((None, None)) };
         let found = self.semantic_hit(admitted, embedded).await?.map(|(entry, hit)| {
+            self.audit_hit(admitted, &entry);
             let mut timing = ServerTiming::default();
             timing.push_ms("regional", elapsed_ms(admitted.started)).push_ms("core-lookup", lookup_ms);
             self.metrics.latency_hit_semantic.observe(admitted.started.elapsed().as_secs_f64());
@@ -56,7 +57,7 @@ impl RequestPath {
     /// answered semantically; an embedding failure only skips the tier.
     async fn embedded_question(&self, admitted: &Admitted) -> Option<EmbeddedQuestion> {
         let tier = self.semantic.as_ref()?;
-        tier.threshold(admitted.class.class).filter(|_| admitted.caching.lookup)?;
+        tier.threshold_for(&admitted.tenant, admitted.class.class).filter(|_| admitted.caching.lookup)?;
         let query = admitted.query()?;
         match tier.embed(&query).await {
             Ok(question) => Some(question),
@@ -75,7 +76,9 @@ impl RequestPath {
         question: &EmbeddedQuestion,
     ) -> Result<Option<(Arc<CachedCompletion>, SemanticHit)>, RegionalError> {
         let Some(tier) = &self.semantic else { return Ok(None) };
-        let Some(threshold) = tier.threshold(admitted.class.class) else { return Ok(None) };
+        let Some(threshold) = tier.threshold_for(&admitted.tenant, admitted.class.class) else {
+            return Ok(None);
+        };
         let Some(hit) = tier.lookup(question, threshold) else {
             self.metrics.semantic_misses.inc();
             return Ok(None);

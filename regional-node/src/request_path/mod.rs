@@ -15,6 +15,7 @@
 //! [`RequestPath::invalidate`], and read the parts below for status and metrics.
 
 pub mod admitted;
+mod audit;
 mod flight_task;
 mod lookup;
 #[cfg(test)]
@@ -411,7 +412,12 @@ impl RequestPath {
         &self.replication
     }
 
-    /// The metrics of the path.
+    /// The semantic tier, when the node has one.
+    pub fn semantic(&self) -> Option<&Arc<SemanticTier>> {
+        self.semantic.as_ref()
+    }
+
+    /// Exported metrics.
     pub fn metrics(&self) -> &RegionalMetrics {
         &self.metrics
     }

@@ -11,13 +11,20 @@
 //! - a content word that the other side lacks: swapped for its opposite (WordNet antonyms,
 //!   negative prefixes), for a different word (`python` / `java`, `child` / `expert`), or added.
 //!
-//! Words align when their lemmas are equal or WordNet puts them in one synset. Function words
+//! - two words or phrases that trade places with nothing symmetric between them (`is every square
+//!   a rectangle` / `is every rectangle a square`, `20 celsius in fahrenheit` / `20 fahrenheit in
+//!   celsius`), unless a phrase moved with its preposition (`in Python, how do I ...` / `how do I
+//!   ... in Python`) or the two are coordinated (`A and B` / `B and A`).
+//!
+//! Words align when their lemmas are equal, WordNet puts them in one synset, or they are names of one
+//! thing ([`equivalents`]: `js` / `javascript`, `half an hour` / `30 minutes`). Function words
 //! (articles, pronouns, auxiliaries, question words, politeness) are ignored, so rewording a
 //! question, dropping "please" or turning it into an imperative still hits.
 //!
 //! Architecture invariant: the edge worker and the regional nodes call this same function, so a
 //! pair hits or misses the same way in every tier.
 
+pub mod equivalents;
 pub mod lexicon;
 pub mod words;
 
@@ -77,6 +84,7 @@ pub fn verify(cached: &str, asked: &str) -> Result<(), NearMiss> {
     }
     let alignment = align_content(&a.content, &b.content, lexicon)?;
     check_order(&alignment)?;
+    check_swaps(&a, &b, &alignment)?;
     check_roles(&a, &b, &alignment)
 }
 
@@ -84,6 +92,10 @@ pub fn verify(cached: &str, asked: &str) -> Result<(), NearMiss> {
 struct Content {
     text: String,
     forms: Vec<String>,
+    /// The words between the previous content word and this one.
+    before: Vec<String>,
+    /// A category right after `which` or `what` (`which city is ...`): naming it or not asks the same.
+    optional: bool,
 }
 
 /// What the verifier keeps of one question.
@@ -103,21 +115,34 @@ impl Side {
     fn new(text: &str, lexicon: &Lexicon) -> Self {
         let words = words(text);
         let mut side = Side { numbers: Vec::new(), negators: 0, content: Vec::new(), objects: Vec::new() };
+        let mut between: Vec<String> = Vec::new();
         for word in &words {
+            let optional = matches!(between.last().map(String::as_str), Some("which" | "what"));
             match &word.kind {
                 WordKind::Number(n) => {
                     // Numbers also take part in the order and role checks (`generation 1 to
                     // generation 2` / `generation 2 to generation 1`); they align only with equals.
                     side.numbers.push(n.clone());
-                    side.content.push(Content { text: n.clone(), forms: vec![n.clone()] });
+                    let before = std::mem::take(&mut between);
+                    side.content.push(Content {
+                        text: n.clone(),
+                        forms: vec![n.clone()],
+                        before,
+                        optional: false,
+                    });
+                    continue;
                 }
                 WordKind::Negator => side.negators += 1,
                 WordKind::Marker => side.objects.push((word.text.clone(), side.content.len())),
                 WordKind::Function => {}
                 WordKind::Content => {
-                    side.content.push(Content { text: word.text.clone(), forms: lexicon.lemmas(&word.text) })
+                    let before = std::mem::take(&mut between);
+                    let forms = lexicon.lemmas(&word.text);
+                    side.content.push(Content { text: word.text.clone(), forms, before, optional });
+                    continue;
                 }
             }
+            between.push(word.text.clone());
         }
         side.numbers.sort();
         side
@@ -150,13 +175,19 @@ fn align_content(a: &[Content], b: &[Content], lexicon: &Lexicon) -> Result<Vec<
         }
     }
     pass(&mut left, &mut right, &|x, y| {
-        any(x, y, &|f, g| lexicon.synonyms(f, g) || lexicon.derived(f, g)) || misspelled(x, y, lexicon)
+        any(x, y, &|f, g| lexicon.synonyms(f, g) || lexicon.derived(f, g) || equivalents::equivalent(f, g))
+            || misspelled(x, y, lexicon)
     });
     for (i, j) in join_compounds(&mut left, &mut right, a, b) {
         pairs.push((i, j));
     }
     for (j, i) in join_compounds(&mut right, &mut left, b, a) {
         pairs.push((i, j));
+    }
+    if left.is_empty() || right.is_empty() {
+        // A category named on one side only (`which city is the capital` / `what is the capital`).
+        left.retain(|&i| !a[i].optional);
+        right.retain(|&j| !b[j].optional);
     }
     match (left.first(), right.first()) {
         (None, None) => Ok(pairs),
@@ -199,10 +230,18 @@ fn join_compounds(
 }
 
 /// Whether two words are one word misspelled: close in edit distance (1 for five letters or
-/// more, 2 for eight or more), not both words the lexicon knows (`ernest` / `earnest`, not
-/// `lower` / `power`), and not numbers.
+/// more, 2 for eight or more), with the same first letter (a changed start is a prefix:
+/// `ascending` / `descending`, `encrypt` / `decrypt`), not both words the lexicon knows (`ernest` /
+/// `earnest`, not `lower` / `power`), and not numbers.
 fn misspelled(x: &Content, y: &Content, lexicon: &Lexicon) -> bool {
     if x.text.chars().chain(y.text.chars()).any(|c| c.is_ascii_digit()) {
+        return false;
+    }
+    if x.text.chars().next() != y.text.chars().next() {
+        return false;
+    }
+    let known = |c: &Content| c.forms.iter().any(|f| lexicon.knows(f));
+    if known(x) && known(y) {
         return false;
     }
     let shorter = x.text.len().min(y.text.len());
@@ -258,6 +297,72 @@ fn check_order(alignment: &[(usize, usize)]) -> Result<(), NearMiss> {
         }
     }
     Ok(())
+}
+
+/// Words that join two things symmetrically (`A and B` asks what `B and A` asks).
+const COORDINATORS: [&str; 5] = ["and", "or", "vs", "versus", "&"];
+
+/// Words that introduce a phrase which may move as a whole (`in Python`, `for beginners`).
+const PREPOSITIONS: [&str; 23] = [
+    "in", "on", "at", "of", "for", "with", "from", "to", "by", "using", "via", "about", "without", "within",
+    "through", "during", "before", "after", "over", "under", "above", "below", "as",
+];
+
+/// Two adjacent runs of aligned words that trade places (`X Y` on one side, `Y X` on the other, all
+/// else in order) change who does what (`is every square a rectangle` / `is every rectangle a
+/// square`, `how many km in a mile` / `how many miles in a km`, `who succeeded Victoria` / `who did
+/// Victoria succeed`), except when:
+/// - the two are coordinated on either side (`between TCP and UDP` / `between UDP and TCP`);
+/// - a preposition between them on one side is not between them on the other: the phrase moved with
+///   its preposition (`how do I sort a list in Python` / `in Python, how do I sort a list`,
+///   `capital of France` / `France's capital`). A preposition that stays between them is a relation
+///   reversed (`celsius in fahrenheit` / `fahrenheit in celsius`).
+fn check_swaps(a: &Side, b: &Side, alignment: &[(usize, usize)]) -> Result<(), NearMiss> {
+    let mut by_a = alignment.to_vec();
+    by_a.sort_unstable();
+    let mut in_b: Vec<usize> = by_a.iter().map(|&(_, j)| j).collect();
+    let mut ranks = in_b.clone();
+    ranks.sort_unstable();
+    for j in &mut in_b {
+        *j = ranks.binary_search(j).unwrap_or(0);
+    }
+    let Some((start, middle)) = two_runs_swapped(&in_b) else { return Ok(()) };
+    // In a: X = by_a[start..middle], Y = by_a[middle..end]; in b, Y comes first and X follows it.
+    let between_in_a = &a.content[by_a[middle].0].before;
+    let first_of_x_in_b = by_a[start].1;
+    let between_in_b = &b.content[first_of_x_in_b].before;
+    let has = |words: &[String], set: &[&str]| words.iter().any(|w| set.contains(&w.as_str()));
+    if has(between_in_a, &COORDINATORS) || has(between_in_b, &COORDINATORS) {
+        return Ok(());
+    }
+    let moved = |here: &[String], there: &[String]| {
+        here.iter().any(|w| PREPOSITIONS.contains(&w.as_str()) && !there.contains(w))
+    };
+    if moved(between_in_a, between_in_b) || moved(between_in_b, between_in_a) {
+        return Ok(());
+    }
+    Err(NearMiss::Relation(format!(
+        "{:?} and {:?} trade places",
+        a.content[by_a[start].0].text, a.content[by_a[middle].0].text
+    )))
+}
+
+/// `order[p]` is the rank on the other side of the word at position `p` on this side. When the other
+/// side is this one with two adjacent runs swapped (`X Y` here, `Y X` there, all else in place):
+/// `(start, middle)`, where `X` is `start..middle` and `Y` starts at `middle`.
+fn two_runs_swapped(order: &[usize]) -> Option<(usize, usize)> {
+    let start = order.iter().enumerate().position(|(i, &v)| i != v)?;
+    let first_of_x = order[start];
+    let len_y = first_of_x.checked_sub(start)?;
+    let len_x = order[start..].iter().enumerate().take_while(|&(k, &v)| v == first_of_x + k).count();
+    let middle = start + len_x;
+    let end = middle + len_y;
+    if end > order.len() {
+        return None;
+    }
+    let y_in_place = order[middle..end].iter().enumerate().all(|(k, &v)| v == start + k);
+    let rest_in_place = order[end..].iter().enumerate().all(|(k, &v)| v == end + k);
+    (y_in_place && rest_in_place).then_some((start, middle))
 }
 
 /// The same marker must relate the same words on both sides: `convert string to gzip` and

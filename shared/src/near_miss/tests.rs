@@ -93,3 +93,32 @@ fn the_verifier_alone_keeps_its_precision_on_the_labelled_pairs() {
     assert!(precision >= 0.99, "precision {precision:.3}");
     assert!(recall >= 0.35, "recall {recall:.3}");
 }
+
+#[test]
+fn words_that_trade_places_without_a_symmetric_join_are_refused() {
+    refused("Is every square a rectangle?", "Is every rectangle a square?");
+    refused("What is 20 degrees Celsius in Fahrenheit?", "What is 20 degrees Fahrenheit in Celsius?");
+    refused("How many teaspoons are in a tablespoon?", "How many tablespoons are in a teaspoon?");
+    accepted("What's the difference between TCP and UDP?", "What's the difference between UDP and TCP?");
+    accepted("How do I sort a list in Python?", "In Python, how do I sort a list?");
+    accepted("What is the capital of France?", "What is France's capital?");
+    accepted("How did people travel before trains?", "Before trains, how did people travel?");
+}
+
+#[test]
+fn a_changed_first_letter_is_a_prefix_not_a_typo() {
+    let why = refused("Sort an array in descending order", "Sort an array in ascending order");
+    assert!(matches!(why, NearMiss::Substitution(..) | NearMiss::Antonym(..)), "{why}");
+    accepted("What is the best progam for editing photos?", "What is the best program for editing photos?");
+}
+
+#[test]
+fn short_names_quantities_in_words_and_named_categories_align() {
+    accepted("How do I deploy to k8s?", "How do I deploy to Kubernetes?");
+    accepted("How many tbsp in a cup?", "How many tablespoons in a cup?");
+    accepted("Boil the eggs for half an hour?", "Boil the eggs for 30 minutes?");
+    accepted("Who wrote Pride and Prejudice?", "Who is the author of Pride and Prejudice?");
+    accepted("Which city is the capital of Peru?", "What is the capital of Peru?");
+    refused("How many teaspoons in a cup?", "How many tablespoons in a cup?");
+    refused("Boil the eggs for half an hour?", "Boil the eggs for 20 minutes?");
+}

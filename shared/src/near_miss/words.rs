@@ -32,8 +32,10 @@ pub struct Word {
 /// The words of `text`, in order.
 pub fn words(text: &str) -> Vec<Word> {
     let mut out = Vec::new();
-    for raw in raw_tokens(&text.to_lowercase()) {
-        for piece in expand_contraction(&raw) {
+    let pieces: Vec<String> =
+        raw_tokens(&text.to_lowercase()).iter().flat_map(|raw| expand_contraction(raw)).collect();
+    for piece in rewrite_phrases(pieces) {
+        {
             let kind = classify(&piece);
             let text = if kind == WordKind::Marker && (piece == "into" || piece == "onto") {
                 "to".into()
@@ -41,6 +43,30 @@ pub fn words(text: &str) -> Vec<Word> {
                 piece
             };
             out.push(Word { text, kind });
+        }
+    }
+    out
+}
+
+/// Replaces multiword names and quantities written in words by the word or digits that stand for
+/// them ([`super::equivalents`]): `new york city` is `nyc`, `half an hour` is `30 minutes`.
+fn rewrite_phrases(pieces: Vec<String>) -> Vec<String> {
+    let names = super::equivalents::multiword_names();
+    let mut out = Vec::with_capacity(pieces.len());
+    let mut i = 0;
+    while i < pieces.len() {
+        let found = names.iter().find(|(phrase, _)| {
+            pieces.len() - i >= phrase.len() && phrase.iter().zip(&pieces[i..]).all(|(p, w)| p == w)
+        });
+        match found {
+            Some((phrase, with)) => {
+                out.extend(with.iter().map(|w| w.to_string()));
+                i += phrase.len();
+            }
+            None => {
+                out.push(pieces[i].clone());
+                i += 1;
+            }
         }
     }
     out
@@ -326,6 +352,12 @@ const FUNCTION_WORDS: &[&str] = &[
     "something",
     "anything",
     "possible",
+    "new",
+    "given",
+    "actually",
+    "exactly",
+    "basically",
+    "really",
     "explain",
     "describe",
 ];

@@ -1,0 +1,157 @@
+//! Words WordNet does not pair but everyday questions use interchangeably: abbreviations and short
+//! names (`js` / `javascript`, `k8s` / `kubernetes`, `tbsp` / `tablespoon`), an author and what they
+//! wrote, and phrases that state a quantity in words (`half an hour` is `30 minutes`).
+//!
+//! Each group is one concept; a group never joins two things that could answer differently.
+
+/// Groups of interchangeable words, each compared after lemmatizing (`teaspoons` is `teaspoon`).
+const GROUPS: &[&[&str]] = &[
+    // Programming languages, tools and formats.
+    &["javascript", "js"],
+    &["typescript", "ts"],
+    &["python", "py", "python3"],
+    &["golang", "go"],
+    &["c#", "csharp"],
+    &["c++", "cpp"],
+    &["kubernetes", "k8s", "kube"],
+    &["postgresql", "postgres", "psql"],
+    &["mongodb", "mongo"],
+    &["node", "nodejs", "node.js"],
+    &["react", "reactjs", "react.js"],
+    &["vue", "vuejs", "vue.js"],
+    &["regex", "regexp", "regular expression"],
+    &["database", "db"],
+    &["repository", "repo"],
+    &["directory", "folder", "dir"],
+    &["configuration", "config"],
+    &["documentation", "docs"],
+    &["application", "app"],
+    &["function", "func"],
+    &["variable", "var"],
+    &["argument", "arg"],
+    &["parameter", "param"],
+    &["environment", "env"],
+    &["authentication", "auth"],
+    &["html", "hypertext markup language"],
+    &["css", "cascading style sheets"],
+    &["sql", "structured query language"],
+    &["api", "application programming interface"],
+    &["ml", "machine learning"],
+    &["ai", "artificial intelligence"],
+    &["os", "operating system"],
+    &["vm", "virtual machine"],
+    &["cli", "command line", "command-line", "terminal"],
+    &["excel", "ms excel", "microsoft excel"],
+    &["vscode", "vs code", "visual studio code"],
+    // Units.
+    &["teaspoon", "tsp"],
+    &["tablespoon", "tbsp"],
+    &["ounce", "oz"],
+    &["pound", "lb", "lbs"],
+    &["kilogram", "kg", "kilo"],
+    &["gram", "g"],
+    &["kilometer", "kilometre", "km"],
+    &["meter", "metre", "m"],
+    &["centimeter", "centimetre", "cm"],
+    &["millimeter", "millimetre", "mm"],
+    &["mile", "mi"],
+    &["foot", "feet", "ft"],
+    &["liter", "litre", "l"],
+    &["milliliter", "millilitre", "ml"],
+    &["gallon", "gal"],
+    &["hour", "hr", "hrs"],
+    &["minute", "min", "mins"],
+    &["second", "sec", "secs"],
+    &["fahrenheit", "f"],
+    &["celsius", "c", "centigrade"],
+    &["km/h", "kph", "kilometers per hour", "kilometres per hour"],
+    &["mph", "miles per hour"],
+    // Places and organisations.
+    &["usa", "us", "united states", "united states of america", "america"],
+    &["uk", "united kingdom", "britain", "great britain"],
+    &["nyc", "new york city"],
+    &["la", "los angeles"],
+    &["eu", "european union"],
+    &["un", "united nations"],
+    // Who made what.
+    &["author", "write", "writer"],
+    &["inventor", "invent"],
+    &["founder", "found"],
+    &["painter", "paint"],
+    &["composer", "compose"],
+    &["director", "direct"],
+    &["discoverer", "discover"],
+];
+
+/// Phrases that state a quantity in words, and the same quantity in digits.
+pub const QUANTITY_PHRASES: &[(&str, &str)] = &[
+    ("half an hour", "30 minutes"),
+    ("half hour", "30 minutes"),
+    ("quarter of an hour", "15 minutes"),
+    ("quarter hour", "15 minutes"),
+    ("an hour and a half", "90 minutes"),
+    ("a dozen", "12"),
+    ("half a dozen", "6"),
+    ("a couple of", "2"),
+    ("a hundred", "100"),
+    ("a thousand", "1000"),
+    ("a million", "1000000"),
+    ("a billion", "1000000000"),
+];
+
+/// Whether two words are interchangeable names of one thing (a plural `s` is ignored: the lexicon
+/// may not know `tablespoons`).
+pub fn equivalent(a: &str, b: &str) -> bool {
+    let singular = |w: &'static str, word: &str| w == word || word.strip_suffix('s').is_some_and(|s| s == w);
+    a != b
+        && GROUPS.iter().any(|group| {
+            let (x, y) =
+                (group.iter().position(|w| singular(w, a)), group.iter().position(|w| singular(w, b)));
+            matches!((x, y), (Some(_), Some(_)))
+        })
+}
+
+/// A phrase and the words that stand for it.
+pub type Rewrite = (Vec<&'static str>, Vec<&'static str>);
+
+/// The multiword names of the groups (each stands for the group's first, one-word name) and the
+/// quantity phrases (each stands for its digits), longest first, as word sequences.
+pub fn multiword_names() -> &'static [Rewrite] {
+    static NAMES: std::sync::OnceLock<Vec<Rewrite>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let mut names: Vec<Rewrite> = GROUPS
+            .iter()
+            .flat_map(|group| {
+                group
+                    .iter()
+                    .filter(|name| name.contains(' '))
+                    .map(|name| (name.split(' ').collect(), vec![group[0]]))
+            })
+            .chain(
+                QUANTITY_PHRASES
+                    .iter()
+                    .map(|(phrase, digits)| (phrase.split(' ').collect(), digits.split(' ').collect())),
+            )
+            .collect();
+        names.sort_by_key(|(words, _)| std::cmp::Reverse(words.len()));
+        names
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_pair_names_of_one_thing_only() {
+        assert!(equivalent("js", "javascript") && equivalent("javascript", "js"));
+        assert!(equivalent("tbsp", "tablespoon") && equivalent("tablespoons", "tbsp"));
+        assert!(!equivalent("tsp", "tbsp"), "a teaspoon is not a tablespoon");
+        assert!(!equivalent("python", "python"));
+        assert!(!equivalent("fahrenheit", "celsius"));
+        let names = multiword_names();
+        assert!(names.iter().any(|(w, one)| w == &["new", "york", "city"] && one == &["nyc"]));
+        assert!(names.iter().any(|(w, digits)| w == &["half", "an", "hour"] && digits == &["30", "minutes"]));
+        assert!(names.windows(2).all(|w| w[0].0.len() >= w[1].0.len()));
+    }
+}
