@@ -1,6 +1,6 @@
 //! The first path through every tier, driven through the edge under `wrangler dev` (real workerd):
 //! bad input is refused at the edge, a request is generated once and then answered from cache, and
-//! streaming works end to end.
+//! streaming works end to end; a paraphrase the regional tier matched is then answered at the edge.
 
 use mesh_harness::client::ChatClient;
 use mesh_harness::{Mesh, MeshSpec};
@@ -88,6 +88,41 @@ fn edge_path_miss_then_hit_streaming_and_bad_input() -> anyhow::Result<()> {
     assert!(replay.header("x-cache").is_some_and(|x| x.starts_with("HIT")));
     assert!(replay.finished());
     assert_eq!(replay.content(), streamed);
+
+    // The edge's own paraphrase matching is off by default: a paraphrase the regional tier matched is
+    // kept at the edge under the paraphrase's own key, bound
+    // to the matched entry: asked again it is an edge hit, and an invalidation of the matched entry at
+    // the core withdraws it.
+    let original = request("What is the boiling point of water at sea level?");
+    let asked = client.chat(&original)?;
+    assert_eq!(asked.header("x-cache"), Some("MISS"), "{:?}", asked.headers);
+    let original_key = asked.header("x-cache-key").expect("a key").to_owned();
+    let reworded = request("What's the boiling point of water at sea level?");
+    let matched = client.chat(&reworded)?;
+    assert_eq!(matched.header("x-cache"), Some("HIT-REGIONAL-SEMANTIC"), "{:?}", matched.headers);
+    let again = client.chat(&reworded)?;
+    assert_eq!(again.header("x-cache"), Some("HIT-EDGE-SEMANTIC"), "{:?}", again.headers);
+    assert_eq!(again.header("x-cache-matched-key"), Some(original_key.as_str()));
+    assert_eq!(again.header("x-cache-key"), matched.header("x-cache-key"));
+    assert_eq!(again.content(), asked.content());
+    assert_eq!(mesh.regional_client(0).invalidate(&original_key)?.status, 200);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let reply = client.chat(&reworded)?;
+        if !reply.header("x-cache").unwrap_or_default().starts_with("HIT-EDGE") {
+            assert_ne!(
+                reply.header("x-cache"),
+                Some("HIT-REGIONAL-SEMANTIC"),
+                "served the invalidated entry"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the edge kept serving a paraphrase of an invalidated entry"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 
     drop(mesh);
     let _ = std::fs::remove_dir_all(&dir);
