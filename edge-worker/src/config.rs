@@ -42,8 +42,7 @@ pub const DEFAULT_HOTSET_PER_TENANT: usize = 1_000;
 /// embedding has not been shown to hold the regional tier's bound on questions nobody tuned for. By
 /// default the edge serves a paraphrase only when the regional tier matched it (its answer is kept
 /// under the paraphrase's key, bound to the matched entry's invalidations).
-pub const DEFAULT_SEMANTIC_THRESHOLDS: SemanticThresholds =
-    SemanticThresholds { volatile: 0.90, default: 0.88, stable: 0.85 };
+pub const DEFAULT_SEMANTIC_THRESHOLDS: SemanticThresholds = SemanticThresholds::SMALL_EMBEDDING;
 /// `REGIONAL_TIMEOUT_MS` when the variable is not set.
 pub const DEFAULT_REGIONAL_TIMEOUT_MS: u64 = 30_000;
 /// `CHANGES_REFRESH_MS` when the variable is not set.

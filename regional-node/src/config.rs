@@ -62,13 +62,13 @@ pub struct RegionalConfig {
     #[arg(long, env = "MESH_SEMANTIC_MODEL_DIR")]
     pub semantic_model_dir: Option<PathBuf>,
     /// Cosine similarity a cached question needs to answer a `volatile` one (before the verifier).
-    #[arg(long, env = "MESH_SEMANTIC_THRESHOLD_VOLATILE", default_value_t = 0.96)]
+    #[arg(long, env = "MESH_SEMANTIC_THRESHOLD_VOLATILE", default_value_t = 0.88)]
     pub semantic_threshold_volatile: f32,
     /// Cosine similarity a cached question needs to answer a `default` one.
-    #[arg(long, env = "MESH_SEMANTIC_THRESHOLD_DEFAULT", default_value_t = 0.94)]
+    #[arg(long, env = "MESH_SEMANTIC_THRESHOLD_DEFAULT", default_value_t = 0.84)]
     pub semantic_threshold_default: f32,
     /// Cosine similarity a cached question needs to answer a `stable` one.
-    #[arg(long, env = "MESH_SEMANTIC_THRESHOLD_STABLE", default_value_t = 0.92)]
+    #[arg(long, env = "MESH_SEMANTIC_THRESHOLD_STABLE", default_value_t = 0.80)]
     pub semantic_threshold_stable: f32,
     /// Share of semantic hits audited online (0..=1): the question as asked is generated again, fresh
     /// and stored nowhere, and compared with the answer served; 0 turns the audit off.

@@ -8,6 +8,10 @@
 //! caller fetches the entry from the exact tier or the core, so an invalidated or expired entry is
 //! never served through its paraphrases.
 //!
+//! Each question may also be indexed by its small embedding (the edge's distilled table, microseconds
+//! to compute): [`SemanticCache::lookup`] searches either space ([`Space`]), so the request path can
+//! try the cheap one first and embed with MiniLM only when it finds nothing there.
+//!
 //! Bounded: each partition keeps its newest [`SemanticLimits::per_partition`] questions, and the
 //! least recently used partitions are dropped past [`SemanticLimits::partitions`].
 
@@ -43,9 +47,20 @@ pub struct SemanticHit {
     pub similarity: f32,
 }
 
+/// Which embedding a lookup compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Space {
+    /// all-MiniLM-L6-v2's 384 dimensions.
+    Full,
+    /// The small (distilled) embedding.
+    Small,
+}
+
 /// One partition's index and what its labels stand for.
 struct Partition {
     index: Index,
+    /// The same questions by their small embeddings, when the tier has the table.
+    small_index: Option<Index>,
     /// Label -> (entry key, question).
     questions: HashMap<u64, (String, String)>,
     /// Labels, oldest first.
@@ -57,6 +72,8 @@ struct Partition {
 /// Every partition of this node.
 pub struct SemanticCache {
     limits: SemanticLimits,
+    /// Dimensions of the small embeddings, when questions are indexed by them too.
+    small_dims: Option<usize>,
     state: Mutex<State>,
 }
 
@@ -67,16 +84,17 @@ struct State {
 }
 
 impl SemanticCache {
-    /// An empty tier.
-    pub fn new(limits: SemanticLimits) -> Self {
-        Self { limits, state: Mutex::new(State::default()) }
+    /// An empty tier; with `small_dims`, questions are indexed by their small embeddings too.
+    pub fn new(limits: SemanticLimits, small_dims: Option<usize>) -> Self {
+        Self { limits, small_dims, state: Mutex::new(State::default()) }
     }
 
-    /// The closest cached question of `query`'s partition that is at least `threshold` similar
-    /// and that the verifier accepts.
+    /// The closest cached question of `query`'s partition, compared in `space`, that is at least
+    /// `threshold` similar and that the verifier accepts.
     pub fn lookup(
         &self,
         query: &SemanticQuery<'_>,
+        space: Space,
         embedding: &[f32],
         threshold: f32,
     ) -> Option<SemanticHit> {
@@ -85,7 +103,11 @@ impl SemanticCache {
         let clock = state.clock;
         let partition = state.partitions.get_mut(&query.partition)?;
         partition.last_used = clock;
-        let matches = partition.index.search(embedding, CANDIDATES).ok()?;
+        let index = match space {
+            Space::Full => &partition.index,
+            Space::Small => partition.small_index.as_ref()?,
+        };
+        let matches = index.search(embedding, CANDIDATES).ok()?;
         matches.keys.iter().zip(&matches.distances).find_map(|(label, distance)| {
             let similarity = 1.0 - distance;
             let (key, question) = partition.questions.get(label)?;
@@ -94,16 +116,24 @@ impl SemanticCache {
         })
     }
 
-    /// Indexes `query`'s question, answered by the entry `key`.
+    /// Indexes `query`'s question, answered by the entry `key` (by its small embedding too, when
+    /// given and the tier indexes them).
     pub fn insert(
         &self,
         query: &SemanticQuery<'_>,
         embedding: &[f32],
+        small: Option<&[f32]>,
         key: &str,
     ) -> Result<(), RegionalError> {
         if embedding.len() != EMBEDDING_DIM || embedding.iter().any(|v| !v.is_finite()) {
             return Err(RegionalError::Embedding("an embedding must be 384 finite values".into()));
         }
+        let small = match (small, self.small_dims) {
+            (Some(small), Some(dims)) if small.len() == dims && small.iter().all(|v| v.is_finite()) => {
+                Some(small)
+            }
+            _ => None,
+        };
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.clock += 1;
         let clock = state.clock;
@@ -114,11 +144,11 @@ impl SemanticCache {
                     state.partitions.remove(&oldest);
                 }
             }
-            state.partitions.insert(query.partition.clone(), Partition::new()?);
+            state.partitions.insert(query.partition.clone(), Partition::new(self.small_dims)?);
         }
         let partition = state.partitions.get_mut(&query.partition).expect("inserted above");
         partition.last_used = clock;
-        partition.add(embedding, key, query.question, self.limits.per_partition)
+        partition.add(embedding, small, key, query.question, self.limits.per_partition)
     }
 
     /// Questions held, over all partitions.
@@ -134,20 +164,23 @@ impl SemanticCache {
 }
 
 impl Partition {
-    fn new() -> Result<Self, RegionalError> {
-        let options = IndexOptions {
-            dimensions: EMBEDDING_DIM,
-            metric: MetricKind::Cos,
-            quantization: ScalarKind::F32,
-            ..Default::default()
-        };
-        let index = Index::new(&options).map_err(usearch_error)?;
-        Ok(Self { index, questions: HashMap::new(), order: VecDeque::new(), next_label: 0, last_used: 0 })
+    fn new(small_dims: Option<usize>) -> Result<Self, RegionalError> {
+        let index = cosine_index(EMBEDDING_DIM)?;
+        let small_index = small_dims.map(cosine_index).transpose()?;
+        Ok(Self {
+            index,
+            small_index,
+            questions: HashMap::new(),
+            order: VecDeque::new(),
+            next_label: 0,
+            last_used: 0,
+        })
     }
 
     fn add(
         &mut self,
         embedding: &[f32],
+        small: Option<&[f32]>,
         key: &str,
         question: &str,
         limit: usize,
@@ -155,18 +188,37 @@ impl Partition {
         while self.order.len() >= limit.max(1) {
             let Some(oldest) = self.order.pop_front() else { break };
             self.index.remove(oldest).map_err(usearch_error)?;
+            if let Some(small_index) = &self.small_index {
+                small_index.remove(oldest).map_err(usearch_error)?;
+            }
             self.questions.remove(&oldest);
         }
-        if self.index.size() + 1 > self.index.capacity() {
-            self.index.reserve((self.index.capacity() * 2).max(16)).map_err(usearch_error)?;
+        for index in std::iter::once(&self.index).chain(self.small_index.as_ref()) {
+            if index.size() + 1 > index.capacity() {
+                index.reserve((index.capacity() * 2).max(16)).map_err(usearch_error)?;
+            }
         }
         let label = self.next_label;
         self.next_label += 1;
         self.index.add(label, embedding).map_err(usearch_error)?;
+        if let (Some(small_index), Some(small)) = (&self.small_index, small) {
+            small_index.add(label, small).map_err(usearch_error)?;
+        }
         self.questions.insert(label, (key.to_string(), question.to_string()));
         self.order.push_back(label);
         Ok(())
     }
+}
+
+/// An empty HNSW index of `dimensions`-long vectors compared by cosine.
+fn cosine_index(dimensions: usize) -> Result<Index, RegionalError> {
+    let options = IndexOptions {
+        dimensions,
+        metric: MetricKind::Cos,
+        quantization: ScalarKind::F32,
+        ..Default::default()
+    };
+    Index::new(&options).map_err(usearch_error)
 }
 
 fn usearch_error(error: impl std::fmt::Display) -> RegionalError {
@@ -191,38 +243,80 @@ mod tests {
 
     #[test]
     fn a_close_paraphrase_hits_and_a_near_miss_or_another_partition_does_not() {
-        let cache = SemanticCache::new(SemanticLimits { per_partition: 8, partitions: 4 });
+        let cache = SemanticCache::new(SemanticLimits { per_partition: 8, partitions: 4 }, None);
         let cached = query("p", "How can I purchase a car?");
-        cache.insert(&cached, &vector(0, 1.0), "v1:car").expect("insert");
-        let hit = cache.lookup(&query("p", "How can I buy a car?"), &vector(0, 0.99), 0.95).expect("a hit");
+        cache.insert(&cached, &vector(0, 1.0), None, "v1:car").expect("insert");
+        let hit = cache
+            .lookup(&query("p", "How can I buy a car?"), Space::Full, &vector(0, 0.99), 0.95)
+            .expect("a hit");
         assert_eq!(hit.key, "v1:car");
         assert!((hit.similarity - 0.99).abs() < 1e-3, "{}", hit.similarity);
-        assert_eq!(cache.lookup(&query("p", "How can I buy a car?"), &vector(0, 0.90), 0.95), None);
-        assert_eq!(cache.lookup(&query("p", "How can I sell a car?"), &vector(0, 0.99), 0.95), None);
-        assert_eq!(cache.lookup(&query("q", "How can I buy a car?"), &vector(0, 0.99), 0.95), None);
+        assert_eq!(
+            cache.lookup(&query("p", "How can I buy a car?"), Space::Full, &vector(0, 0.90), 0.95),
+            None
+        );
+        assert_eq!(
+            cache.lookup(&query("p", "How can I sell a car?"), Space::Full, &vector(0, 0.99), 0.95),
+            None
+        );
+        assert_eq!(
+            cache.lookup(&query("q", "How can I buy a car?"), Space::Full, &vector(0, 0.99), 0.95),
+            None
+        );
+    }
+
+    #[test]
+    fn the_small_space_finds_what_was_indexed_by_its_small_embedding_and_evicts_with_it() {
+        let small = |axis: usize, lean: f32| {
+            let mut v = vec![0.0; 8];
+            v[axis] = lean;
+            v[7] = (1.0 - lean * lean).sqrt();
+            v
+        };
+        let cache = SemanticCache::new(SemanticLimits { per_partition: 1, partitions: 4 }, Some(8));
+        let cached = query("p", "How can I purchase a car?");
+        cache.insert(&cached, &vector(0, 1.0), Some(&small(0, 1.0)), "v1:car").expect("insert");
+        let asked = query("p", "How can I buy a car?");
+        let hit =
+            cache.lookup(&asked, Space::Small, &small(0, 0.98), 0.9).expect("a hit by the small embedding");
+        assert_eq!(hit.key, "v1:car");
+        assert_eq!(cache.lookup(&asked, Space::Small, &small(1, 1.0), 0.9), None, "not similar");
+        // A wrong-length small embedding indexes the question in the full space only.
+        cache
+            .insert(&query("p", "What is rust?"), &vector(1, 1.0), Some(&[1.0; 3]), "v1:rust")
+            .expect("insert");
+        assert_eq!(
+            cache.lookup(&asked, Space::Small, &small(0, 0.98), 0.9),
+            None,
+            "evicted from both spaces"
+        );
+        assert!(cache.lookup(&query("p", "What is rust?"), Space::Full, &vector(1, 1.0), 0.9).is_some());
+        let no_small = SemanticCache::new(SemanticLimits { per_partition: 1, partitions: 4 }, None);
+        no_small.insert(&cached, &vector(0, 1.0), Some(&small(0, 1.0)), "v1:car").expect("insert");
+        assert_eq!(no_small.lookup(&asked, Space::Small, &small(0, 1.0), 0.9), None);
     }
 
     #[test]
     fn partitions_and_questions_are_bounded() {
-        let cache = SemanticCache::new(SemanticLimits { per_partition: 2, partitions: 2 });
+        let cache = SemanticCache::new(SemanticLimits { per_partition: 2, partitions: 2 }, None);
         for (i, partition) in ["a", "a", "a", "b", "c"].iter().enumerate() {
             cache
-                .insert(&query(partition, "What is rust?"), &vector(i, 1.0), &format!("k{i}"))
+                .insert(&query(partition, "What is rust?"), &vector(i, 1.0), None, &format!("k{i}"))
                 .expect("insert");
         }
         // "a" kept its 2 newest, then was the least recently used when "c" came.
         assert_eq!(cache.len(), 2);
-        assert!(cache.lookup(&query("a", "What is rust?"), &vector(2, 1.0), 0.9).is_none());
-        assert!(cache.lookup(&query("c", "What is rust?"), &vector(4, 1.0), 0.9).is_some());
+        assert!(cache.lookup(&query("a", "What is rust?"), Space::Full, &vector(2, 1.0), 0.9).is_none());
+        assert!(cache.lookup(&query("c", "What is rust?"), Space::Full, &vector(4, 1.0), 0.9).is_some());
     }
 
     #[test]
     fn bad_embeddings_are_refused() {
-        let cache = SemanticCache::new(SemanticLimits { per_partition: 2, partitions: 2 });
+        let cache = SemanticCache::new(SemanticLimits { per_partition: 2, partitions: 2 }, None);
         let mut nan = vector(0, 1.0);
         nan[3] = f32::NAN;
-        assert!(cache.insert(&query("a", "q"), &nan, "k").is_err());
-        assert!(cache.insert(&query("a", "q"), &[1.0; 3], "k").is_err());
+        assert!(cache.insert(&query("a", "q"), &nan, None, "k").is_err());
+        assert!(cache.insert(&query("a", "q"), &[1.0; 3], None, "k").is_err());
         assert!(cache.is_empty());
     }
 }

@@ -13,6 +13,8 @@ use serde::Deserialize;
 use shared::content_class::{classify_text, SemanticThresholds};
 use shared::near_miss::{verify, NearMiss};
 
+use shared::small_embedding::SmallEmbedder;
+
 use crate::embedding::{cosine, SentenceEmbedder};
 
 /// One labelled pair, as in the file.
@@ -65,6 +67,8 @@ pub struct ScoredPair {
     pub pair: LabelledPair,
     /// Cosine similarity of the two embeddings.
     pub similarity: f32,
+    /// Cosine similarity of the two small embeddings, when a table was given.
+    pub small_similarity: Option<f32>,
     /// The verifier's verdict.
     pub verdict: Result<(), NearMiss>,
 }
@@ -131,8 +135,12 @@ pub fn read_pairs(path: &Path) -> anyhow::Result<Vec<LabelledPair>> {
         .collect()
 }
 
-/// Embeds both sides of every pair and runs the verifier.
-pub fn score(embedder: &SentenceEmbedder, pairs: Vec<LabelledPair>) -> anyhow::Result<Vec<ScoredPair>> {
+/// Embeds both sides of every pair (with the small table too, when given) and runs the verifier.
+pub fn score(
+    embedder: &SentenceEmbedder,
+    small: Option<&SmallEmbedder>,
+    pairs: Vec<LabelledPair>,
+) -> anyhow::Result<Vec<ScoredPair>> {
     let mut scored = Vec::with_capacity(pairs.len());
     for chunk in pairs.chunks(32) {
         let texts: Vec<&str> = chunk.iter().flat_map(|p| [p.a.as_str(), p.b.as_str()]).collect();
@@ -140,6 +148,7 @@ pub fn score(embedder: &SentenceEmbedder, pairs: Vec<LabelledPair>) -> anyhow::R
         for (pair, sides) in chunk.iter().zip(embeddings.chunks_exact(2)) {
             scored.push(ScoredPair {
                 similarity: cosine(&sides[0], &sides[1]),
+                small_similarity: small.and_then(|s| Some(cosine(&s.embed(&pair.a)?, &s.embed(&pair.b)?))),
                 verdict: verify(&pair.a, &pair.b),
                 pair: pair.clone(),
             });
@@ -148,11 +157,18 @@ pub fn score(embedder: &SentenceEmbedder, pairs: Vec<LabelledPair>) -> anyhow::R
     Ok(scored)
 }
 
-/// The decision a regional node makes with its default settings: the asked question's class
-/// threshold ([`SemanticThresholds`], `None` for a class that never hits) and the verifier.
+/// The decision a regional node makes with its default settings: the verifier, and the asked
+/// question's class threshold ([`SemanticThresholds`], `None` for a class that never hits) met by
+/// the MiniLM similarity or, when the pairs were scored with the small table, by the small
+/// embedding's similarity at [`SemanticThresholds::SMALL_EMBEDDING`] (the node tries that first).
 pub fn deployed(pairs: &[ScoredPair], thresholds: &SemanticThresholds) -> Counts {
     count(pairs, |p| {
-        thresholds.of(classify_text(&p.pair.b)).is_some_and(|t| p.similarity >= t) && p.verdict.is_ok()
+        let class = classify_text(&p.pair.b);
+        let full = thresholds.of(class).is_some_and(|t| p.similarity >= t);
+        let small = SemanticThresholds::SMALL_EMBEDDING
+            .of(class)
+            .is_some_and(|t| p.small_similarity.is_some_and(|s| s >= t));
+        (full || small) && p.verdict.is_ok()
     })
 }
 
@@ -170,7 +186,7 @@ pub fn report(
     let decided = deployed(pairs, classes);
     let _ = writeln!(
         out,
-        "deployed decision (class thresholds {:.2}/{:.2}/{:.2} + verifier): precision {:.3} ({} wrong of {} hits), recall {:.3}",
+        "deployed decision (small embedding first, then class thresholds {:.2}/{:.2}/{:.2}; + verifier): precision {:.3} ({} wrong of {} hits), recall {:.3}",
         classes.volatile,
         classes.default,
         classes.stable,
@@ -266,6 +282,7 @@ mod tests {
                 kind: if label == "hit" { "paraphrase".into() } else { "number".into() },
             },
             similarity,
+            small_similarity: None,
             verdict: if ok { Ok(()) } else { Err(NearMiss::Negation) },
         }
     }

@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use shared::cache_key::SemanticQuery;
 use shared::content_class::ContentClass;
+use shared::small_embedding::SmallEmbedder;
 
 use crate::embedding::{cosine, SentenceEmbedder};
 use crate::semantic_audit::{AuditSettings, SemanticAudit};
-use crate::semantic_cache::{SemanticCache, SemanticHit, SemanticLimits};
+use crate::semantic_cache::{SemanticCache, SemanticHit, SemanticLimits, Space};
 use crate::RegionalError;
 
 pub use shared::content_class::SemanticThresholds;
@@ -18,6 +19,8 @@ pub use shared::content_class::SemanticThresholds;
 /// The embedder, the indexes and the thresholds.
 pub struct SemanticTier {
     embedder: SentenceEmbedder,
+    /// The edge's small embedding, when the node has its table: tried before MiniLM.
+    small: Option<Arc<SmallEmbedder>>,
     cache: SemanticCache,
     thresholds: SemanticThresholds,
     audit: SemanticAudit,
@@ -41,6 +44,8 @@ pub struct EmbeddedQuestion {
     pub question: String,
     /// Its embedding.
     pub embedding: Vec<f32>,
+    /// Its small embedding, when the tier has the table.
+    pub small: Option<Vec<f32>>,
 }
 
 impl EmbeddedQuestion {
@@ -50,14 +55,34 @@ impl EmbeddedQuestion {
 }
 
 impl SemanticTier {
-    /// A tier with the given model, bounds, thresholds and audit.
+    /// A tier with the given models, bounds, thresholds and audit.
     pub fn new(
         embedder: SentenceEmbedder,
+        small: Option<Arc<SmallEmbedder>>,
         limits: SemanticLimits,
         thresholds: SemanticThresholds,
         audit: AuditSettings,
     ) -> Self {
-        Self { embedder, cache: SemanticCache::new(limits), thresholds, audit: SemanticAudit::new(audit) }
+        let cache = SemanticCache::new(limits, small.as_ref().map(|s| s.dims()));
+        Self { embedder, small, cache, thresholds, audit: SemanticAudit::new(audit) }
+    }
+
+    /// The small-embedding table, when the tier has one.
+    pub fn small_table(&self) -> Option<&Arc<SmallEmbedder>> {
+        self.small.as_ref()
+    }
+
+    /// The best verified match of `query` found by its small embedding (microseconds, no MiniLM),
+    /// at the small embedding's threshold of `class` for `tenant`; `None` without the table.
+    pub fn quick_lookup(
+        &self,
+        query: &SemanticQuery<'_>,
+        tenant: &str,
+        class: ContentClass,
+    ) -> Option<SemanticHit> {
+        let small = self.small.as_ref()?.embed(query.question)?;
+        let threshold = SemanticThresholds::SMALL_EMBEDDING.of(class)? + self.audit.raised(tenant, class);
+        self.cache.lookup(query, Space::Small, &small, threshold.min(1.0))
     }
 
     /// The threshold of `class`, `None` when that class never hits semantically.
@@ -107,7 +132,8 @@ impl SemanticTier {
                 .map_err(|e| RegionalError::Embedding(e.to_string()))?;
             let embedding =
                 embeddings.pop().ok_or_else(|| RegionalError::Embedding("no embedding".into()))?;
-            Ok(EmbeddedQuestion { partition, question, embedding })
+            let small = tier.small.as_ref().and_then(|s| s.embed(&question));
+            Ok(EmbeddedQuestion { partition, question, embedding, small })
         })
         .await
         .map_err(|e| RegionalError::Embedding(format!("embedding task: {e}")))?
@@ -115,12 +141,12 @@ impl SemanticTier {
 
     /// The best verified match of `question` at `threshold`.
     pub fn lookup(&self, question: &EmbeddedQuestion, threshold: f32) -> Option<SemanticHit> {
-        self.cache.lookup(&question.query(), &question.embedding, threshold)
+        self.cache.lookup(&question.query(), Space::Full, &question.embedding, threshold)
     }
 
     /// Indexes `question` as answered by the entry `key`.
     pub fn insert(&self, question: &EmbeddedQuestion, key: &str) -> Result<(), RegionalError> {
-        self.cache.insert(&question.query(), &question.embedding, key)
+        self.cache.insert(&question.query(), &question.embedding, question.small.as_deref(), key)
     }
 
     /// Questions indexed.

@@ -44,17 +44,10 @@ impl AppState {
     /// Builds the state from validated settings: loads the models and the stores the settings name.
     pub fn new(settings: Settings) -> Result<Self, RegionalError> {
         let path = Arc::new(RequestPath::new(path_parts(&settings)?));
-        let edge_table = match &settings.config.edge_table {
-            Some(path) => {
-                let bytes = std::fs::read(path).map_err(|e| {
-                    RegionalError::Config(format!("reading the edge table {}: {e}", path.display()))
-                })?;
-                let table = SmallEmbedder::from_bytes(&bytes)
-                    .map_err(|e| RegionalError::Config(format!("the edge table {}: {e}", path.display())))?;
-                tracing::info!(path = %path.display(), id = table.id(), dims = table.dims(), "edge table loaded");
-                Some(Arc::new(table))
-            }
-            None => None,
+        // The semantic tier holds the table already when it has one.
+        let edge_table = match path.semantic().and_then(|tier| tier.small_table()) {
+            Some(table) => Some(Arc::clone(table)),
+            None => load_edge_table(&settings)?,
         };
         Ok(Self { settings, limits: Limits::default(), path, edge_table })
     }
@@ -78,6 +71,17 @@ impl AppState {
     pub fn edge_table(&self) -> Option<&SmallEmbedder> {
         self.edge_table.as_deref()
     }
+}
+
+/// The edge's small-embedding table, when `--edge-table` names one.
+fn load_edge_table(settings: &Settings) -> Result<Option<Arc<SmallEmbedder>>, RegionalError> {
+    let Some(path) = &settings.config.edge_table else { return Ok(None) };
+    let bytes = std::fs::read(path)
+        .map_err(|e| RegionalError::Config(format!("reading the edge table {}: {e}", path.display())))?;
+    let table = SmallEmbedder::from_bytes(&bytes)
+        .map_err(|e| RegionalError::Config(format!("the edge table {}: {e}", path.display())))?;
+    tracing::info!(path = %path.display(), id = table.id(), dims = table.dims(), "edge table loaded");
+    Ok(Some(Arc::new(table)))
 }
 
 /// The request path's parts, as `settings` configure them: the exact cache refilled from disk and from
@@ -105,7 +109,10 @@ pub fn path_parts(settings: &Settings) -> Result<PathParts, RegionalError> {
             };
             tracing::info!(dir = %dir.display(), "semantic tier on");
             let audit = config.audit_settings().map_err(RegionalError::Config)?;
-            Some(Arc::new(SemanticTier::new(embedder, limits, config.semantic_thresholds(), audit)))
+            // The edge's table also finds paraphrases here before MiniLM is run.
+            let small = load_edge_table(settings)?;
+            let thresholds = config.semantic_thresholds();
+            Some(Arc::new(SemanticTier::new(embedder, small, limits, thresholds, audit)))
         }
         None => None,
     };

