@@ -108,11 +108,21 @@ impl SemanticCache {
             Space::Small => partition.small_index.as_ref()?,
         };
         let matches = index.search(embedding, CANDIDATES).ok()?;
-        matches.keys.iter().zip(&matches.distances).find_map(|(label, distance)| {
-            let similarity = 1.0 - distance;
-            let (key, question) = partition.questions.get(label)?;
-            (similarity >= threshold && verify(question, query.question).is_ok())
-                .then(|| SemanticHit { key: key.clone(), similarity })
+        let candidates: Vec<(String, String, f32)> = matches
+            .keys
+            .iter()
+            .zip(&matches.distances)
+            .filter_map(|(label, distance)| {
+                let similarity = 1.0 - distance;
+                let (key, question) = partition.questions.get(label)?;
+                (similarity >= threshold).then(|| (key.clone(), question.clone(), similarity))
+            })
+            .collect();
+        // The verifier runs after the lock is released: one request's comparison never holds up
+        // another's lookup or insert.
+        drop(state);
+        candidates.into_iter().find_map(|(key, question, similarity)| {
+            verify(&question, query.question).is_ok().then_some(SemanticHit { key, similarity })
         })
     }
 

@@ -27,11 +27,19 @@ pub struct SemanticQuery<'a> {
     pub question: &'a str,
 }
 
+/// Longest question, in bytes, that a semantic tier compares; a longer one is answered by exact
+/// hits only. The embedding sees at most 256 tokens (about 1,000 characters), so two long
+/// questions that share their start embed alike whatever follows, and the verifier's word
+/// alignment grows faster than the text: neither says anything reliable past this length, and
+/// bounding it bounds the work one request can cost the tier.
+pub const MAX_SEMANTIC_QUESTION_BYTES: usize = 1_000;
+
 impl<'a> SemanticQuery<'a> {
-    /// The semantic query of a request whose last message is the user's; `None` otherwise.
+    /// The semantic query of a request whose last message is the user's, at most
+    /// [`MAX_SEMANTIC_QUESTION_BYTES`] long; `None` otherwise.
     pub fn derive(tenant: &str, request: &'a NormalizedRequest) -> Option<Self> {
         let (last, context) = request.messages.split_last()?;
-        if last.role != Role::User {
+        if last.role != Role::User || last.content.len() > MAX_SEMANTIC_QUESTION_BYTES {
             return None;
         }
         let digest = digest(b"mesh-semantic-partition", tenant, request, context);
@@ -229,5 +237,7 @@ mod tests {
         assert_ne!(query_of("u", &turn("Be brief.", "How old is he?")).expect("turn").0, partition);
         let assistant_last = r#"{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}"#;
         assert_eq!(query_of("t", assistant_last), None);
+        let long = "why ".repeat(MAX_SEMANTIC_QUESTION_BYTES / 4 + 1);
+        assert_eq!(query_of("t", &turn("Be brief.", &long)), None, "too long to compare: exact hits only");
     }
 }

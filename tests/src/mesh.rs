@@ -38,6 +38,8 @@ pub struct MeshSpec {
     pub tenant: String,
     /// The development tenant's API key.
     pub api_key: String,
+    /// More tenants, `(name, API key)`, known to every tier like the development one.
+    pub other_tenants: Vec<(String, String)>,
     /// Served models (`name@version`).
     pub models: String,
     /// Route replication between regional nodes through fault proxies owned by the harness, so a test
@@ -63,6 +65,7 @@ impl MeshSpec {
             base_port: None,
             tenant: "dev".into(),
             api_key: "sk-dev".into(),
+            other_tenants: Vec::new(),
             models: shared::models::DEFAULT_MODELS.into(),
             peer_fault_proxies: false,
             anti_entropy_ms: None,
@@ -369,11 +372,12 @@ impl Mesh {
         })
     }
 
-    /// Waits until a core node has the development tenant and the models (seeded when the cluster forms;
+    /// Waits until a core node has every tenant and the models (seeded when the cluster forms;
     /// a cluster restarted from its data has them at once).
     fn wait_core_seeded(&self, timeout: Duration) -> anyhow::Result<()> {
         let agent = crate::client::agent(Duration::from_secs(2));
         let deadline = std::time::Instant::now() + timeout;
+        let tenants = self.tenant_names().len() as u64;
         loop {
             let seeded = (0..self.cores.len()).filter(|i| self.cores[*i].is_some()).any(|i| {
                 let health = agent
@@ -382,7 +386,9 @@ impl Mesh {
                     .ok()
                     .and_then(|mut r| r.body_mut().read_to_string().ok())
                     .and_then(|body| serde_json::from_str::<serde_json::Value>(&body).ok());
-                health.is_some_and(|h| h["tenants"].as_u64() >= Some(1) && h["models"].as_u64() >= Some(1))
+                health.is_some_and(|h| {
+                    h["tenants"].as_u64() >= Some(tenants) && h["models"].as_u64() >= Some(1)
+                })
             });
             if seeded {
                 return Ok(());
@@ -450,13 +456,29 @@ impl Mesh {
         ChatClient::new(&self.regional_url(index), Some(&self.spec.api_key))
     }
 
+    /// A client of the mesh's public endpoint with another API key (one of `other_tenants`).
+    pub fn client_with_key(&self, api_key: &str) -> ChatClient {
+        let url = self.edge_url().unwrap_or_else(|| self.regional_url(0));
+        ChatClient::new(&url, Some(api_key))
+    }
+
     /// Where the processes' logs are.
     pub fn log_dir(&self) -> PathBuf {
         self.spec.data_dir.join("logs")
     }
 
     fn key_table(&self) -> String {
-        format!("{}:{}", self.spec.tenant, shared::hex::encode(&Sha256::digest(self.spec.api_key.as_bytes())))
+        std::iter::once((&self.spec.tenant, &self.spec.api_key))
+            .chain(self.spec.other_tenants.iter().map(|(tenant, key)| (tenant, key)))
+            .map(|(tenant, key)| format!("{tenant}:{}", shared::hex::encode(&Sha256::digest(key.as_bytes()))))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn tenant_names(&self) -> Vec<String> {
+        std::iter::once(self.spec.tenant.clone())
+            .chain(self.spec.other_tenants.iter().map(|(tenant, _)| tenant.clone()))
+            .collect()
     }
 
     /// Where the configuration file of the daemon `name` goes.
@@ -491,7 +513,7 @@ impl Mesh {
             .path("data_dir", &data)
             .set("peers", peers)
             .set("pods", vec![format!("http://127.0.0.1:{}", self.ports.pod)])
-            .set("tenants", vec![self.spec.tenant.clone()])
+            .set("tenants", self.tenant_names())
             .set("bootstrap", index == 0)
             .write(&self.config_path(&name))?;
         let mut command = Command::new(paths::binary("core-node"));

@@ -320,8 +320,10 @@ impl<T: Tables> Applier<'_, T> {
             InvalidateScope::Key { tenant, key } => {
                 let removed = match self.tables.entry(key)? {
                     None => 0,
+                    // Another tenant's key is answered as if nothing were held under it (no existence
+                    // oracle), and nothing is removed or announced: the owner's copies stay served.
                     Some(stored) if &stored.entry.tenant != tenant => {
-                        return Ok(rejected(Rejection::WrongTenant, "the key belongs to another tenant"))
+                        return Ok(Outcome::Invalidated { removed: 0, at_ms: self.clock_ms })
                     }
                     Some(stored) => {
                         self.tables.remove_entry(key)?;
@@ -486,7 +488,18 @@ mod tests {
                 Command::Invalidate { scope: InvalidateScope::Key { tenant: "b".into(), key: "k1".into() } },
             ),
         );
-        assert!(matches!(wrong.outcome, Outcome::Rejected { reason: Rejection::WrongTenant, .. }));
+        // Indistinguishable from a key nobody holds, and the owner's entry stays.
+        assert!(matches!(wrong.outcome, Outcome::Invalidated { removed: 0, .. }), "{:?}", wrong.outcome);
+        assert!(t.entries.contains_key("k1"));
+        let absent = one(
+            &mut t,
+            11,
+            req(
+                "",
+                Command::Invalidate { scope: InvalidateScope::Key { tenant: "b".into(), key: "k9".into() } },
+            ),
+        );
+        assert!(matches!(absent.outcome, Outcome::Invalidated { removed: 0, .. }));
         one(
             &mut t,
             11,

@@ -1,9 +1,10 @@
 //! `POST /v1/cache/invalidate`: a tenant drops one of its cached answers everywhere.
 //!
 //! The body is `{"key": "<x-cache-key of the answer>"}`. The core removes the entry from the
-//! authoritative state first (it refuses another tenant's key); then this node forgets it and, when it
+//! authoritative state first; then this node forgets it and, when it
 //! replicates, writes a tombstone that every peer merges, so no region serves the answer again and no
-//! stale copy brings it back.
+//! stale copy brings it back. Another tenant's key is answered exactly as a key nobody holds
+//! (`removed_at_core: 0`), and nothing of that tenant's is touched: the reply reveals nothing.
 
 use std::sync::Arc;
 

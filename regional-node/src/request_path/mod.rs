@@ -219,11 +219,13 @@ impl RequestPath {
     /// how many entries the core removed and its log time of the invalidation. A key this node holds for another tenant is refused without
     /// asking the core.
     pub async fn invalidate(&self, tenant: &str, key: &str) -> Result<InvalidatedAtCore, RegionalError> {
-        if self.cache.peek(key).is_some_and(|entry| entry.tenant != tenant) {
-            return Err(RequestError::key_not_found("no cached answer of this tenant under that key").into());
-        }
         let request_id = self.invalidation_ids.next();
         let done = self.core.invalidate(key, tenant, &request_id).await?;
+        // Another tenant's answer under that key is neither touched nor revealed: the reply is the one
+        // a key nobody holds gets (the core answers it so too, and announces nothing).
+        if self.cache.peek(key).is_some_and(|entry| entry.tenant != tenant) {
+            return Ok(done);
+        }
         // The feed brings the same change to every node (this one included) moments later; applying
         // it here now means this node's next answer already obeys it.
         let change = Change::Key { tenant: tenant.to_owned(), key: key.to_owned() };

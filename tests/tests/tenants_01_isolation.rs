@@ -1,0 +1,71 @@
+//! Two tenants on one mesh: neither is served the other's answers, and one cannot learn whether the
+//! other holds an answer, nor drop it, through `POST /v1/cache/invalidate`.
+
+use mesh_harness::client::Reply;
+use mesh_harness::{Mesh, MeshSpec};
+use serde_json::json;
+
+fn request(question: &str) -> serde_json::Value {
+    json!({"model": "smollm2-135m-instruct", "temperature": 0, "max_tokens": 16,
+           "messages": [{"role": "user", "content": question}]})
+}
+
+fn x_cache(reply: &Reply) -> &str {
+    reply.header("x-cache").unwrap_or_default()
+}
+
+#[test]
+fn tenants_share_nothing_and_cannot_probe_each_other() -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("mesh-test-tenants-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mesh = Mesh::start(MeshSpec {
+        regional_nodes: 1,
+        edge: false,
+        other_tenants: vec![("acme".into(), "sk-acme".into())],
+        ..MeshSpec::local(&dir)
+    })?;
+    let (dev, acme) = (mesh.client(), mesh.client_with_key("sk-acme"));
+
+    let question = request("What is the capital of Norway?");
+    let first = dev.chat(&question)?;
+    assert_eq!((first.status, x_cache(&first)), (200, "MISS"), "{}", first.body);
+    let dev_key = first.header("x-cache-key").expect("a key").to_owned();
+    assert_eq!(x_cache(&dev.chat(&question)?), "HIT-REGIONAL");
+
+    // The same question from the other tenant is its own: generated, never dev's answer, exactly or
+    // as a paraphrase.
+    let theirs = acme.chat(&question)?;
+    assert_eq!((theirs.status, x_cache(&theirs)), (200, "MISS"), "{:?}", theirs.headers);
+    assert_ne!(theirs.header("x-cache-key"), Some(dev_key.as_str()));
+    let paraphrase = acme.chat(&request("What's the capital of Norway?"))?;
+    assert_ne!(paraphrase.header("x-cache-matched-key"), Some(dev_key.as_str()), "{:?}", paraphrase.headers);
+
+    // Invalidating dev's key as acme answers as a key nobody holds does, and dev's answer stays.
+    let probe = acme.invalidate(&dev_key)?;
+    let nobody = acme.invalidate(&format!("v1:{}", "0".repeat(64)))?;
+    assert_eq!((probe.status, nobody.status), (200, 200), "{} / {}", probe.body, nobody.body);
+    let shape = |reply: &Reply| -> anyhow::Result<serde_json::Value> {
+        let mut body: serde_json::Value = serde_json::from_str(&reply.body)?;
+        for varying in ["key", "invalidated_at_ms"] {
+            body.as_object_mut().map(|o| o.remove(varying));
+        }
+        Ok(body)
+    };
+    assert_eq!(
+        shape(&probe)?,
+        shape(&nobody)?,
+        "the reply must not tell whether another tenant holds the key"
+    );
+    let still = dev.chat(&question)?;
+    assert_eq!(x_cache(&still), "HIT-REGIONAL", "another tenant dropped dev's answer: {:?}", still.headers);
+    assert_eq!(still.content(), first.content());
+
+    // The owner can.
+    let own = dev.invalidate(&dev_key)?;
+    assert_eq!(own.status, 200, "{}", own.body);
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&own.body)?["removed_at_core"], 1);
+    assert_eq!(x_cache(&dev.chat(&question)?), "MISS");
+    drop(mesh);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
