@@ -74,6 +74,7 @@ pub mod config_file;
 pub mod convert;
 pub mod credential;
 pub mod failover;
+pub mod http_serving;
 pub mod shutdown;
 
 pub use credential::{TierCredential, TIER_SECRET_METADATA};

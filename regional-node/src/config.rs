@@ -81,6 +81,16 @@ pub struct RegionalConfig {
     /// A tenant's own error budget, `tenant=fraction` (repeatable, or comma-separated).
     #[arg(long, env = "MESH_SEMANTIC_TENANT_BUDGETS", value_delimiter = ',')]
     pub semantic_tenant_budget: Vec<String>,
+    /// Milliseconds a client may take to send a request's headers (slow clients are disconnected).
+    #[arg(long, env = "MESH_HTTP_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
+    pub http_header_timeout_ms: u64,
+    /// Seconds a connection may go with nothing read or written before it is closed (a client that
+    /// stops reading its stream, or an idle keep-alive connection).
+    #[arg(long, env = "MESH_HTTP_IDLE_TIMEOUT_S", default_value_t = 120)]
+    pub http_idle_timeout_s: u64,
+    /// Connections served at once; more wait in the listen queue.
+    #[arg(long, env = "MESH_HTTP_MAX_CONNECTIONS", default_value_t = 4096)]
+    pub http_max_connections: usize,
     /// This node's id in replication clocks; unique in the mesh. Without it: the region and a random
     /// suffix, kept in `--data-dir` (`node-id`) so that a restart keeps it. A peer with this node's id is
     /// refused.
@@ -213,6 +223,15 @@ impl RegionalConfig {
             error_budget: self.semantic_error_budget,
             tenant_budgets: AuditSettings::parse_tenant_budgets(&self.semantic_tenant_budget)?,
         })
+    }
+
+    /// The bounds of the HTTP listener, from the `--http-*` flags.
+    pub fn http_limits(&self) -> proto::http_serving::HttpLimits {
+        proto::http_serving::HttpLimits {
+            header_read_timeout: std::time::Duration::from_millis(self.http_header_timeout_ms.max(1)),
+            idle_timeout: std::time::Duration::from_secs(self.http_idle_timeout_s.max(1)),
+            max_connections: self.http_max_connections.max(1),
+        }
     }
 
     /// The TTL of each content class, from the `--ttl-*-s` flags.

@@ -229,8 +229,9 @@ pub async fn run(
     tasks.push(state.path().models().spawn(state.path().core().clone(), refresh));
     tasks.push(crate::change_feed::spawn(Arc::clone(state.path())));
     tracing::info!(%region, addr = %listener.local_addr()?, "regional node serving");
+    let limits = state.settings().config.http_limits();
     let served =
-        axum::serve(listener, crate::http::router(Arc::clone(&state))).with_graceful_shutdown(shutdown).await;
+        proto::http_serving::serve(listener, crate::http::router(Arc::clone(&state)), limits, shutdown).await;
     for task in tasks {
         task.abort();
     }

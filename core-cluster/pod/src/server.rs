@@ -1,6 +1,6 @@
 //! The pod's listener: gRPC (HTTP/2 without TLS) and plain HTTP `/healthz` and `/metrics` on one port.
 
-use std::future::{Future, IntoFuture as _};
+use std::future::Future;
 use std::time::Instant;
 
 use anyhow::Context as _;
@@ -29,7 +29,8 @@ pub async fn run(
     let service = InferenceService::new(config.model_name.clone());
     let app = router(service.clone(), config.tier_secret.interceptor());
     tracing::info!(addr = %listener.local_addr()?, model = %config.model_name, "inference pod listening");
-    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown).into_future();
+    let server =
+        proto::http_serving::serve(listener, app, proto::http_serving::HttpLimits::default(), shutdown);
     tokio::pin!(server);
 
     let path = config.model_path.clone();

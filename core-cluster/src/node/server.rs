@@ -6,12 +6,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 use openraft::error::{InitializeError, RaftError};
 use openraft::{BasicNode, SnapshotPolicy};
 use proto::cache::core_cache_server::CoreCacheServer;
 use proto::core::core_admin_server::CoreAdminServer;
 use proto::core::core_store_server::CoreStoreServer;
+use proto::http_serving::HttpLimits;
 use proto::raft::raft_server::RaftServer;
 use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
@@ -126,17 +126,12 @@ pub async fn run(
         .into_axum_router()
         .merge(http::router(node));
 
-    // gRPC and HTTP/1.1 share the listener: axum's server detects HTTP/2 (h2c) per connection.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
+    // gRPC and HTTP/1.1 share the listener: the server detects HTTP/2 (h2c) per connection.
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+    let serve = proto::http_serving::serve(listener, app, HttpLimits::default(), async move {
         let _ = stop_rx.await;
     });
-    let mut server = tokio::spawn(async move { serve.await });
+    let mut server = tokio::spawn(serve);
     tracing::info!(id = config.id, addr = %local_addr, peers = config.peers.len(), pods = config.pods.len(), "core node serving");
 
     let served = tokio::select! {
