@@ -81,6 +81,13 @@ pub struct RegionalConfig {
     /// A tenant's own error budget, `tenant=fraction` (repeatable, or comma-separated).
     #[arg(long, env = "MESH_SEMANTIC_TENANT_BUDGETS", value_delimiter = ',')]
     pub semantic_tenant_budget: Vec<String>,
+    /// Invalidations a tenant may send a second (each is a write at the core); past them, 429 with
+    /// `Retry-After`. 0: no limit.
+    #[arg(long, env = "MESH_INVALIDATIONS_PER_S", default_value_t = 20.0)]
+    pub invalidations_per_s: f64,
+    /// Invalidations a tenant may send at once before the rate applies.
+    #[arg(long, env = "MESH_INVALIDATION_BURST", default_value_t = 100)]
+    pub invalidation_burst: u32,
     /// Milliseconds a client may take to send a request's headers (slow clients are disconnected).
     #[arg(long, env = "MESH_HTTP_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
     pub http_header_timeout_ms: u64,

@@ -52,5 +52,6 @@ pub mod semantic_cache;
 pub mod semantic_eval;
 pub mod semantic_tier;
 pub mod server;
+pub mod tenant_rate;
 
 pub use error::RegionalError;

@@ -25,6 +25,7 @@ use crate::replication::{Applier, Replication, ReplicationSettings};
 use crate::request_path::{PathParts, RequestPath};
 use crate::semantic_cache::SemanticLimits;
 use crate::semantic_tier::SemanticTier;
+use crate::tenant_rate::TenantRate;
 use crate::RegionalError;
 
 /// State shared by every request: the settings, the request path, and the edge's table.
@@ -38,6 +39,8 @@ pub struct AppState {
     path: Arc<RequestPath>,
     /// The edge's small-embedding table, for the hot set's embeddings.
     edge_table: Option<Arc<SmallEmbedder>>,
+    /// Each tenant's rate of invalidations.
+    invalidations: TenantRate,
 }
 
 impl AppState {
@@ -49,7 +52,9 @@ impl AppState {
             Some(table) => Some(Arc::clone(table)),
             None => load_edge_table(&settings)?,
         };
-        Ok(Self { settings, limits: Limits::default(), path, edge_table })
+        let invalidations =
+            TenantRate::new(settings.config.invalidations_per_s, settings.config.invalidation_burst);
+        Ok(Self { settings, limits: Limits::default(), path, edge_table, invalidations })
     }
 
     /// The validated configuration.
@@ -65,6 +70,11 @@ impl AppState {
     /// The request path.
     pub fn path(&self) -> &Arc<RequestPath> {
         &self.path
+    }
+
+    /// Each tenant's rate of invalidations.
+    pub fn invalidations(&self) -> &TenantRate {
+        &self.invalidations
     }
 
     /// The edge's small-embedding table, when one was given.

@@ -1,5 +1,6 @@
 //! Two tenants on one mesh: neither is served the other's answers, and one cannot learn whether the
-//! other holds an answer, nor drop it, through `POST /v1/cache/invalidate`.
+//! other holds an answer, nor drop it, through `POST /v1/cache/invalidate`, nor flood the core with
+//! invalidations.
 
 use mesh_harness::client::Reply;
 use mesh_harness::{Mesh, MeshSpec};
@@ -22,6 +23,9 @@ fn tenants_share_nothing_and_cannot_probe_each_other() -> anyhow::Result<()> {
         regional_nodes: 1,
         edge: false,
         other_tenants: vec![("acme".into(), "sk-acme".into())],
+        regional_args: ["--invalidation-burst", "4", "--invalidations-per-s", "0.2"]
+            .map(String::from)
+            .to_vec(),
         ..MeshSpec::local(&dir)
     })?;
     let (dev, acme) = (mesh.client(), mesh.client_with_key("sk-acme"));
@@ -59,6 +63,15 @@ fn tenants_share_nothing_and_cannot_probe_each_other() -> anyhow::Result<()> {
     let still = dev.chat(&question)?;
     assert_eq!(x_cache(&still), "HIT-REGIONAL", "another tenant dropped dev's answer: {:?}", still.headers);
     assert_eq!(still.content(), first.content());
+
+    // Invalidations are writes at the core: a tenant past its burst waits, the others do not.
+    let nobody_key = format!("v1:{}", "1".repeat(64));
+    let flood: Vec<u16> =
+        (0..3).map(|_| acme.invalidate(&nobody_key).map(|r| r.status)).collect::<Result<_, _>>()?;
+    assert_eq!(flood, [200, 200, 429], "a burst of 4 per tenant");
+    let limited = acme.invalidate(&nobody_key)?;
+    assert_eq!(limited.status, 429);
+    assert!(limited.header("retry-after").is_some(), "{:?}", limited.headers);
 
     // The owner can.
     let own = dev.invalidate(&dev_key)?;

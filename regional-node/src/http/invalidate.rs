@@ -32,6 +32,9 @@ pub async fn invalidate(State(state): State<Arc<AppState>>, headers: HeaderMap, 
 async fn run(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, crate::RegionalError> {
     let settings = state.settings();
     let tenant = resolve_tenant(headers, &settings.tenants, &settings.tier_secret)?;
+    state.invalidations().take(&tenant, std::time::Instant::now()).map_err(|retry_after_s| {
+        RequestError::overloaded("too many invalidations from this tenant", retry_after_s)
+    })?;
     let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
         .await
         .map_err(|_| RequestError::too_large(MAX_BODY_BYTES))?;
