@@ -96,13 +96,6 @@ pub struct Fill {
     pub entry: CachedCompletion,
 }
 
-impl Fill {
-    /// Whether the answer is another question's entry that the regional tier matched.
-    pub fn is_paraphrase(&self) -> bool {
-        self.under != self.entry.key
-    }
-}
-
 /// Builds the entry to store for a regional answer, or says why not.
 ///
 /// `created_ms` is the answer's creation time at the core (its own `created` second when the regional
@@ -206,7 +199,7 @@ mod tests {
         let target =
             FillTarget { key: &key, tenant: "dev", model_version: 3, default_ttl_s: 600, now_ms: 1_010_500 };
         let fill = entry_from_answer(&target, &answer(BODY)).expect("cacheable");
-        assert!(!fill.is_paraphrase());
+        assert_eq!(fill.under, fill.entry.key, "an exact answer is kept under its own key");
         let entry = fill.entry;
         assert_eq!(
             (entry.content.as_str(), entry.finish_reason.as_str(), entry.etag.as_str()),
@@ -252,7 +245,6 @@ mod tests {
             ..answer(BODY)
         };
         let fill = entry_from_answer(&target, &semantic).expect("kept");
-        assert!(fill.is_paraphrase());
         assert_eq!((fill.under.as_str(), fill.entry.key.as_str()), (key.as_str(), "v1:matched"));
         let unnamed = RegionalAnswer { matched_key: None, ..semantic };
         assert!(matches!(entry_from_answer(&target, &unnamed), Err(Skip::NotCacheable(_))));

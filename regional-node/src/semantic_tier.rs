@@ -81,8 +81,8 @@ impl SemanticTier {
         class: ContentClass,
     ) -> Option<SemanticHit> {
         let small = self.small.as_ref()?.embed(query.question)?;
-        let threshold = SemanticThresholds::SMALL_EMBEDDING.of(class)? + self.audit.raised(tenant, class);
-        self.cache.lookup(query, Space::Small, &small, threshold.min(1.0))
+        let threshold = self.raised(SemanticThresholds::SMALL_EMBEDDING.of(class), tenant, class)?;
+        self.cache.lookup(query, Space::Small, &small, threshold)
     }
 
     /// The threshold of `class`, `None` when that class never hits semantically.
@@ -92,7 +92,12 @@ impl SemanticTier {
 
     /// `tenant`'s threshold of `class`: the configured one, raised as far as the audits raised it.
     pub fn threshold_for(&self, tenant: &str, class: ContentClass) -> Option<f32> {
-        self.threshold(class).map(|t| (t + self.audit.raised(tenant, class)).min(1.0))
+        self.raised(self.threshold(class), tenant, class)
+    }
+
+    /// `base` raised as far as the audits raised `tenant`'s threshold of `class`.
+    fn raised(&self, base: Option<f32>, tenant: &str, class: ContentClass) -> Option<f32> {
+        base.map(|t| (t + self.audit.raised(tenant, class)).min(1.0))
     }
 
     /// The online audit of this tier's hits.

@@ -43,9 +43,10 @@ impl RequestPath {
                     return;
                 }
             };
-            let similarity = tier.similarity(served.clone(), fresh.clone()).await.ok();
-            let agreed = answers_agree(&served, &fresh, similarity);
-            tracing::debug!(%tenant, class = class.as_str(), agreed, ?similarity, "semantic hit audited");
+            // The embeddings are computed only when the texts differ.
+            let agreed = answers_agree(&served, &fresh, None)
+                || answers_agree(&served, &fresh, tier.similarity(served.clone(), fresh.clone()).await.ok());
+            tracing::debug!(%tenant, class = class.as_str(), agreed, "semantic hit audited");
             if let Some(tightened) = tier.audit().record(&tenant, class, agreed) {
                 tracing::warn!(
                     %tenant,
