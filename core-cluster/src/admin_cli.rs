@@ -9,7 +9,6 @@ use proto::core::{
 
 use crate::client::CoreClient;
 use crate::node::{CoreError, NodeId};
-use proto::TierCredential;
 
 /// `core-node admin`: manage a running core cluster. The tier secret comes from `MESH_TIER_SECRET`.
 #[derive(Debug, Parser)]
@@ -18,6 +17,9 @@ pub struct AdminArgs {
     /// Core nodes to talk to, as `host:port`, comma-separated (any node works; the leader is found).
     #[arg(long, env = "CORE_NODES", value_delimiter = ',', required = true)]
     pub nodes: Vec<String>,
+    /// The operator's identity: the admin certificate (mutual TLS), or the insecure secret.
+    #[command(flatten)]
+    pub identity: proto::IdentityArgs,
     /// What to do.
     #[command(subcommand)]
     pub command: AdminCommand,
@@ -134,7 +136,7 @@ fn outcome_json(outcome: &write_outcome::Outcome) -> serde_json::Value {
 
 /// Runs one admin command.
 pub async fn run(args: AdminArgs) -> Result<(), CoreError> {
-    let client = CoreClient::new(args.nodes.clone(), TierCredential::load(None)?)?;
+    let client = CoreClient::new(args.nodes.clone(), args.identity.load()?)?;
     let write = |command| {
         let client = client.clone();
         async move {

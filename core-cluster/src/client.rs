@@ -24,7 +24,7 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use crate::node::{CoreError, NodeId};
-use proto::TierCredential;
+use proto::TierIdentity;
 
 /// How a read is served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,7 +69,7 @@ pub struct CoreClient {
 struct Inner {
     /// Each node's channel, and the one to try first.
     nodes: FailoverChannel,
-    secret: TierCredential,
+    secret: TierIdentity,
     /// Which node index answered as which node id.
     ids: Mutex<HashMap<NodeId, usize>>,
     /// Numbers the request ids this client makes up.
@@ -102,9 +102,9 @@ fn final_error(status: Status) -> CoreError {
 
 impl CoreClient {
     /// A client of the nodes at `addrs` (`host:port`), authenticating with the tier `credential`.
-    pub fn new(addrs: Vec<String>, credential: TierCredential) -> Result<Self, CoreError> {
+    pub fn new(addrs: Vec<String>, credential: TierIdentity) -> Result<Self, CoreError> {
         let nodes =
-            FailoverChannel::new(&addrs).map_err(|e| CoreError::Config(format!("core nodes: {e}")))?;
+            FailoverChannel::new(&addrs, &credential).map_err(|e| CoreError::Config(format!("core nodes: {e}")))?;
         let since_epoch =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let inner = Inner {

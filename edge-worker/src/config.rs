@@ -3,8 +3,8 @@
 //! | Name            | Kind   | Meaning                                                                 |
 //! |-----------------|--------|-------------------------------------------------------------------------|
 //! | `API_KEYS`      | secret | Tenant key table, `tenant:sha256hex,...` ([`shared::auth::TenantKeys`]). |
-//! | `TIER_SECRET`   | secret | Shared secret sent to the regional tier in `x-mesh-secret`.             |
-//! | `REGIONAL_URLS` | var    | Comma-separated regional base URLs, tried in order.                     |
+//! | `TIER_SECRET`   | secret | Insecure development secret (at least 32 bytes), sent in `x-mesh-secret` when there is no `REGIONAL_MTLS` binding. |
+//! | `REGIONAL_URLS` | var    | Comma-separated regional base URLs, tried in order: `https://`, or `http://` to a loopback host (development). |
 //! | `MODELS`        | var    | Served models, `name@version,...`, until the core's feed names newer versions. |
 //! | `CACHE_TTL_S`   | var    | Edge TTL when the regional answer has no `max-age`; 0 turns L1 off.     |
 //! | `SEMANTIC_THRESHOLDS` | var | The edge's own small-embedding paraphrase matching: `volatile,default,stable` similarities (e.g. `0.90,0.88,0.85`), or `off` (the default: the edge serves only paraphrases the regional tier matched). |
@@ -107,6 +107,9 @@ impl Config {
             return Err("API_KEYS has no keys".into());
         }
         let tier_secret = required("TIER_SECRET")?.trim().to_owned();
+        if tier_secret.len() < MIN_TIER_SECRET_BYTES {
+            return Err(format!("TIER_SECRET must be at least {MIN_TIER_SECRET_BYTES} bytes"));
+        }
         let regional_urls = parse_urls(&required("REGIONAL_URLS")?)?;
         let models_table =
             lookup("MODELS").filter(|v| !v.trim().is_empty()).unwrap_or_else(|| DEFAULT_MODELS.to_owned());
@@ -148,8 +151,10 @@ fn parse_urls(list: &str) -> Result<Vec<String>, String> {
         .filter(|u| !u.is_empty())
         .map(|u| u.trim_end_matches('/').to_owned())
         .collect();
-    if let Some(bad) = urls.iter().find(|u| !(u.starts_with("http://") || u.starts_with("https://"))) {
-        return Err(format!("REGIONAL_URLS: {bad:?} is not an http(s) URL"));
+    if let Some(bad) = urls.iter().find(|u| !(u.starts_with("https://") || is_loopback_http(u))) {
+        return Err(format!(
+            "REGIONAL_URLS: {bad:?} is not an https:// URL (plain http:// is for loopback hosts only)"
+        ));
     }
     if urls.is_empty() {
         return Err("REGIONAL_URLS has no URL".into());
@@ -157,10 +162,26 @@ fn parse_urls(list: &str) -> Result<Vec<String>, String> {
     Ok(urls)
 }
 
+/// The shortest `TIER_SECRET` accepted, as the daemons require of theirs.
+const MIN_TIER_SECRET_BYTES: usize = 32;
+
+/// Whether `url` is plain `http://` to this machine (`127.0.0.0/8`, `localhost`, `[::1]`): the only place
+/// an unencrypted hop is allowed, for `wrangler dev` next to a local mesh.
+fn is_loopback_http(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else { return false };
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(host, _)| host),
+    };
+    host == "localhost" || host == "::1" || host.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const SECRET: &str = "a-development-secret-of-32-bytes!";
     const DIGEST: &str = "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8";
 
     fn parse(vars: &[(&str, &str)]) -> Result<Config, String> {
@@ -172,18 +193,21 @@ mod tests {
         let keys = format!("dev:{DIGEST}");
         let config = parse(&[
             ("API_KEYS", &keys),
-            ("TIER_SECRET", "s3"),
-            ("REGIONAL_URLS", " http://a:1/ , https://b "),
+            ("TIER_SECRET", SECRET),
+            ("REGIONAL_URLS", " http://127.0.0.1:1/ , https://b "),
         ])
         .expect("valid");
-        assert_eq!(config.regional_urls, vec!["http://a:1".to_owned(), "https://b".to_owned()]);
+        assert_eq!(config.regional_urls, vec!["http://127.0.0.1:1".to_owned(), "https://b".to_owned()]);
+        for local in ["http://localhost:8081", "http://[::1]:1/", "http://127.0.0.2"] {
+            assert!(is_loopback_http(local), "{local}");
+        }
         assert_eq!(config.cache_ttl_s, DEFAULT_CACHE_TTL_S);
         assert_eq!(config.models, ModelTable::parse(DEFAULT_MODELS).expect("default table"));
         assert_eq!(config.keys.tenant_for_key("password"), Some("dev"));
         let with_ttl = parse(&[
             ("API_KEYS", &keys),
-            ("TIER_SECRET", "s"),
-            ("REGIONAL_URLS", "http://a"),
+            ("TIER_SECRET", SECRET),
+            ("REGIONAL_URLS", "https://a"),
             ("CACHE_TTL_S", "0"),
         ]);
         assert_eq!(with_ttl.map(|c| c.cache_ttl_s), Ok(0));
@@ -191,8 +215,8 @@ mod tests {
         assert_eq!(config.hotset_refresh_s, DEFAULT_HOTSET_REFRESH_S);
         let tuned = parse(&[
             ("API_KEYS", &keys),
-            ("TIER_SECRET", "s"),
-            ("REGIONAL_URLS", "http://a"),
+            ("TIER_SECRET", SECRET),
+            ("REGIONAL_URLS", "https://a"),
             ("SEMANTIC_THRESHOLDS", "0.90,0.88,0.85"),
             ("HOTSET_PER_TENANT", "5"),
         ])
@@ -203,13 +227,16 @@ mod tests {
     #[test]
     fn rejects_missing_or_malformed_vars_without_echoing_secrets() {
         let keys = format!("dev:{DIGEST}");
-        let base = [("API_KEYS", keys.as_str()), ("TIER_SECRET", "hunter2"), ("REGIONAL_URLS", "http://a")];
+        let base = [("API_KEYS", keys.as_str()), ("TIER_SECRET", SECRET), ("REGIONAL_URLS", "https://a")];
         for missing in ["API_KEYS", "TIER_SECRET", "REGIONAL_URLS"] {
             let vars: Vec<_> = base.iter().copied().filter(|(n, _)| *n != missing).collect();
             assert!(parse(&vars).is_err_and(|e| e.contains(missing)), "{missing}");
         }
         let bad = [
             ("REGIONAL_URLS", "ftp://x"),
+            ("REGIONAL_URLS", "http://regional.example.com"),
+            ("REGIONAL_URLS", "http://127.0.0.1.example.com:80"),
+            ("TIER_SECRET", "hunter2"),
             ("MODELS", "nover"),
             ("CACHE_TTL_S", "day"),
             ("SEMANTIC_THRESHOLDS", "0.9"),
@@ -222,7 +249,7 @@ mod tests {
             let mut vars: Vec<_> = base.iter().copied().filter(|(n, _)| *n != name).collect();
             vars.push((name, value));
             let err = parse(&vars).expect_err(name);
-            assert!(err.contains(name) && !err.contains("hunter2"), "{err}");
+            assert!(err.contains(name) && !err.contains("hunter2") && !err.contains(SECRET), "{err}");
         }
     }
 }

@@ -136,5 +136,6 @@ fn bench_scan_route(req: &Request, config: &Config) -> std::result::Result<Respo
 
 /// The configuration from the worker's vars and secrets (both arrive as string bindings).
 fn read_config(env: &Env) -> std::result::Result<Config, EdgeError> {
+    regional::use_mtls_binding(env.service(regional::MTLS_BINDING).ok());
     Config::parse(|name| env.var(name).ok().map(|v| v.to_string())).map_err(EdgeError::Config)
 }

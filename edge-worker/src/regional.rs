@@ -1,6 +1,11 @@
 //! Calling the regional tier: chat requests and hot-set pulls, nearest healthy node first
 //! ([`crate::node_health`]), each attempt bounded by `REGIONAL_TIMEOUT_MS`, failing over on a network
 //! error, a timeout or a 502/503/504.
+//!
+//! A deployed edge proves itself to the regional nodes with its client certificate: calls go through
+//! the `REGIONAL_MTLS` binding (`mtls_certificates` in `wrangler.toml`), and no secret is sent. Without
+//! the binding (`wrangler dev` cannot simulate one) the edge sends the insecure development secret,
+//! `TIER_SECRET`, which a regional node admits for the edge role only.
 
 use std::cell::RefCell;
 use std::time::Duration;
@@ -8,7 +13,7 @@ use std::time::Duration;
 use futures::future::{select, Either};
 use shared::{RequestError, TENANT_HEADER, TIER_SECRET_HEADER};
 use worker::js_sys::{Date, Uint8Array};
-use worker::{AbortController, Delay, Fetch, Headers, Method, Request, RequestInit, Response};
+use worker::{AbortController, Delay, Fetch, Fetcher, Headers, Method, Request, RequestInit, Response};
 
 use crate::clock::Clock;
 use crate::config::Config;
@@ -18,6 +23,21 @@ use crate::node_health::NodeHealth;
 thread_local! {
     /// What this isolate has measured of the regional nodes.
     static HEALTH: RefCell<NodeHealth> = RefCell::new(NodeHealth::default());
+    /// The `REGIONAL_MTLS` binding, when the worker has one.
+    static MTLS: RefCell<Option<Fetcher>> = const { RefCell::new(None) };
+}
+
+/// The name of the binding that presents the edge's client certificate.
+pub const MTLS_BINDING: &str = "REGIONAL_MTLS";
+
+/// Calls to the regional tier from now on go through `binding` (the edge's client certificate), or,
+/// with none, through plain `fetch` with the development secret.
+pub fn use_mtls_binding(binding: Option<Fetcher>) {
+    MTLS.with(|m| *m.borrow_mut() = binding);
+}
+
+fn has_mtls_binding() -> bool {
+    MTLS.with(|m| m.borrow().is_some())
 }
 
 /// Statuses that mean "this node cannot answer now, another might": try the next URL.
@@ -70,7 +90,9 @@ async fn call(
     headers: &Headers,
     body: Option<&[u8]>,
 ) -> Result<Response, EdgeError> {
-    headers.set(TIER_SECRET_HEADER, &config.tier_secret)?;
+    if !has_mtls_binding() {
+        headers.set(TIER_SECRET_HEADER, &config.tier_secret)?;
+    }
     let order = order(config);
     let mut last_gateway_failure = None;
     for base in &order {
@@ -103,12 +125,19 @@ async fn call(
     last_gateway_failure.ok_or_else(|| RequestError::upstream(502, "no regional node answered").into())
 }
 
-/// Sends `request`, giving up (and aborting it) when no response has started within `timeout_ms`.
+/// Sends `request` (through the mTLS binding when there is one), giving up when no response has
+/// started within `timeout_ms` (a plain fetch is also aborted then; the binding's `fetch` takes no
+/// signal).
 async fn send_within(request: Request, timeout_ms: u64) -> Result<Response, worker::Error> {
     let controller = AbortController::default();
     let signal = controller.signal();
-    let fetch = Fetch::Request(request);
-    let sending = Box::pin(fetch.send_with_signal(&signal));
+    let binding = MTLS.with(|m| m.borrow().clone());
+    let sending = Box::pin(async move {
+        match binding {
+            Some(fetcher) => fetcher.fetch_request(request).await,
+            None => Fetch::Request(request).send_with_signal(&signal).await,
+        }
+    });
     let timeout = Box::pin(Delay::from(Duration::from_millis(timeout_ms)));
     let outcome = match select(sending, timeout).await {
         Either::Left((result, _)) => Some(result),

@@ -1,31 +1,35 @@
-//! The tier credential: the one secret the tiers present to each other, as `x-mesh-secret` gRPC
-//! metadata or HTTP header. Every daemon reads it the same way ([`TierCredential::load`]), every
-//! outgoing call attaches it ([`TierCredential::request`]) and every incoming one is checked, in
-//! constant time, by [`CredentialCheck`] (gRPC) or [`TierCredential::matches`] (HTTP).
+//! The insecure development secret: one secret the tiers present to each other as `x-mesh-secret`
+//! gRPC metadata or HTTP header, when they run without TLS (see [`crate::identity`]). It is read the
+//! same way by every daemon ([`TierCredential::load`]), must be at least [`MIN_SECRET_BYTES`] long, and
+//! is compared over SHA-256 digests of both sides with `subtle`'s constant-time equality.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tonic::metadata::{AsciiMetadataValue, MetadataMap};
-use tonic::service::Interceptor;
-use tonic::{Request, Status};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tonic::metadata::AsciiMetadataValue;
+use tonic::Request;
 
 /// gRPC metadata key (and HTTP header) that carries the tier credential.
 pub const TIER_SECRET_METADATA: &str = shared::TIER_SECRET_HEADER;
 
 /// Environment variable the credential is read from when no file is given.
-pub const TIER_SECRET_ENV: &str = "MESH_TIER_SECRET";
+pub const TIER_SECRET_ENV: &str = "MESH_INSECURE_TIER_SECRET";
+
+/// The shortest secret accepted: 32 bytes, a 256-bit key written as text.
+pub const MIN_SECRET_BYTES: usize = 32;
 
 /// Why a credential could not be had.
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialError {
     /// Neither a file nor the environment variable gave one.
-    #[error("set {TIER_SECRET_ENV} or --tier-secret-file")]
+    #[error("set {TIER_SECRET_ENV} or --insecure-tier-secret-file")]
     Missing,
-    /// The secret is empty once surrounding whitespace is dropped.
-    #[error("the tier secret is empty")]
-    Empty,
+    /// The secret is shorter than [`MIN_SECRET_BYTES`] once surrounding whitespace is dropped.
+    #[error("the insecure tier secret must be at least {MIN_SECRET_BYTES} bytes, not {0}")]
+    TooShort(usize),
     /// The secret has a character that cannot travel as gRPC metadata.
     #[error("the tier secret must be visible ASCII")]
     NotAscii,
@@ -42,26 +46,26 @@ pub enum CredentialError {
 /// The tier credential. Its `Debug` output is redacted so that it never reaches a log line.
 #[derive(Clone)]
 pub struct TierCredential {
-    /// The secret's bytes, compared in constant time.
-    bytes: Arc<[u8]>,
+    /// The secret's SHA-256 digest, compared in constant time with a presented secret's.
+    digest: Arc<[u8; 32]>,
     /// The same secret as a gRPC metadata value, marked sensitive.
     header: AsciiMetadataValue,
 }
 
 impl TierCredential {
     /// Wraps a secret. Surrounding whitespace (a file's trailing newline) is dropped; what is left must
-    /// be non-empty visible ASCII, since it travels as metadata.
+    /// be at least [`MIN_SECRET_BYTES`] of visible ASCII, since it travels as metadata.
     pub fn new(secret: &str) -> Result<Self, CredentialError> {
         let secret = secret.trim();
-        if secret.is_empty() {
-            return Err(CredentialError::Empty);
+        if secret.len() < MIN_SECRET_BYTES {
+            return Err(CredentialError::TooShort(secret.len()));
         }
         if !secret.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
             return Err(CredentialError::NotAscii);
         }
         let mut header = AsciiMetadataValue::try_from(secret).map_err(|_| CredentialError::NotAscii)?;
         header.set_sensitive(true);
-        Ok(Self { bytes: Arc::from(secret.as_bytes()), header })
+        Ok(Self { digest: Arc::new(Sha256::digest(secret.as_bytes()).into()), header })
     }
 
     /// The credential every daemon starts with: the contents of `file` when one is given, else the
@@ -75,19 +79,11 @@ impl TierCredential {
         Self::new(&secret)
     }
 
-    /// Whether `presented` (a header's or metadata's bytes) is this credential, in constant time.
+    /// Whether `presented` (a header's or metadata's bytes) is this credential: the digests of both
+    /// are compared in constant time, so neither the content nor the length leaks through timing.
     pub fn matches(&self, presented: &[u8]) -> bool {
-        shared::auth::constant_time_eq(presented, &self.bytes)
-    }
-
-    /// Whether `metadata` carries this credential; `unauthenticated` otherwise.
-    pub fn check(&self, metadata: &MetadataMap) -> Result<(), Status> {
-        let presented = metadata.get(TIER_SECRET_METADATA).map(|v| v.as_bytes()).unwrap_or_default();
-        if self.matches(presented) {
-            Ok(())
-        } else {
-            Err(Status::unauthenticated("missing or wrong tier secret"))
-        }
+        let presented: [u8; 32] = Sha256::digest(presented).into();
+        bool::from(presented.ct_eq(&*self.digest))
     }
 
     /// Adds the credential to an outgoing request.
@@ -106,11 +102,6 @@ impl TierCredential {
     pub fn expose(&self) -> &str {
         self.header.to_str().unwrap_or_default()
     }
-
-    /// The interceptor that rejects incoming calls without the credential.
-    pub fn interceptor(&self) -> CredentialCheck {
-        CredentialCheck(self.clone())
-    }
 }
 
 impl fmt::Debug for TierCredential {
@@ -119,53 +110,40 @@ impl fmt::Debug for TierCredential {
     }
 }
 
-/// A tonic interceptor that answers `unauthenticated` unless the call carries the tier credential.
-#[derive(Clone, Debug)]
-pub struct CredentialCheck(TierCredential);
-
-impl Interceptor for CredentialCheck {
-    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
-        self.0.check(request.metadata())?;
-        Ok(request)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const SECRET: &str = "a-development-secret-of-32-bytes!";
+
     #[test]
-    fn only_the_right_secret_passes() {
-        let secret = TierCredential::new("s3cret").expect("valid secret");
-        let mut check = secret.interceptor();
-        assert!(check.call(secret.request(())).is_ok());
-        assert_eq!(
-            check.call(Request::new(())).map_err(|s| s.code()).err(),
-            Some(tonic::Code::Unauthenticated)
-        );
-        let other = TierCredential::new("s3cret!").expect("valid secret");
-        assert!(check.call(other.request(())).is_err());
-        assert!(secret.matches(b"s3cret") && !secret.matches(b"s3cre") && !secret.matches(b""));
+    fn only_the_right_secret_matches() {
+        let secret = TierCredential::new(SECRET).expect("valid secret");
+        assert!(secret.matches(SECRET.as_bytes()));
+        assert!(!secret.matches(&SECRET.as_bytes()[1..]) && !secret.matches(b""));
+        let request = secret.request(());
+        let sent = request.metadata().get(TIER_SECRET_METADATA).expect("attached");
+        assert!(secret.matches(sent.as_bytes()));
     }
 
     #[test]
     fn one_trimming_rule_and_validation() {
-        assert!(matches!(TierCredential::new(""), Err(CredentialError::Empty)));
-        assert!(matches!(TierCredential::new(" \n"), Err(CredentialError::Empty)));
-        assert!(matches!(TierCredential::new("line\nbreak"), Err(CredentialError::NotAscii)));
-        assert!(matches!(TierCredential::new("caf\u{e9}"), Err(CredentialError::NotAscii)));
-        let trimmed = TierCredential::new("  hunter2\r\n").expect("valid secret");
-        assert!(trimmed.matches(b"hunter2"));
-        assert_eq!(trimmed.expose(), "hunter2");
-        assert!(!format!("{trimmed:?}").contains("hunter2"));
+        assert!(matches!(TierCredential::new(""), Err(CredentialError::TooShort(0))));
+        assert!(matches!(TierCredential::new("s3cret"), Err(CredentialError::TooShort(6))));
+        assert!(matches!(TierCredential::new(&format!("{SECRET}\nbreak")), Err(CredentialError::NotAscii)));
+        assert!(matches!(TierCredential::new(&format!("caf\u{e9}{SECRET}")), Err(CredentialError::NotAscii)));
+        let trimmed = TierCredential::new(&format!("  {SECRET}\r\n")).expect("valid secret");
+        assert!(trimmed.matches(SECRET.as_bytes()));
+        assert_eq!(trimmed.expose(), SECRET);
+        assert!(!format!("{trimmed:?}").contains(SECRET));
     }
 
     #[test]
     fn loads_from_a_file() {
         let path = std::env::temp_dir().join(format!("mesh-credential-{}", std::process::id()));
-        std::fs::write(&path, "from-file\n").expect("write");
+        std::fs::write(&path, format!("{SECRET}\n")).expect("write");
         let loaded = TierCredential::load(Some(&path)).expect("loads");
-        assert!(loaded.matches(b"from-file"));
+        assert!(loaded.matches(SECRET.as_bytes()));
         std::fs::remove_file(&path).expect("remove");
         assert!(matches!(TierCredential::load(Some(&path)), Err(CredentialError::Unreadable { .. })));
     }

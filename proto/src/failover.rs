@@ -7,7 +7,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
+
+use crate::identity::{Role, TierIdentity};
 
 /// Longest wait for a TCP connection to a node before the call fails over.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -40,19 +42,22 @@ pub struct FailoverChannel {
     nodes: Vec<(String, Channel)>,
     /// The index of the node to try first.
     preferred: AtomicUsize,
+    /// What this node presents to the core nodes.
+    identity: TierIdentity,
 }
 
 impl FailoverChannel {
-    /// Channels to `addresses` (`http://host:port`, or `host:port`); nothing connects until first use.
-    pub fn new(addresses: &[String]) -> Result<Self, ChannelError> {
+    /// Channels to the core nodes at `addresses` (`https://host:port` with TLS, `http://` without, or
+    /// `host:port`), presenting `identity`; nothing connects until first use.
+    pub fn new(addresses: &[String], identity: &TierIdentity) -> Result<Self, ChannelError> {
         if addresses.is_empty() {
             return Err(ChannelError::NoNodes);
         }
         let nodes = addresses
             .iter()
-            .map(|address| Ok((address.clone(), channel(address)?)))
+            .map(|address| Ok((address.clone(), channel(address, identity)?)))
             .collect::<Result<_, ChannelError>>()?;
-        Ok(Self { nodes, preferred: AtomicUsize::new(0) })
+        Ok(Self { nodes, preferred: AtomicUsize::new(0), identity: identity.clone() })
     }
 
     /// How many nodes there are.
@@ -92,7 +97,7 @@ impl FailoverChannel {
     pub fn channel_to(&self, address: &str) -> Result<Channel, ChannelError> {
         match self.nodes.iter().find(|(known, _)| known == address) {
             Some((_, channel)) => Ok(channel.clone()),
-            None => channel(address),
+            None => channel(address, &self.identity),
         }
     }
 
@@ -107,10 +112,12 @@ impl FailoverChannel {
     }
 }
 
-/// A lazy channel to one node.
-fn channel(address: &str) -> Result<Channel, ChannelError> {
-    let url = if address.contains("://") { address.to_owned() } else { format!("http://{address}") };
-    let endpoint = Endpoint::from_shared(url)
+/// A lazy channel to one core node.
+fn channel(address: &str, identity: &TierIdentity) -> Result<Channel, ChannelError> {
+    let url =
+        if address.contains("://") { address.to_owned() } else { format!("{}://{address}", identity.scheme()) };
+    let endpoint = identity
+        .endpoint(&url, Role::Core)
         .map_err(|e| ChannelError::BadAddress { address: address.to_owned(), reason: e.to_string() })?
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
@@ -123,13 +130,17 @@ fn channel(address: &str) -> Result<Channel, ChannelError> {
 mod tests {
     use super::*;
 
+    fn identity() -> TierIdentity {
+        TierIdentity::insecure_secret("a-development-secret-of-32-bytes!").expect("secret")
+    }
+
     fn addresses(n: usize) -> Vec<String> {
         (0..n).map(|i| format!("127.0.0.1:{}", 7000 + i)).collect()
     }
 
     #[tokio::test]
     async fn the_preferred_node_goes_first_and_failures_move_past_it() {
-        let channel = FailoverChannel::new(&addresses(3)).expect("channel");
+        let channel = FailoverChannel::new(&addresses(3), &identity()).expect("channel");
         let order = |c: &FailoverChannel| c.attempt_order().map(|(i, _, _)| i).collect::<Vec<_>>();
         assert_eq!(order(&channel), [0, 1, 2]);
         channel.prefer(2);
@@ -143,12 +154,12 @@ mod tests {
 
     #[tokio::test]
     async fn addresses_are_urls_or_host_and_port() {
-        assert!(matches!(FailoverChannel::new(&[]), Err(ChannelError::NoNodes)));
-        let channel = FailoverChannel::new(&["http://127.0.0.1:1".into(), "127.0.0.1:2".into()]);
+        assert!(matches!(FailoverChannel::new(&[], &identity()), Err(ChannelError::NoNodes)));
+        let channel = FailoverChannel::new(&["http://127.0.0.1:1".into(), "127.0.0.1:2".into()], &identity());
         assert_eq!(
             channel.expect("channel").addresses().collect::<Vec<_>>(),
             ["http://127.0.0.1:1", "127.0.0.1:2"]
         );
-        assert!(matches!(FailoverChannel::new(&["not a url".into()]), Err(ChannelError::BadAddress { .. })));
+        assert!(matches!(FailoverChannel::new(&["not a url".into()], &identity()), Err(ChannelError::BadAddress { .. })));
     }
 }

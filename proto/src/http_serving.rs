@@ -4,6 +4,9 @@
 //! stops reading its stream, or sends nothing more), and at most [`HttpLimits::max_connections`] are
 //! served at once (more wait in the kernel's accept queue, not in this process).
 //!
+//! With a TLS acceptor, the handshake must also finish within the header-read time, and each request
+//! carries the peer's verified role ([`PeerRole`]) for the routes' authorization.
+//!
 //! On shutdown the listener closes at once; connections in flight get [`DRAIN`] to finish.
 
 use std::future::Future;
@@ -21,6 +24,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::time::{Instant, Sleep};
+use tokio_rustls::TlsAcceptor;
+
+use crate::identity::{role_of, PeerRole};
 
 /// How long connections in flight may take to finish once shutdown begins.
 pub const DRAIN: Duration = Duration::from_secs(10);
@@ -46,11 +52,13 @@ impl Default for HttpLimits {
     }
 }
 
-/// Serves `router` on `listener` within `limits` until `shutdown` completes, then drains.
+/// Serves `router` on `listener` within `limits` until `shutdown` completes, then drains. With `tls`,
+/// every connection is a TLS one and its requests carry the peer's [`PeerRole`].
 pub async fn serve(
     listener: TcpListener,
     router: axum::Router,
     limits: HttpLimits,
+    tls: Option<TlsAcceptor>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
@@ -81,11 +89,19 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let io = TokioIo::new(IdleTimeout::new(stream, limits.idle_timeout));
-        let service = TowerToHyperService::new(router.clone());
-        let connection = graceful.watch(builder.serve_connection_with_upgrades(io, service).into_owned());
+        let stream = IdleTimeout::new(stream, limits.idle_timeout);
+        let (builder, watcher, router, tls) = (builder.clone(), graceful.watcher(), router.clone(), tls.clone());
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
+            let served = match tls {
+                None => serve_connection(&builder, watcher, stream, router).await,
+                Some(acceptor) => match handshake(&acceptor, stream, limits.header_read_timeout).await {
+                    Ok((stream, peer)) => {
+                        serve_connection(&builder, watcher, stream, router.layer(axum::Extension(peer))).await
+                    }
+                    Err(error) => Err(error),
+                },
+            };
+            if let Err(error) = served {
                 tracing::debug!(%error, "connection ended with an error");
             }
             drop(permit);
@@ -96,6 +112,38 @@ pub async fn serve(
         tracing::warn!("connections still open after the drain time were dropped");
     }
     Ok(())
+}
+
+/// Serves one connection's requests with `router` until it closes or shutdown drains it.
+async fn serve_connection<S>(
+    builder: &Builder<TokioExecutor>,
+    watcher: hyper_util::server::graceful::Watcher,
+    stream: S,
+    router: axum::Router,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = TowerToHyperService::new(router);
+    watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned()).await
+}
+
+/// The TLS handshake, within `deadline`, and the role the peer's certificate proves (none when it
+/// presented no certificate, where the listener allows that).
+async fn handshake(
+    acceptor: &TlsAcceptor,
+    stream: IdleTimeout,
+    deadline: Duration,
+) -> Result<(tokio_rustls::server::TlsStream<IdleTimeout>, PeerRole), Box<dyn std::error::Error + Send + Sync>> {
+    let stream = tokio::time::timeout(deadline, acceptor.accept(stream))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake too slow"))??;
+    let peer = match stream.get_ref().1.peer_certificates().and_then(|chain| chain.first()) {
+        // The chain was verified against the mesh CA during the handshake; the leaf names the role.
+        Some(leaf) => PeerRole(Some(role_of(leaf).map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?)),
+        None => PeerRole(None),
+    };
+    Ok((stream, peer))
 }
 
 /// A TCP stream that fails with `TimedOut` once nothing has been read or written for `idle`.
@@ -194,7 +242,7 @@ mod tests {
         let addr = listener.local_addr().expect("addr");
         let router = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(serve(listener, router, limits, async move {
+        tokio::spawn(serve(listener, router, limits, None, async move {
             let _ = stopped.await;
         }));
         (addr, stop)

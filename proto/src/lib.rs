@@ -11,8 +11,9 @@
 //!   entry).
 //! - [`config_file`]: each daemon's TOML configuration file, applied under its flags and `MESH_*`
 //!   environment variables.
-//! - [`credential`]: the tier credential every hop presents and checks (one type, its interceptor and
-//!   its reader).
+//! - [`identity`]: who a tier is and who may call it: mutual TLS with one certificate per role, the
+//!   authorization interceptor, the flags every daemon reads its identity from.
+//! - [`credential`]: the insecure development secret (no TLS), at least 32 bytes.
 //! - [`failover`]: the failover channel both clients of the core cluster call through.
 //! - [`shutdown`]: the SIGINT/SIGTERM future every daemon stops on.
 //!
@@ -75,6 +76,8 @@ pub mod convert;
 pub mod credential;
 pub mod failover;
 pub mod http_serving;
+pub mod identity;
 pub mod shutdown;
 
 pub use credential::{TierCredential, TIER_SECRET_METADATA};
+pub use identity::{Caller, IdentityArgs, PeerRole, Role, TierIdentity};

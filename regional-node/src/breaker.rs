@@ -78,10 +78,19 @@ impl CircuitBreaker {
                 let waited = inner.opened_at.elapsed();
                 if waited >= self.open_for {
                     inner.state = BreakerState::HalfOpen;
+                    // From now on `opened_at` is when the probe went out.
+                    inner.opened_at = Instant::now();
                     Ok(Permit { probe: true })
                 } else {
                     Err((self.open_for - waited).as_secs().max(1))
                 }
+            }
+            // A probe whose outcome never came (its caller went away, its task was dropped) must not
+            // hold the breaker half-open for good: after another open period, another probe goes.
+            BreakerState::HalfOpen if inner.opened_at.elapsed() >= self.open_for => {
+                inner.opened_at = Instant::now();
+                tracing::warn!("the last probe of the core never reported: probing again");
+                Ok(Permit { probe: true })
             }
             BreakerState::HalfOpen => Err(1),
         }
@@ -150,5 +159,20 @@ mod tests {
         breaker.record(probe, true);
         assert_eq!(breaker.state(), BreakerState::Closed);
         assert_eq!(breaker.times_opened(), 2);
+    }
+
+    #[test]
+    fn an_abandoned_probe_does_not_hold_the_breaker_half_open() {
+        let breaker = CircuitBreaker::new(1, Duration::from_millis(50));
+        breaker.record(breaker.admit().expect("closed"), false);
+        std::thread::sleep(Duration::from_millis(60));
+        // The probe's caller disconnects: its permit is dropped unrecorded.
+        drop(breaker.admit().expect("probe"));
+        assert_eq!(breaker.state(), BreakerState::HalfOpen);
+        assert!(breaker.admit().is_err(), "the probe may still be running");
+        std::thread::sleep(Duration::from_millis(60));
+        let probe = breaker.admit().expect("another probe after an open period");
+        breaker.record(probe, true);
+        assert_eq!(breaker.state(), BreakerState::Closed);
     }
 }

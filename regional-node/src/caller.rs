@@ -1,25 +1,27 @@
-//! Who is calling: a client with a tenant API key, or a trusted tier (the edge) that already checked the
-//! key and names the tenant, proven by the shared secret.
+//! Who is calling: a client with a tenant API key, or the edge, which already checked the key and names
+//! the tenant. The edge proves itself by its certificate (mutual TLS) or, in development, by the
+//! insecure secret ([`proto::identity`]).
 
 use axum::http::HeaderMap;
-use proto::TierCredential;
+use proto::{PeerRole, Role, TierIdentity};
 use shared::auth::TenantKeys;
 use shared::{RequestError, TENANT_HEADER, TIER_SECRET_HEADER};
 
 /// Resolves the tenant of a request.
 ///
-/// With an `x-mesh-secret` header the caller must be a tier holding the shared secret, and
-/// `x-mesh-tenant` names the tenant; a wrong secret is a 401 (never a fallback to the API key). Without
-/// it, `Authorization: Bearer <key>` must match the tenant key table.
+/// A request over a connection with the edge's certificate, or with an `x-mesh-secret` header, is a
+/// tier request: the caller must be the edge (a wrong secret is a 401, another role a 403, never a
+/// fallback to the API key) and `x-mesh-tenant` names the tenant. Any other request is a client's:
+/// `Authorization: Bearer <key>` must match the tenant key table.
 pub fn resolve_tenant(
     headers: &HeaderMap,
+    peer: Option<&PeerRole>,
     tenants: &TenantKeys,
-    tier: &TierCredential,
+    identity: &TierIdentity,
 ) -> Result<String, RequestError> {
-    if let Some(secret) = headers.get(TIER_SECRET_HEADER) {
-        if !tier.matches(secret.as_bytes()) {
-            return Err(RequestError::unauthorized("invalid tier secret"));
-        }
+    let edge_certificate = matches!(peer, Some(PeerRole(Some(Role::Edge))));
+    if edge_certificate || headers.contains_key(TIER_SECRET_HEADER) {
+        require_edge(headers, peer, identity)?;
         let tenant = headers
             .get(TENANT_HEADER)
             .and_then(|v| v.to_str().ok())
@@ -36,14 +38,27 @@ pub fn resolve_tenant(
     tenants.authenticate(authorization).map(str::to_owned)
 }
 
+/// Admits only the edge (the regional node's rows of the authorization table for the hot set and the
+/// change feed): 401 without a tier identity, 403 for another role.
+pub fn require_edge(headers: &HeaderMap, peer: Option<&PeerRole>, identity: &TierIdentity) -> Result<(), RequestError> {
+    let secret = headers.get(TIER_SECRET_HEADER).map(|v| v.as_bytes());
+    match identity.caller(peer, secret) {
+        Some(caller) if caller.may(&[Role::Edge]) => Ok(()),
+        Some(caller) => Err(RequestError::forbidden(format!("{caller:?} may not make this call"))),
+        None => Err(RequestError::unauthorized("this route is for the edge: present its certificate")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn tier_credential() -> TierCredential {
-        TierCredential::new("s3").expect("credential")
-    }
     use axum::http::HeaderValue;
+
+    const SECRET: &str = "a-development-secret-of-32-bytes!";
+
+    fn identity() -> TierIdentity {
+        TierIdentity::insecure_secret(SECRET).expect("credential")
+    }
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
@@ -53,28 +68,41 @@ mod tests {
         map
     }
 
+    fn status(result: Result<String, RequestError>) -> Result<String, u16> {
+        result.map_err(|e| e.status)
+    }
+
     #[test]
     fn tenants_come_from_keys_or_from_a_trusted_tier() {
         let keys = TenantKeys::single("dev", "sk-dev");
-        assert_eq!(
-            resolve_tenant(&headers(&[("authorization", "Bearer sk-dev")]), &keys, &tier_credential()),
-            Ok("dev".into())
-        );
-        assert_eq!(
-            resolve_tenant(&headers(&[("authorization", "Bearer no")]), &keys, &tier_credential())
-                .map_err(|e| e.status),
-            Err(401)
-        );
-        assert_eq!(resolve_tenant(&headers(&[]), &keys, &tier_credential()).map_err(|e| e.status), Err(401));
-        let tier = headers(&[("x-mesh-secret", "s3"), ("x-mesh-tenant", "acme")]);
-        assert_eq!(resolve_tenant(&tier, &keys, &tier_credential()), Ok("acme".into()));
+        let resolve = |h: &HeaderMap, peer: Option<&PeerRole>| status(resolve_tenant(h, peer, &keys, &identity()));
+        assert_eq!(resolve(&headers(&[("authorization", "Bearer sk-dev")]), None), Ok("dev".into()));
+        assert_eq!(resolve(&headers(&[("authorization", "Bearer no")]), None), Err(401));
+        assert_eq!(resolve(&headers(&[]), None), Err(401));
+        let tier = headers(&[("x-mesh-secret", SECRET), ("x-mesh-tenant", "acme")]);
+        assert_eq!(resolve(&tier, None), Ok("acme".into()));
         let forged = headers(&[
             ("x-mesh-secret", "guess"),
             ("x-mesh-tenant", "acme"),
             ("authorization", "Bearer sk-dev"),
         ]);
-        assert_eq!(resolve_tenant(&forged, &keys, &tier_credential()).map_err(|e| e.status), Err(401));
-        let no_tenant = headers(&[("x-mesh-secret", "s3")]);
-        assert_eq!(resolve_tenant(&no_tenant, &keys, &tier_credential()).map_err(|e| e.status), Err(400));
+        assert_eq!(resolve(&forged, None), Err(401));
+        assert_eq!(resolve(&headers(&[("x-mesh-secret", SECRET)]), None), Err(400));
+    }
+
+    #[test]
+    fn the_edge_certificate_names_tenants_and_other_roles_do_not() {
+        let keys = TenantKeys::single("dev", "sk-dev");
+        let resolve = |h: &HeaderMap, peer: Option<&PeerRole>| status(resolve_tenant(h, peer, &keys, &identity()));
+        let edge = PeerRole(Some(Role::Edge));
+        assert_eq!(resolve(&headers(&[("x-mesh-tenant", "acme")]), Some(&edge)), Ok("acme".into()));
+        // A regional node's certificate is a client like any other: its tenant comes from its key.
+        let regional = PeerRole(Some(Role::Regional));
+        let named = headers(&[("x-mesh-tenant", "acme"), ("authorization", "Bearer sk-dev")]);
+        assert_eq!(resolve(&named, Some(&regional)), Ok("dev".into()));
+        let hotset = |peer: PeerRole| require_edge(&headers(&[]), Some(&peer), &identity()).map_err(|e| e.status);
+        assert_eq!(hotset(edge), Ok(()));
+        assert_eq!(hotset(regional), Err(403));
+        assert_eq!(hotset(PeerRole(None)), Err(401));
     }
 }

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
-use proto::TierCredential;
+use proto::{IdentityArgs, TierIdentity};
 use shared::auth::TenantKeys;
 use shared::content_class::{self, TtlPolicy};
 use shared::models::ModelTable;
@@ -50,9 +50,9 @@ pub struct RegionalConfig {
     /// Time to live of new `stable` answers (definitions, math, code, history), in seconds.
     #[arg(long, env = "MESH_CACHE_TTL_STABLE_S", default_value_t = content_class::DEFAULT_STABLE_TTL_S)]
     pub ttl_stable_s: u64,
-    /// File holding the shared secret between tiers (otherwise `MESH_TIER_SECRET`).
-    #[arg(long, env = "MESH_TIER_SECRET_FILE")]
-    pub tier_secret_file: Option<PathBuf>,
+    /// This node's identity: mutual TLS files, or the insecure development secret.
+    #[command(flatten)]
+    pub identity: IdentityArgs,
     /// Directory of the sled store that keeps the exact cache across restarts; without it the cache
     /// starts empty.
     #[arg(long, env = "MESH_REGIONAL_DATA_DIR")]
@@ -168,8 +168,8 @@ pub struct Settings {
     pub tenants: TenantKeys,
     /// Parsed model table.
     pub models: ModelTable,
-    /// The shared secret between tiers (never logged).
-    pub tier_secret: TierCredential,
+    /// This node's identity: its TLS material and how it recognises the edge and its peers.
+    pub identity: TierIdentity,
     /// How long answers of each content class are cached.
     pub ttl: TtlPolicy,
 }
@@ -179,7 +179,7 @@ impl RegionalConfig {
     pub fn resolve(self) -> Result<Settings, RegionalError> {
         let tenants = TenantKeys::parse(&self.api_keys).map_err(RegionalError::Config)?;
         let models = ModelTable::parse(&self.models).map_err(RegionalError::Config)?;
-        let tier_secret = TierCredential::load(self.tier_secret_file.as_deref())
+        let identity = self.identity.load()
             .map_err(|e| RegionalError::Config(e.to_string()))?;
         if self.core.is_empty() {
             return Err(RegionalError::Config("at least one --core URL is needed".into()));
@@ -202,7 +202,7 @@ impl RegionalConfig {
             return Err(RegionalError::Config("--anti-entropy-interval-ms must be positive".into()));
         }
         let ttl = self.ttl_policy();
-        Ok(Settings { config: self, tenants, models, tier_secret, ttl })
+        Ok(Settings { config: self, tenants, models, identity, ttl })
     }
 
     /// The similarity threshold of each content class, from the `--semantic-threshold-*` flags.

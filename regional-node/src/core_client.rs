@@ -10,7 +10,7 @@ use proto::cache::{CompleteEvent, CompleteRequest, LookupRequest, ModelsRequest,
 use proto::core::core_store_client::CoreStoreClient;
 use proto::core::{invalidate, write_outcome, write_request, Invalidate, WriteRequest};
 use proto::failover::FailoverChannel;
-use proto::TierCredential;
+use proto::TierIdentity;
 use shared::completion::CachedCompletion;
 use shared::models::{ModelRef, ModelTable};
 use tonic::transport::Channel;
@@ -31,7 +31,7 @@ pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(180);
 #[derive(Clone)]
 pub struct CoreClient {
     nodes: Arc<FailoverChannel>,
-    secret: TierCredential,
+    secret: TierIdentity,
     breaker: Arc<CircuitBreaker>,
 }
 
@@ -39,10 +39,10 @@ impl CoreClient {
     /// Prepares channels to the given node URLs (`http://host:port`); nothing connects until first use.
     pub fn new(
         urls: &[String],
-        secret: TierCredential,
+        secret: TierIdentity,
         breaker: CircuitBreaker,
     ) -> Result<Self, RegionalError> {
-        let nodes = FailoverChannel::new(urls).map_err(|e| RegionalError::Config(format!("--core: {e}")))?;
+        let nodes = FailoverChannel::new(urls, &secret).map_err(|e| RegionalError::Config(format!("--core: {e}")))?;
         Ok(Self { nodes: Arc::new(nodes), secret, breaker: Arc::new(breaker) })
     }
 

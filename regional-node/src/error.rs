@@ -36,6 +36,9 @@ pub enum RegionalError {
     /// Invalid configuration (at start-up).
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// This node's identity (TLS material or insecure secret) is unusable.
+    #[error("identity: {0}")]
+    Identity(#[from] proto::identity::IdentityError),
     /// The embedding model failed to load or run.
     #[error("embedding: {0}")]
     Embedding(String),
@@ -73,7 +76,7 @@ impl RegionalError {
             RegionalError::ModelVersionMoved(m) => {
                 RequestError::upstream(502, format!("the model moved to a new version ({m}); retry"))
             }
-            RegionalError::Config(_) | RegionalError::Embedding(_) | RegionalError::Io(_) => {
+            RegionalError::Config(_) | RegionalError::Identity(_) | RegionalError::Embedding(_) | RegionalError::Io(_) => {
                 RequestError::internal("internal error")
             }
         }

@@ -81,6 +81,14 @@ impl Flights {
         }
     }
 
+    /// Lands `flight` with an error unless it already landed, and takes it out of the air: what the
+    /// leader's task does when it ends without an answer (it panicked, or was dropped), so that its
+    /// followers get an error and later requests a new flight, instead of waiting for good.
+    pub fn abandon(&self, key: &str, flight: &Arc<Flight>) {
+        flight.land(Err(RequestError::upstream(502, "the flight's leader ended without an answer")));
+        self.land(key, flight);
+    }
+
     /// Flights in the air.
     pub fn len(&self) -> usize {
         self.in_air.lock().unwrap_or_else(PoisonError::into_inner).len()
@@ -225,5 +233,32 @@ mod tests {
         let mut late = flight.subscribe();
         assert!(matches!(late.next().await, Some(FlightItem::Delta(_))));
         assert_eq!(late.landed().await.map(|o| o.x_cache).ok(), Some("MISS"));
+    }
+
+    #[tokio::test]
+    async fn a_leader_that_panics_leaves_its_followers_an_error_and_the_key_free() {
+        struct Leader {
+            flights: Arc<Flights>,
+            flight: Arc<Flight>,
+        }
+        impl Drop for Leader {
+            fn drop(&mut self) {
+                self.flights.abandon("k", &self.flight);
+            }
+        }
+        let flights = Arc::new(Flights::default());
+        let Joined::Leader(flight) = flights.join("k") else { panic!("the first is the leader") };
+        let Joined::Follower(follower) = flights.join("k") else { panic!("the second follows") };
+        let mut waiting = follower.subscribe();
+        let leader = Leader { flights: Arc::clone(&flights), flight };
+        let task = tokio::spawn(async move {
+            let _leader = leader;
+            panic!("the leader's task panics mid-flight");
+        });
+        assert!(task.await.is_err(), "the task panicked");
+        let landed = tokio::time::timeout(std::time::Duration::from_secs(2), waiting.landed()).await;
+        assert_eq!(landed.expect("the follower is not left waiting").map_err(|e| e.status).err(), Some(502));
+        assert!(flights.is_empty(), "the key is free for a new flight");
+        assert!(matches!(flights.join("k"), Joined::Leader(_)));
     }
 }

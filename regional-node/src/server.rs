@@ -4,6 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use proto::identity::ClientAuth;
 use proto::replication::replication_server::ReplicationServer;
 use shared::normalize::Limits;
 use shared::small_embedding::SmallEmbedder;
@@ -102,7 +103,7 @@ pub fn path_parts(settings: &Settings) -> Result<PathParts, RegionalError> {
         config.breaker_failures,
         std::time::Duration::from_millis(config.breaker_open_ms),
     );
-    let core = CoreClient::new(&config.core, settings.tier_secret.clone(), breaker)?;
+    let core = CoreClient::new(&config.core, settings.identity.clone(), breaker)?;
     let admission = Admission::new(AdmissionLimits {
         budget: config.admission_budget,
         queue: config.admission_queue,
@@ -180,7 +181,7 @@ fn replication_settings(settings: &Settings) -> Result<ReplicationSettings, Regi
         peers: config.peers.clone(),
         min_lookups: config.replicate_min_lookups,
         anti_entropy_interval: std::time::Duration::from_millis(config.anti_entropy_interval_ms),
-        secret: settings.tier_secret.clone(),
+        secret: settings.identity.clone(),
     })
 }
 
@@ -225,11 +226,13 @@ pub async fn run(
             ReplicationServer::new(ReplicationService::new(Arc::clone(replication), Arc::clone(&applier)))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(peer_listener);
+        // Only peers call this listener: a client certificate is required.
+        let tls = state.settings().identity.acceptor(ClientAuth::Required)?;
+        let routes = tonic::service::Routes::new(service).into_axum_router();
+        let limits = state.settings().config.http_limits();
         tasks.push(tokio::spawn(async move {
-            if let Err(error) =
-                tonic::transport::Server::builder().add_service(service).serve_with_incoming(incoming).await
-            {
+            let forever = std::future::pending::<()>();
+            if let Err(error) = proto::http_serving::serve(peer_listener, routes, limits, tls, forever).await {
                 tracing::error!(%error, "replication server stopped");
             }
         }));
@@ -240,8 +243,10 @@ pub async fn run(
     tasks.push(crate::change_feed::spawn(Arc::clone(state.path())));
     tracing::info!(%region, addr = %listener.local_addr()?, "regional node serving");
     let limits = state.settings().config.http_limits();
-    let served =
-        proto::http_serving::serve(listener, crate::http::router(Arc::clone(&state)), limits, shutdown).await;
+    // Clients with API keys present no certificate; the edge presents its own.
+    let tls = state.settings().identity.acceptor(ClientAuth::Optional)?;
+    let router = crate::http::router(Arc::clone(&state));
+    let served = proto::http_serving::serve(listener, router, limits, tls, shutdown).await;
     for task in tasks {
         task.abort();
     }

@@ -8,12 +8,10 @@ use sha2::{Digest, Sha256};
 
 use crate::{hex, RequestError};
 
-/// Compares two byte strings in time that depends only on their lengths, not on where they differ.
+/// Compares two byte strings in time that depends only on their lengths, not on where they differ
+/// (`subtle`'s constant-time equality, which the optimiser cannot turn into an early exit).
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    bool::from(subtle::ConstantTimeEq::ct_eq(a, b))
 }
 
 /// The SHA-256 digest of an API key, as stored in a [`TenantKeys`] table.

@@ -54,6 +54,11 @@ impl RequestError {
         Self::new(401, "invalid_request_error", Some("invalid_api_key"), message)
     }
 
+    /// 403: the caller is known but may not make this call.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(403, "permission_error", Some("forbidden"), message)
+    }
+
     /// 404: the model is not served here.
     pub fn model_not_found(model: &str) -> Self {
         Self {

@@ -6,9 +6,46 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
-/// An HTTP agent that returns error statuses as responses instead of errors.
+/// The CA that `https://` URLs of this process's meshes are verified against (the latest TLS mesh
+/// started sets it; plain `http://` URLs ignore it).
+static MESH_CA: std::sync::Mutex<Option<Vec<u8>>> = std::sync::Mutex::new(None);
+
+/// Trusts `ca_pem` for the `https://` URLs of every agent made from now on.
+pub fn trust_mesh_ca(ca_pem: &[u8]) {
+    *MESH_CA.lock().unwrap_or_else(|p| p.into_inner()) = Some(ca_pem.to_vec());
+}
+
+/// An HTTP agent that returns error statuses as responses instead of errors. It presents no client
+/// certificate, and trusts the mesh CA given to [`trust_mesh_ca`].
 pub fn agent(timeout: Duration) -> ureq::Agent {
-    ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(timeout)).build().into()
+    agent_with_certificate(timeout, None)
+}
+
+/// The same, presenting `client` (a certificate and key, PEM) to TLS servers.
+pub fn agent_with_certificate(timeout: Duration, client: Option<(&[u8], &[u8])>) -> ureq::Agent {
+    use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
+    let mut tls = TlsConfig::builder();
+    let ca = MESH_CA.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if let Some(ca) = ca {
+        let roots: Vec<_> = ureq::tls::parse_pem(&ca)
+            .filter_map(|item| match item {
+                Ok(ureq::tls::PemItem::Certificate(cert)) => Some(cert),
+                _ => None,
+            })
+            .collect();
+        tls = tls.root_certs(RootCerts::new_with_certs(&roots));
+    }
+    if let Some((cert, key)) = client {
+        if let (Ok(cert), Ok(key)) = (Certificate::from_pem(cert), PrivateKey::from_pem(key)) {
+            tls = tls.client_cert(Some(ClientCert::new_with_certs(&[cert], key)));
+        }
+    }
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .tls_config(tls.build())
+        .build()
+        .into()
 }
 
 /// A complete response.

@@ -269,7 +269,7 @@ impl CoreCluster {
         let addrs = ids.iter().map(|id| self.node_addr(*id)).collect();
         // The client's channels spawn their workers on the current runtime.
         let _guard = self.runtime.enter();
-        Ok(CoreClient::new(addrs, proto::TierCredential::new(&self.secret)?)?)
+        Ok(CoreClient::new(addrs, proto::TierIdentity::insecure_secret(&self.secret)?)?)
     }
 
     /// Node `id`'s `/healthz`, if it answers.
@@ -464,7 +464,7 @@ impl CoreCluster {
             .arg("--election-timeout-max-ms")
             .arg(spec.election_timeout_max_ms.to_string())
             .args(&spec.extra_args)
-            .env("MESH_TIER_SECRET", &self.secret);
+            .env("MESH_INSECURE_TIER_SECRET", &self.secret);
         if node.bootstrap {
             command.arg("--bootstrap");
         }

@@ -4,6 +4,7 @@
 //!
 //! # Layout
 //! - [`paths`]: where the repository, the built binaries, the models and the edge worker are.
+//! - [`certs`]: a development CA and one certificate per node (`mesh certs`, TLS meshes).
 //! - [`daemon_config`]: the TOML configuration file each started daemon reads (`--config`).
 //! - [`process`]: one managed child process in its own process group, with its log file.
 //! - [`ports`]: free loopback ports.
@@ -16,6 +17,7 @@
 //!   `mesh bench pod`: the inference pod against llama.cpp).
 
 pub mod bench;
+pub mod certs;
 pub mod client;
 pub mod core_cluster;
 pub mod daemon_config;

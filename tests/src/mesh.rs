@@ -51,6 +51,11 @@ pub struct MeshSpec {
     pub regional_args: Vec<String>,
     /// Extra `--var NAME:value` settings of the edge worker (`HOTSET_REFRESH_S`, ...).
     pub edge_vars: Vec<(String, String)>,
+    /// Mutual TLS on every hop between daemons, with a development CA written to `<data_dir>/certs`
+    /// (one certificate per node: `pod`, `core-<id>`, `regional-<n>`, `edge`, `admin`); the regional
+    /// nodes also admit the local edge by the insecure secret, since `wrangler dev` cannot present a
+    /// client certificate. Without it the mesh runs in insecure development mode.
+    pub tls: bool,
 }
 
 impl MeshSpec {
@@ -71,6 +76,7 @@ impl MeshSpec {
             anti_entropy_ms: None,
             regional_args: Vec::new(),
             edge_vars: Vec::new(),
+            tls: false,
         }
     }
 }
@@ -145,6 +151,10 @@ pub struct Mesh {
     spec: MeshSpec,
     ports: Ports,
     secret: String,
+    /// Each node's TLS files, by name, when the mesh runs TLS.
+    certs: std::collections::HashMap<String, proto::identity::TlsFiles>,
+    /// The mesh's CA, when it runs TLS (tests issue more certificates with it).
+    ca: Option<crate::certs::DevCa>,
     pod: Option<ManagedProcess>,
     cores: Vec<Option<ManagedProcess>>,
     regionals: Vec<Option<ManagedProcess>>,
@@ -188,7 +198,10 @@ impl Mesh {
         } else {
             Vec::new()
         };
+        let (ca, certs) = if spec.tls { mesh_certs(&spec)? } else { Default::default() };
         let mut mesh = Self {
+            ca,
+            certs,
             peer_proxies,
             cores: (0..spec.core_nodes).map(|_| None).collect(),
             regionals: (0..spec.regional_nodes).map(|_| None).collect(),
@@ -206,7 +219,7 @@ impl Mesh {
     pub fn start_all(&mut self) -> anyhow::Result<()> {
         if self.pod.is_none() {
             let mut pod = self.spawn_pod()?;
-            pod.wait_ready(&format!("http://127.0.0.1:{}/healthz", self.ports.pod), POD_READY)?;
+            pod.wait_ready(&format!("{}/healthz", self.pod_url()), POD_READY)?;
             self.pod = Some(pod);
         }
         for index in 0..self.cores.len() {
@@ -305,7 +318,32 @@ impl Mesh {
 
     /// The replication gRPC URL of regional node `index` (direct, not through a fault proxy).
     pub fn regional_peer_url(&self, index: usize) -> String {
-        format!("http://127.0.0.1:{}", self.ports.regional_peers[index])
+        format!("{}://127.0.0.1:{}", self.scheme(), self.ports.regional_peers[index])
+    }
+
+    /// `https` when the mesh runs TLS, else `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.spec.tls {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    /// The TLS files of node `name` (`pod`, `core-1`, `regional-1`, `edge`, `admin`), when the mesh
+    /// runs TLS.
+    pub fn tls_files(&self, name: &str) -> Option<&proto::identity::TlsFiles> {
+        self.certs.get(name)
+    }
+
+    /// The mesh's CA, when it runs TLS.
+    pub fn ca(&self) -> Option<&crate::certs::DevCa> {
+        self.ca.as_ref()
+    }
+
+    /// Base URL of the inference pod (gRPC and `/healthz`).
+    pub fn pod_url(&self) -> String {
+        format!("{}://127.0.0.1:{}", self.scheme(), self.ports.pod)
     }
 
     /// The shared secret between tiers of this mesh.
@@ -427,12 +465,12 @@ impl Mesh {
 
     /// Base URL of core node `index` (gRPC and `/healthz`).
     pub fn core_url(&self, index: usize) -> String {
-        format!("http://127.0.0.1:{}", self.ports.cores[index])
+        format!("{}://127.0.0.1:{}", self.scheme(), self.ports.cores[index])
     }
 
     /// Base URL of regional node `index`.
     pub fn regional_url(&self, index: usize) -> String {
-        format!("http://127.0.0.1:{}", self.ports.regionals[index])
+        format!("{}://127.0.0.1:{}", self.scheme(), self.ports.regionals[index])
     }
 
     /// Base URL of the edge, if it runs.
@@ -492,7 +530,8 @@ impl Mesh {
             .path("model_path", &paths::smollm2_gguf())
             .write(&self.config_path("inference-pod"))?;
         let mut command = Command::new(paths::binary("inference-pod"));
-        command.arg("--config").arg(config).env("MESH_TIER_SECRET", &self.secret);
+        command.arg("--config").arg(config);
+        self.give_identity(&mut command, "inference-pod");
         ManagedProcess::spawn("inference-pod", command, &self.log_dir())
     }
 
@@ -512,13 +551,30 @@ impl Mesh {
             .set("listen", format!("127.0.0.1:{}", self.ports.cores[index]))
             .path("data_dir", &data)
             .set("peers", peers)
-            .set("pods", vec![format!("http://127.0.0.1:{}", self.ports.pod)])
+            .set("pods", vec![self.pod_url()])
             .set("tenants", self.tenant_names())
             .set("bootstrap", index == 0)
             .write(&self.config_path(&name))?;
         let mut command = Command::new(paths::binary("core-node"));
-        command.arg("--config").arg(config).env("MESH_TIER_SECRET", &self.secret);
+        command.arg("--config").arg(config);
+        self.give_identity(&mut command, &name);
         ManagedProcess::spawn(&name, command, &self.log_dir())
+    }
+
+    /// The identity daemon `name` starts with: its TLS files, or the insecure secret. Regional nodes
+    /// of a TLS mesh get the secret too, for the local edge.
+    fn give_identity(&self, command: &mut Command, name: &str) {
+        match self.certs.get(name) {
+            Some(files) => {
+                command.envs(crate::certs::env(files));
+                if name.starts_with("regional") {
+                    command.env("MESH_INSECURE_TIER_SECRET", &self.secret);
+                }
+            }
+            None => {
+                command.env("MESH_INSECURE_TIER_SECRET", &self.secret);
+            }
+        }
     }
 
     fn spawn_regional(&self, index: usize) -> anyhow::Result<ManagedProcess> {
@@ -538,8 +594,8 @@ impl Mesh {
         let peers: Vec<String> = (0..self.regionals.len())
             .filter(|&peer| peer != index)
             .map(|peer| match self.peer_proxies.get(index).and_then(|row| row[peer].as_ref()) {
-                Some(proxy) => format!("http://{}", proxy.addr()),
-                None => format!("http://127.0.0.1:{}", self.ports.regional_peers[peer]),
+                Some(proxy) => format!("{}://{}", self.scheme(), proxy.addr()),
+                None => self.regional_peer_url(peer),
             })
             .collect();
         if !peers.is_empty() {
@@ -553,7 +609,8 @@ impl Mesh {
         }
         let config = config.write(&self.config_path(&name))?;
         let mut command = Command::new(paths::binary("regional-node"));
-        command.arg("--config").arg(config).env("MESH_TIER_SECRET", &self.secret);
+        command.arg("--config").arg(config);
+        self.give_identity(&mut command, &name);
         // Extra flags of the spec override the file.
         command.args(&self.spec.regional_args);
         ManagedProcess::spawn(&name, command, &self.log_dir())
@@ -575,6 +632,10 @@ impl Mesh {
         let regionals: Vec<String> = (0..self.regionals.len()).map(|i| self.regional_url(i)).collect();
         let persist = self.spec.data_dir.join("edge");
         let mut command = crate::wrangler::dev_command(self.ports.edge, self.ports.edge_inspector, &persist)?;
+        if let Some(files) = self.certs.get("edge") {
+            // The local Workers runtime trusts the mesh CA for the regional nodes' https:// URLs.
+            command.env("NODE_EXTRA_CA_CERTS", &files.ca);
+        }
         command
             .arg("--env-file")
             .arg(self.write_edge_secrets()?)
@@ -596,6 +657,23 @@ impl Drop for Mesh {
     fn drop(&mut self) {
         self.stop_all();
     }
+}
+
+/// The development CA and every node's certificate of a TLS mesh, in `<data_dir>/certs`; the
+/// harness's own clients trust the CA from now on.
+#[allow(clippy::type_complexity)]
+fn mesh_certs(
+    spec: &MeshSpec,
+) -> anyhow::Result<(Option<crate::certs::DevCa>, std::collections::HashMap<String, proto::identity::TlsFiles>)> {
+    use proto::Role;
+    let mut nodes = vec![("inference-pod".to_owned(), Role::Pod), ("edge".to_owned(), Role::Edge)];
+    nodes.push(("admin".to_owned(), Role::Admin));
+    nodes.extend((0..spec.core_nodes).map(|i| (format!("core-{}", Mesh::core_id(i)), Role::Core)));
+    nodes.extend((0..spec.regional_nodes).map(|i| (format!("regional-{}", i + 1), Role::Regional)));
+    let dir = spec.data_dir.join("certs");
+    let (ca, files) = crate::certs::write_mesh_certs(&dir, &nodes)?;
+    crate::client::trust_mesh_ca(ca.pem().as_bytes());
+    Ok((Some(ca), files.into_iter().collect()))
 }
 
 /// 32 random bytes as hex, from the operating system.

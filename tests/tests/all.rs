@@ -18,4 +18,5 @@ mod regional_04_replication;
 mod regional_05_overload_and_stale;
 mod regional_06_hotset;
 mod regional_07_model_bump;
+mod security_01_mtls;
 mod tenants_01_isolation;

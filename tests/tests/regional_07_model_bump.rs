@@ -39,7 +39,7 @@ fn a_version_bump_reaches_the_regional_tier_without_a_restart() -> anyhow::Resul
         (0..3).map(|i| mesh.core_url(i).trim_start_matches("http://").to_owned()).collect();
     let bump = Command::new(paths::binary("core-node"))
         .args(["admin", "--nodes", &nodes.join(","), "bump-model", "--model", MODEL])
-        .env("MESH_TIER_SECRET", mesh.tier_secret())
+        .env("MESH_INSECURE_TIER_SECRET", mesh.tier_secret())
         .output()?;
     anyhow::ensure!(bump.status.success(), "bump-model: {}", String::from_utf8_lossy(&bump.stderr));
     let bumped_at = Instant::now();

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use proto::TierCredential;
+use proto::TierIdentity;
 use serde::Deserialize;
 
 use super::model::KvPrecision;
@@ -25,19 +25,19 @@ pub struct PodConfig {
     pub max_queue: usize,
     /// The KV cache and the batching limits.
     pub engine: EngineConfig,
-    /// The tier credential every gRPC call must carry in `x-mesh-secret`.
-    pub tier_secret: TierCredential,
+    /// The pod's identity: what it serves TLS with and how it recognises the core.
+    pub identity: TierIdentity,
 }
 
 impl PodConfig {
     /// A configuration with the defaults for everything but the model file and the secret.
-    pub fn new(model_path: impl Into<PathBuf>, tier_secret: TierCredential) -> Self {
+    pub fn new(model_path: impl Into<PathBuf>, identity: TierIdentity) -> Self {
         Self {
             model_path: model_path.into(),
             model_name: default_model_name(),
             max_queue: default_max_queue(),
             engine: EngineConfig::default(),
-            tier_secret,
+            identity,
         }
     }
 

@@ -1,4 +1,5 @@
-//! The pod's listener: gRPC (HTTP/2 without TLS) and plain HTTP `/healthz` and `/metrics` on one port.
+//! The pod's listener: gRPC and HTTP `/healthz` and `/metrics` on one port, over mutual TLS or, in
+//! insecure development mode, plain TCP.
 
 use std::future::Future;
 use std::time::Instant;
@@ -15,7 +16,8 @@ use tonic::server::NamedService;
 
 use super::service::InferenceService;
 use super::{Engine, PodConfig};
-use proto::credential::CredentialCheck;
+use proto::identity::{ClientAuth, RoleCheck};
+use proto::Role;
 
 /// Serves the pod on `listener` until `shutdown` completes, then drains in-flight requests.
 ///
@@ -27,10 +29,12 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let service = InferenceService::new(config.model_name.clone());
-    let app = router(service.clone(), config.tier_secret.interceptor());
+    // The pod's row of the authorization table: only core nodes call it.
+    let app = router(service.clone(), config.identity.interceptor(&[Role::Core]));
+    let tls = config.identity.acceptor(ClientAuth::Optional)?;
     tracing::info!(addr = %listener.local_addr()?, model = %config.model_name, "inference pod listening");
     let server =
-        proto::http_serving::serve(listener, app, proto::http_serving::HttpLimits::default(), shutdown);
+        proto::http_serving::serve(listener, app, proto::http_serving::HttpLimits::default(), tls, shutdown);
     tokio::pin!(server);
 
     let path = config.model_path.clone();
@@ -58,8 +62,8 @@ pub async fn run(
     server.await.context("serving")
 }
 
-/// gRPC behind the tier-secret check, plus the unauthenticated HTTP probes.
-fn router(service: InferenceService, auth: CredentialCheck) -> Router {
+/// gRPC behind the role check, plus the HTTP probes open to any caller.
+fn router(service: InferenceService, auth: RoleCheck) -> Router {
     let grpc = InferencePodServer::with_interceptor(service.clone(), auth);
     let grpc_path = format!("/{}/{{*method}}", <InferencePodServer<InferenceService> as NamedService>::NAME);
     Router::new()
@@ -110,9 +114,9 @@ mod tests {
 
     use super::*;
     use crate::test_support::model_path;
-    use proto::TierCredential;
+    use proto::TierIdentity;
 
-    const SECRET: &str = "test-secret";
+    const SECRET: &str = "a-development-secret-of-32-bytes!";
 
     /// A plain HTTP/1.1 GET; returns the status code and the body.
     async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
@@ -148,7 +152,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let config = PodConfig::new(model_path(), TierCredential::new(SECRET).expect("secret"));
+        let config = PodConfig::new(model_path(), TierIdentity::insecure_secret(SECRET).expect("secret"));
         let server = tokio::spawn(run(config, listener, async {
             let _ = stopped.await;
         }));

@@ -25,12 +25,12 @@ use super::config::{NodeConfig, RaftTuning};
 use super::error::CoreError;
 use super::types::NodeId;
 use proto::core::write_outcome;
-use proto::TierCredential;
+use proto::TierIdentity;
 
-const SECRET: &str = "test-secret";
+const SECRET: &str = "a-development-secret-of-32-bytes!";
 
-fn credential() -> TierCredential {
-    TierCredential::new(SECRET).expect("secret")
+fn credential() -> TierIdentity {
+    TierIdentity::insecure_secret(SECRET).expect("secret")
 }
 
 /// An inference pod that answers `echo: <last message>` in two deltas and counts its calls.
@@ -47,9 +47,9 @@ impl InferencePod for FakePod {
         &self,
         request: Request<GenerateRequest>,
     ) -> Result<Response<Self::GenerateStream>, Status> {
-        TierCredential::new(SECRET)
+        TierIdentity::insecure_secret(SECRET)
             .map_err(|e| Status::internal(e.to_string()))?
-            .check(request.metadata())?;
+            .check(&request, &[proto::Role::Core])?;
         self.calls.fetch_add(1, Ordering::SeqCst);
         let last = request.into_inner().messages.last().map(|m| m.content.clone()).unwrap_or_default();
         let delta = |text: &str| GenerateEvent {
@@ -114,7 +114,7 @@ impl Cluster {
             peers: self.addrs.iter().map(|(id, a)| (*id, a.to_string())).collect(),
             pods: vec![format!("http://{}", self.pod)],
             bootstrap: id == 1,
-            tier_secret: credential(),
+            identity: credential(),
             raft: self.tuning.clone(),
             commit_timeout: Duration::from_secs(10),
         }

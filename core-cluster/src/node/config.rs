@@ -11,7 +11,7 @@ use shared::models::{ModelRef, ModelTable};
 use super::error::CoreError;
 use super::types::NodeId;
 use super::validate;
-use proto::TierCredential;
+use proto::{IdentityArgs, TierIdentity};
 
 /// The `core-node` command line. Every flag can also come from its environment variable.
 #[derive(Debug, Parser)]
@@ -47,9 +47,9 @@ pub struct NodeArgs {
     /// Form the cluster from `--peers` if this node has no Raft state yet (give it to one node only).
     #[arg(long, env = "MESH_CORE_BOOTSTRAP")]
     pub bootstrap: bool,
-    /// File that holds the tier secret; without it the secret comes from `MESH_TIER_SECRET`.
-    #[arg(long, env = "MESH_TIER_SECRET_FILE")]
-    pub tier_secret_file: Option<PathBuf>,
+    /// This node's identity: mutual TLS files, or the insecure development secret.
+    #[command(flatten)]
+    pub identity: IdentityArgs,
     /// Raft heartbeat interval in milliseconds.
     #[arg(long, env = "MESH_CORE_HEARTBEAT_MS", default_value_t = RaftTuning::default().heartbeat_ms)]
     pub heartbeat_ms: u64,
@@ -92,7 +92,7 @@ impl NodeArgs {
             peers: self.peers.into_iter().collect(),
             pods: self.pods,
             bootstrap: self.bootstrap,
-            tier_secret: TierCredential::load(self.tier_secret_file.as_deref())?,
+            identity: self.identity.load()?,
             raft: RaftTuning {
                 heartbeat_ms: self.heartbeat_ms,
                 election_timeout_min_ms: self.election_timeout_min_ms,
@@ -139,7 +139,7 @@ pub struct NodeConfig {
     /// Whether to form the cluster from `peers` when this node has no Raft state.
     pub bootstrap: bool,
     /// The secret every gRPC call between tiers carries.
-    pub tier_secret: TierCredential,
+    pub identity: TierIdentity,
     /// Raft timing and snapshot policy.
     pub raft: RaftTuning,
     /// How long a write may wait for a leader and a quorum.
@@ -253,11 +253,16 @@ mod tests {
     #[test]
     fn reads_the_secret_from_a_file_and_validates() {
         let path = std::env::temp_dir().join(format!("core-node-secret-{}", std::process::id()));
-        std::fs::write(&path, "abc\n").expect("write temp file");
+        std::fs::write(&path, "short\n").expect("write temp file");
         let mut a = args(&[]);
-        a.tier_secret_file = Some(path.clone());
+        a.identity.insecure_tier_secret_file = Some(path.clone());
+        assert!(a.into_config().is_err(), "a secret under 32 bytes is refused");
+        std::fs::write(&path, "a-development-secret-of-32-bytes!\n").expect("write temp file");
+        let mut a = args(&[]);
+        a.identity.insecure_tier_secret_file = Some(path.clone());
         let config = a.into_config().expect("valid config");
-        assert!(config.tier_secret.check(&config.tier_secret.request(()).metadata().clone()).is_ok());
+        let call = config.identity.request(());
+        assert!(config.identity.check(&call, &[proto::Role::Core]).is_ok());
         assert_eq!(config.advertised_addr(), Some("127.0.0.1:7002"));
         let _ = std::fs::remove_file(&path);
 

@@ -15,7 +15,7 @@ use super::refresher::Refresher;
 use super::state_machine::StateMachineStore;
 use super::types::{NodeId, Raft};
 use super::writer::Writer;
-use proto::TierCredential;
+use proto::TierIdentity;
 
 /// Longest time since a leader confirmed this node's state for it to serve cached answers.
 pub const SERVING_STALENESS_MS: u64 = 5_000;
@@ -35,7 +35,7 @@ pub struct NodeContext {
     /// Channels to the other core nodes.
     pub channels: PeerChannels,
     /// The tier secret, for calls to other nodes.
-    pub secret: TierCredential,
+    pub secret: TierIdentity,
     /// Regenerates hot prompts after a model-version bump.
     pub refresher: Refresher,
     /// Hits served here, reported through Raft.

@@ -52,8 +52,8 @@ pub enum CoreError {
     Io(#[from] std::io::Error),
 }
 
-impl From<proto::credential::CredentialError> for CoreError {
-    fn from(err: proto::credential::CredentialError) -> Self {
+impl From<proto::identity::IdentityError> for CoreError {
+    fn from(err: proto::identity::IdentityError) -> Self {
         CoreError::Config(err.to_string())
     }
 }

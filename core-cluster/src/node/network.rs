@@ -26,7 +26,7 @@ use tonic::Code;
 use super::convert;
 use super::peers::PeerChannels;
 use super::types::{NodeId, TypeConfig};
-use proto::TierCredential;
+use proto::TierIdentity;
 
 /// Creates a [`PeerConnection`] per replication target.
 #[derive(Clone, Debug)]
@@ -36,12 +36,12 @@ pub struct Network {
     /// Channels shared with write forwarding.
     channels: PeerChannels,
     /// Sent with every call.
-    secret: TierCredential,
+    secret: TierIdentity,
 }
 
 impl Network {
     /// A network for node `id` over `channels`.
-    pub fn new(id: NodeId, channels: PeerChannels, secret: TierCredential) -> Self {
+    pub fn new(id: NodeId, channels: PeerChannels, secret: TierIdentity) -> Self {
         Self { id, channels, secret }
     }
 }
@@ -70,7 +70,7 @@ pub struct PeerConnection {
     /// The client, or why none could be built (a malformed address).
     client: Result<RaftClient<Channel>, String>,
     /// Sent with every call.
-    secret: TierCredential,
+    secret: TierIdentity,
 }
 
 /// Which `Raft` RPC a call goes to.

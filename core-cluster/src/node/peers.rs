@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use proto::core::core_store_client::CoreStoreClient;
 use proto::raft::raft_client::RaftClient;
-use tonic::transport::{Channel, Endpoint};
+use proto::{Role, TierIdentity};
+use tonic::transport::Channel;
 
 use super::error::CoreError;
 
@@ -15,12 +16,14 @@ use super::error::CoreError;
 pub const MAX_RAFT_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 /// One lazily connected channel per peer address, reused for every call to that peer.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct PeerChannels {
     /// Channels by `host:port`.
     channels: Arc<Mutex<HashMap<String, Channel>>>,
     /// The source address of outgoing connections (the node's listen IP), when it is a specific one.
     source_ip: Option<IpAddr>,
+    /// What this node presents to its peers.
+    identity: TierIdentity,
 }
 
 impl PeerChannels {
@@ -28,8 +31,8 @@ impl PeerChannels {
     ///
     /// Binding the node's own listen IP makes a node's traffic recognisable by address, which is what
     /// firewall rules (and the test harness's fault proxy) key on.
-    pub fn new(source_ip: Option<IpAddr>) -> Self {
-        Self { channels: Arc::default(), source_ip }
+    pub fn new(source_ip: Option<IpAddr>, identity: TierIdentity) -> Self {
+        Self { channels: Arc::default(), source_ip, identity }
     }
 
     /// The channel to `addr` (`host:port`); it connects on first use and reconnects after failures.
@@ -38,7 +41,9 @@ impl PeerChannels {
         if let Some(channel) = channels.get(addr) {
             return Ok(channel.clone());
         }
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        let endpoint = self
+            .identity
+            .endpoint(&format!("{}://{addr}", self.identity.scheme()), Role::Core)
             .map_err(|e| CoreError::Config(format!("peer address {addr:?}: {e}")))?
             .connect_timeout(Duration::from_secs(1))
             .tcp_nodelay(true)

@@ -11,11 +11,11 @@ use std::time::Duration;
 use proto::inference::inference_pod_client::InferencePodClient;
 use proto::inference::{GenerateEvent, GenerateRequest, HealthRequest};
 use shared::metrics::Counter;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Code, Streaming};
 
 use super::error::CoreError;
-use proto::TierCredential;
+use proto::{Role, TierIdentity};
 
 /// How long a health probe may take before the pod counts as down.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -148,15 +148,16 @@ pub struct PodPool {
     /// The pods in order of preference.
     pods: Vec<Pod>,
     /// Sent with every call.
-    secret: TierCredential,
+    secret: TierIdentity,
 }
 
 impl PodPool {
     /// A pool over `urls` (`http://host:port`); connections open lazily.
-    pub fn new(urls: &[String], secret: TierCredential) -> Result<Self, CoreError> {
+    pub fn new(urls: &[String], secret: TierIdentity) -> Result<Self, CoreError> {
         let mut pods = Vec::with_capacity(urls.len());
         for url in urls {
-            let channel = Endpoint::from_shared(url.clone())
+            let channel = secret
+                .endpoint(url, Role::Pod)
                 .map_err(|e| CoreError::Config(format!("pod URL {url:?}: {e}")))?
                 .connect_timeout(Duration::from_secs(1))
                 .tcp_nodelay(true)
@@ -280,7 +281,7 @@ mod tests {
 
     fn pool() -> PodPool {
         let urls = ["http://127.0.0.1:1".to_owned(), "http://127.0.0.1:2".to_owned()];
-        PodPool::new(&urls, TierCredential::new("s").expect("secret")).expect("pool")
+        PodPool::new(&urls, TierIdentity::insecure_secret("a-development-secret-of-32-bytes!").expect("secret")).expect("pool")
     }
 
     fn report(pod: &Pod, model: &str, queue_depth: u32, running: u32, free_blocks: u32) {

@@ -12,6 +12,8 @@ use proto::cache::core_cache_server::CoreCacheServer;
 use proto::core::core_admin_server::CoreAdminServer;
 use proto::core::core_store_server::CoreStoreServer;
 use proto::http_serving::HttpLimits;
+use proto::identity::ClientAuth;
+use proto::Role;
 use proto::raft::raft_server::RaftServer;
 use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
@@ -69,15 +71,15 @@ pub async fn run(
     let log_store = LogStore::open(&log_db)?;
     let state = StateMachineStore::open(&state_db)?;
 
-    let channels = PeerChannels::new(config.source_ip);
-    let network = Network::new(config.id, channels.clone(), config.tier_secret.clone());
+    let channels = PeerChannels::new(config.source_ip, config.identity.clone());
+    let network = Network::new(config.id, channels.clone(), config.identity.clone());
     let raft = Raft::new(config.id, Arc::new(raft_config(&config)?), network, log_store, state.clone())
         .await
         .map_err(|e| CoreError::Raft(e.to_string()))?;
     let formed = config.bootstrap && bootstrap(&raft, &config).await?;
 
     let metrics = Arc::new(Metrics::default());
-    let pods = Arc::new(PodPool::new(&config.pods, config.tier_secret.clone())?);
+    let pods = Arc::new(PodPool::new(&config.pods, config.identity.clone())?);
     let prober = tokio::spawn(pods.clone().watch(POD_PROBE_INTERVAL));
     let group = GroupCommit::start(config.id, raft.clone(), metrics.clone());
     let writer = Writer::new(
@@ -85,7 +87,7 @@ pub async fn run(
         raft.clone(),
         group.clone(),
         channels.clone(),
-        config.tier_secret.clone(),
+        config.identity.clone(),
         config.commit_timeout,
         metrics.clone(),
     );
@@ -98,7 +100,7 @@ pub async fn run(
         writer: writer.clone(),
         pods: pods.clone(),
         channels,
-        secret: config.tier_secret.clone(),
+        secret: config.identity.clone(),
         refresher: Refresher::new(pods, writer.clone(), metrics.clone()),
         hits: hits.clone(),
         read_barrier: ReadBarrier::default(),
@@ -112,23 +114,26 @@ pub async fn run(
         background.push(tokio::spawn(seed(writer, config.clone())));
     }
 
-    let secret = &config.tier_secret;
+    let identity = &config.identity;
     let raft_rpc = RaftServer::new(RaftService::new(raft.clone(), group, contact, metrics))
         .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES);
     let cache_rpc = CoreCacheServer::new(CacheService::new(node.clone()));
     let store_rpc = CoreStoreServer::new(StoreService::new(node.clone()));
     let admin_rpc = CoreAdminServer::new(AdminService::new(node.clone()));
-    let app = Routes::new(InterceptedService::new(raft_rpc, secret.interceptor()))
-        .add_service(InterceptedService::new(cache_rpc, secret.interceptor()))
-        .add_service(InterceptedService::new(store_rpc, secret.interceptor()))
-        .add_service(InterceptedService::new(admin_rpc, secret.interceptor()))
+    // The core's rows of the authorization table: only core nodes speak Raft; regional nodes look up,
+    // complete, watch and write; operators administer (and may write entries).
+    let app = Routes::new(InterceptedService::new(raft_rpc, identity.interceptor(&[Role::Core])))
+        .add_service(InterceptedService::new(cache_rpc, identity.interceptor(&[Role::Regional])))
+        .add_service(InterceptedService::new(store_rpc, identity.interceptor(&[Role::Regional, Role::Admin])))
+        .add_service(InterceptedService::new(admin_rpc, identity.interceptor(&[Role::Admin])))
         .into_axum_router()
         .merge(http::router(node));
 
     // gRPC and HTTP/1.1 share the listener: the server detects HTTP/2 (h2c) per connection.
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let serve = proto::http_serving::serve(listener, app, HttpLimits::default(), async move {
+    let tls = identity.acceptor(ClientAuth::Optional)?;
+    let serve = proto::http_serving::serve(listener, app, HttpLimits::default(), tls, async move {
         let _ = stop_rx.await;
     });
     let mut server = tokio::spawn(serve);

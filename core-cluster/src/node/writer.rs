@@ -14,7 +14,7 @@ use super::group_commit::{Committed, GroupCommit, SubmitError};
 use super::metrics::Metrics;
 use super::peers::PeerChannels;
 use super::types::{NodeId, Raft, Request};
-use proto::TierCredential;
+use proto::TierIdentity;
 
 /// Shortest and longest pause between attempts while the cluster has no usable leader.
 const RETRY_PAUSE: (Duration, Duration) = (Duration::from_millis(20), Duration::from_millis(300));
@@ -34,7 +34,7 @@ pub struct Writer {
     /// Channels to the other nodes, for forwarding.
     channels: PeerChannels,
     /// Sent with forwarded writes.
-    secret: TierCredential,
+    secret: TierIdentity,
     /// How long a write may wait for a leader and a quorum.
     timeout: Duration,
     /// Counts forwarded writes.
@@ -48,7 +48,7 @@ impl Writer {
         raft: Raft,
         group: GroupCommit,
         channels: PeerChannels,
-        secret: TierCredential,
+        secret: TierIdentity,
         timeout: Duration,
         metrics: Arc<Metrics>,
     ) -> Self {

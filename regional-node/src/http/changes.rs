@@ -2,7 +2,7 @@
 //! node received them from the core's feed: the changes after `since`, or (for `since=0`, a revision
 //! older than the changes this node keeps, or one it has not reached) a resync from this node's view.
 //!
-//! Only a tier may read it: the request must carry the tier secret (`x-mesh-secret`).
+//! Only the edge may read it (its certificate, or the insecure secret in development).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,20 +10,21 @@ use std::sync::Arc;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
-use shared::{RequestError, TIER_SECRET_HEADER};
+use axum::{Extension, Json};
+use proto::PeerRole;
+use shared::RequestError;
 
+use crate::caller::require_edge;
 use crate::server::AppState;
 
 /// The handler.
 pub async fn changes(
     State(state): State<Arc<AppState>>,
+    peer: Option<Extension<PeerRole>>,
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
-    let secret = headers.get(TIER_SECRET_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
-    if !state.settings().tier_secret.matches(secret) {
-        let error = RequestError::unauthorized("the change feed is for tiers: send the tier secret");
+    if let Err(error) = require_edge(&headers, peer.as_ref().map(|Extension(p)| p), &state.settings().identity) {
         return crate::error::error_response(&error);
     }
     let since = match params.get("since").map(String::as_str) {

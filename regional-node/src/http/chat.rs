@@ -34,13 +34,14 @@ use crate::RegionalError;
 /// The handler.
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
+    peer: Option<axum::Extension<proto::PeerRole>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let started = Instant::now();
     let metrics = state.path().metrics();
     metrics.requests.inc();
-    let admitted = match admit(&state, &headers, body, started).await {
+    let admitted = match admit(&state, peer.as_ref().map(|axum::Extension(p)| p), &headers, body, started).await {
         Ok(admitted) => admitted,
         Err(error) => {
             metrics.rejected.inc();
@@ -81,12 +82,13 @@ pub async fn chat_completions(
 
 async fn admit(
     state: &AppState,
+    peer: Option<&proto::PeerRole>,
     headers: &HeaderMap,
     body: Body,
     started: Instant,
 ) -> Result<Admitted, RequestError> {
     let settings = state.settings();
-    let tenant = resolve_tenant(headers, &settings.tenants, &settings.tier_secret)?;
+    let tenant = resolve_tenant(headers, peer, &settings.tenants, &settings.identity)?;
     let bytes = axum::body::to_bytes(body, MAX_REQUEST_BYTES)
         .await
         .map_err(|_| RequestError::too_large(MAX_REQUEST_BYTES))?;

@@ -7,7 +7,7 @@
 //! the removals it remembers, the answer is a snapshot (at most `--hotset-per-tenant` entries of each
 //! tenant); otherwise it is the delta since that version.
 //!
-//! Only a tier may read it: the request must carry the tier secret (`x-mesh-secret`). The edge reports
+//! Only the edge may read it (its certificate, or the insecure secret in development). The edge reports
 //! the hits it served itself to `POST /v1/hotset/hits`, which count toward hotness here.
 
 use std::collections::HashMap;
@@ -16,33 +16,31 @@ use std::sync::Arc;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
+use proto::PeerRole;
 use shared::hotset::{encode_embedding, HotEntry, HotSet, HotSetVersion};
-use shared::{RequestError, TIER_SECRET_HEADER};
+use shared::RequestError;
 
+use crate::caller::require_edge;
 use crate::server::{now_ms, AppState};
 
 /// The handler.
 pub async fn hotset(
     State(state): State<Arc<AppState>>,
+    peer: Option<Extension<PeerRole>>,
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
-    match read(&state, &headers, &params).await {
+    if let Err(error) = require_edge(&headers, peer.as_ref().map(|Extension(p)| p), &state.settings().identity) {
+        return crate::error::error_response(&error);
+    }
+    match read(&state, &params).await {
         Ok(set) => ([(header::CACHE_CONTROL, "no-store")], Json(set)).into_response(),
         Err(error) => crate::error::error_response(&error),
     }
 }
 
-async fn read(
-    state: &Arc<AppState>,
-    headers: &HeaderMap,
-    params: &HashMap<String, String>,
-) -> Result<HotSet, RequestError> {
-    let secret = headers.get(TIER_SECRET_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
-    if !state.settings().tier_secret.matches(secret) {
-        return Err(RequestError::unauthorized("the hot set is for tiers: send the tier secret"));
-    }
+async fn read(state: &Arc<AppState>, params: &HashMap<String, String>) -> Result<HotSet, RequestError> {
     let since = match params.get("since").map(String::as_str) {
         None | Some("") => None,
         Some(text) => Some(HotSetVersion::parse(text).ok_or_else(|| {
@@ -92,16 +90,15 @@ fn build(state: &AppState, since: Option<HotSetVersion>) -> HotSet {
 /// Largest hit report read.
 const MAX_HITS_BYTES: usize = 1024 * 1024;
 
-/// `POST /v1/hotset/hits` (tier secret only): hits the edge served from its own caches
+/// `POST /v1/hotset/hits` (the edge only): hits the edge served from its own caches
 /// ([`shared::hotset::EdgeHits`]), counted toward each key's hotness as if this node had served them.
 pub async fn edge_hits(
     State(state): State<Arc<AppState>>,
+    peer: Option<Extension<PeerRole>>,
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Response {
-    let secret = headers.get(TIER_SECRET_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
-    if !state.settings().tier_secret.matches(secret) {
-        let error = RequestError::unauthorized("hit reports are for tiers: send the tier secret");
+    if let Err(error) = require_edge(&headers, peer.as_ref().map(|Extension(p)| p), &state.settings().identity) {
         return crate::error::error_response(&error);
     }
     let Ok(bytes) = axum::body::to_bytes(body, MAX_HITS_BYTES).await else {

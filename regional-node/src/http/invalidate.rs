@@ -22,16 +22,26 @@ use crate::server::AppState;
 const MAX_BODY_BYTES: usize = 4096;
 
 /// The handler.
-pub async fn invalidate(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    match run(&state, &headers, body).await {
+pub async fn invalidate(
+    State(state): State<Arc<AppState>>,
+    peer: Option<axum::Extension<proto::PeerRole>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match run(&state, peer.as_ref().map(|axum::Extension(p)| p), &headers, body).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
     }
 }
 
-async fn run(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, crate::RegionalError> {
+async fn run(
+    state: &AppState,
+    peer: Option<&proto::PeerRole>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, crate::RegionalError> {
     let settings = state.settings();
-    let tenant = resolve_tenant(headers, &settings.tenants, &settings.tier_secret)?;
+    let tenant = resolve_tenant(headers, peer, &settings.tenants, &settings.identity)?;
     state.invalidations().take(&tenant, std::time::Instant::now()).map_err(|retry_after_s| {
         RequestError::overloaded("too many invalidations from this tenant", retry_after_s)
     })?;

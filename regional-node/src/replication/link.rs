@@ -50,7 +50,10 @@ type LinkClient = ReplicationClient<Channel>;
 impl Link {
     /// A link to the peer at `url`, the `index`th configured.
     pub fn new(replication: Arc<Replication>, index: usize, url: &str) -> Result<Self, RegionalError> {
-        let endpoint = Endpoint::from_shared(url.to_owned())
+        let endpoint = replication
+            .settings
+            .secret
+            .endpoint(url, proto::Role::Regional)
             .map_err(|e| RegionalError::Config(format!("peer URL {url:?}: {e}")))?
             .connect_timeout(Duration::from_millis(500))
             .http2_keep_alive_interval(Duration::from_secs(2))

@@ -79,8 +79,8 @@ pub struct ReplicationSettings {
     pub min_lookups: u8,
     /// Time between anti-entropy rounds with each peer (and between sweeps).
     pub anti_entropy_interval: Duration,
-    /// The shared secret between tiers, sent to and required from peers.
-    pub secret: proto::TierCredential,
+    /// This node's identity, presented to peers and required of them.
+    pub secret: proto::TierIdentity,
 }
 
 /// What a peer link reports for the status route.
@@ -257,7 +257,7 @@ mod offer_tests {
             peers: vec![],
             min_lookups: 1,
             anti_entropy_interval: Duration::from_secs(5),
-            secret: proto::TierCredential::new("s").expect("credential"),
+            secret: proto::TierIdentity::insecure_secret("a-development-secret-of-32-bytes!").expect("credential"),
         };
         Arc::new(Replication::new(settings, None).expect("replication"))
     }

@@ -27,7 +27,8 @@ impl ReplicationService {
     }
 
     fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        self.replication.settings.secret.check(request.metadata())
+        // The replication row of the authorization table: regional peers only.
+        self.replication.settings.secret.check(request, &[proto::Role::Regional]).map(|_| ())
     }
 }
 
@@ -119,7 +120,7 @@ impl ReplicationRpc for ReplicationService {
 mod tests {
     use std::time::Duration;
 
-    use proto::TierCredential;
+    use proto::TierIdentity;
 
     use super::*;
     use crate::replication::record::Record;
@@ -131,8 +132,8 @@ mod tests {
         fn apply(&self, _: &str, _: &Record) {}
     }
 
-    fn service(node_id: &str) -> (ReplicationService, TierCredential) {
-        let credential = TierCredential::new("s3cret").expect("credential");
+    fn service(node_id: &str) -> (ReplicationService, TierIdentity) {
+        let credential = TierIdentity::insecure_secret("a-development-secret-of-32-bytes!").expect("credential");
         let settings = ReplicationSettings {
             node_id: node_id.into(),
             peers: vec![],

@@ -33,6 +33,14 @@ pub(super) struct FlightTask {
     streamed: AtomicBool,
 }
 
+impl Drop for FlightTask {
+    /// A task that panicked, or was dropped before it landed, must not leave its key in the air: the
+    /// followers would wait for good, and every later request for the key with them.
+    fn drop(&mut self) {
+        self.path.flights.abandon(self.admitted.key.as_str(), &self.flight);
+    }
+}
+
 impl FlightTask {
     pub(super) fn new(path: Arc<RequestPath>, admitted: Admitted, flight: Arc<Flight>) -> Self {
         Self { path, admitted, flight, streamed: AtomicBool::new(false) }

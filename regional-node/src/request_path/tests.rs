@@ -20,7 +20,7 @@ use proto::core::{
     WriteRequest,
 };
 use proto::inference::{GenerateDone, TokenDelta};
-use proto::TierCredential;
+use proto::TierIdentity;
 use shared::completion::CachedCompletion;
 use shared::content_class::TtlPolicy;
 use shared::models::ModelRef;
@@ -35,7 +35,7 @@ use super::*;
 use crate::config::RegionalConfig;
 use crate::flight::FlightItem;
 
-const SECRET: &str = "path-test-secret";
+const SECRET: &str = "a-development-secret-of-32-bytes!";
 
 /// What the fake core holds and how often it was asked.
 #[derive(Default)]
@@ -214,9 +214,9 @@ impl CoreStore for FakeCore {
 async fn serve(core: FakeCore) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let credential = TierCredential::new(SECRET).expect("credential");
-    let cache = InterceptedService::new(CoreCacheServer::new(core.clone()), credential.interceptor());
-    let store = InterceptedService::new(CoreStoreServer::new(core), credential.interceptor());
+    let credential = TierIdentity::insecure_secret(SECRET).expect("credential");
+    let cache = InterceptedService::new(CoreCacheServer::new(core.clone()), credential.interceptor(&[proto::Role::Regional]));
+    let store = InterceptedService::new(CoreStoreServer::new(core), credential.interceptor(&[proto::Role::Regional]));
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(cache)
@@ -248,7 +248,7 @@ fn path_without_feed(core_addr: SocketAddr, extra: &[&str]) -> Arc<RequestPath> 
         "regional-node".to_owned(),
         "--core".to_owned(),
         format!("http://{core_addr}"),
-        "--tier-secret-file".to_owned(),
+        "--insecure-tier-secret-file".to_owned(),
         secret_file.display().to_string(),
     ];
     args.extend(extra.iter().map(|a| (*a).to_owned()));

@@ -27,6 +27,7 @@
 //! - [`replica_load`]: loading a regional node's replicated state over its replication gRPC.
 //! - [`regional_suite`]: `mesh bench regional`, putting the above together.
 //! - [`edge_suite`]: `mesh bench edge`: the edge worker against a pass-through worker, and the scan.
+//! - [`tls_suite`]: `mesh bench tls`: exact hits and edge misses with mutual TLS against without.
 //! - [`propagation`]: `mesh bench propagation`: how long each tier takes to obey an invalidation.
 //! - [`report`]: the table and the JSON.
 //! - [`scratch`]: the run's scratch directory.
@@ -58,6 +59,7 @@ pub mod report;
 pub mod scratch;
 pub mod sharegpt;
 pub mod throughput;
+pub mod tls_suite;
 
 pub use core_suite::CoreBenchOptions;
 pub use edge_suite::EdgeBenchOptions;

@@ -58,7 +58,7 @@ impl Pod {
             .args(&spec.extra_args)
             .env(THREADS_ENV, spec.threads.to_string())
             .env("MESH_POD_MAX_QUEUE", spec.max_queue.to_string())
-            .env("MESH_TIER_SECRET", &secret);
+            .env("MESH_INSECURE_TIER_SECRET", &secret);
         let mut process = ManagedProcess::spawn("inference-pod", command, log_dir)?;
         let url = format!("http://127.0.0.1:{port}");
         process.wait_ready(&format!("{url}/healthz"), READY_TIMEOUT)?;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context as _};
 use core_cluster::client::{Consistency, CoreClient};
-use proto::TierCredential;
+use proto::TierIdentity;
 use serde_json::{json, Value};
 
 use crate::client::ChatClient;
@@ -111,7 +111,7 @@ impl Tiers {
                 probe: Probe::Regional(mesh.regional_client(i)),
             });
         }
-        let secret = TierCredential::new(mesh.tier_secret())?;
+        let secret = TierIdentity::insecure_secret(mesh.tier_secret())?;
         // Several probe threads block on it at once.
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
         // The clients' channels belong to this runtime.
@@ -299,7 +299,7 @@ pub fn admin(mesh: &Mesh, args: &[&str]) -> anyhow::Result<()> {
     let out = std::process::Command::new(paths::binary("core-node"))
         .args(["admin", "--nodes", &nodes.join(",")])
         .args(args)
-        .env("MESH_TIER_SECRET", mesh.tier_secret())
+        .env("MESH_INSECURE_TIER_SECRET", mesh.tier_secret())
         .output()?;
     ensure!(out.status.success(), "core-node admin {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     Ok(())

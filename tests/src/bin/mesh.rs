@@ -43,6 +43,23 @@ enum Command {
         /// Number of regional nodes.
         #[arg(long, default_value_t = 2)]
         regional_nodes: usize,
+        /// Run without TLS, every tier holding one shared secret (insecure development mode). By
+        /// default every hop between daemons runs mutual TLS with certificates made at start.
+        #[arg(long)]
+        insecure: bool,
+    },
+    /// Make a development CA and one certificate per node (mutual TLS between the tiers).
+    Certs {
+        /// Where `ca.pem`, `ca.key` and each node's `<name>.pem` and `<name>.key` go.
+        #[arg(long, default_value = ".cache/mesh/certs")]
+        dir: PathBuf,
+        /// The nodes, as `name=role` (roles: edge, regional, core, pod, admin), comma-separated.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "edge=edge,regional-1=regional,regional-2=regional,core-1=core,core-2=core,core-3=core,inference-pod=pod,admin=admin"
+        )]
+        nodes: Vec<String>,
     },
     /// Run a benchmark suite against its peer, side by side; prints a table.
     Bench {
@@ -146,6 +163,25 @@ enum BenchSuite {
         #[arg(long, env = "MESH_BENCH_DIR", default_value = ".cache/bench")]
         dir: PathBuf,
     },
+    /// What mutual TLS costs: exact hits at a regional node and misses through the edge, two meshes
+    /// (with TLS and without) side by side.
+    Tls {
+        /// Also write the figures as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Measured seconds of exact hits, per mesh.
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+        /// Concurrent clients of the exact hits.
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+        /// Misses through the edge, per mesh.
+        #[arg(long, default_value_t = 40)]
+        misses: usize,
+        /// Where the run keeps its data and logs (removed after a successful run).
+        #[arg(long, env = "MESH_BENCH_DIR", default_value = ".cache/bench")]
+        dir: PathBuf,
+    },
     /// The edge worker against a pass-through worker under the same workerd (latency of a hit and of a
     /// miss), and the hot-set scan in wasm against the same scan natively.
     Edge {
@@ -201,9 +237,10 @@ fn install_stop_handlers() -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Up { data_dir, edge_port, base_port, api_key, regional_nodes } => {
-            up(data_dir, edge_port, base_port, api_key, regional_nodes)
+        Command::Up { data_dir, edge_port, base_port, api_key, regional_nodes, insecure } => {
+            up(data_dir, edge_port, base_port, api_key, regional_nodes, insecure)
         }
+        Command::Certs { dir, nodes } => certs(&dir, &nodes),
         Command::Bench { suite: BenchSuite::Core { json, seconds, clients, value_bytes, dir } } => {
             install_stop_handlers()?;
             let options = CoreBenchOptions { seconds, clients, value_bytes, dir, stop: &STOP };
@@ -262,6 +299,11 @@ fn main() -> anyhow::Result<()> {
             },
             json,
         ),
+        Command::Bench { suite: BenchSuite::Tls { json, seconds, concurrency, misses, dir } } => {
+            install_stop_handlers()?;
+            let options = bench::tls_suite::TlsBenchOptions { seconds, concurrency, misses, dir, stop: &STOP };
+            print_report(&bench::tls_suite::run(&options)?, json)
+        }
         Command::Bench {
             suite: BenchSuite::Propagation { json, keys, tenant_rounds, model_rounds, dir },
         } => {
@@ -277,6 +319,22 @@ fn main() -> anyhow::Result<()> {
             bench_edge(EdgeBenchOptions { seconds, concurrency, entries, queries, dir, stop: &STOP }, json)
         }
     }
+}
+
+/// Runs `mesh certs`: a development CA and each node's certificate and key.
+fn certs(dir: &std::path::Path, nodes: &[String]) -> anyhow::Result<()> {
+    let nodes = nodes
+        .iter()
+        .map(|node| {
+            let (name, role) = anyhow::Context::context(node.split_once('='), "a node is name=role")?;
+            let role = anyhow::Context::with_context(proto::Role::parse(role), || format!("{role:?} is not a mesh role"))?;
+            Ok((name.trim().to_owned(), role))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for (name, files) in mesh_harness::certs::write_mesh_certs(dir, &nodes)?.1 {
+        println!("{name}: --tls-ca {} --tls-cert {} --tls-key {}", files.ca.display(), files.cert.display(), files.key.display());
+    }
+    Ok(())
 }
 
 /// Runs `mesh bench edge`.
@@ -307,6 +365,7 @@ fn up(
     base_port: u16,
     api_key: String,
     regional_nodes: usize,
+    insecure: bool,
 ) -> anyhow::Result<()> {
     install_stop_handlers()?;
     let started = Instant::now();
@@ -315,6 +374,7 @@ fn up(
         base_port: Some(base_port),
         api_key: api_key.clone(),
         regional_nodes,
+        tls: !insecure,
         ..MeshSpec::local(&data_dir)
     };
     println!("starting the mesh (data and logs in {})...", data_dir.display());
@@ -330,6 +390,11 @@ fn up(
     for i in 0..regional_nodes {
         let url = mesh.regional_url(i);
         println!("regional {}: {url}  (metrics: {url}/metrics)", i + 1);
+    }
+    if let Some(admin) = mesh.tls_files("admin") {
+        println!("TLS:      mutual, CA {} (admin certificate {})", admin.ca.display(), admin.cert.display());
+    } else {
+        println!("TLS:      off (insecure development mode)");
     }
     println!("logs:     {}\n", mesh.log_dir().display());
     println!("try it (run it twice: X-Cache goes from MISS to HIT-EDGE):\n");

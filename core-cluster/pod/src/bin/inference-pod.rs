@@ -10,7 +10,6 @@ use clap::Parser;
 use inference_pod::config::{EngineConfig, DEFAULT_MODEL_NAME};
 use inference_pod::model::KvPrecision;
 use inference_pod::{run, PodConfig};
-use proto::TierCredential;
 
 /// The inference pod: a quantized model behind a gRPC streaming API.
 #[derive(Debug, Parser)]
@@ -53,9 +52,9 @@ struct Args {
     /// default: on a CPU where the matmuls are compute-bound, verifying drafts costs what it saves.
     #[arg(long, env = "MESH_POD_SPECULATIVE", default_value_t = false, action = clap::ArgAction::Set)]
     speculative: bool,
-    /// File holding the tier secret (otherwise it is read from `MESH_TIER_SECRET`).
-    #[arg(long, env = "MESH_TIER_SECRET_FILE")]
-    tier_secret_file: Option<PathBuf>,
+    /// This pod's identity: mutual TLS files, or the insecure development secret.
+    #[command(flatten)]
+    identity: proto::IdentityArgs,
     /// TOML file with any of these settings, one key per flag (`--cache-bytes` is `cache_bytes`); the
     /// command line and the environment variables override it.
     #[arg(long, env = "MESH_POD_CONFIG")]
@@ -81,7 +80,7 @@ fn main() -> anyhow::Result<()> {
         )
         .init();
 
-    let credential = TierCredential::load(args.tier_secret_file.as_deref())?;
+    let credential = args.identity.load()?;
     let config = PodConfig::new(args.model_path, credential)
         .with_model_name(args.model_name)
         .with_max_queue(args.max_queue)

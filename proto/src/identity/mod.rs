@@ -1,0 +1,324 @@
+//! Who a tier is, and who may call it: one [`TierIdentity`] per daemon, read the same way by every
+//! daemon ([`IdentityArgs`]), and one interceptor ([`RoleCheck`]) and HTTP check
+//! ([`TierIdentity::caller`]) that enforce each daemon's authorization table.
+//!
+//! **Mutual TLS** (the default of `mesh up`): every node holds a certificate of the mesh CA that names
+//! its [`Role`]. Servers verify clients against the CA and read the role from the certificate;
+//! clients verify servers against the CA and ask for the role they meant to call as the server name.
+//!
+//! **Insecure development mode**: without TLS files, every tier holds one shared secret of at least
+//! 32 bytes (`MESH_INSECURE_TIER_SECRET`), presented as `x-mesh-secret` and standing for every tier
+//! role. With TLS files the secret, when one is set too, admits only the edge role: the local Workers
+//! runtime cannot present a client certificate (a deployed edge presents one through its
+//! `mtls_certificates` binding).
+
+mod role;
+mod tls;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tonic::service::Interceptor;
+use tonic::transport::Endpoint;
+use tonic::{Request, Status};
+
+pub use role::{Role, ROLE_DOMAIN};
+pub use tls::{role_of, ClientAuth, TlsFiles, TlsMaterial};
+
+use crate::credential::{CredentialError, TierCredential};
+
+/// Why an identity could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    /// Neither TLS files nor an insecure secret were given.
+    #[error("give --tls-ca, --tls-cert and --tls-key (mutual TLS), or MESH_INSECURE_TIER_SECRET (insecure development mode)")]
+    Missing,
+    /// Some TLS files were named, not all three.
+    #[error("--tls-ca, --tls-cert and --tls-key go together")]
+    PartialTls,
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Unreadable {
+        /// The file named.
+        path: PathBuf,
+        /// What reading it said.
+        source: std::io::Error,
+    },
+    /// The key file may be read by its group or others.
+    #[error("the key file {path} may be read by others (mode {mode:o}); chmod 600 it")]
+    KeyReadableByOthers {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// A certificate or key is malformed or unusable.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// The insecure secret is unusable.
+    #[error(transparent)]
+    Secret(#[from] CredentialError),
+    /// A peer URL's scheme does not match the mode (`https://` with TLS, `http://` without).
+    #[error("{url}: {why}")]
+    Url {
+        /// The URL.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+    },
+}
+
+/// The flags every daemon reads its identity from (flattened into each daemon's own flags).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct IdentityArgs {
+    /// The mesh CA's certificate (PEM), the only issuer trusted for peers; with --tls-cert and
+    /// --tls-key, every hop of this daemon runs mutual TLS.
+    #[arg(long, env = "MESH_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// This node's certificate chain (PEM), issued by `mesh certs` for one role.
+    #[arg(long, env = "MESH_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// This node's private key (PEM); refused when its group or others may read it.
+    #[arg(long, env = "MESH_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// File holding the insecure development secret (otherwise `MESH_INSECURE_TIER_SECRET`), at least
+    /// 32 bytes. Without TLS it stands for every tier; with TLS it admits only the edge.
+    #[arg(long, env = "MESH_INSECURE_TIER_SECRET_FILE")]
+    pub insecure_tier_secret_file: Option<PathBuf>,
+}
+
+impl IdentityArgs {
+    /// The TLS files, when all three are named.
+    pub fn tls_files(&self) -> Result<Option<TlsFiles>, IdentityError> {
+        match (&self.tls_ca, &self.tls_cert, &self.tls_key) {
+            (Some(ca), Some(cert), Some(key)) => {
+                Ok(Some(TlsFiles { ca: ca.clone(), cert: cert.clone(), key: key.clone() }))
+            }
+            (None, None, None) => Ok(None),
+            _ => Err(IdentityError::PartialTls),
+        }
+    }
+
+    /// Reads the identity: TLS when the files are named (plus the insecure edge secret when one is
+    /// set), else the insecure secret.
+    pub fn load(&self) -> Result<TierIdentity, IdentityError> {
+        let secret = match TierCredential::load(self.insecure_tier_secret_file.as_deref()) {
+            Ok(secret) => Some(secret),
+            Err(CredentialError::Missing) => None,
+            Err(other) => return Err(other.into()),
+        };
+        let identity = match self.tls_files()? {
+            Some(files) => TierIdentity::tls(TlsMaterial::load(&files)?, secret),
+            None => TierIdentity::insecure(secret.ok_or(IdentityError::Missing)?),
+        };
+        if identity.tls.is_none() {
+            tracing::warn!("insecure development mode: no TLS, one shared secret stands for every tier");
+        }
+        Ok(identity)
+    }
+}
+
+/// Who called: a role proven by a certificate, or the insecure secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// A peer whose certificate names this role (or the edge, by the insecure secret beside TLS).
+    Role(Role),
+    /// Insecure development mode: the shared secret, which stands for every tier.
+    AnyTier,
+}
+
+impl Caller {
+    /// Whether this caller may make a call open to `allowed`.
+    pub fn may(self, allowed: &[Role]) -> bool {
+        match self {
+            Caller::Role(role) => allowed.contains(&role),
+            Caller::AnyTier => true,
+        }
+    }
+}
+
+/// The verified role of a TLS connection's peer, put on each request it carries by
+/// [`crate::http_serving`]; `None` when the peer presented no certificate (allowed on listeners with
+/// [`ClientAuth::Optional`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerRole(pub Option<Role>);
+
+/// A daemon's identity: what it presents, and how it recognises callers.
+#[derive(Clone)]
+pub struct TierIdentity {
+    tls: Option<Arc<TlsMaterial>>,
+    secret: Option<TierCredential>,
+}
+
+impl std::fmt::Debug for TierIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TierIdentity")
+            .field("role", &self.role())
+            .field("insecure_secret", &self.secret.is_some())
+            .finish()
+    }
+}
+
+impl TierIdentity {
+    /// Mutual TLS with `material`; `edge_secret`, when given, also admits the edge by the secret.
+    pub fn tls(material: TlsMaterial, edge_secret: Option<TierCredential>) -> Self {
+        Self { tls: Some(Arc::new(material)), secret: edge_secret }
+    }
+
+    /// Insecure development mode: one shared secret for every tier.
+    pub fn insecure(secret: TierCredential) -> Self {
+        Self { tls: None, secret: Some(secret) }
+    }
+
+    /// Insecure development mode from the secret's text (tests and tools).
+    pub fn insecure_secret(secret: &str) -> Result<Self, IdentityError> {
+        Ok(Self::insecure(TierCredential::new(secret)?))
+    }
+
+    /// This node's role when it runs TLS.
+    pub fn role(&self) -> Option<Role> {
+        self.tls.as_ref().map(|tls| tls.role())
+    }
+
+    /// Whether hops run TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// The URL scheme of this mode's peers: `https` with TLS, `http` without.
+    pub fn scheme(&self) -> &'static str {
+        if self.is_tls() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    /// The TLS acceptor of a listener, when TLS is on.
+    pub fn acceptor(&self, client_auth: ClientAuth) -> Result<Option<tokio_rustls::TlsAcceptor>, IdentityError> {
+        match &self.tls {
+            Some(tls) => Ok(Some(tokio_rustls::TlsAcceptor::from(tls.server_config(client_auth)?))),
+            None => Ok(None),
+        }
+    }
+
+    /// An endpoint for calling a server of role `target` at `url`, with this node's TLS client
+    /// configuration when TLS is on. The URL's scheme must match the mode.
+    pub fn endpoint(&self, url: &str, target: Role) -> Result<Endpoint, IdentityError> {
+        let bad = |why: &str| IdentityError::Url { url: url.to_owned(), why: why.to_owned() };
+        let scheme = url.split_once("://").map(|(scheme, _)| scheme).unwrap_or_default();
+        if scheme != self.scheme() {
+            return Err(bad(&format!("this node's peers are {}:// URLs", self.scheme())));
+        }
+        let endpoint = Endpoint::from_shared(url.to_owned()).map_err(|e| bad(&e.to_string()))?;
+        match &self.tls {
+            Some(tls) => endpoint.tls_config(tls.client_config(target)).map_err(|e| bad(&e.to_string())),
+            None => Ok(endpoint),
+        }
+    }
+
+    /// Adds what an outgoing gRPC call presents beyond the connection: the secret, in insecure mode.
+    pub fn attach<T>(&self, request: &mut Request<T>) {
+        if self.tls.is_none() {
+            if let Some(secret) = &self.secret {
+                secret.attach(request);
+            }
+        }
+    }
+
+    /// A request carrying `message` and what [`Self::attach`] adds.
+    pub fn request<T>(&self, message: T) -> Request<T> {
+        let mut request = Request::new(message);
+        self.attach(&mut request);
+        request
+    }
+
+    /// The secret for an HTTP header of a call to another tier, in insecure mode only.
+    pub fn insecure_header(&self) -> Option<&str> {
+        self.secret.as_ref().filter(|_| self.tls.is_none()).map(TierCredential::expose)
+    }
+
+    /// Who made a call, from the connection's [`PeerRole`] and a presented secret (an `x-mesh-secret`
+    /// header's bytes); `None` when it proves no tier at all.
+    pub fn caller(&self, peer: Option<&PeerRole>, presented_secret: Option<&[u8]>) -> Option<Caller> {
+        if let Some(PeerRole(Some(role))) = peer {
+            return Some(Caller::Role(*role));
+        }
+        let secret = self.secret.as_ref()?;
+        if !secret.matches(presented_secret?) {
+            return None;
+        }
+        Some(if self.tls.is_some() { Caller::Role(Role::Edge) } else { Caller::AnyTier })
+    }
+
+    /// Checks a gRPC call against `allowed`: `unauthenticated` without a tier identity,
+    /// `permission_denied` for a role not allowed.
+    pub fn check<T>(&self, request: &Request<T>, allowed: &[Role]) -> Result<Caller, Status> {
+        let presented = request.metadata().get(crate::TIER_SECRET_METADATA).map(|v| v.as_bytes());
+        let caller = self
+            .caller(request.extensions().get::<PeerRole>(), presented)
+            .ok_or_else(|| Status::unauthenticated("no tier identity: a client certificate of the mesh CA is needed"))?;
+        if caller.may(allowed) {
+            Ok(caller)
+        } else {
+            Err(Status::permission_denied(format!("{caller:?} may not make this call")))
+        }
+    }
+
+    /// The interceptor that admits only callers of `allowed` roles.
+    pub fn interceptor(&self, allowed: &'static [Role]) -> RoleCheck {
+        RoleCheck { identity: self.clone(), allowed }
+    }
+}
+
+/// A tonic interceptor that admits only the roles a service's row of the authorization table names.
+#[derive(Clone, Debug)]
+pub struct RoleCheck {
+    identity: TierIdentity,
+    allowed: &'static [Role],
+}
+
+impl Interceptor for RoleCheck {
+    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        self.identity.check(&request, self.allowed)?;
+        Ok(request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "a-development-secret-of-32-bytes!";
+
+    #[test]
+    fn insecure_secret_stands_for_every_tier() {
+        let identity = TierIdentity::insecure_secret(SECRET).expect("secret");
+        let mut check = identity.interceptor(&[Role::Core]);
+        assert!(check.call(identity.request(())).is_ok());
+        let missing = check.call(Request::new(())).map_err(|s| s.code()).err();
+        assert_eq!(missing, Some(tonic::Code::Unauthenticated));
+        let other = TierIdentity::insecure_secret("another-development-secret-32-bytes").expect("secret");
+        assert!(check.call(other.request(())).is_err());
+    }
+
+    #[test]
+    fn a_certified_role_passes_only_its_rows() {
+        let identity = TierIdentity::insecure_secret(SECRET).expect("secret");
+        let mut request = Request::new(());
+        request.extensions_mut().insert(PeerRole(Some(Role::Edge)));
+        let mut core_only = identity.interceptor(&[Role::Core]);
+        let denied = core_only.call(request).map_err(|s| s.code()).err();
+        assert_eq!(denied, Some(tonic::Code::PermissionDenied));
+        let mut request = Request::new(());
+        request.extensions_mut().insert(PeerRole(Some(Role::Core)));
+        assert!(core_only.call(request).is_ok());
+    }
+
+    #[test]
+    fn urls_must_match_the_mode() {
+        let identity = TierIdentity::insecure_secret(SECRET).expect("secret");
+        assert!(identity.endpoint("http://127.0.0.1:1", Role::Core).is_ok());
+        assert!(matches!(identity.endpoint("https://127.0.0.1:1", Role::Core), Err(IdentityError::Url { .. })));
+    }
+}

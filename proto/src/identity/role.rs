@@ -1,0 +1,76 @@
+//! The roles a tier plays, and how a certificate names one.
+
+use std::fmt;
+
+/// What a caller or a server is in the mesh. A node's certificate carries its role as a DNS name
+/// ([`Role::dns_name`]); the authorization table of every daemon is written in roles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// The CDN edge worker.
+    Edge,
+    /// A regional daemon.
+    Regional,
+    /// A core cluster node.
+    Core,
+    /// An inference pod.
+    Pod,
+    /// An operator (the admin CLI, the test harness).
+    Admin,
+}
+
+/// The suffix every role name shares; nothing else is ever issued under it.
+pub const ROLE_DOMAIN: &str = "role.mesh.internal";
+
+impl Role {
+    /// Every role.
+    pub const ALL: [Role; 5] = [Role::Edge, Role::Regional, Role::Core, Role::Pod, Role::Admin];
+
+    /// The role's short name: `edge`, `regional`, `core`, `pod`, `admin`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Edge => "edge",
+            Role::Regional => "regional",
+            Role::Core => "core",
+            Role::Pod => "pod",
+            Role::Admin => "admin",
+        }
+    }
+
+    /// The DNS subject-alternative name that marks a certificate as this role's, e.g.
+    /// `core.role.mesh.internal`. A client also asks for it as the server name, so that it only talks
+    /// to a server of the role it meant to call.
+    pub fn dns_name(self) -> &'static str {
+        match self {
+            Role::Edge => "edge.role.mesh.internal",
+            Role::Regional => "regional.role.mesh.internal",
+            Role::Core => "core.role.mesh.internal",
+            Role::Pod => "pod.role.mesh.internal",
+            Role::Admin => "admin.role.mesh.internal",
+        }
+    }
+
+    /// The role with this short name.
+    pub fn parse(name: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|role| role.as_str() == name.trim())
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_share_the_role_domain() {
+        for role in Role::ALL {
+            assert_eq!(Role::parse(role.as_str()), Some(role));
+            assert_eq!(role.dns_name(), format!("{role}.{ROLE_DOMAIN}"));
+        }
+        assert_eq!(Role::parse("root"), None);
+    }
+}

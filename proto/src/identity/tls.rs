@@ -1,0 +1,183 @@
+//! A node's TLS material: the mesh's CA, the node's certificate chain and key, read from files; the
+//! rustls configurations built from them; and the role a peer's certificate proves.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, DnsName, PrivateKeyDer, ServerName};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+
+use super::{IdentityError, Role};
+
+/// The three files of a node's identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The mesh CA's certificate (PEM): the only issuer trusted for peers.
+    pub ca: PathBuf,
+    /// This node's certificate chain (PEM), leaf first.
+    pub cert: PathBuf,
+    /// This node's private key (PEM); refused when its group or others may read it.
+    pub key: PathBuf,
+}
+
+/// Whether a listener demands a client certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// Every client presents a certificate of the mesh CA (the gRPC listeners: only tiers call them).
+    Required,
+    /// A client may present one; one that does not is a client with an API key (the regional node's
+    /// HTTP listener, which also serves the OpenAI API to tenants).
+    Optional,
+}
+
+/// A node's loaded TLS identity.
+pub struct TlsMaterial {
+    role: Role,
+    roots: Arc<RootCertStore>,
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    ca_pem: Vec<u8>,
+    chain_pem: Vec<u8>,
+    key_pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for TlsMaterial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsMaterial").field("role", &self.role).finish_non_exhaustive()
+    }
+}
+
+impl TlsMaterial {
+    /// Reads and checks the files: the key is private to its owner, the chain is issued for exactly
+    /// one role, and everything parses.
+    pub fn load(files: &TlsFiles) -> Result<Self, IdentityError> {
+        refuse_shared_key(&files.key)?;
+        let ca_pem = read(&files.ca)?;
+        let chain_pem = read(&files.cert)?;
+        let key_pem = read(&files.key)?;
+        Self::from_pem(&ca_pem, &chain_pem, &key_pem)
+    }
+
+    /// The same from PEM bytes already read.
+    pub fn from_pem(ca_pem: &[u8], chain_pem: &[u8], key_pem: &[u8]) -> Result<Self, IdentityError> {
+        let bad = |what: &str, e: &dyn std::fmt::Display| IdentityError::Tls(format!("{what}: {e}"));
+        let mut roots = RootCertStore::empty();
+        for ca in CertificateDer::pem_slice_iter(ca_pem) {
+            roots.add(ca.map_err(|e| bad("the CA file", &e))?).map_err(|e| bad("the CA certificate", &e))?;
+        }
+        if roots.is_empty() {
+            return Err(IdentityError::Tls("the CA file holds no certificate".into()));
+        }
+        let chain = CertificateDer::pem_slice_iter(chain_pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| bad("the certificate file", &e))?;
+        let leaf = chain.first().ok_or_else(|| IdentityError::Tls("the certificate file is empty".into()))?;
+        let role = role_of(leaf)?;
+        let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| bad("the key file", &e))?;
+        Ok(Self {
+            role,
+            roots: Arc::new(roots),
+            chain,
+            key,
+            ca_pem: ca_pem.to_vec(),
+            chain_pem: chain_pem.to_vec(),
+            key_pem: key_pem.to_vec(),
+        })
+    }
+
+    /// The role this node's certificate names.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The server side: this node's chain, peers verified against the mesh CA, HTTP/2 and HTTP/1.1
+    /// offered by ALPN.
+    pub fn server_config(&self, client_auth: ClientAuth) -> Result<Arc<ServerConfig>, IdentityError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::clone(&self.roots), Arc::clone(&provider));
+        let verifier = match client_auth {
+            ClientAuth::Required => verifier,
+            ClientAuth::Optional => verifier.allow_unauthenticated(),
+        }
+        .build()
+        .map_err(|e| IdentityError::Tls(format!("client verifier: {e}")))?;
+        let mut config = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| IdentityError::Tls(e.to_string()))?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(self.chain.clone(), self.key.clone_key())
+            .map_err(|e| IdentityError::Tls(format!("this node's certificate and key: {e}")))?;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
+    }
+
+    /// The client side of a gRPC call to a server of `target`'s role: the mesh CA as the only root,
+    /// this node's certificate as the client's, and the role's name as the server name checked.
+    pub fn client_config(&self, target: Role) -> ClientTlsConfig {
+        ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(&self.ca_pem))
+            .identity(Identity::from_pem(&self.chain_pem, &self.key_pem))
+            .domain_name(target.dns_name())
+    }
+}
+
+/// The role a verified peer certificate names. A certificate naming none, or more than one, proves no
+/// role.
+pub fn role_of(cert: &CertificateDer<'_>) -> Result<Role, IdentityError> {
+    let parsed = webpki::EndEntityCert::try_from(cert)
+        .map_err(|e| IdentityError::Tls(format!("unreadable certificate: {e}")))?;
+    let mut named = Role::ALL.into_iter().filter(|role| {
+        DnsName::try_from(role.dns_name())
+            .map(|name| parsed.verify_is_valid_for_subject_name(&ServerName::DnsName(name)).is_ok())
+            .unwrap_or(false)
+    });
+    match (named.next(), named.next()) {
+        (Some(role), None) => Ok(role),
+        (None, _) => Err(IdentityError::Tls("the certificate names no mesh role".into())),
+        (Some(_), Some(_)) => Err(IdentityError::Tls("the certificate names more than one mesh role".into())),
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, IdentityError> {
+    std::fs::read(path).map_err(|source| IdentityError::Unreadable { path: path.to_owned(), source })
+}
+
+/// A key file its group or others may read is refused, as ssh refuses one.
+fn refuse_shared_key(path: &Path) -> Result<(), IdentityError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(path)
+            .map_err(|source| IdentityError::Unreadable { path: path.to_owned(), source })?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            return Err(IdentityError::KeyReadableByOthers { path: path.to_owned(), mode: mode & 0o777 });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_others_may_read_is_refused_before_it_is_parsed() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("mesh-tls-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let key = dir.join("node.key");
+        std::fs::write(&key, "not even a key").expect("write");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let files = TlsFiles { ca: dir.join("ca.pem"), cert: dir.join("node.pem"), key: key.clone() };
+        assert!(matches!(TlsMaterial::load(&files), Err(IdentityError::KeyReadableByOthers { mode: 0o644, .. })));
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        // Private now: the next complaint is the missing CA file.
+        assert!(matches!(TlsMaterial::load(&files), Err(IdentityError::Unreadable { .. })));
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+}
