@@ -103,8 +103,8 @@ fn final_error(status: Status) -> CoreError {
 impl CoreClient {
     /// A client of the nodes at `addrs` (`host:port`), authenticating with the tier `credential`.
     pub fn new(addrs: Vec<String>, credential: TierIdentity) -> Result<Self, CoreError> {
-        let nodes =
-            FailoverChannel::new(&addrs, &credential).map_err(|e| CoreError::Config(format!("core nodes: {e}")))?;
+        let nodes = FailoverChannel::new(&addrs, &credential)
+            .map_err(|e| CoreError::Config(format!("core nodes: {e}")))?;
         let since_epoch =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let inner = Inner {

@@ -114,8 +114,11 @@ impl FailoverChannel {
 
 /// A lazy channel to one core node.
 fn channel(address: &str, identity: &TierIdentity) -> Result<Channel, ChannelError> {
-    let url =
-        if address.contains("://") { address.to_owned() } else { format!("{}://{address}", identity.scheme()) };
+    let url = if address.contains("://") {
+        address.to_owned()
+    } else {
+        format!("{}://{address}", identity.scheme())
+    };
     let endpoint = identity
         .endpoint(&url, Role::Core)
         .map_err(|e| ChannelError::BadAddress { address: address.to_owned(), reason: e.to_string() })?
@@ -160,6 +163,9 @@ mod tests {
             channel.expect("channel").addresses().collect::<Vec<_>>(),
             ["http://127.0.0.1:1", "127.0.0.1:2"]
         );
-        assert!(matches!(FailoverChannel::new(&["not a url".into()], &identity()), Err(ChannelError::BadAddress { .. })));
+        assert!(matches!(
+            FailoverChannel::new(&["not a url".into()], &identity()),
+            Err(ChannelError::BadAddress { .. })
+        ));
     }
 }

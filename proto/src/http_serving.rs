@@ -90,7 +90,8 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let stream = IdleTimeout::new(stream, limits.idle_timeout);
-        let (builder, watcher, router, tls) = (builder.clone(), graceful.watcher(), router.clone(), tls.clone());
+        let (builder, watcher, router, tls) =
+            (builder.clone(), graceful.watcher(), router.clone(), tls.clone());
         tokio::spawn(async move {
             let served = match tls {
                 None => serve_connection(&builder, watcher, stream, router).await,
@@ -134,13 +135,16 @@ async fn handshake(
     acceptor: &TlsAcceptor,
     stream: IdleTimeout,
     deadline: Duration,
-) -> Result<(tokio_rustls::server::TlsStream<IdleTimeout>, PeerRole), Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<(tokio_rustls::server::TlsStream<IdleTimeout>, PeerRole), Box<dyn std::error::Error + Send + Sync>>
+{
     let stream = tokio::time::timeout(deadline, acceptor.accept(stream))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake too slow"))??;
     let peer = match stream.get_ref().1.peer_certificates().and_then(|chain| chain.first()) {
         // The chain was verified against the mesh CA during the handshake; the leaf names the role.
-        Some(leaf) => PeerRole(Some(role_of(leaf).map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?)),
+        Some(leaf) => {
+            PeerRole(Some(role_of(leaf).map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?))
+        }
         None => PeerRole(None),
     };
     Ok((stream, peer))

@@ -9,7 +9,14 @@
 //! `--admission-queue` waiting requests, or after `--admission-wait-ms` in the queue, it is refused with
 //! 429 and a `Retry-After` predicted from the cost ahead of it and the rate generations have been
 //! completing at.
+//!
+//! No tenant can starve the others: each has a share of the budget (`--admission-tenant-share`), and
+//! of the queue's places. Past its share a tenant may borrow budget nobody else is waiting for (so one
+//! tenant alone still uses the whole node); once another tenant waits, it borrows no more, and waits
+//! (or is refused) behind its own requests while the budget its borrowed generations return goes to
+//! the others.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -37,6 +44,27 @@ pub struct AdmissionLimits {
     pub queue: usize,
     /// Longest wait in the queue.
     pub max_wait: Duration,
+    /// Share (0..=1] of the budget, and of the queue, one tenant may hold.
+    pub tenant_share: f64,
+}
+
+impl AdmissionLimits {
+    /// Cost units one tenant may have in flight.
+    fn tenant_budget(&self) -> u64 {
+        ((self.budget as f64 * self.tenant_share.clamp(0.0, 1.0)).ceil() as u64).clamp(1, self.budget)
+    }
+
+    /// Requests of one tenant that may wait.
+    fn tenant_queue(&self) -> usize {
+        ((self.queue as f64 * self.tenant_share.clamp(0.0, 1.0)).ceil() as usize).max(1)
+    }
+}
+
+/// One tenant's share: its own budget, and how many of its requests wait.
+#[derive(Debug)]
+struct TenantShare {
+    budget: Arc<Semaphore>,
+    waiting: AtomicUsize,
 }
 
 /// The admission controller.
@@ -51,6 +79,8 @@ pub struct Admission {
     window: Mutex<(Instant, u64)>,
     /// Requests refused since the start.
     pub refused: AtomicU64,
+    /// Each tenant's share, made on its first generation.
+    tenants: Mutex<HashMap<String, Arc<TenantShare>>>,
 }
 
 /// Budget held by one generation; returned when dropped.
@@ -59,6 +89,8 @@ pub struct Ticket<'a> {
     admission: &'a Admission,
     cost: u64,
     _permit: OwnedSemaphorePermit,
+    /// The tenant's share it holds; none when it borrowed idle budget past its share.
+    _tenant_permit: Option<OwnedSemaphorePermit>,
 }
 
 /// The predicted cost of generating an answer to `request`, in decode-token units.
@@ -80,30 +112,66 @@ impl Admission {
             rate: AtomicU64::new(0),
             window: Mutex::new((Instant::now(), 0)),
             refused: AtomicU64::new(0),
+            tenants: Mutex::default(),
         }
     }
 
-    /// Waits for `cost` units of budget (a cost above the whole budget takes all of it), or refuses.
-    pub async fn admit(&self, cost: u64) -> Result<Ticket<'_>, RegionalError> {
-        let cost = cost.clamp(1, self.limits.budget);
+    fn share_of(&self, tenant: &str) -> Arc<TenantShare> {
+        let mut tenants = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
+        let share = tenants.entry(tenant.to_owned()).or_insert_with(|| {
+            Arc::new(TenantShare {
+                budget: Arc::new(Semaphore::new(self.limits.tenant_budget() as usize)),
+                waiting: AtomicUsize::new(0),
+            })
+        });
+        Arc::clone(share)
+    }
+
+    /// Waits for `cost` units of `tenant`'s share and of the budget (a cost above the tenant's share
+    /// takes all of it), or refuses.
+    pub async fn admit(&self, tenant: &str, cost: u64) -> Result<Ticket<'_>, RegionalError> {
+        let share = self.share_of(tenant);
+        let cost = cost.clamp(1, self.limits.tenant_budget());
         let permits = cost as u32;
-        if let Ok(permit) = Arc::clone(&self.budget).try_acquire_many_owned(permits) {
-            return Ok(Ticket { admission: self, cost, _permit: permit });
+        match Arc::clone(&share.budget).try_acquire_many_owned(permits) {
+            // Within its share.
+            Ok(tenant_permit) => {
+                if let Ok(permit) = Arc::clone(&self.budget).try_acquire_many_owned(permits) {
+                    return Ok(Ticket {
+                        admission: self,
+                        cost,
+                        _permit: permit,
+                        _tenant_permit: Some(tenant_permit),
+                    });
+                }
+            }
+            // Past it: idle budget may be borrowed while no other tenant waits.
+            Err(_) if self.waiting.load(Ordering::Acquire) == share.waiting.load(Ordering::Acquire) => {
+                if let Ok(permit) = Arc::clone(&self.budget).try_acquire_many_owned(permits) {
+                    return Ok(Ticket { admission: self, cost, _permit: permit, _tenant_permit: None });
+                }
+            }
+            Err(_) => {}
         }
         let queued = self.waiting.fetch_add(1, Ordering::AcqRel);
-        if queued >= self.limits.queue {
-            self.waiting.fetch_sub(1, Ordering::AcqRel);
+        let tenant_queued = share.waiting.fetch_add(1, Ordering::AcqRel);
+        let _leave = Leave(&self.waiting, &share.waiting);
+        if queued >= self.limits.queue || tenant_queued >= self.limits.tenant_queue() {
             return Err(self.refuse(queued, cost));
         }
         self.waiting_cost.fetch_add(cost, Ordering::AcqRel);
-        let acquired =
-            tokio::time::timeout(self.limits.max_wait, Arc::clone(&self.budget).acquire_many_owned(permits))
-                .await;
-        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        let acquired = tokio::time::timeout(self.limits.max_wait, async {
+            let tenant_permit = Arc::clone(&share.budget).acquire_many_owned(permits).await?;
+            let permit = Arc::clone(&self.budget).acquire_many_owned(permits).await?;
+            Ok::<_, tokio::sync::AcquireError>((permit, tenant_permit))
+        })
+        .await;
         self.waiting_cost.fetch_sub(cost, Ordering::AcqRel);
         match acquired {
-            Ok(Ok(permit)) => Ok(Ticket { admission: self, cost, _permit: permit }),
-            _ => Err(self.refuse(self.waiting.load(Ordering::Acquire), cost)),
+            Ok(Ok((permit, tenant_permit))) => {
+                Ok(Ticket { admission: self, cost, _permit: permit, _tenant_permit: Some(tenant_permit) })
+            }
+            _ => Err(self.refuse(self.waiting.load(Ordering::Acquire).saturating_sub(1), cost)),
         }
     }
 
@@ -146,6 +214,16 @@ impl Admission {
     }
 }
 
+/// Leaves the queue (the node's count and the tenant's) however the wait ends.
+struct Leave<'a>(&'a AtomicUsize, &'a AtomicUsize);
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.1.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         self.admission.completed(self.cost);
@@ -157,20 +235,25 @@ mod tests {
     use super::*;
 
     fn admission(budget: u64, queue: usize, wait_ms: u64) -> Admission {
-        Admission::new(AdmissionLimits { budget, queue, max_wait: Duration::from_millis(wait_ms) })
+        Admission::new(AdmissionLimits {
+            budget,
+            queue,
+            max_wait: Duration::from_millis(wait_ms),
+            tenant_share: 1.0,
+        })
     }
 
     #[tokio::test]
     async fn fits_within_budget_then_queues_then_refuses_with_a_retry_time() {
         let admission = admission(100, 1, 5_000);
-        let first = admission.admit(60).await.expect("fits");
-        let _second = admission.admit(40).await.expect("fits exactly");
+        let first = admission.admit("t", 60).await.expect("fits");
+        let _second = admission.admit("t", 40).await.expect("fits exactly");
         assert_eq!(admission.in_flight(), 100);
-        let queued = admission.admit(30);
+        let queued = admission.admit("t", 30);
         tokio::pin!(queued);
         assert!(futures::poll!(queued.as_mut()).is_pending(), "waits in the queue");
         assert_eq!(admission.waiting(), 1);
-        match admission.admit(10).await {
+        match admission.admit("t", 10).await {
             Err(RegionalError::Overloaded { queued: 1, retry_after_s }) => assert!(retry_after_s >= 1),
             other => panic!("expected a refusal, got {other:?}"),
         }
@@ -183,10 +266,42 @@ mod tests {
     #[tokio::test]
     async fn a_cost_above_the_budget_runs_alone_and_a_long_wait_is_refused() {
         let admission = admission(50, 4, 20);
-        let big = admission.admit(10_000).await.expect("clamped to the whole budget");
+        let big = admission.admit("t", 10_000).await.expect("clamped to the whole budget");
         assert_eq!(admission.in_flight(), 50);
-        assert!(matches!(admission.admit(1).await, Err(RegionalError::Overloaded { .. })), "timed out");
+        assert!(matches!(admission.admit("t", 1).await, Err(RegionalError::Overloaded { .. })), "timed out");
         drop(big);
-        assert!(admission.admit(1).await.is_ok());
+        assert!(admission.admit("t", 1).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_tenant_borrows_idle_budget_but_not_from_a_waiting_tenant() {
+        let admission = Admission::new(AdmissionLimits {
+            budget: 100,
+            queue: 4,
+            max_wait: Duration::from_millis(5_000),
+            tenant_share: 0.5,
+        });
+        let flood = admission.admit("flood", 50).await.expect("its share");
+        let borrowed = admission.admit("flood", 30).await.expect("alone, it borrows idle budget");
+        assert_eq!(admission.in_flight(), 80);
+        // Another tenant needs more than is left: it waits, and from now on the flood borrows no more.
+        let quiet = admission.admit("quiet", 40);
+        tokio::pin!(quiet);
+        assert!(futures::poll!(quiet.as_mut()).is_pending());
+        let more = admission.admit("flood", 10);
+        tokio::pin!(more);
+        assert!(futures::poll!(more.as_mut()).is_pending(), "no borrowing while another tenant waits");
+        // The flood's places in the queue are its share of them (2 of 4): its third waiter is refused.
+        let second = admission.admit("flood", 10);
+        tokio::pin!(second);
+        assert!(futures::poll!(second.as_mut()).is_pending());
+        assert!(matches!(admission.admit("flood", 10).await, Err(RegionalError::Overloaded { .. })));
+        // The borrowed budget returns to the waiting tenant, not to the flood.
+        drop(borrowed);
+        let quiet = quiet.await.expect("the quiet tenant gets the returned budget");
+        assert!(futures::poll!(more.as_mut()).is_pending(), "the flood still waits for its own share");
+        drop(flood);
+        assert_eq!(more.await.expect("within its share again").cost, 10);
+        drop(quiet);
     }
 }

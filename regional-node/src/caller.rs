@@ -40,7 +40,11 @@ pub fn resolve_tenant(
 
 /// Admits only the edge (the regional node's rows of the authorization table for the hot set and the
 /// change feed): 401 without a tier identity, 403 for another role.
-pub fn require_edge(headers: &HeaderMap, peer: Option<&PeerRole>, identity: &TierIdentity) -> Result<(), RequestError> {
+pub fn require_edge(
+    headers: &HeaderMap,
+    peer: Option<&PeerRole>,
+    identity: &TierIdentity,
+) -> Result<(), RequestError> {
     let secret = headers.get(TIER_SECRET_HEADER).map(|v| v.as_bytes());
     match identity.caller(peer, secret) {
         Some(caller) if caller.may(&[Role::Edge]) => Ok(()),
@@ -75,7 +79,8 @@ mod tests {
     #[test]
     fn tenants_come_from_keys_or_from_a_trusted_tier() {
         let keys = TenantKeys::single("dev", "sk-dev");
-        let resolve = |h: &HeaderMap, peer: Option<&PeerRole>| status(resolve_tenant(h, peer, &keys, &identity()));
+        let resolve =
+            |h: &HeaderMap, peer: Option<&PeerRole>| status(resolve_tenant(h, peer, &keys, &identity()));
         assert_eq!(resolve(&headers(&[("authorization", "Bearer sk-dev")]), None), Ok("dev".into()));
         assert_eq!(resolve(&headers(&[("authorization", "Bearer no")]), None), Err(401));
         assert_eq!(resolve(&headers(&[]), None), Err(401));
@@ -93,14 +98,16 @@ mod tests {
     #[test]
     fn the_edge_certificate_names_tenants_and_other_roles_do_not() {
         let keys = TenantKeys::single("dev", "sk-dev");
-        let resolve = |h: &HeaderMap, peer: Option<&PeerRole>| status(resolve_tenant(h, peer, &keys, &identity()));
+        let resolve =
+            |h: &HeaderMap, peer: Option<&PeerRole>| status(resolve_tenant(h, peer, &keys, &identity()));
         let edge = PeerRole(Some(Role::Edge));
         assert_eq!(resolve(&headers(&[("x-mesh-tenant", "acme")]), Some(&edge)), Ok("acme".into()));
         // A regional node's certificate is a client like any other: its tenant comes from its key.
         let regional = PeerRole(Some(Role::Regional));
         let named = headers(&[("x-mesh-tenant", "acme"), ("authorization", "Bearer sk-dev")]);
         assert_eq!(resolve(&named, Some(&regional)), Ok("dev".into()));
-        let hotset = |peer: PeerRole| require_edge(&headers(&[]), Some(&peer), &identity()).map_err(|e| e.status);
+        let hotset =
+            |peer: PeerRole| require_edge(&headers(&[]), Some(&peer), &identity()).map_err(|e| e.status);
         assert_eq!(hotset(edge), Ok(()));
         assert_eq!(hotset(regional), Err(403));
         assert_eq!(hotset(PeerRole(None)), Err(401));

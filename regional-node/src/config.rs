@@ -39,6 +39,10 @@ pub struct RegionalConfig {
     /// Bytes of memory the exact cache may hold.
     #[arg(long, env = "MESH_REGIONAL_CACHE_BYTES", default_value_t = 256 * 1024 * 1024)]
     pub cache_bytes: usize,
+    /// Share (0..=1] of the exact cache's bytes past which a tenant's new entries may not push other
+    /// tenants' entries out (a full cache only: alone, a tenant uses every byte).
+    #[arg(long, env = "MESH_TENANT_CACHE_SHARE", default_value_t = 0.5)]
+    pub tenant_cache_share: f64,
     /// Time to live of new `volatile` answers (prices, schedules, "this week"), in seconds. For this and
     /// the other class TTLs, 0 leaves the TTL to the tenant's policy at the core (no expiry if it has
     /// none). `realtime` answers are never cached and have no TTL to set.
@@ -91,6 +95,9 @@ pub struct RegionalConfig {
     /// Milliseconds a client may take to send a request's headers (slow clients are disconnected).
     #[arg(long, env = "MESH_HTTP_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
     pub http_header_timeout_ms: u64,
+    /// Milliseconds a client may take to send a request's body once its headers arrived (408 after).
+    #[arg(long, env = "MESH_HTTP_BODY_TIMEOUT_MS", default_value_t = 30_000)]
+    pub http_body_timeout_ms: u64,
     /// Seconds a connection may go with nothing read or written before it is closed (a client that
     /// stops reading its stream, or an idle keep-alive connection).
     #[arg(long, env = "MESH_HTTP_IDLE_TIMEOUT_S", default_value_t = 120)]
@@ -127,6 +134,10 @@ pub struct RegionalConfig {
     /// Longest wait in the admission queue, in milliseconds, before a 429.
     #[arg(long, env = "MESH_ADMISSION_WAIT_MS", default_value_t = 30_000)]
     pub admission_wait_ms: u64,
+    /// Share (0..=1] of the admission budget, and of the queue, that one tenant may hold; past it the
+    /// tenant's generations wait behind its own while other tenants' are admitted.
+    #[arg(long, env = "MESH_ADMISSION_TENANT_SHARE", default_value_t = 0.5)]
+    pub admission_tenant_share: f64,
     /// Consecutive calls that reach no core node before the circuit breaker opens.
     #[arg(long, env = "MESH_BREAKER_FAILURES", default_value_t = 5)]
     pub breaker_failures: u32,
@@ -179,8 +190,7 @@ impl RegionalConfig {
     pub fn resolve(self) -> Result<Settings, RegionalError> {
         let tenants = TenantKeys::parse(&self.api_keys).map_err(RegionalError::Config)?;
         let models = ModelTable::parse(&self.models).map_err(RegionalError::Config)?;
-        let identity = self.identity.load()
-            .map_err(|e| RegionalError::Config(e.to_string()))?;
+        let identity = self.identity.load().map_err(|e| RegionalError::Config(e.to_string()))?;
         if self.core.is_empty() {
             return Err(RegionalError::Config("at least one --core URL is needed".into()));
         }
@@ -197,6 +207,18 @@ impl RegionalConfig {
             return Err(RegionalError::Config(
                 "--peers needs --peer-listen (peers dial this node too)".into(),
             ));
+        }
+        if !(self.tenant_cache_share > 0.0 && self.tenant_cache_share <= 1.0) {
+            return Err(RegionalError::Config(format!(
+                "--tenant-cache-share must be in (0, 1], not {}",
+                self.tenant_cache_share
+            )));
+        }
+        if !(self.admission_tenant_share > 0.0 && self.admission_tenant_share <= 1.0) {
+            return Err(RegionalError::Config(format!(
+                "--admission-tenant-share must be in (0, 1], not {}",
+                self.admission_tenant_share
+            )));
         }
         if self.anti_entropy_interval_ms == 0 {
             return Err(RegionalError::Config("--anti-entropy-interval-ms must be positive".into()));
@@ -230,6 +252,11 @@ impl RegionalConfig {
             error_budget: self.semantic_error_budget,
             tenant_budgets: AuditSettings::parse_tenant_budgets(&self.semantic_tenant_budget)?,
         })
+    }
+
+    /// How long a request's body may take to arrive.
+    pub fn http_body_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.http_body_timeout_ms.max(1))
     }
 
     /// The bounds of the HTTP listener, from the `--http-*` flags.

@@ -42,7 +42,8 @@ impl CoreClient {
         secret: TierIdentity,
         breaker: CircuitBreaker,
     ) -> Result<Self, RegionalError> {
-        let nodes = FailoverChannel::new(urls, &secret).map_err(|e| RegionalError::Config(format!("--core: {e}")))?;
+        let nodes =
+            FailoverChannel::new(urls, &secret).map_err(|e| RegionalError::Config(format!("--core: {e}")))?;
         Ok(Self { nodes: Arc::new(nodes), secret, breaker: Arc::new(breaker) })
     }
 

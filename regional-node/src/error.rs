@@ -76,9 +76,10 @@ impl RegionalError {
             RegionalError::ModelVersionMoved(m) => {
                 RequestError::upstream(502, format!("the model moved to a new version ({m}); retry"))
             }
-            RegionalError::Config(_) | RegionalError::Identity(_) | RegionalError::Embedding(_) | RegionalError::Io(_) => {
-                RequestError::internal("internal error")
-            }
+            RegionalError::Config(_)
+            | RegionalError::Identity(_)
+            | RegionalError::Embedding(_)
+            | RegionalError::Io(_) => RequestError::internal("internal error"),
         }
     }
 }

@@ -131,6 +131,11 @@ impl Flight {
         self.push(FlightItem::Landed(outcome));
     }
 
+    /// Whether anyone still reads the flight (every request that joined it and has not gone away).
+    pub fn has_subscribers(&self) -> bool {
+        self.length.receiver_count() > 0
+    }
+
     /// A reader of the log from its start.
     pub fn subscribe(self: &Arc<Self>) -> Subscription {
         Subscription { flight: Arc::clone(self), next: 0, length: self.length.subscribe() }
@@ -207,7 +212,9 @@ mod tests {
         assert!(Arc::ptr_eq(&flight, &same));
         assert!(matches!(flights.join("other"), Joined::Leader(_)));
 
+        assert!(!flight.has_subscribers(), "nobody reads it yet");
         let mut early = same.subscribe();
+        assert!(flight.has_subscribers());
         flight.delta("a");
         let reader = tokio::spawn(async move {
             let mut text = String::new();

@@ -25,6 +25,8 @@ pub struct RegionalMetrics {
     pub misses: Counter,
     /// Requests answered by an identical request's flight to the core.
     pub coalesced: Counter,
+    /// Generations this node stopped waiting for because every client of the flight had left.
+    pub flights_abandoned: Counter,
     /// Lookup calls to the core.
     pub core_lookups: Counter,
     /// Generation calls to the core.
@@ -55,6 +57,7 @@ impl Default for RegionalMetrics {
             latency_hit_semantic: Histogram::latency(),
             misses: Counter::default(),
             coalesced: Counter::default(),
+            flights_abandoned: Counter::default(),
             core_lookups: Counter::default(),
             core_completions: Counter::default(),
             core_errors: Counter::default(),
@@ -138,6 +141,12 @@ impl RegionalMetrics {
                 &r,
                 &self.coalesced,
             )
+            .counter(
+                "mesh_regional_flights_abandoned_total",
+                "Generations no longer followed here because every client of the flight had left.",
+                &r,
+                &self.flights_abandoned,
+            )
             .histogram(
                 "mesh_regional_request_seconds",
                 "Request latency by the tier that answered.",
@@ -183,6 +192,12 @@ impl RegionalMetrics {
                 &counted(cache.oversized),
             )
             .counter(
+                "mesh_regional_cache_admissions_total",
+                "Entries offered to the exact cache's main space, by outcome.",
+                &outcome("over_quota"),
+                &counted(cache.over_quota),
+            )
+            .counter(
                 "mesh_regional_cache_removals_total",
                 "Entries removed from the exact cache, by cause.",
                 &cause("evicted"),
@@ -219,6 +234,7 @@ mod tests {
             evicted: 3,
             expired: 1,
             oversized: 6,
+            over_quota: 7,
         };
         let text = RegionalMetrics::default().render("eu", cache);
         for line in [
@@ -226,6 +242,7 @@ mod tests {
             "mesh_regional_cache_admissions_total{region=\"eu\",outcome=\"admitted\"} 5",
             "mesh_regional_cache_admissions_total{region=\"eu\",outcome=\"rejected\"} 4",
             "mesh_regional_cache_admissions_total{region=\"eu\",outcome=\"oversized\"} 6",
+            "mesh_regional_cache_admissions_total{region=\"eu\",outcome=\"over_quota\"} 7",
             "mesh_regional_cache_removals_total{region=\"eu\",cause=\"evicted\"} 3",
             "mesh_regional_cache_removals_total{region=\"eu\",cause=\"expired\"} 1",
         ] {

@@ -36,6 +36,15 @@ pub struct SemanticLimits {
     pub per_partition: usize,
     /// Partitions (the least recently used go first).
     pub partitions: usize,
+    /// Share (0..=1] of the partitions one tenant may hold: a tenant at its share that opens another
+    /// drops its own least recently used one, never another tenant's.
+    pub tenant_share: f64,
+}
+
+impl SemanticLimits {
+    fn tenant_partitions(&self) -> usize {
+        ((self.partitions as f64 * self.tenant_share.clamp(0.0, 1.0)).ceil() as usize).max(1)
+    }
 }
 
 /// A semantic hit: the cached question's entry key and how similar it is.
@@ -67,6 +76,8 @@ struct Partition {
     order: VecDeque<u64>,
     next_label: u64,
     last_used: u64,
+    /// The tenant whose questions these are.
+    tenant: String,
 }
 
 /// Every partition of this node.
@@ -126,11 +137,12 @@ impl SemanticCache {
         })
     }
 
-    /// Indexes `query`'s question, answered by the entry `key` (by its small embedding too, when
-    /// given and the tier indexes them).
+    /// Indexes `query`'s question of `tenant`, answered by the entry `key` (by its small embedding too,
+    /// when given and the tier indexes them).
     pub fn insert(
         &self,
         query: &SemanticQuery<'_>,
+        tenant: &str,
         embedding: &[f32],
         small: Option<&[f32]>,
         key: &str,
@@ -148,13 +160,21 @@ impl SemanticCache {
         state.clock += 1;
         let clock = state.clock;
         if !state.partitions.contains_key(&query.partition) {
-            if state.partitions.len() >= self.limits.partitions {
-                let oldest = state.partitions.iter().min_by_key(|(_, p)| p.last_used).map(|(k, _)| k.clone());
-                if let Some(oldest) = oldest {
-                    state.partitions.remove(&oldest);
-                }
+            let own = state.partitions.values().filter(|p| p.tenant == tenant).count();
+            // A tenant at its share makes room among its own partitions; otherwise the least recently
+            // used of all goes.
+            let victim = if own >= self.limits.tenant_partitions() {
+                state.partitions.iter().filter(|(_, p)| p.tenant == tenant).min_by_key(|(_, p)| p.last_used)
+            } else if state.partitions.len() >= self.limits.partitions {
+                state.partitions.iter().min_by_key(|(_, p)| p.last_used)
+            } else {
+                None
+            };
+            if let Some(victim) = victim.map(|(k, _)| k.clone()) {
+                state.partitions.remove(&victim);
             }
-            state.partitions.insert(query.partition.clone(), Partition::new(self.small_dims)?);
+            let partition = Partition::new(self.small_dims, tenant)?;
+            state.partitions.insert(query.partition.clone(), partition);
         }
         let partition = state.partitions.get_mut(&query.partition).expect("inserted above");
         partition.last_used = clock;
@@ -174,7 +194,7 @@ impl SemanticCache {
 }
 
 impl Partition {
-    fn new(small_dims: Option<usize>) -> Result<Self, RegionalError> {
+    fn new(small_dims: Option<usize>, tenant: &str) -> Result<Self, RegionalError> {
         let index = cosine_index(EMBEDDING_DIM)?;
         let small_index = small_dims.map(cosine_index).transpose()?;
         Ok(Self {
@@ -184,6 +204,7 @@ impl Partition {
             order: VecDeque::new(),
             next_label: 0,
             last_used: 0,
+            tenant: tenant.to_owned(),
         })
     }
 
@@ -253,9 +274,10 @@ mod tests {
 
     #[test]
     fn a_close_paraphrase_hits_and_a_near_miss_or_another_partition_does_not() {
-        let cache = SemanticCache::new(SemanticLimits { per_partition: 8, partitions: 4 }, None);
+        let cache =
+            SemanticCache::new(SemanticLimits { per_partition: 8, partitions: 4, tenant_share: 1.0 }, None);
         let cached = query("p", "How can I purchase a car?");
-        cache.insert(&cached, &vector(0, 1.0), None, "v1:car").expect("insert");
+        cache.insert(&cached, "t", &vector(0, 1.0), None, "v1:car").expect("insert");
         let hit = cache
             .lookup(&query("p", "How can I buy a car?"), Space::Full, &vector(0, 0.99), 0.95)
             .expect("a hit");
@@ -283,9 +305,12 @@ mod tests {
             v[7] = (1.0 - lean * lean).sqrt();
             v
         };
-        let cache = SemanticCache::new(SemanticLimits { per_partition: 1, partitions: 4 }, Some(8));
+        let cache = SemanticCache::new(
+            SemanticLimits { per_partition: 1, partitions: 4, tenant_share: 1.0 },
+            Some(8),
+        );
         let cached = query("p", "How can I purchase a car?");
-        cache.insert(&cached, &vector(0, 1.0), Some(&small(0, 1.0)), "v1:car").expect("insert");
+        cache.insert(&cached, "t", &vector(0, 1.0), Some(&small(0, 1.0)), "v1:car").expect("insert");
         let asked = query("p", "How can I buy a car?");
         let hit =
             cache.lookup(&asked, Space::Small, &small(0, 0.98), 0.9).expect("a hit by the small embedding");
@@ -293,7 +318,7 @@ mod tests {
         assert_eq!(cache.lookup(&asked, Space::Small, &small(1, 1.0), 0.9), None, "not similar");
         // A wrong-length small embedding indexes the question in the full space only.
         cache
-            .insert(&query("p", "What is rust?"), &vector(1, 1.0), Some(&[1.0; 3]), "v1:rust")
+            .insert(&query("p", "What is rust?"), "t", &vector(1, 1.0), Some(&[1.0; 3]), "v1:rust")
             .expect("insert");
         assert_eq!(
             cache.lookup(&asked, Space::Small, &small(0, 0.98), 0.9),
@@ -301,17 +326,19 @@ mod tests {
             "evicted from both spaces"
         );
         assert!(cache.lookup(&query("p", "What is rust?"), Space::Full, &vector(1, 1.0), 0.9).is_some());
-        let no_small = SemanticCache::new(SemanticLimits { per_partition: 1, partitions: 4 }, None);
-        no_small.insert(&cached, &vector(0, 1.0), Some(&small(0, 1.0)), "v1:car").expect("insert");
+        let no_small =
+            SemanticCache::new(SemanticLimits { per_partition: 1, partitions: 4, tenant_share: 1.0 }, None);
+        no_small.insert(&cached, "t", &vector(0, 1.0), Some(&small(0, 1.0)), "v1:car").expect("insert");
         assert_eq!(no_small.lookup(&asked, Space::Small, &small(0, 1.0), 0.9), None);
     }
 
     #[test]
     fn partitions_and_questions_are_bounded() {
-        let cache = SemanticCache::new(SemanticLimits { per_partition: 2, partitions: 2 }, None);
+        let cache =
+            SemanticCache::new(SemanticLimits { per_partition: 2, partitions: 2, tenant_share: 1.0 }, None);
         for (i, partition) in ["a", "a", "a", "b", "c"].iter().enumerate() {
             cache
-                .insert(&query(partition, "What is rust?"), &vector(i, 1.0), None, &format!("k{i}"))
+                .insert(&query(partition, "What is rust?"), "t", &vector(i, 1.0), None, &format!("k{i}"))
                 .expect("insert");
         }
         // "a" kept its 2 newest, then was the least recently used when "c" came.
@@ -321,12 +348,32 @@ mod tests {
     }
 
     #[test]
+    fn a_tenant_opening_partitions_drops_its_own_not_anothers() {
+        let cache =
+            SemanticCache::new(SemanticLimits { per_partition: 4, partitions: 4, tenant_share: 0.5 }, None);
+        cache
+            .insert(&query("quiet", "What is rust?"), "quiet", &vector(0, 1.0), None, "k-quiet")
+            .expect("insert");
+        // One system prompt after another: a new partition each time, far more than its share.
+        for i in 1..20 {
+            let partition = format!("flood-{i}");
+            cache
+                .insert(&query(&partition, "What is rust?"), "flood", &vector(i, 1.0), None, "k")
+                .expect("insert");
+        }
+        let hit = cache.lookup(&query("quiet", "What is rust?"), Space::Full, &vector(0, 1.0), 0.9);
+        assert_eq!(hit.map(|h| h.key).as_deref(), Some("k-quiet"), "the quiet tenant's partition stays");
+        assert_eq!(cache.len(), 3, "the flood holds its share, 2 of 4 partitions");
+    }
+
+    #[test]
     fn bad_embeddings_are_refused() {
-        let cache = SemanticCache::new(SemanticLimits { per_partition: 2, partitions: 2 }, None);
+        let cache =
+            SemanticCache::new(SemanticLimits { per_partition: 2, partitions: 2, tenant_share: 1.0 }, None);
         let mut nan = vector(0, 1.0);
         nan[3] = f32::NAN;
-        assert!(cache.insert(&query("a", "q"), &nan, None, "k").is_err());
-        assert!(cache.insert(&query("a", "q"), &[1.0; 3], None, "k").is_err());
+        assert!(cache.insert(&query("a", "q"), "t", &nan, None, "k").is_err());
+        assert!(cache.insert(&query("a", "q"), "t", &[1.0; 3], None, "k").is_err());
         assert!(cache.is_empty());
     }
 }

@@ -150,8 +150,8 @@ impl SemanticTier {
     }
 
     /// Indexes `question` as answered by the entry `key`.
-    pub fn insert(&self, question: &EmbeddedQuestion, key: &str) -> Result<(), RegionalError> {
-        self.cache.insert(&question.query(), &question.embedding, question.small.as_deref(), key)
+    pub fn insert(&self, question: &EmbeddedQuestion, tenant: &str, key: &str) -> Result<(), RegionalError> {
+        self.cache.insert(&question.query(), tenant, &question.embedding, question.small.as_deref(), key)
     }
 
     /// Questions indexed.

@@ -108,6 +108,7 @@ pub fn path_parts(settings: &Settings) -> Result<PathParts, RegionalError> {
         budget: config.admission_budget,
         queue: config.admission_queue,
         max_wait: std::time::Duration::from_millis(config.admission_wait_ms),
+        tenant_share: config.admission_tenant_share,
     });
     let semantic = match &config.semantic_model_dir {
         Some(dir) => {
@@ -116,6 +117,7 @@ pub fn path_parts(settings: &Settings) -> Result<PathParts, RegionalError> {
             })?;
             let limits = SemanticLimits {
                 per_partition: config.semantic_per_partition,
+                tenant_share: config.tenant_cache_share,
                 partitions: config.semantic_partitions,
             };
             tracing::info!(dir = %dir.display(), "semantic tier on");
@@ -127,7 +129,9 @@ pub fn path_parts(settings: &Settings) -> Result<PathParts, RegionalError> {
         }
         None => None,
     };
-    let cache = ExactCache::new(config.cache_bytes).with_stale_grace(config.stale_grace_s);
+    let cache = ExactCache::new(config.cache_bytes)
+        .with_stale_grace(config.stale_grace_s)
+        .with_tenant_share(config.tenant_cache_share);
     let exact_store = match &config.data_dir {
         Some(dir) => {
             // The directory keeps the name it had before the exact store was named for what it holds.
@@ -182,6 +186,8 @@ fn replication_settings(settings: &Settings) -> Result<ReplicationSettings, Regi
         min_lookups: config.replicate_min_lookups,
         anti_entropy_interval: std::time::Duration::from_millis(config.anti_entropy_interval_ms),
         secret: settings.identity.clone(),
+        // A tenant's replicated answers are bounded as its share of the exact cache is.
+        tenant_bytes: (config.cache_bytes as f64 * config.tenant_cache_share) as usize,
     })
 }
 
@@ -232,7 +238,8 @@ pub async fn run(
         let limits = state.settings().config.http_limits();
         tasks.push(tokio::spawn(async move {
             let forever = std::future::pending::<()>();
-            if let Err(error) = proto::http_serving::serve(peer_listener, routes, limits, tls, forever).await {
+            if let Err(error) = proto::http_serving::serve(peer_listener, routes, limits, tls, forever).await
+            {
                 tracing::error!(%error, "replication server stopped");
             }
         }));

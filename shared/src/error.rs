@@ -54,6 +54,11 @@ impl RequestError {
         Self::new(401, "invalid_request_error", Some("invalid_api_key"), message)
     }
 
+    /// 408: the request did not arrive in time.
+    pub fn request_timeout(message: impl Into<String>) -> Self {
+        Self::new(408, "invalid_request_error", Some("request_timeout"), message)
+    }
+
     /// 403: the caller is known but may not make this call.
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(403, "permission_error", Some("forbidden"), message)

@@ -112,7 +112,10 @@ impl NodeCert {
 /// The certificates of a mesh: the CA and one per node, written to `dir`; `nodes` pairs each node's
 /// name with its role. Returns the CA and each node's files, in the order given.
 #[allow(clippy::type_complexity)]
-pub fn write_mesh_certs(dir: &Path, nodes: &[(String, Role)]) -> anyhow::Result<(DevCa, Vec<(String, TlsFiles)>)> {
+pub fn write_mesh_certs(
+    dir: &Path,
+    nodes: &[(String, Role)],
+) -> anyhow::Result<(DevCa, Vec<(String, TlsFiles)>)> {
     let ca = DevCa::new("llm-cache-mesh development CA")?;
     ca.write(dir)?;
     let files = nodes
@@ -128,7 +131,11 @@ pub fn write_mesh_certs(dir: &Path, nodes: &[(String, Role)]) -> anyhow::Result<
 
 /// The environment variables that give a daemon these files.
 pub fn env(files: &TlsFiles) -> [(&'static str, PathBuf); 3] {
-    [("MESH_TLS_CA", files.ca.clone()), ("MESH_TLS_CERT", files.cert.clone()), ("MESH_TLS_KEY", files.key.clone())]
+    [
+        ("MESH_TLS_CA", files.ca.clone()),
+        ("MESH_TLS_CERT", files.cert.clone()),
+        ("MESH_TLS_KEY", files.key.clone()),
+    ]
 }
 
 fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {

@@ -664,7 +664,8 @@ impl Drop for Mesh {
 #[allow(clippy::type_complexity)]
 fn mesh_certs(
     spec: &MeshSpec,
-) -> anyhow::Result<(Option<crate::certs::DevCa>, std::collections::HashMap<String, proto::identity::TlsFiles>)> {
+) -> anyhow::Result<(Option<crate::certs::DevCa>, std::collections::HashMap<String, proto::identity::TlsFiles>)>
+{
     use proto::Role;
     let mut nodes = vec![("inference-pod".to_owned(), Role::Pod), ("edge".to_owned(), Role::Edge)];
     nodes.push(("admin".to_owned(), Role::Admin));

@@ -20,3 +20,4 @@ mod regional_06_hotset;
 mod regional_07_model_bump;
 mod security_01_mtls;
 mod tenants_01_isolation;
+mod tenants_02_abuse;

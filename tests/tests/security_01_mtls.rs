@@ -53,7 +53,11 @@ impl Outcome {
         match self {
             Outcome::Grpc(code) => !matches!(
                 code,
-                Code::PermissionDenied | Code::Unauthenticated | Code::Unavailable | Code::Unknown | Code::Cancelled
+                Code::PermissionDenied
+                    | Code::Unauthenticated
+                    | Code::Unavailable
+                    | Code::Unknown
+                    | Code::Cancelled
             ),
             Outcome::Http(status) => !matches!(status, 401 | 403),
             Outcome::Refused(_) => false,
@@ -67,7 +71,8 @@ fn request(question: &str) -> serde_json::Value {
 }
 
 async fn channel(url: &str, server: Role, ca: &str, cert: Option<&NodeCert>) -> Result<Channel, String> {
-    let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)).domain_name(server.dns_name());
+    let mut tls =
+        ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)).domain_name(server.dns_name());
     if let Some(cert) = cert {
         tls = tls.identity(Identity::from_pem(&cert.cert_pem, &cert.key_pem));
     }
@@ -110,9 +115,15 @@ async fn call(mesh: &Mesh, row: &Row, ca: &str, cert: Option<&NodeCert>) -> Outc
     };
     match row.name {
         "Raft.Vote" => code(RaftClient::new(channel).vote(proto::raft::RaftPayload::default()).await),
-        "CoreCache.Models" => code(CoreCacheClient::new(channel).models(proto::cache::ModelsRequest::default()).await),
-        "CoreStore.Read" => code(CoreStoreClient::new(channel).read(proto::core::ReadRequest::default()).await),
-        "CoreAdmin.Status" => code(CoreAdminClient::new(channel).status(proto::core::StatusRequest::default()).await),
+        "CoreCache.Models" => {
+            code(CoreCacheClient::new(channel).models(proto::cache::ModelsRequest::default()).await)
+        }
+        "CoreStore.Read" => {
+            code(CoreStoreClient::new(channel).read(proto::core::ReadRequest::default()).await)
+        }
+        "CoreAdmin.Status" => {
+            code(CoreAdminClient::new(channel).status(proto::core::StatusRequest::default()).await)
+        }
         "InferencePod.Health" => {
             code(InferencePodClient::new(channel).health(proto::inference::HealthRequest::default()).await)
         }
@@ -127,7 +138,10 @@ async fn call(mesh: &Mesh, row: &Row, ca: &str, cert: Option<&NodeCert>) -> Outc
 
 fn node_cert(mesh: &Mesh, name: &str) -> anyhow::Result<NodeCert> {
     let files = mesh.tls_files(name).ok_or_else(|| anyhow::anyhow!("no certificate for {name}"))?;
-    Ok(NodeCert { cert_pem: std::fs::read_to_string(&files.cert)?, key_pem: std::fs::read_to_string(&files.key)? })
+    Ok(NodeCert {
+        cert_pem: std::fs::read_to_string(&files.cert)?,
+        key_pem: std::fs::read_to_string(&files.key)?,
+    })
 }
 
 #[test]
@@ -155,7 +169,11 @@ fn every_hop_is_mutual_tls_and_each_role_reaches_only_its_rows() -> anyhow::Resu
     let expired = ca.issue("old-admin", Role::Admin, Validity::Expired)?;
     let mut callers = vec![
         Caller { name: "edge", role: Some(Role::Edge), cert: Some(node_cert(&mesh, "edge")?) },
-        Caller { name: "regional-2", role: Some(Role::Regional), cert: Some(node_cert(&mesh, "regional-2")?) },
+        Caller {
+            name: "regional-2",
+            role: Some(Role::Regional),
+            cert: Some(node_cert(&mesh, "regional-2")?),
+        },
         Caller { name: "core-2", role: Some(Role::Core), cert: Some(node_cert(&mesh, "core-2")?) },
         Caller { name: "pod", role: Some(Role::Pod), cert: Some(node_cert(&mesh, "inference-pod")?) },
         Caller { name: "admin", role: Some(Role::Admin), cert: Some(node_cert(&mesh, "admin")?) },
@@ -172,7 +190,10 @@ fn every_hop_is_mutual_tls_and_each_role_reaches_only_its_rows() -> anyhow::Resu
             let outcome = runtime.block_on(call(&mesh, row, ca.pem(), caller.cert.as_ref()));
             let should = caller.role.is_some_and(|role| row.allowed.contains(&role));
             if outcome.admitted() != should {
-                wrong.push(format!("{} as {}: {outcome:?} (should be admitted: {should})", row.name, caller.name));
+                wrong.push(format!(
+                    "{} as {}: {outcome:?} (should be admitted: {should})",
+                    row.name, caller.name
+                ));
             }
             if should {
                 admitted += 1;
@@ -185,7 +206,9 @@ fn every_hop_is_mutual_tls_and_each_role_reaches_only_its_rows() -> anyhow::Resu
     assert!(wrong.is_empty(), "the authorization table was not held:\n{}", wrong.join("\n"));
 
     // Operators' probes stay open to any TLS client of the CA.
-    let health = mesh_harness::client::agent(Duration::from_secs(5)).get(format!("{}/healthz", mesh.core_url(0))).call()?;
+    let health = mesh_harness::client::agent(Duration::from_secs(5))
+        .get(format!("{}/healthz", mesh.core_url(0)))
+        .call()?;
     assert_eq!(health.status().as_u16(), 200);
     drop(mesh);
     let _ = std::fs::remove_dir_all(&dir);

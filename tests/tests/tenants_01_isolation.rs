@@ -11,6 +11,17 @@ fn request(question: &str) -> serde_json::Value {
            "messages": [{"role": "user", "content": question}]})
 }
 
+/// The pod's count of prompt tokens served from its prefix cache.
+fn cached_prompt_tokens(mesh: &Mesh) -> anyhow::Result<f64> {
+    let agent = mesh_harness::client::agent(std::time::Duration::from_secs(5));
+    let text = agent.get(format!("{}/metrics", mesh.pod_url())).call()?.into_body().read_to_string()?;
+    text.lines()
+        .filter(|line| line.contains("cached_prompt_tokens_total") && !line.starts_with('#'))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .reduce(|a, b| a + b)
+        .ok_or_else(|| anyhow::anyhow!("no cached prompt tokens metric"))
+}
+
 fn x_cache(reply: &Reply) -> &str {
     reply.header("x-cache").unwrap_or_default()
 }
@@ -63,6 +74,22 @@ fn tenants_share_nothing_and_cannot_probe_each_other() -> anyhow::Result<()> {
     let still = dev.chat(&question)?;
     assert_eq!(x_cache(&still), "HIT-REGIONAL", "another tenant dropped dev's answer: {:?}", still.headers);
     assert_eq!(still.content(), first.content());
+
+    // The pod's prefix cache is salted by tenant: a long prompt dev sent saves acme no prefill.
+    let long = format!("{} Which of these words is longest?", "alpha beta gamma delta epsilon ".repeat(60));
+    assert_eq!(dev.chat(&request(&long))?.status, 200);
+    let before = cached_prompt_tokens(&mesh)?;
+    let theirs = acme.chat(&request(&long))?;
+    assert_eq!((theirs.status, x_cache(&theirs)), (200, "MISS"));
+    let reused = cached_prompt_tokens(&mesh)? - before;
+    println!("prefix cache: {reused} of acme's prompt tokens came from the cache");
+    assert!(reused < 64.0, "acme reused {reused} prompt tokens of dev's prefix");
+    // The control: dev's own next prompt with the same long start does reuse it.
+    let before = cached_prompt_tokens(&mesh)?;
+    let own = format!("{} Which of these words is shortest?", "alpha beta gamma delta epsilon ".repeat(60));
+    assert_eq!(dev.chat(&request(&own))?.status, 200);
+    let own_reused = cached_prompt_tokens(&mesh)? - before;
+    assert!(own_reused >= 128.0, "the same tenant's prefix is reused ({own_reused} tokens)");
 
     // Invalidations are writes at the core: a tenant past its burst waits, the others do not.
     let nobody_key = format!("v1:{}", "1".repeat(64));

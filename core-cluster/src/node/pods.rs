@@ -281,7 +281,11 @@ mod tests {
 
     fn pool() -> PodPool {
         let urls = ["http://127.0.0.1:1".to_owned(), "http://127.0.0.1:2".to_owned()];
-        PodPool::new(&urls, TierIdentity::insecure_secret("a-development-secret-of-32-bytes!").expect("secret")).expect("pool")
+        PodPool::new(
+            &urls,
+            TierIdentity::insecure_secret("a-development-secret-of-32-bytes!").expect("secret"),
+        )
+        .expect("pool")
     }
 
     fn report(pod: &Pod, model: &str, queue_depth: u32, running: u32, free_blocks: u32) {

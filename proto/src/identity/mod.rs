@@ -195,7 +195,10 @@ impl TierIdentity {
     }
 
     /// The TLS acceptor of a listener, when TLS is on.
-    pub fn acceptor(&self, client_auth: ClientAuth) -> Result<Option<tokio_rustls::TlsAcceptor>, IdentityError> {
+    pub fn acceptor(
+        &self,
+        client_auth: ClientAuth,
+    ) -> Result<Option<tokio_rustls::TlsAcceptor>, IdentityError> {
         match &self.tls {
             Some(tls) => Ok(Some(tokio_rustls::TlsAcceptor::from(tls.server_config(client_auth)?))),
             None => Ok(None),
@@ -255,9 +258,9 @@ impl TierIdentity {
     /// `permission_denied` for a role not allowed.
     pub fn check<T>(&self, request: &Request<T>, allowed: &[Role]) -> Result<Caller, Status> {
         let presented = request.metadata().get(crate::TIER_SECRET_METADATA).map(|v| v.as_bytes());
-        let caller = self
-            .caller(request.extensions().get::<PeerRole>(), presented)
-            .ok_or_else(|| Status::unauthenticated("no tier identity: a client certificate of the mesh CA is needed"))?;
+        let caller = self.caller(request.extensions().get::<PeerRole>(), presented).ok_or_else(|| {
+            Status::unauthenticated("no tier identity: a client certificate of the mesh CA is needed")
+        })?;
         if caller.may(allowed) {
             Ok(caller)
         } else {
@@ -319,6 +322,9 @@ mod tests {
     fn urls_must_match_the_mode() {
         let identity = TierIdentity::insecure_secret(SECRET).expect("secret");
         assert!(identity.endpoint("http://127.0.0.1:1", Role::Core).is_ok());
-        assert!(matches!(identity.endpoint("https://127.0.0.1:1", Role::Core), Err(IdentityError::Url { .. })));
+        assert!(matches!(
+            identity.endpoint("https://127.0.0.1:1", Role::Core),
+            Err(IdentityError::Url { .. })
+        ));
     }
 }

@@ -97,7 +97,8 @@ impl TlsMaterial {
     /// offered by ALPN.
     pub fn server_config(&self, client_auth: ClientAuth) -> Result<Arc<ServerConfig>, IdentityError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::clone(&self.roots), Arc::clone(&provider));
+        let verifier =
+            WebPkiClientVerifier::builder_with_provider(Arc::clone(&self.roots), Arc::clone(&provider));
         let verifier = match client_auth {
             ClientAuth::Required => verifier,
             ClientAuth::Optional => verifier.allow_unauthenticated(),
@@ -174,7 +175,10 @@ mod tests {
         std::fs::write(&key, "not even a key").expect("write");
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
         let files = TlsFiles { ca: dir.join("ca.pem"), cert: dir.join("node.pem"), key: key.clone() };
-        assert!(matches!(TlsMaterial::load(&files), Err(IdentityError::KeyReadableByOthers { mode: 0o644, .. })));
+        assert!(matches!(
+            TlsMaterial::load(&files),
+            Err(IdentityError::KeyReadableByOthers { mode: 0o644, .. })
+        ));
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
         // Private now: the next complaint is the missing CA file.
         assert!(matches!(TlsMaterial::load(&files), Err(IdentityError::Unreadable { .. })));

@@ -90,6 +90,8 @@ pub struct CacheStats {
     pub expired: u64,
     /// Entries refused because they are larger than a shard.
     pub oversized: u64,
+    /// Entries refused because their tenant was over its quota of a full shard.
+    pub over_quota: u64,
 }
 
 impl CacheStats {
@@ -102,6 +104,7 @@ impl CacheStats {
             evicted: self.evicted + other.evicted,
             expired: self.expired + other.expired,
             oversized: self.oversized + other.oversized,
+            over_quota: self.over_quota + other.over_quota,
         }
     }
 }
@@ -124,6 +127,14 @@ impl ExactCache {
             shards: (0..shards).map(|_| Mutex::new(Shard::new(share))).collect(),
             stale_grace_ms: 0,
         }
+    }
+
+    /// The same cache, where no tenant displaces others' entries past `share` (0..=1) of the bytes.
+    pub fn with_tenant_share(self, share: f64) -> Self {
+        for shard in self.shards.iter() {
+            shard.lock().unwrap_or_else(PoisonError::into_inner).set_tenant_share(share);
+        }
+        self
     }
 
     /// The same cache, keeping entries `grace_s` past their TTL for [`ExactCache::get_stale`] (they are

@@ -8,6 +8,12 @@
 //! the one the sketch has seen more often stays, and a tie keeps the victim. A candidate that beats a victim
 //! but is still too large duels the next one. Every step is O(1); evictions are paid for by the inserts
 //! that caused them.
+//!
+//! Tenants share the bytes, but none can push the others out past its quota (a share of the shard's
+//! bytes): once the shard is full, a candidate of a tenant over its quota may only take the place of
+//! its own tenant's entries, and a victim whose tenant is over its quota is evicted without a duel. Below
+//! that (a shard with room, or a tenant within its quota) nothing changes, so one tenant alone still uses
+//! every byte.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -75,6 +81,10 @@ pub(super) struct Shard {
     sketch: FrequencySketch,
     /// Counters only (entries and bytes are computed when asked).
     counts: CacheStats,
+    /// Bytes each tenant holds here.
+    tenant_bytes: HashMap<String, usize>,
+    /// Bytes past which a tenant may not displace others' entries.
+    tenant_quota: usize,
 }
 
 impl Shard {
@@ -91,6 +101,29 @@ impl Shard {
             segments: Default::default(),
             sketch: FrequencySketch::with_capacity(capacity / TYPICAL_ENTRY_BYTES),
             counts: CacheStats::default(),
+            tenant_bytes: HashMap::new(),
+            tenant_quota: capacity,
+        }
+    }
+
+    /// Sets each tenant's quota to `share` (0..=1) of the shard's bytes.
+    pub(super) fn set_tenant_share(&mut self, share: f64) {
+        self.tenant_quota = ((self.capacity as f64 * share.clamp(0.0, 1.0)) as usize).max(1);
+    }
+
+    /// Whether `tenant` holds more than its quota.
+    fn over_quota(&self, tenant: &str) -> bool {
+        self.tenant_bytes.get(tenant).is_some_and(|bytes| *bytes > self.tenant_quota)
+    }
+
+    fn count_tenant(&mut self, tenant: &str, added: usize, removed: usize) {
+        if let Some(bytes) = self.tenant_bytes.get_mut(tenant) {
+            *bytes = (*bytes + added).saturating_sub(removed);
+            if *bytes == 0 {
+                self.tenant_bytes.remove(tenant);
+            }
+        } else if added > removed {
+            self.tenant_bytes.insert(tenant.to_owned(), added - removed);
         }
     }
 
@@ -131,6 +164,7 @@ impl Shard {
             self.replace(index, entry, size);
         } else {
             let key = entry.key.clone();
+            self.count_tenant(&entry.tenant, size, 0);
             let index = self.nodes.alloc(Node { entry: Arc::new(entry), size, hash, region: Region::Window });
             self.attach(index, Region::Window);
             self.index.insert(key, index);
@@ -219,8 +253,11 @@ impl Shard {
     fn replace(&mut self, index: usize, entry: CachedCompletion, size: usize) {
         let Some(node) = self.nodes.get_mut(index) else { return };
         let old = std::mem::replace(&mut node.size, size);
-        node.entry = Arc::new(entry);
+        let old_tenant = std::mem::replace(&mut node.entry, Arc::new(entry)).tenant.clone();
+        let new_tenant = node.entry.tenant.clone();
         let region = node.region;
+        self.count_tenant(&old_tenant, 0, old);
+        self.count_tenant(&new_tenant, size, 0);
         let segment = &mut self.segments[region as usize];
         segment.bytes = segment.bytes - old + size;
         if region == Region::Protected {
@@ -237,7 +274,8 @@ impl Shard {
                 break;
             };
             self.detach(candidate);
-            if self.make_room(size, self.sketch.frequency(hash)) {
+            let tenant = self.nodes.get(candidate).map(|node| node.entry.tenant.clone()).unwrap_or_default();
+            if self.make_room(size, self.sketch.frequency(hash), &tenant) {
                 self.attach(candidate, Region::Probation);
                 self.counts.admitted += 1;
             } else {
@@ -258,9 +296,12 @@ impl Shard {
     }
 
     /// Evicts main-space victims, least recently used first (probation before protected), while `size` more
-    /// bytes would not fit and the candidate, seen `frequency` times, was seen more often than the victim.
-    /// False when the candidate lost a duel or there is no victim left.
-    fn make_room(&mut self, size: usize, frequency: u8) -> bool {
+    /// bytes would not fit and the candidate of `tenant`, seen `frequency` times, was seen more often than
+    /// the victim. A victim whose tenant is over its quota goes without a duel; a candidate whose tenant is
+    /// over its quota displaces no other tenant's entry. False when the candidate lost or there is no
+    /// victim left.
+    fn make_room(&mut self, size: usize, frequency: u8, tenant: &str) -> bool {
+        let candidate_over = self.over_quota(tenant);
         while self.bytes() + size > self.capacity {
             let Some(victim) = [Region::Probation, Region::Protected]
                 .into_iter()
@@ -268,8 +309,18 @@ impl Shard {
             else {
                 return false;
             };
-            let Some(victim_hash) = self.nodes.get(victim).map(|node| node.hash) else { return false };
-            if frequency <= self.sketch.frequency(victim_hash) {
+            let Some((victim_hash, victim_tenant)) =
+                self.nodes.get(victim).map(|node| (node.hash, node.entry.tenant.clone()))
+            else {
+                return false;
+            };
+            let same_tenant = victim_tenant == tenant;
+            if candidate_over && !same_tenant {
+                self.counts.over_quota += 1;
+                return false;
+            }
+            let victim_over = !same_tenant && self.over_quota(&victim_tenant);
+            if !victim_over && frequency <= self.sketch.frequency(victim_hash) {
                 return false;
             }
             self.remove(victim);
@@ -288,6 +339,7 @@ impl Shard {
     fn drop_node(&mut self, index: usize) {
         if let Some(node) = self.nodes.free(index) {
             self.index.remove(node.entry.key.as_str());
+            self.count_tenant(&node.entry.tenant, 0, node.size);
         }
     }
 }

@@ -24,7 +24,9 @@ pub async fn changes(
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
-    if let Err(error) = require_edge(&headers, peer.as_ref().map(|Extension(p)| p), &state.settings().identity) {
+    if let Err(error) =
+        require_edge(&headers, peer.as_ref().map(|Extension(p)| p), &state.settings().identity)
+    {
         return crate::error::error_response(&error);
     }
     let since = match params.get("since").map(String::as_str) {

@@ -41,13 +41,14 @@ pub async fn chat_completions(
     let started = Instant::now();
     let metrics = state.path().metrics();
     metrics.requests.inc();
-    let admitted = match admit(&state, peer.as_ref().map(|axum::Extension(p)| p), &headers, body, started).await {
-        Ok(admitted) => admitted,
-        Err(error) => {
-            metrics.rejected.inc();
-            return error_response(&error);
-        }
-    };
+    let admitted =
+        match admit(&state, peer.as_ref().map(|axum::Extension(p)| p), &headers, body, started).await {
+            Ok(admitted) => admitted,
+            Err(error) => {
+                metrics.rejected.inc();
+                return error_response(&error);
+            }
+        };
     let span = tracing::debug_span!(
         "chat",
         tenant = %admitted.tenant,
@@ -89,9 +90,7 @@ async fn admit(
 ) -> Result<Admitted, RequestError> {
     let settings = state.settings();
     let tenant = resolve_tenant(headers, peer, &settings.tenants, &settings.identity)?;
-    let bytes = axum::body::to_bytes(body, MAX_REQUEST_BYTES)
-        .await
-        .map_err(|_| RequestError::too_large(MAX_REQUEST_BYTES))?;
+    let bytes = super::body::read_body(body, MAX_REQUEST_BYTES, settings.config.http_body_timeout()).await?;
     let parsed = parse_chat_request(&bytes, MAX_REQUEST_BYTES)?;
     let request = normalize(&parsed, &state.path().models().current(), state.limits())?;
     let cache_control: Vec<&str> =

@@ -31,7 +31,9 @@ pub async fn hotset(
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
-    if let Err(error) = require_edge(&headers, peer.as_ref().map(|Extension(p)| p), &state.settings().identity) {
+    if let Err(error) =
+        require_edge(&headers, peer.as_ref().map(|Extension(p)| p), &state.settings().identity)
+    {
         return crate::error::error_response(&error);
     }
     match read(&state, &params).await {
@@ -98,11 +100,15 @@ pub async fn edge_hits(
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Response {
-    if let Err(error) = require_edge(&headers, peer.as_ref().map(|Extension(p)| p), &state.settings().identity) {
+    if let Err(error) =
+        require_edge(&headers, peer.as_ref().map(|Extension(p)| p), &state.settings().identity)
+    {
         return crate::error::error_response(&error);
     }
-    let Ok(bytes) = axum::body::to_bytes(body, MAX_HITS_BYTES).await else {
-        return crate::error::error_response(&RequestError::too_large(MAX_HITS_BYTES));
+    let deadline = state.settings().config.http_body_timeout();
+    let bytes = match super::body::read_body(body, MAX_HITS_BYTES, deadline).await {
+        Ok(bytes) => bytes,
+        Err(error) => return crate::error::error_response(&error),
     };
     let report: shared::hotset::EdgeHits = match serde_json::from_slice(&bytes) {
         Ok(report) => report,

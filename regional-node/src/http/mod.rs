@@ -1,5 +1,6 @@
 //! HTTP routes of the regional daemon.
 
+mod body;
 mod changes;
 mod chat;
 mod hotset;

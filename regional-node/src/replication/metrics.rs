@@ -13,6 +13,8 @@ pub struct ReplicationMetrics {
     pub records_merged: Counter,
     /// Records from peers that changed nothing (already held, or stale).
     pub records_ignored: Counter,
+    /// New keys neither replicated nor accepted because their tenant was past its byte budget.
+    pub over_budget: Counter,
     /// Encoded bytes of every replication message sent (batches, requests).
     pub bytes_sent: Counter,
     /// Encoded bytes of every replication message received (replies, fetched records).
@@ -48,6 +50,12 @@ impl ReplicationMetrics {
             "Records from peers already held or stale.",
             &r,
             &self.records_ignored,
+        )
+        .counter(
+            "mesh_regional_replication_over_budget_total",
+            "New keys not replicated or accepted: their tenant was past its byte budget.",
+            &r,
+            &self.over_budget,
         )
         .counter(
             "mesh_regional_replication_bytes_sent_total",

@@ -81,6 +81,9 @@ pub struct ReplicationSettings {
     pub anti_entropy_interval: Duration,
     /// This node's identity, presented to peers and required of them.
     pub secret: proto::TierIdentity,
+    /// Bytes of live answers one tenant may have replicated here: past them its new keys are neither
+    /// replicated from here nor accepted from peers (keys it has keep being updated).
+    pub tenant_bytes: usize,
 }
 
 /// What a peer link reports for the status route.
@@ -155,8 +158,13 @@ impl Replication {
     pub fn offer(&self, entry: &CachedCompletion, hot: Option<bool>, now_ms: i64) -> bool {
         // Decided and written under the store's lock, so a tombstone merged from a peer meanwhile is
         // either seen here (and the answer refused) or merged after this write (and it wins).
+        let over_budget = self.over_budget(&entry.tenant, entry.size_bytes());
         let (admitted, wanted) = self.store.write_local_if(&entry.key, now_ms, |record| {
             let (admitted, wanted) = match record {
+                None if over_budget => {
+                    self.metrics.over_budget.inc();
+                    (true, false)
+                }
                 None => (true, hot.unwrap_or_else(|| self.hot.is_hot(&entry.key))),
                 Some(r) if invalidated_after(r, entry) => (false, false),
                 Some(r) => (true, r.is_tombstone() || !r.holds_answer(entry)),
@@ -183,6 +191,11 @@ impl Replication {
             self.metrics.records_ignored.inc();
             return true;
         }
+        let new_key = self.store.get(&key).is_none();
+        if new_key && live_answer(&record).is_some_and(|a| self.over_budget(&a.tenant, a.size_bytes())) {
+            self.metrics.over_budget.inc();
+            return true;
+        }
         match self.store.merge(&key, &record) {
             Some(merged) => {
                 self.metrics.records_merged.inc();
@@ -191,6 +204,11 @@ impl Replication {
             None => self.metrics.records_ignored.inc(),
         }
         true
+    }
+
+    /// Whether `size` more bytes of `tenant` would take it past its budget.
+    fn over_budget(&self, tenant: &str, size: usize) -> bool {
+        self.store.tenant_bytes(tenant).saturating_add(size) > self.settings.tenant_bytes
     }
 
     /// Every peer's link state.
@@ -252,12 +270,18 @@ mod offer_tests {
     use super::*;
 
     fn replication() -> Arc<Replication> {
+        with_budget(usize::MAX)
+    }
+
+    fn with_budget(tenant_bytes: usize) -> Arc<Replication> {
         let settings = ReplicationSettings {
             node_id: "here".into(),
             peers: vec![],
             min_lookups: 1,
             anti_entropy_interval: Duration::from_secs(5),
-            secret: proto::TierIdentity::insecure_secret("a-development-secret-of-32-bytes!").expect("credential"),
+            secret: proto::TierIdentity::insecure_secret("a-development-secret-of-32-bytes!")
+                .expect("credential"),
+            tenant_bytes,
         };
         Arc::new(Replication::new(settings, None).expect("replication"))
     }
@@ -305,5 +329,31 @@ mod offer_tests {
         let record = replication.store().get("k").expect("a record");
         assert!(matches!(record.resolve(), Some(Resolved::Invalidated)), "the answer was resurrected");
         assert!(!replication.offer(&entry("k", 1_000), Some(true), 1_600), "an older answer is refused");
+    }
+
+    #[test]
+    fn a_tenant_past_its_budget_replicates_no_new_keys_and_others_still_do() {
+        struct Admit;
+        impl Applier for Admit {
+            fn apply(&self, _: &str, _: &Record) {}
+        }
+        let of = |tenant: &str, key: &str| CachedCompletion { tenant: tenant.into(), ..entry(key, 1_000) };
+        let size = of("flood", "k0").size_bytes();
+        let replication = with_budget(3 * size);
+        for i in 0..5 {
+            replication.offer(&of("flood", &format!("k{i}")), Some(true), 2_000);
+        }
+        assert_eq!(replication.store().tenant_bytes("flood"), 3 * size, "three fit, two did not");
+        assert_eq!(replication.metrics.over_budget.get(), 2);
+        // The same from a peer: a new key of the flooding tenant is not taken, another tenant's is.
+        let mut peer = Record::default();
+        peer.write_at("peer", 1, Value::Live(of("flood", "from-peer")));
+        assert!(replication.merge_remote(wire::to_wire("from-peer", &peer), &Admit));
+        assert!(replication.store().get("from-peer").is_none());
+        let mut quiet = Record::default();
+        quiet.write_at("peer", 1, Value::Live(of("quiet", "quiet-key")));
+        assert!(replication.merge_remote(wire::to_wire("quiet-key", &quiet), &Admit));
+        assert!(replication.store().get("quiet-key").is_some());
+        assert_eq!(replication.store().tenant_bytes("quiet"), of("quiet", "quiet-key").size_bytes());
     }
 }

@@ -133,13 +133,15 @@ mod tests {
     }
 
     fn service(node_id: &str) -> (ReplicationService, TierIdentity) {
-        let credential = TierIdentity::insecure_secret("a-development-secret-of-32-bytes!").expect("credential");
+        let credential =
+            TierIdentity::insecure_secret("a-development-secret-of-32-bytes!").expect("credential");
         let settings = ReplicationSettings {
             node_id: node_id.into(),
             peers: vec![],
             min_lookups: 2,
             anti_entropy_interval: Duration::from_secs(5),
             secret: credential.clone(),
+            tenant_bytes: usize::MAX,
         };
         let replication = Arc::new(Replication::new(settings, None).expect("replication"));
         (ReplicationService::new(replication, Arc::new(Ignore)), credential)

@@ -76,6 +76,27 @@ struct Inner {
     removals: BTreeMap<u64, String>,
     /// Changes up to this number are no longer all known (removals were forgotten).
     forgotten_through: u64,
+    /// Bytes of live answers each tenant has here.
+    tenant_bytes: HashMap<String, usize>,
+}
+
+/// The tenant and size of the answer a record reads as, if it reads as one.
+fn live_size(record: &Record) -> Option<(&str, usize)> {
+    match record.resolve() {
+        Some(Resolved::Live(entry)) => Some((entry.tenant.as_str(), entry.size_bytes())),
+        _ => None,
+    }
+}
+
+impl Inner {
+    fn count(&mut self, record: &Record, sign: i8) {
+        let Some((tenant, size)) = live_size(record) else { return };
+        let bytes = self.tenant_bytes.entry(tenant.to_owned()).or_default();
+        *bytes = if sign > 0 { *bytes + size } else { bytes.saturating_sub(size) };
+        if *bytes == 0 {
+            self.tenant_bytes.remove(tenant);
+        }
+    }
 }
 
 struct Stored {
@@ -153,6 +174,11 @@ impl ReplicaStore {
     /// This node's id: its actor in every clock.
     pub fn node_id(&self) -> &str {
         &self.node_id
+    }
+
+    /// Bytes of live answers `tenant` has here.
+    pub fn tenant_bytes(&self, tenant: &str) -> usize {
+        self.lock().tenant_bytes.get(tenant).copied().unwrap_or(0)
     }
 
     /// The record under `key`.
@@ -430,14 +456,17 @@ impl ReplicaStore {
         }
         inner.sequence += 1;
         let sequence = inner.sequence;
+        inner.count(&record, 1);
         if let Some(old) = inner.records.insert(key.to_owned(), Stored { record, digest, range, sequence }) {
             inner.by_sequence.remove(&old.sequence);
+            inner.count(&old.record, -1);
         }
         inner.by_sequence.insert(sequence, key.to_owned());
     }
 
     fn remove(&self, inner: &mut Inner, key: &str) -> Option<Stored> {
         let stored = inner.records.remove(key)?;
+        inner.count(&stored.record, -1);
         inner.ranges[stored.range] ^= stored.digest;
         inner.pending.remove(key);
         inner.by_sequence.remove(&stored.sequence);
@@ -500,6 +529,7 @@ fn load(records: &sled::Tree, meta: &sled::Tree, inner: &mut Inner) {
                 inner.sequence += 1;
                 let sequence = inner.sequence;
                 inner.by_sequence.insert(sequence, key.to_owned());
+                inner.count(&record, 1);
                 inner.records.insert(key.to_owned(), Stored { record, digest, range, sequence });
             }
             None => doomed.push(key),

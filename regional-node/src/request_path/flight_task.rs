@@ -91,7 +91,7 @@ impl FlightTask {
             return Ok(outcome);
         }
         let lookup_ms = elapsed_ms(admitted.started);
-        let _ticket = path.admission.admit(predicted_cost(&admitted.request)).await?;
+        let _ticket = path.admission.admit(&admitted.tenant, predicted_cost(&admitted.request)).await?;
         path.metrics.misses.inc();
         match self.generate(admitted, question.as_ref(), lookup_ms).await {
             // The core moved the model to a version this node had not learned yet, and refused before
@@ -128,6 +128,13 @@ impl FlightTask {
                 Some(Event::Delta(delta)) => {
                     self.streamed.store(true, Ordering::Release);
                     self.flight.delta(&delta.text);
+                    // Every client of the flight left: stop streaming here. The core finishes and
+                    // keeps the answer, so the next request for the key finds it there.
+                    if !self.flight.has_subscribers() {
+                        path.metrics.flights_abandoned.inc();
+                        let left = shared::RequestError::upstream(502, "every client of the flight left");
+                        return Err(RegionalError::Request(left));
+                    }
                 }
                 Some(Event::Done(done)) => {
                     let entry = done
@@ -138,7 +145,7 @@ impl FlightTask {
                         .answering(admitted.query());
                     if admitted.caching.store {
                         path.remember(entry.clone());
-                        path.index_question(question, &entry.key);
+                        path.index_question(question, &entry.tenant, &entry.key);
                     }
                     let mut timing = ServerTiming::default();
                     timing

@@ -136,9 +136,9 @@ impl RequestPath {
     }
 
     /// Indexes a generated answer's question, so that its paraphrases hit.
-    pub(super) fn index_question(&self, question: Option<&EmbeddedQuestion>, key: &str) {
+    pub(super) fn index_question(&self, question: Option<&EmbeddedQuestion>, tenant: &str, key: &str) {
         if let (Some(tier), Some(question)) = (&self.semantic, question) {
-            if let Err(error) = tier.insert(question, key) {
+            if let Err(error) = tier.insert(question, tenant, key) {
                 tracing::warn!(%error, "question not indexed");
             }
         }

@@ -215,8 +215,12 @@ async fn serve(core: FakeCore) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let credential = TierIdentity::insecure_secret(SECRET).expect("credential");
-    let cache = InterceptedService::new(CoreCacheServer::new(core.clone()), credential.interceptor(&[proto::Role::Regional]));
-    let store = InterceptedService::new(CoreStoreServer::new(core), credential.interceptor(&[proto::Role::Regional]));
+    let cache = InterceptedService::new(
+        CoreCacheServer::new(core.clone()),
+        credential.interceptor(&[proto::Role::Regional]),
+    );
+    let store =
+        InterceptedService::new(CoreStoreServer::new(core), credential.interceptor(&[proto::Role::Regional]));
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(cache)

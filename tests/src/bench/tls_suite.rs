@@ -42,7 +42,10 @@ struct Figures {
 
 /// Runs the suite; every process it starts is stopped before it returns.
 pub fn run(options: &TlsBenchOptions) -> anyhow::Result<Report> {
-    anyhow::ensure!(options.seconds > 0 && options.concurrency > 0, "--seconds and --concurrency must be positive");
+    anyhow::ensure!(
+        options.seconds > 0 && options.concurrency > 0,
+        "--seconds and --concurrency must be positive"
+    );
     let mut scratch = ScratchDir::create(&options.dir, "tls")?;
     let result = run_in(options, &scratch);
     if result.is_err() {
@@ -80,7 +83,11 @@ fn run_in(options: &TlsBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Rep
         for (m, mesh_clients) in clients.iter().enumerate() {
             let result = closed_loop_threads(c, round, options.stop, |i| {
                 let reply = mesh_clients[i].chat_raw(&text)?;
-                anyhow::ensure!(reply.header("x-cache") == Some("HIT-REGIONAL"), "not a hit: {}", reply.status);
+                anyhow::ensure!(
+                    reply.header("x-cache") == Some("HIT-REGIONAL"),
+                    "not a hit: {}",
+                    reply.status
+                );
                 Ok(())
             });
             eprintln!("round {}, {}: {}", r + 1, ["plain", "TLS"][m], result.summary());
@@ -102,7 +109,11 @@ fn run_in(options: &TlsBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Rep
             let reply = edge.chat(&body)?;
             let took = started.elapsed();
             anyhow::ensure!(reply.status == 200, "a miss through the edge: {} {}", reply.status, reply.body);
-            anyhow::ensure!(reply.header("x-cache") == Some("MISS"), "not a miss: {:?}", reply.header("x-cache"));
+            anyhow::ensure!(
+                reply.header("x-cache") == Some("MISS"),
+                "not a miss: {:?}",
+                reply.header("x-cache")
+            );
             misses[m].push(took);
         }
     }
@@ -153,10 +164,45 @@ fn rows(options: &TlsBenchOptions, tls: &Figures, plain: &Figures) -> Vec<Row> {
     let c = options.concurrency;
     vec![
         // The goal: TLS costs under 10% of the hit rate.
-        row(format!("exact_hits_per_s_c{c}"), "hits/s", Better::Higher, tls.hits.ops_per_s(), plain.hits.ops_per_s(), Some(0.9)),
-        row(format!("exact_hit_p50_ms_c{c}"), "ms", Better::Lower, tls.hits.percentile_ms(0.5), plain.hits.percentile_ms(0.5), None),
-        row(format!("exact_hit_p99_ms_c{c}"), "ms", Better::Lower, tls.hits.percentile_ms(0.99), plain.hits.percentile_ms(0.99), None),
-        row("edge_miss_p50_ms".into(), "ms", Better::Lower, ms(percentile(&tls.misses, 0.5)), ms(percentile(&plain.misses, 0.5)), None),
-        row("edge_miss_p99_ms".into(), "ms", Better::Lower, ms(percentile(&tls.misses, 0.99)), ms(percentile(&plain.misses, 0.99)), None),
+        row(
+            format!("exact_hits_per_s_c{c}"),
+            "hits/s",
+            Better::Higher,
+            tls.hits.ops_per_s(),
+            plain.hits.ops_per_s(),
+            Some(0.9),
+        ),
+        row(
+            format!("exact_hit_p50_ms_c{c}"),
+            "ms",
+            Better::Lower,
+            tls.hits.percentile_ms(0.5),
+            plain.hits.percentile_ms(0.5),
+            None,
+        ),
+        row(
+            format!("exact_hit_p99_ms_c{c}"),
+            "ms",
+            Better::Lower,
+            tls.hits.percentile_ms(0.99),
+            plain.hits.percentile_ms(0.99),
+            None,
+        ),
+        row(
+            "edge_miss_p50_ms".into(),
+            "ms",
+            Better::Lower,
+            ms(percentile(&tls.misses, 0.5)),
+            ms(percentile(&plain.misses, 0.5)),
+            None,
+        ),
+        row(
+            "edge_miss_p99_ms".into(),
+            "ms",
+            Better::Lower,
+            ms(percentile(&tls.misses, 0.99)),
+            ms(percentile(&plain.misses, 0.99)),
+            None,
+        ),
     ]
 }

@@ -301,7 +301,8 @@ fn main() -> anyhow::Result<()> {
         ),
         Command::Bench { suite: BenchSuite::Tls { json, seconds, concurrency, misses, dir } } => {
             install_stop_handlers()?;
-            let options = bench::tls_suite::TlsBenchOptions { seconds, concurrency, misses, dir, stop: &STOP };
+            let options =
+                bench::tls_suite::TlsBenchOptions { seconds, concurrency, misses, dir, stop: &STOP };
             print_report(&bench::tls_suite::run(&options)?, json)
         }
         Command::Bench {
@@ -327,12 +328,19 @@ fn certs(dir: &std::path::Path, nodes: &[String]) -> anyhow::Result<()> {
         .iter()
         .map(|node| {
             let (name, role) = anyhow::Context::context(node.split_once('='), "a node is name=role")?;
-            let role = anyhow::Context::with_context(proto::Role::parse(role), || format!("{role:?} is not a mesh role"))?;
+            let role = anyhow::Context::with_context(proto::Role::parse(role), || {
+                format!("{role:?} is not a mesh role")
+            })?;
             Ok((name.trim().to_owned(), role))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     for (name, files) in mesh_harness::certs::write_mesh_certs(dir, &nodes)?.1 {
-        println!("{name}: --tls-ca {} --tls-cert {} --tls-key {}", files.ca.display(), files.cert.display(), files.key.display());
+        println!(
+            "{name}: --tls-ca {} --tls-cert {} --tls-key {}",
+            files.ca.display(),
+            files.cert.display(),
+            files.key.display()
+        );
     }
     Ok(())
 }

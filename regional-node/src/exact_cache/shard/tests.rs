@@ -229,3 +229,46 @@ fn an_entry_larger_than_the_shard_is_refused_and_the_old_one_stays() {
     assert_eq!(shard.stats().bytes, TEN_AND_A_HALF);
     shard.check();
 }
+
+impl Shard {
+    fn put_for(&mut self, tenant: &str, key: &str) {
+        let mut entry = entry_sized(key, SIZE, 0, 0);
+        entry.tenant = tenant.into();
+        self.insert(entry, hash(key));
+    }
+
+    fn held_by(&self, tenant: &str) -> usize {
+        self.index.keys().filter(|key| self.peek(key).is_some_and(|e| e.tenant == tenant)).count()
+    }
+}
+
+#[test]
+fn a_tenant_over_its_quota_cannot_push_another_out() {
+    let mut shard = Shard::new(TEN_AND_A_HALF);
+    shard.set_tenant_share(0.5);
+    // Alone, a tenant uses every byte.
+    for i in 0..10 {
+        shard.put_for("flood", &format!("flood-{i}"));
+    }
+    assert_eq!(shard.held_by("flood"), 10);
+    // Another tenant's entries take the over-quota tenant's places without a duel...
+    for i in 0..4 {
+        shard.put_for("quiet", &format!("quiet-{i}"));
+    }
+    assert_eq!(shard.held_by("quiet"), 4);
+    // ...and then the flood, however hot its keys, only replaces its own.
+    for round in 0..3 {
+        for i in 0..30 {
+            let key = format!("flood-new-{i}");
+            for _ in 0..=round {
+                shard.lookup(&key, 0);
+            }
+            shard.put_for("flood", &key);
+        }
+    }
+    assert_eq!(shard.held_by("quiet"), 4, "the quiet tenant's entries stay");
+    assert!(shard.stats().over_quota > 0);
+    let counted: usize = shard.tenant_bytes.values().sum();
+    assert_eq!(counted, shard.bytes(), "per-tenant bytes add up");
+    shard.check();
+}
