@@ -14,6 +14,7 @@ use shared::completion::CachedCompletion;
 use shared::content_class::classify;
 use shared::normalize::{normalize, Limits, NormalizedRequest};
 use shared::openai::parse_chat_request;
+use shared::trace::TraceParent;
 use shared::{
     RequestError, CACHE_CREATED_HEADER, CACHE_KEY_HEADER, CACHE_MATCHED_KEY_HEADER, MAX_REQUEST_BYTES,
     X_CACHE,
@@ -68,6 +69,7 @@ pub async fn handle(
     if declared_len.is_some_and(|len| len > MAX_REQUEST_BYTES) {
         return Err(RequestError::too_large(MAX_REQUEST_BYTES).into());
     }
+    let traceparent = req.headers().get(shared::trace::TRACEPARENT)?;
     let if_none_match = req.headers().get("if-none-match")?;
     let cache_control = req.headers().get("cache-control")?;
     let caching = RequestCaching::parse(cache_control.as_deref());
@@ -116,9 +118,17 @@ pub async fn handle(
         }
     }
 
-    // The client's own directives go on: `only-if-cached` is for the regional tier to honour too.
-    let forwarded: Vec<(&str, &str)> =
+    // The client's own directives go on: `only-if-cached` is for the regional tier to honour too. So
+    // does the trace, with this edge's span as the parent (a new trace when the client sent none).
+    let trace = match traceparent.as_deref().and_then(TraceParent::parse) {
+        Some(parent) => parent.child(random_bytes()),
+        None => TraceParent::start(random_bytes()),
+    };
+    worker::console_log!("to the regional tier: trace_id={} key={}", trace.trace_id(), job.key.as_str());
+    let trace_header = trace.header();
+    let mut forwarded: Vec<(&str, &str)> =
         cache_control.as_deref().map(|v| ("cache-control", v)).into_iter().collect();
+    forwarded.push((shared::trace::TRACEPARENT, &trace_header));
     let mut upstream =
         clock.upstream(regional::post_chat(&job.config, &job.tenant, &job.body, &forwarded)).await?;
     let status = upstream.status_code();
@@ -294,6 +304,16 @@ fn non_streamed(body: &[u8]) -> Option<Vec<u8>> {
     object.insert("stream".into(), serde_json::Value::Bool(false));
     object.remove("stream_options");
     serde_json::to_vec(&json).ok()
+}
+
+/// `N` random bytes for trace and span ids (not for secrets), from the runtime's `Math.random`.
+fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut out = [0u8; N];
+    for chunk in out.chunks_mut(4) {
+        let word = (worker::js_sys::Math::random() * f64::from(u32::MAX)) as u32;
+        chunk.copy_from_slice(&word.to_le_bytes()[..chunk.len()]);
+    }
+    out
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 //! - [`credential`]: the insecure development secret (no TLS), at least 32 bytes.
 //! - [`failover`]: the failover channel both clients of the core cluster call through.
 //! - [`shutdown`]: the SIGINT/SIGTERM future every daemon stops on.
+//! - [`trace_context`]: the W3C trace context each tier continues, logs and passes on.
 //!
 //! The daemons convert these types to their own at the boundary; `shared` never sees them.
 
@@ -78,6 +79,7 @@ pub mod failover;
 pub mod http_serving;
 pub mod identity;
 pub mod shutdown;
+pub mod trace_context;
 
 pub use credential::{TierCredential, TIER_SECRET_METADATA};
 pub use identity::{Caller, IdentityArgs, PeerRole, Role, TierIdentity};

@@ -15,6 +15,11 @@
 //! tenant alone still uses the whole node); once another tenant waits, it borrows no more, and waits
 //! (or is refused) behind its own requests while the budget its borrowed generations return goes to
 //! the others.
+//!
+//! A request is also refused at once when its predicted wait (the cost that must finish before it
+//! gets budget, at the measured completion rate) exceeds its tenant's time-to-first-token target
+//! (`--admission-ttft-target-ms`, or `--admission-tenant-ttft-target tenant=ms`): better an early 429
+//! with an honest `Retry-After` than an answer after the client's deadline.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -36,7 +41,7 @@ const RATE_WINDOW: Duration = Duration::from_secs(5);
 const MAX_RETRY_AFTER_S: u64 = 60;
 
 /// How admission is set up.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct AdmissionLimits {
     /// Cost units that may be in flight at once.
     pub budget: u64,
@@ -46,12 +51,36 @@ pub struct AdmissionLimits {
     pub max_wait: Duration,
     /// Share (0..=1] of the budget, and of the queue, one tenant may hold.
     pub tenant_share: f64,
+    /// Longest predicted wait for budget a request is queued for (zero: no target).
+    pub ttft_target: Duration,
+    /// Tenants' own targets, overriding [`AdmissionLimits::ttft_target`].
+    pub tenant_ttft_targets: HashMap<String, Duration>,
 }
 
 impl AdmissionLimits {
     /// Cost units one tenant may have in flight.
     fn tenant_budget(&self) -> u64 {
         ((self.budget as f64 * self.tenant_share.clamp(0.0, 1.0)).ceil() as u64).clamp(1, self.budget)
+    }
+
+    /// The time-to-first-token target of `tenant`'s generations, if it has one.
+    fn ttft_target_of(&self, tenant: &str) -> Option<Duration> {
+        let target = self.tenant_ttft_targets.get(tenant).copied().unwrap_or(self.ttft_target);
+        (!target.is_zero()).then_some(target)
+    }
+
+    /// Parses `tenant=ms` items.
+    pub fn parse_ttft_targets(items: &[String]) -> Result<HashMap<String, Duration>, String> {
+        items
+            .iter()
+            .map(|item| {
+                let (tenant, ms) = item.split_once('=').ok_or_else(|| {
+                    format!("a tenant's time-to-first-token target is tenant=ms, not {item:?}")
+                })?;
+                let ms = ms.trim().parse::<u64>().map_err(|_| format!("{ms:?} is not whole milliseconds"))?;
+                Ok((tenant.trim().to_owned(), Duration::from_millis(ms)))
+            })
+            .collect()
     }
 
     /// Requests of one tenant that may wait.
@@ -79,6 +108,8 @@ pub struct Admission {
     window: Mutex<(Instant, u64)>,
     /// Requests refused since the start.
     pub refused: AtomicU64,
+    /// Of those, requests refused because their predicted wait exceeded their target.
+    pub shed: AtomicU64,
     /// Each tenant's share, made on its first generation.
     tenants: Mutex<HashMap<String, Arc<TenantShare>>>,
 }
@@ -112,6 +143,7 @@ impl Admission {
             rate: AtomicU64::new(0),
             window: Mutex::new((Instant::now(), 0)),
             refused: AtomicU64::new(0),
+            shed: AtomicU64::new(0),
             tenants: Mutex::default(),
         }
     }
@@ -153,6 +185,15 @@ impl Admission {
             }
             Err(_) => {}
         }
+        if let Some(wait) = self
+            .predicted_wait(cost)
+            .filter(|wait| self.limits.ttft_target_of(tenant).is_some_and(|target| *wait > target))
+        {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            self.shed.fetch_add(1, Ordering::Relaxed);
+            let retry_after_s = (wait.as_secs_f64().ceil() as u64).clamp(1, MAX_RETRY_AFTER_S);
+            return Err(RegionalError::Overloaded { queued: self.waiting(), retry_after_s });
+        }
         let queued = self.waiting.fetch_add(1, Ordering::AcqRel);
         let tenant_queued = share.waiting.fetch_add(1, Ordering::AcqRel);
         let _leave = Leave(&self.waiting, &share.waiting);
@@ -173,6 +214,18 @@ impl Admission {
             }
             _ => Err(self.refuse(self.waiting.load(Ordering::Acquire).saturating_sub(1), cost)),
         }
+    }
+
+    /// How long a request of `cost` would wait for budget now: the cost that must finish first, at the
+    /// measured completion rate; `None` before any rate is measured.
+    fn predicted_wait(&self, cost: u64) -> Option<Duration> {
+        let rate = f64::from_bits(self.rate.load(Ordering::Acquire));
+        if rate <= 0.0 {
+            return None;
+        }
+        let ahead = self.in_flight() + self.waiting_cost.load(Ordering::Acquire) + cost;
+        let must_finish = ahead.saturating_sub(self.limits.budget);
+        Some(Duration::from_secs_f64(must_finish as f64 / rate))
     }
 
     /// Requests waiting now.
@@ -240,6 +293,8 @@ mod tests {
             queue,
             max_wait: Duration::from_millis(wait_ms),
             tenant_share: 1.0,
+            ttft_target: Duration::ZERO,
+            tenant_ttft_targets: HashMap::new(),
         })
     }
 
@@ -280,6 +335,8 @@ mod tests {
             queue: 4,
             max_wait: Duration::from_millis(5_000),
             tenant_share: 0.5,
+            ttft_target: Duration::ZERO,
+            tenant_ttft_targets: HashMap::new(),
         });
         let flood = admission.admit("flood", 50).await.expect("its share");
         let borrowed = admission.admit("flood", 30).await.expect("alone, it borrows idle budget");
@@ -303,5 +360,36 @@ mod tests {
         drop(flood);
         assert_eq!(more.await.expect("within its share again").cost, 10);
         drop(quiet);
+    }
+
+    #[tokio::test]
+    async fn a_request_predicted_to_miss_its_target_is_shed_at_once() {
+        let admission = Admission::new(AdmissionLimits {
+            budget: 100,
+            queue: 8,
+            max_wait: Duration::from_millis(5_000),
+            tenant_share: 1.0,
+            ttft_target: Duration::from_secs(2),
+            tenant_ttft_targets: AdmissionLimits::parse_ttft_targets(&["patient=60000".into()])
+                .expect("targets"),
+        });
+        let full = admission.admit("t", 100).await.expect("fits");
+        // Nothing measured yet: no prediction, so the request waits as before.
+        let waiting = admission.admit("t", 50);
+        tokio::pin!(waiting);
+        assert!(futures::poll!(waiting.as_mut()).is_pending());
+        // 10 units a second: 50 waiting + 100 more must finish before another 100, which is 15 s.
+        admission.rate.store(10.0_f64.to_bits(), Ordering::Release);
+        match admission.admit("t", 100).await {
+            Err(RegionalError::Overloaded { retry_after_s, .. }) => assert_eq!(retry_after_s, 15),
+            other => panic!("expected a shed request, got {other:?}"),
+        }
+        assert_eq!(admission.shed.load(Ordering::Relaxed), 1);
+        // A tenant with a longer target waits instead.
+        let patient = admission.admit("patient", 100);
+        tokio::pin!(patient);
+        assert!(futures::poll!(patient.as_mut()).is_pending());
+        assert!(AdmissionLimits::parse_ttft_targets(&["nonsense".into()]).is_err());
+        drop(full);
     }
 }

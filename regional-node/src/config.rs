@@ -138,6 +138,13 @@ pub struct RegionalConfig {
     /// tenant's generations wait behind its own while other tenants' are admitted.
     #[arg(long, env = "MESH_ADMISSION_TENANT_SHARE", default_value_t = 0.5)]
     pub admission_tenant_share: f64,
+    /// Time-to-first-token target of generations, in milliseconds: a request whose predicted wait for
+    /// budget is longer gets 429 with `Retry-After` at once instead of waiting. 0: no target.
+    #[arg(long, env = "MESH_ADMISSION_TTFT_TARGET_MS", default_value_t = 10_000)]
+    pub admission_ttft_target_ms: u64,
+    /// A tenant's own time-to-first-token target, `tenant=ms` (repeatable, or comma-separated).
+    #[arg(long, env = "MESH_ADMISSION_TENANT_TTFT_TARGETS", value_delimiter = ',')]
+    pub admission_tenant_ttft_target: Vec<String>,
     /// Consecutive calls that reach no core node before the circuit breaker opens.
     #[arg(long, env = "MESH_BREAKER_FAILURES", default_value_t = 5)]
     pub breaker_failures: u32,

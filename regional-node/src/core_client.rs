@@ -145,10 +145,12 @@ impl CoreClient {
     pub async fn complete(
         &self,
         message: CompleteRequest,
+        trace: &shared::trace::TraceParent,
     ) -> Result<Streaming<CompleteEvent>, RegionalError> {
         let reply = self
             .with_failover(|channel| {
-                let request = self.request(message.clone(), COMPLETE_TIMEOUT);
+                let mut request = self.request(message.clone(), COMPLETE_TIMEOUT);
+                proto::trace_context::attach(&mut request, trace);
                 async move { CoreCacheClient::new(channel).complete(request).await }
             })
             .await?;

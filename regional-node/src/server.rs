@@ -109,6 +109,9 @@ pub fn path_parts(settings: &Settings) -> Result<PathParts, RegionalError> {
         queue: config.admission_queue,
         max_wait: std::time::Duration::from_millis(config.admission_wait_ms),
         tenant_share: config.admission_tenant_share,
+        ttft_target: std::time::Duration::from_millis(config.admission_ttft_target_ms),
+        tenant_ttft_targets: AdmissionLimits::parse_ttft_targets(&config.admission_tenant_ttft_target)
+            .map_err(RegionalError::Config)?,
     });
     let semantic = match &config.semantic_model_dir {
         Some(dir) => {

@@ -18,6 +18,7 @@
 //! - [`cutoffs`]: that feed as cutoff times every cache layer checks before it serves or keeps an entry.
 //! - [`auth`]: API-key hashing, the tenant key table, constant-time comparison of secrets.
 //! - [`server_timing`]: the `Server-Timing` header each tier adds to.
+//! - [`trace`]: the W3C `traceparent` that follows a request from the edge to the pod.
 //! - [`metrics`]: counters, histograms and the Prometheus text encoder used by every daemon.
 //! - [`hex`]: lowercase hex encoding of digests.
 //! - [`error`]: [`RequestError`], a client-facing error with its HTTP status and OpenAI error body.
@@ -41,6 +42,7 @@ pub mod normalize;
 pub mod openai;
 pub mod server_timing;
 pub mod small_embedding;
+pub mod trace;
 pub mod wordpiece;
 
 pub use error::RequestError;

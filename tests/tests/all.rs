@@ -3,6 +3,7 @@
 //! `cargo test --release --workspace --test all -- regional_04` (the same package selection as `make test`, so nothing is rebuilt).
 
 mod basic_01_edge_path;
+mod basic_02_trace;
 mod core_01_leader_kill_under_load;
 mod core_02_full_restart;
 mod core_03_partition;

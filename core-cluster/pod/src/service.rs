@@ -121,16 +121,19 @@ impl InferenceService {
 impl InferencePod for InferenceService {
     type GenerateStream = GenerateStream;
 
-    #[tracing::instrument(name = "generate", skip_all, fields(request_id, tenant))]
+    #[tracing::instrument(name = "generate", skip_all, fields(request_id, tenant, trace_id))]
     async fn generate(
         &self,
         request: Request<pb::GenerateRequest>,
     ) -> Result<Response<GenerateStream>, Status> {
+        let trace = proto::trace_context::from_metadata(request.metadata());
         let started = async {
             let request = GenerationRequest::try_from(request.into_inner())?;
             let span = tracing::Span::current();
             span.record("request_id", request.request_id.as_str());
             span.record("tenant", request.tenant.as_str());
+            span.record("trace_id", trace.trace_id());
+            tracing::info!("generation accepted");
             self.start(request).await
         };
         let events = started.await.inspect_err(|e| {

@@ -145,12 +145,14 @@ impl CoreCache for CacheService {
         Ok(Response::new(change_feed::watch(self.node.state.clone(), after)))
     }
 
-    #[tracing::instrument(name = "core.complete", skip_all, fields(key = %request.get_ref().key))]
+    #[tracing::instrument(name = "core.complete", skip_all, fields(key = %request.get_ref().key, trace_id))]
     async fn complete(
         &self,
         request: Request<CompleteRequest>,
     ) -> Result<Response<Self::CompleteStream>, Status> {
         let started = Instant::now();
+        let trace = proto::trace_context::from_metadata(request.metadata());
+        tracing::Span::current().record("trace_id", trace.trace_id());
         let metrics = &self.node.metrics;
         metrics.rpc_complete.inc();
         let input = validate_complete(request.into_inner())?;
@@ -182,7 +184,8 @@ impl CoreCache for CacheService {
         }
         metrics.complete_misses.inc();
 
-        let (pod, stream, in_flight) = match self.node.pods.generate(input.generate.clone()).await {
+        tracing::info!("generating on a pod");
+        let (pod, stream, in_flight) = match self.node.pods.generate(input.generate.clone(), &trace).await {
             Ok((pod, stream, in_flight)) => (pod.to_owned(), stream, in_flight),
             Err(e) => {
                 metrics.complete_errors.inc();

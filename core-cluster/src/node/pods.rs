@@ -191,6 +191,7 @@ impl PodPool {
     pub async fn generate(
         &self,
         request: GenerateRequest,
+        trace: &shared::trace::TraceParent,
     ) -> Result<(&str, Streaming<GenerateEvent>, InFlight), CoreError> {
         let tokens = predicted_tokens(&request);
         let mut ranked: Vec<(bool, (bool, u64), usize)> = self
@@ -205,7 +206,9 @@ impl PodPool {
             pod.generate_calls.inc();
             let mut client = pod.client.clone();
             let guard = InFlight::start(&pod.in_flight, tokens);
-            match client.generate(self.secret.request(request.clone())).await {
+            let mut call = self.secret.request(request.clone());
+            proto::trace_context::attach(&mut call, trace);
+            match client.generate(call).await {
                 Ok(response) => {
                     pod.set_healthy(true);
                     return Ok((&pod.url, response.into_inner(), guard));

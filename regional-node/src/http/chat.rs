@@ -51,6 +51,7 @@ pub async fn chat_completions(
         };
     let span = tracing::debug_span!(
         "chat",
+        trace_id = %admitted.trace.trace_id(),
         tenant = %admitted.tenant,
         key = %admitted.key,
         class = admitted.class.class.as_str()
@@ -97,7 +98,8 @@ async fn admit(
         headers.get_all(axum::http::header::CACHE_CONTROL).iter().filter_map(|v| v.to_str().ok()).collect();
     let directives = Directives::parse(Some(&cache_control.join(",")));
     let cache_sampled = state.path().view().caches_sampled(&tenant);
-    Ok(Admitted::new(tenant, request, &settings.ttl, cache_sampled, directives, started))
+    let traceparent = headers.get(shared::trace::TRACEPARENT).and_then(|v| v.to_str().ok());
+    Ok(Admitted::new(tenant, request, &settings.ttl, cache_sampled, directives, started).traced(traceparent))
 }
 
 /// A whole answer as this request asked for it.

@@ -71,6 +71,8 @@ fn overload_metrics(state: &AppState) -> String {
     let admission = state.path().admission();
     let refused = shared::metrics::Counter::default();
     refused.add(admission.refused.load(std::sync::atomic::Ordering::Relaxed));
+    let shed = shared::metrics::Counter::default();
+    shed.add(admission.shed.load(std::sync::atomic::Ordering::Relaxed));
     let opened = shared::metrics::Counter::default();
     opened.add(breaker.times_opened());
     MetricsText::default()
@@ -82,6 +84,12 @@ fn overload_metrics(state: &AppState) -> String {
         )
         .counter("mesh_regional_core_breaker_opened_total", "Times the breaker opened.", &r, &opened)
         .counter("mesh_regional_admission_refused_total", "Generations refused with 429.", &r, &refused)
+        .counter(
+            "mesh_regional_admission_shed_total",
+            "Of those, generations whose predicted wait exceeded their time-to-first-token target.",
+            &r,
+            &shed,
+        )
         .gauge(
             "mesh_regional_admission_waiting",
             "Generations waiting for budget.",

@@ -8,6 +8,7 @@ use shared::completion::AnsweredQuestion;
 use shared::content_class::{classify, ContentClass, TtlPolicy};
 use shared::models::ModelTable;
 use shared::normalize::NormalizedRequest;
+use shared::trace::TraceParent;
 
 /// A request's content class and the TTL this node's policy gives it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,6 +100,8 @@ pub struct Admitted {
     pub only_if_cached: bool,
     /// When the request arrived, for `Server-Timing` and latency metrics.
     pub started: Instant,
+    /// This node's span of the request's trace (continued from the caller's `traceparent`).
+    pub trace: TraceParent,
     /// The question a semantic lookup compares (the last user turn and its partition), hashed once;
     /// `None` when the request does not end with a user turn.
     question: Option<AnsweredQuestion>,
@@ -132,7 +135,13 @@ impl Admitted {
         let key = CacheKey::derive(&tenant, &request);
         let question = SemanticQuery::derive(&tenant, &request)
             .map(|q| AnsweredQuestion { partition: q.partition, text: q.question.to_owned() });
-        Self { tenant, request, key, class, caching, only_if_cached, started, question }
+        let trace = proto::trace_context::continue_or_start(None);
+        Self { tenant, request, key, class, caching, only_if_cached, started, trace, question }
+    }
+
+    /// The same request as part of the trace `traceparent` names (a new trace when it names none).
+    pub fn traced(self, traceparent: Option<&str>) -> Self {
+        Self { trace: proto::trace_context::continue_or_start(traceparent), ..self }
     }
 
     /// The same request under the model's version in `models`, when that is another one (its key and
@@ -144,14 +153,15 @@ impl Admitted {
         }
         let mut request = self.request.clone();
         request.model.version = current.version;
-        Some(Self::derive(
+        let again = Self::derive(
             self.tenant.clone(),
             request,
             self.class,
             self.caching,
             self.only_if_cached,
             self.started,
-        ))
+        );
+        Some(Self { trace: self.trace, ..again })
     }
 
     /// The semantic query of the request (a view of the question derived once).

@@ -66,7 +66,9 @@ async fn generate(
     core: &CoreClient,
     request: proto::cache::CompleteRequest,
 ) -> Result<String, RegionalError> {
-    let mut events = core.complete(request).await?;
+    // An audit is a trace of its own.
+    let trace = proto::trace_context::continue_or_start(None);
+    let mut events = core.complete(request, &trace).await?;
     while let Some(event) = next_event(&mut events).await? {
         if let Some(Event::Done(done)) = event.event {
             let entry =

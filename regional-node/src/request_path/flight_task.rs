@@ -122,7 +122,9 @@ impl FlightTask {
         let path = &self.path;
         let generate_started = Instant::now();
         path.metrics.core_completions.inc();
-        let mut events = path.core.complete(complete_request(admitted)).await?;
+        // Generations are what a slow request is usually waiting for: each is logged with its trace.
+        tracing::info!(trace_id = %admitted.trace.trace_id(), tenant = %admitted.tenant, key = %admitted.key, "generating at the core");
+        let mut events = path.core.complete(complete_request(admitted), &admitted.trace).await?;
         while let Some(event) = next_event(&mut events).await? {
             match event.event {
                 Some(Event::Delta(delta)) => {
