@@ -1,0 +1,93 @@
+//! The operator's files under `deploy/`: the Grafana dashboard loads, and every metric it and the
+//! Prometheus alert rules name is exported by a running mesh's daemons (the pod, a core node, a
+//! regional node with an audited semantic hit).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use mesh_harness::{paths, Mesh, MeshSpec};
+use serde_json::json;
+
+/// Metric names in a PromQL expression: identifiers of the mesh's families, histogram series folded
+/// into their family.
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .filter(|word| ["mesh_", "core_", "inference_"].iter().any(|p| word.starts_with(p)))
+        .map(|word| {
+            let family = ["_bucket", "_sum", "_count"].iter().find_map(|s| word.strip_suffix(s));
+            family.unwrap_or(word).to_owned()
+        })
+        .collect()
+}
+
+/// The families a daemon's `/metrics` exports.
+fn exported(url: &str) -> anyhow::Result<BTreeSet<String>> {
+    let agent = mesh_harness::client::agent(Duration::from_secs(5));
+    let text = agent.get(format!("{url}/metrics")).call()?.into_body().read_to_string()?;
+    Ok(text
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .map(str::to_owned)
+        .collect())
+}
+
+#[test]
+fn the_dashboard_and_alerts_name_only_exported_metrics() -> anyhow::Result<()> {
+    let deploy = paths::repo_root().join("deploy");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(deploy.join("grafana/mesh-dashboard.json"))?)?;
+    let panels = dashboard["panels"].as_array().expect("panels");
+    assert!(panels.len() >= 8, "a panel per concern");
+    let mut referenced = BTreeSet::new();
+    for panel in panels {
+        assert_eq!(panel["type"], "timeseries", "charts, not tables: {}", panel["title"]);
+        let targets = panel["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "{} has no query", panel["title"]);
+        for target in targets {
+            referenced.extend(metric_names(target["expr"].as_str().expect("an expression")));
+        }
+    }
+    let alerts = std::fs::read_to_string(deploy.join("prometheus/alerts.yml"))?;
+    let exprs: Vec<&str> = alerts.lines().filter_map(|l| l.trim().strip_prefix("expr:")).collect();
+    assert!(exprs.len() >= 5, "leader lost, breaker open, replication lag, agreement, saturation");
+    for expr in exprs {
+        referenced.extend(metric_names(expr));
+    }
+
+    let dir = std::env::temp_dir().join(format!("mesh-test-deploy-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mesh = Mesh::start(MeshSpec {
+        core_nodes: 1,
+        regional_nodes: 1,
+        edge: false,
+        regional_args: vec!["--semantic-audit-fraction".into(), "1".into()],
+        ..MeshSpec::local(&dir)
+    })?;
+    let ask = |question: &str| {
+        json!({"model": "smollm2-135m-instruct", "temperature": 0, "max_tokens": 16,
+               "messages": [{"role": "system", "content": "You are a concise assistant."},
+                            {"role": "user", "content": question}]})
+    };
+    let regional = mesh.regional_client(0);
+    assert_eq!(regional.chat(&ask("How do I reverse a list in Python?"))?.status, 200);
+    let paraphrase = regional.chat(&ask("How can I reverse a list in python"))?;
+    assert_eq!(paraphrase.header("x-cache"), Some("HIT-REGIONAL-SEMANTIC"), "{:?}", paraphrase.headers);
+    // The audit of that hit runs off the request path.
+    let mut exports = BTreeSet::new();
+    for _ in 0..100 {
+        exports = exported(&mesh.pod_url())?;
+        exports.extend(exported(&mesh.core_url(0))?);
+        exports.extend(exported(&mesh.regional_url(0))?);
+        if exports.contains("mesh_semantic_agreement") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let missing: Vec<&String> = referenced.difference(&exports).collect();
+    println!("deploy: {} metrics referenced, all of them exported", referenced.len());
+    assert!(missing.is_empty(), "named in deploy/ but exported by no daemon: {missing:?}");
+    drop(mesh);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
