@@ -150,13 +150,15 @@ impl Admission {
 
     fn share_of(&self, tenant: &str) -> Arc<TenantShare> {
         let mut tenants = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
-        let share = tenants.entry(tenant.to_owned()).or_insert_with(|| {
-            Arc::new(TenantShare {
-                budget: Arc::new(Semaphore::new(self.limits.tenant_budget() as usize)),
-                waiting: AtomicUsize::new(0),
-            })
+        if let Some(share) = tenants.get(tenant) {
+            return Arc::clone(share);
+        }
+        let share = Arc::new(TenantShare {
+            budget: Arc::new(Semaphore::new(self.limits.tenant_budget() as usize)),
+            waiting: AtomicUsize::new(0),
         });
-        Arc::clone(share)
+        tenants.insert(tenant.to_owned(), Arc::clone(&share));
+        share
     }
 
     /// Waits for `cost` units of `tenant`'s share and of the budget (a cost above the tenant's share

@@ -91,6 +91,8 @@ pub struct SemanticCache {
 #[derive(Default)]
 struct State {
     partitions: HashMap<String, Partition>,
+    /// Partitions each tenant holds.
+    per_tenant: HashMap<String, usize>,
     clock: u64,
 }
 
@@ -160,7 +162,7 @@ impl SemanticCache {
         state.clock += 1;
         let clock = state.clock;
         if !state.partitions.contains_key(&query.partition) {
-            let own = state.partitions.values().filter(|p| p.tenant == tenant).count();
+            let own = state.per_tenant.get(tenant).copied().unwrap_or(0);
             // A tenant at its share makes room among its own partitions; otherwise the least recently
             // used of all goes.
             let victim = if own >= self.limits.tenant_partitions() {
@@ -171,10 +173,15 @@ impl SemanticCache {
                 None
             };
             if let Some(victim) = victim.map(|(k, _)| k.clone()) {
-                state.partitions.remove(&victim);
+                if let Some(removed) = state.partitions.remove(&victim) {
+                    if let Some(count) = state.per_tenant.get_mut(&removed.tenant) {
+                        *count = count.saturating_sub(1);
+                    }
+                }
             }
             let partition = Partition::new(self.small_dims, tenant)?;
             state.partitions.insert(query.partition.clone(), partition);
+            *state.per_tenant.entry(tenant.to_owned()).or_default() += 1;
         }
         let partition = state.partitions.get_mut(&query.partition).expect("inserted above");
         partition.last_used = clock;

@@ -187,14 +187,15 @@ impl Replication {
     /// Merges a record from a peer and applies it when it changed anything; false when it did not parse.
     pub fn merge_remote(&self, wire: proto::replication::Record, applier: &dyn Applier) -> bool {
         let Some((key, record)) = wire::from_wire(wire) else { return false };
-        if live_answer(&record).is_some_and(|answer| !applier.admits(answer)) {
-            self.metrics.records_ignored.inc();
-            return true;
-        }
-        let new_key = self.store.get(&key).is_none();
-        if new_key && live_answer(&record).is_some_and(|a| self.over_budget(&a.tenant, a.size_bytes())) {
-            self.metrics.over_budget.inc();
-            return true;
+        if let Some(answer) = live_answer(&record) {
+            if !applier.admits(answer) {
+                self.metrics.records_ignored.inc();
+                return true;
+            }
+            if !self.store.contains(&key) && self.over_budget(&answer.tenant, answer.size_bytes()) {
+                self.metrics.over_budget.inc();
+                return true;
+            }
         }
         match self.store.merge(&key, &record) {
             Some(merged) => {

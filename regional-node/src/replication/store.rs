@@ -181,6 +181,11 @@ impl ReplicaStore {
         self.lock().tenant_bytes.get(tenant).copied().unwrap_or(0)
     }
 
+    /// Whether a record is held under `key`.
+    pub fn contains(&self, key: &str) -> bool {
+        self.lock().records.contains_key(key)
+    }
+
     /// The record under `key`.
     pub fn get(&self, key: &str) -> Option<Record> {
         self.lock().records.get(key).map(|s| s.record.clone())
