@@ -14,8 +14,9 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
 setup_apt() {
   # etcd-server: the core benchmark's peer; protobuf-compiler and libprotobuf-dev (protoc and the
   # well-known .proto files): the etcd-client crate's build script; wordnet-base: the source of
-  # shared/data/lexicon.tsv (scripts/build-lexicon.py); g++: usearch (C++) for the semantic tier.
-  local want=(rustc-web rust-web-src lld-22 etcd-server protobuf-compiler libprotobuf-dev wordnet-base g++) missing=()
+  # shared/data/lexicon.tsv (scripts/build-lexicon.py); g++: usearch (C++) for the semantic tier;
+  # chromium: the dashboard page's test opens it headless.
+  local want=(rustc-web rust-web-src lld-22 etcd-server protobuf-compiler libprotobuf-dev wordnet-base g++ chromium) missing=()
   for p in "${want[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   if [ ${#missing[@]} -eq 0 ]; then log "apt: ${want[*]} present"; return; fi
   log "apt: installing ${missing[*]}"
@@ -50,13 +51,17 @@ setup_models() {
     "$MODELS_DIR/sharegpt"
 }
 
+# The edge worker's toolchain (wrangler, binaryen, node) and the dashboard page's Chart.js.
 setup_npm() {
-  local dir=$ROOT/edge-worker
-  if [ -f "$dir/node_modules/.package-lock.json" ] && [ "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ]; then
-    log "npm: edge-worker packages present"; return
-  fi
-  log "npm: installing edge-worker packages"
-  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  local name dir
+  for name in edge-worker deploy/dashboard; do
+    dir=$ROOT/$name
+    if [ -f "$dir/node_modules/.package-lock.json" ] && [ "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ]; then
+      log "npm: $name packages present"; continue
+    fi
+    log "npm: installing $name packages"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  done
 }
 
 setup_wasm_bindgen() {

@@ -19,6 +19,8 @@ pub struct RegionalMetrics {
     pub hits_semantic: Counter,
     /// Semantic lookups that found a candidate the verifier or the threshold refused, or none.
     pub semantic_misses: Counter,
+    /// Completion tokens of the answers served from a cache here (generation the pod did not do).
+    pub tokens_avoided: Counter,
     /// Latency of semantic hits (embedding included).
     pub latency_hit_semantic: Histogram,
     /// Answers generated for this request.
@@ -54,6 +56,7 @@ impl Default for RegionalMetrics {
             hits_core: Counter::default(),
             hits_semantic: Counter::default(),
             semantic_misses: Counter::default(),
+            tokens_avoided: Counter::default(),
             latency_hit_semantic: Histogram::latency(),
             misses: Counter::default(),
             coalesced: Counter::default(),
@@ -122,6 +125,12 @@ impl RegionalMetrics {
                 &self.semantic_misses,
             )
             .counter("mesh_regional_misses_total", "Requests that needed generation.", &r, &self.misses)
+            .counter(
+                "mesh_regional_tokens_avoided_total",
+                "Completion tokens of answers served from a cache here instead of generated.",
+                &r,
+                &self.tokens_avoided,
+            )
             .counter(
                 "mesh_regional_core_calls_total",
                 "Calls to the core cluster, by kind.",

@@ -201,11 +201,23 @@ impl ChatClient {
 
     /// `POST /v1/chat/completions` with `"stream": true` added, reading events as they arrive.
     pub fn chat_stream(&self, body: &serde_json::Value) -> anyhow::Result<StreamReply> {
+        self.chat_stream_with_headers(body, &[])
+    }
+
+    /// [`ChatClient::chat_stream`] with extra request headers.
+    pub fn chat_stream_with_headers(
+        &self,
+        body: &serde_json::Value,
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<StreamReply> {
         let mut body = body.clone();
         body["stream"] = serde_json::Value::Bool(true);
         let started = Instant::now();
-        let response =
-            self.post("/v1/chat/completions").send(body.to_string()).context("sending stream request")?;
+        let mut request = self.post("/v1/chat/completions");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send(body.to_string()).context("sending stream request")?;
         let status = response.status().as_u16();
         let headers = header_map(response.headers());
         let mut reader = BufReader::new(response.into_body().into_reader());

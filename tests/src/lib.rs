@@ -21,6 +21,7 @@ pub mod certs;
 pub mod client;
 pub mod core_cluster;
 pub mod daemon_config;
+pub mod dashboard;
 pub mod fault_proxy;
 pub mod mesh;
 pub mod paths;

@@ -35,6 +35,7 @@ impl RequestPath {
             let entry = entry.answering(admitted.query());
             self.remember(entry.clone());
             self.metrics.hits_core.inc();
+            self.metrics.tokens_avoided.add(entry.completion_tokens.into());
             let mut timing = ServerTiming::default();
             timing.push_ms("regional", elapsed_ms(admitted.started)).push_ms("core-lookup", lookup_ms);
             self.metrics.latency_hit_core.observe(admitted.started.elapsed().as_secs_f64());
@@ -129,8 +130,9 @@ impl RequestPath {
                 })
             }
         };
-        if entry.is_some() {
+        if let Some(entry) = &entry {
             self.metrics.hits_semantic.inc();
+            self.metrics.tokens_avoided.add(entry.completion_tokens.into());
         }
         Ok(entry.map(|entry| (entry, hit)))
     }

@@ -176,6 +176,7 @@ impl RequestPath {
             if let Some(entry) = self.cached(key, now_ms()) {
                 self.replication.offer(&entry, Some(hot), now_ms());
                 self.metrics.hits_regional.inc();
+                self.metrics.tokens_avoided.add(entry.completion_tokens.into());
                 let mut timing = ServerTiming::default();
                 timing.push_ms("regional", elapsed_ms(admitted.started));
                 self.metrics.latency_hit_regional.observe(admitted.started.elapsed().as_secs_f64());

@@ -28,6 +28,11 @@
 //! - [`regional_suite`]: `mesh bench regional`, putting the above together.
 //! - [`edge_suite`]: `mesh bench edge`: the edge worker against a pass-through worker, and the scan.
 //! - [`tls_suite`]: `mesh bench tls`: exact hits and edge misses with mutual TLS against without.
+//! - [`e2e_workload`]: the end-to-end suite's ShareGPT mixes (natural, Zipf-popular).
+//! - [`e2e_driver`]: clients replaying conversations over the streaming API, and each step's figures.
+//! - [`e2e_agreement`]: whether semantic hits served the answer a fresh generation gives.
+//! - [`e2e_peer`]: GPTCache in front of llama-server, the stack a user would assemble instead.
+//! - [`e2e_suite`]: `mesh bench e2e`: the mesh, the mesh with caching off, and that stack.
 //! - [`propagation`]: `mesh bench propagation`: how long each tier takes to obey an invalidation.
 //! - [`report`]: the table and the JSON.
 //! - [`scratch`]: the run's scratch directory.
@@ -35,6 +40,11 @@
 pub mod bandwidth;
 pub mod core;
 pub mod core_suite;
+pub mod e2e_agreement;
+pub mod e2e_driver;
+pub mod e2e_peer;
+pub mod e2e_suite;
+pub mod e2e_workload;
 pub mod edge_suite;
 pub mod etcd;
 pub mod floor;
@@ -62,6 +72,7 @@ pub mod throughput;
 pub mod tls_suite;
 
 pub use core_suite::CoreBenchOptions;
+pub use e2e_suite::E2eBenchOptions;
 pub use edge_suite::EdgeBenchOptions;
 pub use pod_suite::PodBenchOptions;
 pub use regional_suite::RegionalBenchOptions;

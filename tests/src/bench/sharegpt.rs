@@ -67,6 +67,29 @@ impl FirstTurns {
     }
 }
 
+/// The human turns (at most `turns`) of the first `count` conversations in file order whose first turn
+/// is human and every kept turn within `chars` characters; duplicates are kept (the dataset's own mix).
+pub fn conversations(
+    path: &Path,
+    count: usize,
+    turns: usize,
+    chars: std::ops::RangeInclusive<usize>,
+) -> anyhow::Result<Vec<Vec<String>>> {
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("reading {} (install it: .ci/setup.sh models)", path.display()))?;
+    let kept: Vec<Vec<String>> = elements(&bytes)
+        .filter(|c| c.conversations.first().is_some_and(|t| t.from == "human"))
+        .map(|c| {
+            let human = c.conversations.into_iter().filter(|t| t.from == "human").map(|t| t.value);
+            human.take(turns).take_while(|t| chars.contains(&t.chars().count())).collect::<Vec<_>>()
+        })
+        .filter(|turns| !turns.is_empty())
+        .take(count)
+        .collect();
+    anyhow::ensure!(!kept.is_empty(), "no usable conversation in {}", path.display());
+    Ok(kept)
+}
+
 /// The elements of a JSON array of conversations, up to the first one that does not parse.
 fn elements(bytes: &[u8]) -> impl Iterator<Item = Conversation> + '_ {
     let mut pos = bytes.iter().position(|b| *b == b'[').map_or(bytes.len(), |p| p + 1);

@@ -4,16 +4,18 @@
 //! llama.cpp, and `mesh bench regional` the regional node against Redis and GPTCache, side by side
 //! (`shared/design/BENCHMARKS.md`); `mesh bench propagation` times invalidations through every tier.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
+use mesh_harness::bench::e2e_workload::Mix;
 use mesh_harness::bench::{
-    self, CoreBenchOptions, EdgeBenchOptions, PodBenchOptions, RegionalBenchOptions, Report,
+    self, CoreBenchOptions, E2eBenchOptions, EdgeBenchOptions, PodBenchOptions, RegionalBenchOptions, Report,
 };
-use mesh_harness::{Mesh, MeshSpec};
+use mesh_harness::dashboard::{Dashboard, DashboardOptions, Target};
+use mesh_harness::{paths, Mesh, MeshSpec};
 
 /// Command line.
 #[derive(Debug, Parser)]
@@ -47,6 +49,29 @@ enum Command {
         /// default every hop between daemons runs mutual TLS with certificates made at start.
         #[arg(long)]
         insecure: bool,
+        /// Where the operator's dashboard is served (loopback).
+        #[arg(long, env = "MESH_DASHBOARD_LISTEN", default_value = "127.0.0.1:7190")]
+        dashboard: String,
+    },
+    /// Serve the operator's dashboard of a running mesh (by default the one `mesh up` started).
+    Dashboard {
+        /// Where the page is served.
+        #[arg(long, default_value = "127.0.0.1:7190")]
+        listen: String,
+        /// The daemons whose `/metrics` it reads, as `name=url`, comma-separated (default: `mesh up`'s
+        /// fixed ports from base 7100, over TLS).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "pod=https://127.0.0.1:7100,core-1=https://127.0.0.1:7101,core-2=https://127.0.0.1:7102,core-3=https://127.0.0.1:7103,regional-1=https://127.0.0.1:7111,regional-2=https://127.0.0.1:7112"
+        )]
+        targets: Vec<String>,
+        /// The mesh's certificates (`ca.pem`, and `admin.pem`/`admin.key`, the identity presented).
+        #[arg(long, default_value = ".cache/mesh/certs")]
+        certs: PathBuf,
+        /// Seconds between scrapes.
+        #[arg(long, default_value_t = 2)]
+        interval: u64,
     },
     /// Make a development CA and one certificate per node (mutual TLS between the tiers).
     Certs {
@@ -182,6 +207,56 @@ enum BenchSuite {
         #[arg(long, env = "MESH_BENCH_DIR", default_value = ".cache/bench")]
         dir: PathBuf,
     },
+    /// The whole mesh on ShareGPT traffic (natural and Zipf-popular mixes) against the mesh with
+    /// caching off and GPTCache in front of llama-server: throughput, TTFT and end-to-end latency per
+    /// concurrency step, answers from cache, tokens avoided, and the agreement of semantic hits.
+    E2e {
+        /// Also write the figures as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Measured seconds of each concurrency step.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+        /// The concurrency steps (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "1,8,32,64")]
+        concurrency: Vec<usize>,
+        /// Most tokens of every answer.
+        #[arg(long, default_value_t = 32)]
+        max_tokens: u32,
+        /// Conversations of each system's warm-up, per mix.
+        #[arg(long, default_value_t = 64)]
+        warmup: usize,
+        /// Conversations of each mix's sequence.
+        #[arg(long, default_value_t = 4000)]
+        length: usize,
+        /// Distinct first turns the popular mix draws from.
+        #[arg(long, default_value_t = 1000)]
+        popular_pool: usize,
+        /// Longest user turn sent, in characters.
+        #[arg(long, default_value_t = 600)]
+        max_prompt_chars: usize,
+        /// The TTFT p99 target; the report gives the highest step each system holds it at.
+        #[arg(long, default_value_t = 5000)]
+        ttft_target_ms: u64,
+        /// Semantic hits audited against fresh answers, per system and mix.
+        #[arg(long, default_value_t = 40)]
+        agreement_samples: usize,
+        /// CPU threads of llama-server.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// Which mixes (natural, popular; comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "natural,popular")]
+        mixes: Vec<String>,
+        /// A directory holding llama-server (default: scripts/install-llama-cpp.sh's).
+        #[arg(long)]
+        llama_bin_dir: Option<PathBuf>,
+        /// Fail instead of building llama.cpp or installing GPTCache when they are missing.
+        #[arg(long)]
+        no_install: bool,
+        /// Where the run keeps its data and logs (removed after a successful run).
+        #[arg(long, env = "MESH_BENCH_DIR", default_value = ".cache/bench")]
+        dir: PathBuf,
+    },
     /// The edge worker against a pass-through worker under the same workerd (latency of a hit and of a
     /// miss), and the hot-set scan in wasm against the same scan natively.
     Edge {
@@ -237,8 +312,19 @@ fn install_stop_handlers() -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Up { data_dir, edge_port, base_port, api_key, regional_nodes, insecure } => {
-            up(data_dir, edge_port, base_port, api_key, regional_nodes, insecure)
+        Command::Up { data_dir, edge_port, base_port, api_key, regional_nodes, insecure, dashboard } => {
+            let spec = MeshSpec {
+                edge_port: Some(edge_port),
+                base_port: Some(base_port),
+                api_key,
+                regional_nodes,
+                tls: !insecure,
+                ..MeshSpec::local(&data_dir)
+            };
+            up(spec, &data_dir, &dashboard)
+        }
+        Command::Dashboard { listen, targets, certs, interval } => {
+            dashboard(listen, &targets, &certs, interval)
         }
         Command::Certs { dir, nodes } => certs(&dir, &nodes),
         Command::Bench { suite: BenchSuite::Core { json, seconds, clients, value_bytes, dir } } => {
@@ -316,6 +402,54 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Bench {
+            suite:
+                BenchSuite::E2e {
+                    json,
+                    seconds,
+                    concurrency,
+                    max_tokens,
+                    warmup,
+                    length,
+                    popular_pool,
+                    max_prompt_chars,
+                    ttft_target_ms,
+                    agreement_samples,
+                    threads,
+                    mixes,
+                    llama_bin_dir,
+                    no_install,
+                    dir,
+                },
+        } => {
+            install_stop_handlers()?;
+            let mixes = mixes
+                .iter()
+                .map(|m| match m.as_str() {
+                    "natural" => Ok(Mix::Natural),
+                    "popular" => Ok(Mix::Popular),
+                    other => anyhow::bail!("unknown mix {other:?} (natural, popular)"),
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let options = E2eBenchOptions {
+                seconds,
+                concurrency,
+                max_tokens,
+                warmup,
+                length,
+                popular_pool,
+                max_prompt_chars,
+                ttft_target_ms,
+                agreement_samples,
+                threads,
+                mixes,
+                llama_bin_dir,
+                install: !no_install,
+                dir,
+                stop: &STOP,
+            };
+            print_report(&bench::e2e_suite::run(&options)?, json)
+        }
         Command::Bench { suite: BenchSuite::Edge { json, seconds, concurrency, entries, queries, dir } } => {
             bench_edge(EdgeBenchOptions { seconds, concurrency, entries, queries, dir, stop: &STOP }, json)
         }
@@ -367,24 +501,10 @@ fn print_report(report: &Report, json: Option<PathBuf>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn up(
-    data_dir: PathBuf,
-    edge_port: u16,
-    base_port: u16,
-    api_key: String,
-    regional_nodes: usize,
-    insecure: bool,
-) -> anyhow::Result<()> {
+fn up(spec: MeshSpec, data_dir: &Path, dashboard_listen: &str) -> anyhow::Result<()> {
     install_stop_handlers()?;
     let started = Instant::now();
-    let spec = MeshSpec {
-        edge_port: Some(edge_port),
-        base_port: Some(base_port),
-        api_key: api_key.clone(),
-        regional_nodes,
-        tls: !insecure,
-        ..MeshSpec::local(&data_dir)
-    };
+    let (api_key, regional_nodes) = (spec.api_key.clone(), spec.regional_nodes);
     println!("starting the mesh (data and logs in {})...", data_dir.display());
     let mesh = Mesh::start(spec)?;
     let endpoint = mesh.edge_url().unwrap_or_else(|| mesh.regional_url(0));
@@ -404,7 +524,9 @@ fn up(
     } else {
         println!("TLS:      off (insecure development mode)");
     }
-    println!("logs:     {}\n", mesh.log_dir().display());
+    println!("logs:     {}", mesh.log_dir().display());
+    let dashboard = Dashboard::start(mesh.dashboard_options(dashboard_listen)?)?;
+    println!("dashboard: {}\n", dashboard.url);
     println!("try it (run it twice: X-Cache goes from MISS to HIT-EDGE):\n");
     println!(
         "curl -si {endpoint}/v1/chat/completions -H 'Authorization: Bearer {api_key}' -H 'Content-Type: application/json' \\\n  \
@@ -415,7 +537,39 @@ fn up(
         std::thread::sleep(Duration::from_millis(200));
     }
     println!("\nstopping...");
+    drop(dashboard);
     drop(mesh);
     println!("stopped");
+    Ok(())
+}
+
+fn dashboard(listen: String, targets: &[String], certs: &Path, interval: u64) -> anyhow::Result<()> {
+    install_stop_handlers()?;
+    let targets = targets
+        .iter()
+        .map(|t| match t.split_once('=') {
+            Some((name, url)) => Ok(Target { name: name.to_owned(), url: url.to_owned() }),
+            None => anyhow::bail!("a target is name=url, not {t:?}"),
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut client_identity = None;
+    if targets.iter().any(|t| t.url.starts_with("https://")) {
+        mesh_harness::client::trust_mesh_ca(&std::fs::read(certs.join("ca.pem"))?);
+        client_identity =
+            Some((std::fs::read(certs.join("admin.pem"))?, std::fs::read(certs.join("admin.key"))?));
+    }
+    let options = DashboardOptions {
+        targets,
+        listen,
+        interval: Duration::from_secs(interval.max(1)),
+        keep: 300,
+        client_identity,
+        assets: paths::repo_root().join("deploy/dashboard"),
+    };
+    let dashboard = Dashboard::start(options)?;
+    println!("dashboard: {} (Ctrl-C stops it)", dashboard.url);
+    while !STOP.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
     Ok(())
 }
