@@ -175,24 +175,24 @@ fn parse_bound(le: &str) -> Result<f64, std::num::ParseFloatError> {
     }
 }
 
-/// `histogram_quantile` over per-bucket counts (not cumulative): linear within the bucket that holds
-/// the rank; the upper bound of the last finite bucket when the rank falls in `+Inf`.
+/// `histogram_quantile` over cumulative bucket counts (`le` semantics): linear within the bucket that
+/// holds the rank; the upper bound of the last finite bucket when the rank falls in `+Inf`.
 fn quantile(q: f64, mut buckets: Vec<(f64, f64)>) -> Option<f64> {
     buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let total: f64 = buckets.iter().map(|(_, count)| count).sum();
+    let total = buckets.last().map_or(0.0, |(_, cumulative)| *cumulative);
     if total <= 0.0 {
         return None;
     }
     let rank = q * total;
-    let (mut lower, mut cumulative) = (0.0, 0.0);
-    for (bound, count) in buckets {
-        if cumulative + count >= rank && count > 0.0 {
+    let (mut lower, mut below) = (0.0, 0.0);
+    for (bound, cumulative) in buckets {
+        if cumulative >= rank && cumulative > below {
             if bound.is_infinite() {
                 return Some(lower);
             }
-            return Some(lower + (bound - lower) * (rank - cumulative) / count);
+            return Some(lower + (bound - lower) * (rank - below) / (cumulative - below));
         }
-        cumulative += count;
+        below = cumulative;
         if bound.is_finite() {
             lower = bound;
         }
