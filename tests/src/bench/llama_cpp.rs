@@ -43,31 +43,43 @@ pub fn installer() -> PathBuf {
 }
 
 impl LlamaCpp {
-    /// The binaries in `bin_dir` (default: the installer's), running the installer first when they are
-    /// missing and `install` is set (about 12 min on 2 cores; its log goes to `log_dir`); otherwise fails
-    /// with the command to run.
+    /// The binaries in `bin_dir` (default: the installer's). With `install` and the installer's
+    /// directory, the installer runs first (it returns at once when the build is there and was made for
+    /// this machine's instruction sets; else about 12 min on 2 cores, logged to `log_dir`); without
+    /// `install`, missing binaries fail with the command to run. The build is then run once on a tiny
+    /// prompt: a build that dies there (a CPU that lists AMX without granting it to ggml's threads) is
+    /// made again without AMX, and the report says so.
     pub fn locate(
         bin_dir: Option<&Path>,
         install: bool,
         log_dir: &Path,
         stop: &AtomicBool,
     ) -> anyhow::Result<Self> {
+        let own_build = bin_dir.is_none();
         let bin_dir = bin_dir.map_or_else(|| default_install_dir().join("build/bin"), Path::to_path_buf);
-        if !has_binaries(&bin_dir) {
-            if !install {
-                bail!(
-                    "llama.cpp's llama-bench and llama-server are not in {}; build them with {} \
-                     (about 12 min on 2 cores), or point --llama-bin-dir at a build",
-                    bin_dir.display(),
-                    installer().display()
-                );
-            }
-            run_installer(log_dir, stop)?;
-            if !has_binaries(&bin_dir) {
-                bail!("the installer ran but {} still lacks llama-bench or llama-server", bin_dir.display());
-            }
+        if install && own_build {
+            run_installer(log_dir, stop, false)?;
+        } else if !has_binaries(&bin_dir) {
+            bail!(
+                "llama.cpp's llama-bench and llama-server are not in {}; build them with {} \
+                 (about 12 min on 2 cores), or point --llama-bin-dir at a build",
+                bin_dir.display(),
+                installer().display()
+            );
         }
-        let label = label(&bin_dir.join("llama-server"));
+        if let Err(crash) = smoke_test(&bin_dir) {
+            if !(install && own_build) {
+                bail!("llama.cpp in {} does not run on this machine: {crash}", bin_dir.display());
+            }
+            eprintln!("llama.cpp died at its first run ({crash}); building it again without AMX");
+            run_installer(log_dir, stop, true)?;
+            smoke_test(&bin_dir).with_context(|| format!("llama.cpp in {} still dies", bin_dir.display()))?;
+        }
+        let isa = std::fs::read_to_string(default_install_dir().join(".built")).unwrap_or_default();
+        let mut label = label(&bin_dir.join("llama-server"));
+        if own_build && !isa.trim().is_empty() {
+            label = format!("{label}, {}", isa.trim());
+        }
         Ok(Self { bin_dir, label })
     }
 
@@ -150,16 +162,38 @@ fn has_binaries(dir: &Path) -> bool {
     dir.join("llama-bench").is_file() && dir.join("llama-server").is_file()
 }
 
-/// Runs the installer to its end (killed on Ctrl-C; an interrupted build resumes next time).
-fn run_installer(log_dir: &Path, stop: &AtomicBool) -> anyhow::Result<()> {
+/// Runs the installer to its end (killed on Ctrl-C; an interrupted build resumes next time); `no_amx`
+/// makes it build without AMX for good on this machine.
+fn run_installer(log_dir: &Path, stop: &AtomicBool, no_amx: bool) -> anyhow::Result<()> {
     let script = installer();
-    let mut process = ManagedProcess::spawn("install-llama-cpp", Command::new(&script), log_dir)?;
+    let mut command = Command::new(&script);
+    if no_amx {
+        command.env("LLAMA_CPP_NO_AMX", "1");
+    }
+    let mut process = ManagedProcess::spawn("install-llama-cpp", command, log_dir)?;
     eprintln!(
-        "llama.cpp is not built: running {} (about 12 min on 2 cores; log: {})",
+        "llama.cpp: running {} (at once when built; else about 12 min on 2 cores; log: {})",
         script.display(),
         process.log_path().display()
     );
     wait_for_exit(&mut process, stop)
+}
+
+/// `llama-bench` on the mesh's GGUF with an 8-token prompt and one generated token: whether the build
+/// runs here at all.
+fn smoke_test(bin_dir: &Path) -> anyhow::Result<()> {
+    let output = Command::new(bin_dir.join("llama-bench"))
+        .arg("-m")
+        .arg(crate::paths::smollm2_gguf())
+        .args(["-p", "8", "-n", "1", "-r", "1", "-t", "1"])
+        .output()
+        .context("running llama-bench")?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let tail = String::from_utf8_lossy(&output.stderr);
+    let tail = &tail[tail.len().saturating_sub(300)..];
+    bail!("llama-bench ended with {}: {tail}", output.status)
 }
 
 /// Waits until `process` exits; fails when it fails or when `stop` is set (it is then stopped).
