@@ -74,14 +74,13 @@ impl Default for RegionalMetrics {
 }
 
 impl RegionalMetrics {
-    /// The Prometheus text exposition.
-    pub fn render(&self, region: &str, cache: CacheStats) -> String {
+    /// Appends the regional daemon's own metrics and the exact cache's to `text`.
+    pub fn render(&self, text: MetricsText, region: &str, cache: CacheStats) -> MetricsText {
         let r = [("region", region)];
         let tier = |t: &'static str| [("region", region), ("tier", t)];
         let outcome = |o: &'static str| [("region", region), ("outcome", o)];
         let cause = |c: &'static str| [("region", region), ("cause", c)];
-        MetricsText::default()
-            .counter("mesh_regional_requests_total", "Chat completion requests received.", &r, &self.requests)
+        text.counter("mesh_regional_requests_total", "Chat completion requests received.", &r, &self.requests)
             .counter(
                 "mesh_regional_rejected_total",
                 "Requests rejected before cache lookup.",
@@ -182,51 +181,43 @@ impl RegionalMetrics {
             )
             .gauge("mesh_regional_cache_entries", "Entries in the exact cache.", &r, cache.entries as f64)
             .gauge("mesh_regional_cache_bytes", "Bytes in the exact cache.", &r, cache.bytes as f64)
-            .counter(
+            .count(
                 "mesh_regional_cache_admissions_total",
                 "Entries offered to the exact cache's main space, by outcome.",
                 &outcome("admitted"),
-                &counted(cache.admitted),
+                cache.admitted,
             )
-            .counter(
+            .count(
                 "mesh_regional_cache_admissions_total",
                 "Entries offered to the exact cache's main space, by outcome.",
                 &outcome("rejected"),
-                &counted(cache.rejected),
+                cache.rejected,
             )
-            .counter(
+            .count(
                 "mesh_regional_cache_admissions_total",
                 "Entries offered to the exact cache's main space, by outcome.",
                 &outcome("oversized"),
-                &counted(cache.oversized),
+                cache.oversized,
             )
-            .counter(
+            .count(
                 "mesh_regional_cache_admissions_total",
                 "Entries offered to the exact cache's main space, by outcome.",
                 &outcome("over_quota"),
-                &counted(cache.over_quota),
+                cache.over_quota,
             )
-            .counter(
+            .count(
                 "mesh_regional_cache_removals_total",
                 "Entries removed from the exact cache, by cause.",
                 &cause("evicted"),
-                &counted(cache.evicted),
+                cache.evicted,
             )
-            .counter(
+            .count(
                 "mesh_regional_cache_removals_total",
                 "Entries removed from the exact cache, by cause.",
                 &cause("expired"),
-                &counted(cache.expired),
+                cache.expired,
             )
-            .finish()
     }
-}
-
-/// A counter holding `n`, to export a count kept elsewhere (the cache's, under its locks).
-fn counted(n: u64) -> Counter {
-    let counter = Counter::default();
-    counter.add(n);
-    counter
 }
 
 #[cfg(test)]
@@ -245,7 +236,7 @@ mod tests {
             oversized: 6,
             over_quota: 7,
         };
-        let text = RegionalMetrics::default().render("eu", cache);
+        let text = RegionalMetrics::default().render(MetricsText::default(), "eu", cache).finish();
         for line in [
             "mesh_regional_cache_entries{region=\"eu\"} 2",
             "mesh_regional_cache_admissions_total{region=\"eu\",outcome=\"admitted\"} 5",
@@ -257,6 +248,6 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
         }
-        assert_eq!(text.matches("# TYPE mesh_regional_cache_admissions_total counter").count(), 1);
+        assert_eq!(text.matches("# TYPE mesh_regional_cache_admissions counter").count(), 1);
     }
 }

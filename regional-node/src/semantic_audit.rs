@@ -210,25 +210,29 @@ impl SemanticAudit {
             ledgers.iter().map(|((t, c), l)| (t.clone(), *c, l.total, l.raised)).collect()
         };
         let tier = ("tier", "regional");
-        type Sample = fn(&Tally, f32) -> f64;
-        let per_ledger: [(&str, &str, Sample); 3] = [
-            ("mesh_semantic_audits", "Semantic hits audited against a fresh answer", |t, _| t.audited as f64),
+        type Count = fn(&Tally) -> u64;
+        let counts: [(&str, &str, Count); 2] = [
+            ("mesh_semantic_audits_total", "Semantic hits audited against a fresh answer", |t| t.audited),
             (
-                "mesh_semantic_audits_agreed",
+                "mesh_semantic_audits_agreed_total",
                 "Audited semantic hits whose served answer agreed with the fresh one",
-                |t, _| t.agreed as f64,
-            ),
-            (
-                "mesh_semantic_threshold_raised",
-                "How far the audits raised this tenant's similarity threshold of the class",
-                |_, raised| (f64::from(raised) * 1000.0).round() / 1000.0,
+                |t| t.agreed,
             ),
         ];
-        for (name, help, value) in per_ledger {
-            for (tenant, class, tally, raised) in &ledgers {
+        for (name, help, value) in counts {
+            for (tenant, class, tally, _) in &ledgers {
                 let base = [("region", region), tier, ("tenant", tenant.as_str()), ("class", class.as_str())];
-                text = text.gauge(name, help, &base, value(tally, *raised));
+                text = text.count(name, help, &base, value(tally));
             }
+        }
+        for (tenant, class, _, raised) in &ledgers {
+            let base = [("region", region), tier, ("tenant", tenant.as_str()), ("class", class.as_str())];
+            text = text.gauge(
+                "mesh_semantic_threshold_raised",
+                "How far the audits raised this tenant's similarity threshold of the class",
+                &base,
+                (f64::from(*raised) * 1000.0).round() / 1000.0,
+            );
         }
         for (tenant, class, tally, _) in &ledgers {
             let (low, high) = tally.interval();

@@ -19,7 +19,8 @@
 //! - [`auth`]: API-key hashing, the tenant key table, constant-time comparison of secrets.
 //! - [`server_timing`]: the `Server-Timing` header each tier adds to.
 //! - [`trace`]: the W3C `traceparent` that follows a request from the edge to the pod.
-//! - [`metrics`]: counters, histograms and the Prometheus text encoder used by every daemon.
+//! - `metrics` (feature `metrics`, the daemons'): counters, histograms and the `/metrics` exposition
+//!   (OpenMetrics text, through `prometheus-client`).
 //! - [`hex`]: lowercase hex encoding of digests.
 //! - [`error`]: [`RequestError`], a client-facing error with its HTTP status and OpenAI error body.
 //!
@@ -35,6 +36,7 @@ pub mod cutoffs;
 pub mod error;
 pub mod hex;
 pub mod hotset;
+#[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod models;
 pub mod near_miss;

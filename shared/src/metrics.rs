@@ -1,10 +1,26 @@
-//! Counters, histograms and a Prometheus text-format encoder, shared by every daemon's `metrics.rs`.
+//! Counters, histograms and the `/metrics` exposition shared by every daemon's `metrics.rs` (the
+//! `metrics` feature: the daemons enable it, the edge worker does not).
 //!
-//! Each daemon declares its metrics as plain struct fields and renders them with [`MetricsText`]; there is
-//! no global registry, so tests can create as many independent sets as they like.
+//! Each daemon declares its metrics as plain struct fields (cheap atomics) and, on each scrape, feeds
+//! their values to a [`MetricsText`]. The builder groups the samples by family and hands them to
+//! prometheus-client as a [`Collector`]; the exposition is prometheus-client's OpenMetrics text encoder
+//! (`prometheus_client::encoding::text::encode`): one `HELP` and `TYPE` per family, whatever order the
+//! samples were added in, escaped label values, `le="+Inf"`, counters' samples suffixed `_total`, and a
+//! closing `# EOF`. There is no global registry, so tests can create as many independent sets as they
+//! like.
+//!
+//! Names follow one scheme: a `mesh_` prefix and the tier (`mesh_regional_`, `mesh_semantic_`,
+//! `mesh_core_`, `mesh_pod_`), the unit as a suffix (`_seconds`, `_bytes`), and `_total` on counters
+//! (given to [`MetricsText::counter`] with it, as PromQL names the series). Labels: `tier` for the tier
+//! of an answer, `tenant`, `model`.
 
-use std::fmt::Write as _;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
 /// A monotonically increasing count.
 #[derive(Debug, Default)]
@@ -32,7 +48,7 @@ impl Counter {
 pub struct Histogram {
     /// Upper bounds of the buckets, ascending; the implicit last bucket is `+Inf`.
     bounds: &'static [f64],
-    /// One count per bound plus one for `+Inf` (not cumulative; summed on render).
+    /// One count per bound plus one for `+Inf` (not cumulative; the encoder sums them).
     buckets: Vec<AtomicU64>,
     /// Sum of observations in microunits, so it fits an atomic integer.
     sum_micros: AtomicU64,
@@ -76,88 +92,184 @@ impl Histogram {
     pub fn count(&self) -> u64 {
         self.count.load(Ordering::Relaxed)
     }
+
+    /// The sum of the observations and each bucket's own count (upper bound, not cumulative), the last
+    /// bucket's bound being infinity.
+    fn snapshot(&self) -> HistogramSample {
+        let buckets = self
+            .buckets
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (self.bounds.get(i).copied().unwrap_or(f64::INFINITY), b.load(Ordering::Relaxed)))
+            .collect();
+        HistogramSample { sum: self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6, buckets }
+    }
 }
 
-/// Builds a Prometheus text exposition. Emit every label set of one metric name together.
+/// Builds a `/metrics` exposition: add samples in any order, each family gets one `HELP` and `TYPE`.
+///
+/// A sample's family is identified by its name; the first sample of a family sets its help text and type
+/// (a later sample of another type under the same name is a bug: it fails a debug assertion and is left
+/// out of a release build's exposition).
 #[derive(Debug, Default)]
 pub struct MetricsText {
-    out: String,
-    last_name: String,
+    /// Families in the order their first sample was added.
+    families: Vec<Family>,
+    /// Index of each family in `families`, by name.
+    index: HashMap<String, usize>,
+}
+
+#[derive(Debug)]
+struct Family {
+    /// The family's name (for a counter, without `_total`: the encoder appends it to each sample).
+    name: String,
+    help: String,
+    kind: Kind,
+    samples: Vec<(Labels, Value)>,
+}
+
+type Labels = Vec<(String, String)>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+#[derive(Debug)]
+enum Value {
+    Counter(u64),
+    /// A gauge holding a whole number (written without a fraction).
+    GaugeInteger(i64),
+    Gauge(f64),
+    Histogram(HistogramSample),
+}
+
+#[derive(Debug)]
+struct HistogramSample {
+    sum: f64,
+    /// (upper bound, count in that bucket alone); the last bound is infinity.
+    buckets: Vec<(f64, u64)>,
 }
 
 impl MetricsText {
-    fn header(&mut self, name: &str, help: &str, kind: &str) {
-        if self.last_name != name {
-            let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            self.last_name = name.to_owned();
-        }
-    }
-
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], extra: Option<(&str, &str)>, value: f64) {
-        self.out.push_str(name);
-        let mut all = labels.iter().copied().chain(extra).peekable();
-        if all.peek().is_some() {
-            self.out.push('{');
-            for (i, (k, v)) in all.enumerate() {
-                if i > 0 {
-                    self.out.push(',');
-                }
-                let escaped = v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
-                let _ = write!(self.out, "{k}=\"{escaped}\"");
-            }
-            self.out.push('}');
-        }
-        let _ = writeln!(self.out, " {value}");
-    }
-
-    /// Adds a counter sample.
-    pub fn counter(mut self, name: &str, help: &str, labels: &[(&str, &str)], counter: &Counter) -> Self {
-        self.header(name, help, "counter");
-        self.sample(name, labels, None, counter.get() as f64);
-        self
-    }
-
-    /// Adds a gauge sample.
-    pub fn gauge(mut self, name: &str, help: &str, labels: &[(&str, &str)], value: f64) -> Self {
-        self.header(name, help, "gauge");
-        self.sample(name, labels, None, value);
-        self
-    }
-
-    /// Adds a histogram's buckets, sum and count.
-    pub fn histogram(
+    /// Adds a sample of family `name` (declaring the family with its first sample); `None` declares it
+    /// without a sample.
+    fn add(
         mut self,
         name: &str,
         help: &str,
+        kind: Kind,
         labels: &[(&str, &str)],
-        histogram: &Histogram,
+        value: Option<Value>,
     ) -> Self {
-        self.header(name, help, "histogram");
-        let bucket_name = format!("{name}_bucket");
-        let mut cumulative = 0;
-        for (i, bucket) in histogram.buckets.iter().enumerate() {
-            cumulative += bucket.load(Ordering::Relaxed);
-            let le = histogram.bounds.get(i).map_or_else(|| "+Inf".to_owned(), |b| b.to_string());
-            self.sample(&bucket_name, labels, Some(("le", &le)), cumulative as f64);
+        let next = self.families.len();
+        let index = *self.index.entry(name.to_owned()).or_insert(next);
+        if index == next {
+            self.families.push(Family {
+                name: name.to_owned(),
+                help: help.to_owned(),
+                kind,
+                samples: Vec::new(),
+            });
         }
-        let sum = histogram.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        self.sample(&format!("{name}_sum"), labels, None, sum);
-        self.sample(&format!("{name}_count"), labels, None, histogram.count() as f64);
+        let family = &mut self.families[index];
+        debug_assert_eq!(family.kind, kind, "metric family {name} added with two types");
+        if let Some(value) = value.filter(|_| family.kind == kind) {
+            let labels = labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+            family.samples.push((labels, value));
+        }
         self
     }
 
-    /// The finished exposition text.
+    /// Adds a counter sample. `name` is the sample's name, ending in `_total` (the family is named
+    /// without it, as OpenMetrics wants).
+    pub fn counter(self, name: &str, help: &str, labels: &[(&str, &str)], counter: &Counter) -> Self {
+        self.count(name, help, labels, counter.get())
+    }
+
+    /// Adds a counter sample holding `value`: a count kept elsewhere (under another structure's lock, in
+    /// another type of atomic). `name` ends in `_total`, as for [`MetricsText::counter`].
+    pub fn count(self, name: &str, help: &str, labels: &[(&str, &str)], value: u64) -> Self {
+        let family = name.strip_suffix("_total");
+        debug_assert!(family.is_some(), "counter {name} does not end in _total");
+        self.add(family.unwrap_or(name), help, Kind::Counter, labels, Some(Value::Counter(value)))
+    }
+
+    /// Adds a gauge sample. A value that is not finite is left out: prometheus-client's text encoder
+    /// would write infinity as `inf`, which OpenMetrics does not allow, and an absent sample is how
+    /// Prometheus shows "no value".
+    pub fn gauge(self, name: &str, help: &str, labels: &[(&str, &str)], value: f64) -> Self {
+        // Whole numbers (counts, ids, states) keep the integer form: `3`, not `3.0`.
+        let value = match value {
+            v if !v.is_finite() => None,
+            v if v.fract() == 0.0 && v.abs() < 9_007_199_254_740_992.0 => Some(Value::GaugeInteger(v as i64)),
+            v => Some(Value::Gauge(v)),
+        };
+        self.add(name, help, Kind::Gauge, labels, value)
+    }
+
+    /// Adds a histogram's buckets, sum and count.
+    pub fn histogram(self, name: &str, help: &str, labels: &[(&str, &str)], histogram: &Histogram) -> Self {
+        self.add(name, help, Kind::Histogram, labels, Some(Value::Histogram(histogram.snapshot())))
+    }
+
+    /// The finished exposition: prometheus-client's OpenMetrics text, `# EOF` last.
     pub fn finish(self) -> String {
-        self.out
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(self));
+        let mut out = String::new();
+        // Writing to a String does not fail, and every sample here is one the encoder accepts.
+        let encoded = prometheus_client::encoding::text::encode(&mut out, &registry);
+        debug_assert!(encoded.is_ok(), "encoding the metrics failed");
+        out
     }
 }
 
-/// The `Content-Type` of the Prometheus text format.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+impl Collector for MetricsText {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for family in &self.families {
+            let metric_type = match family.kind {
+                Kind::Counter => MetricType::Counter,
+                Kind::Gauge => MetricType::Gauge,
+                Kind::Histogram => MetricType::Histogram,
+            };
+            let mut metric = encoder.encode_descriptor(&family.name, &family.help, None, metric_type)?;
+            for (labels, value) in &family.samples {
+                if labels.is_empty() {
+                    encode_value(&mut metric, value)?;
+                } else {
+                    encode_value(&mut metric.encode_family(labels)?, value)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn encode_value(encoder: &mut MetricEncoder, value: &Value) -> Result<(), std::fmt::Error> {
+    match value {
+        Value::Counter(v) => encoder.encode_counter::<NoLabelSet, u64, u64>(v, None),
+        Value::GaugeInteger(v) => encoder.encode_gauge(v),
+        Value::Gauge(v) => encoder.encode_gauge(v),
+        Value::Histogram(h) => {
+            let count = h.buckets.iter().map(|(_, n)| n).sum();
+            encoder.encode_histogram::<NoLabelSet>(h.sum, count, &h.buckets, None)
+        }
+    }
+}
+
+/// The `Content-Type` of the exposition: OpenMetrics text, what prometheus-client's encoder writes.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn type_lines(text: &str) -> Vec<&str> {
+        text.lines().filter(|l| l.starts_with("# TYPE ")).collect()
+    }
 
     #[test]
     fn renders_counters_gauges_and_cumulative_buckets() {
@@ -172,16 +284,91 @@ mod tests {
             .counter("hits_total", "Hits.", &[("tier", "edge")], &hits)
             .counter("hits_total", "Hits.", &[("tier", "core")], &Counter::default())
             .gauge("queue", "Queue depth.", &[], 2.0)
+            .gauge("ratio", "A share.", &[], 0.25)
             .histogram("latency_seconds", "Latency.", &[], &latency)
             .finish();
-        assert_eq!(text.matches("# TYPE hits_total counter").count(), 1);
-        assert!(text.contains("hits_total{tier=\"edge\"} 3\n"));
-        assert!(text.contains("hits_total{tier=\"core\"} 0\n"));
-        assert!(text.contains("queue 2\n"));
-        assert!(text.contains("latency_seconds_bucket{le=\"0.1\"} 1\n"));
-        assert!(text.contains("latency_seconds_bucket{le=\"1\"} 2\n"));
-        assert!(text.contains("latency_seconds_bucket{le=\"+Inf\"} 3\n"));
-        assert!(text.contains("latency_seconds_count 3\n"));
-        assert!(text.contains("latency_seconds_sum 5.55\n"));
+        assert_eq!(text.matches("# TYPE hits counter").count(), 1, "{text}");
+        assert!(text.contains("hits_total{tier=\"edge\"} 3\n"), "{text}");
+        assert!(text.contains("hits_total{tier=\"core\"} 0\n"), "{text}");
+        assert!(text.contains("# TYPE queue gauge\n"), "{text}");
+        assert!(text.contains("queue 2\n"), "{text}");
+        assert!(text.contains("ratio 0.25\n"), "{text}");
+        assert!(text.contains("# TYPE latency_seconds histogram\n"), "{text}");
+        assert!(text.contains("latency_seconds_bucket{le=\"0.1\"} 1\n"), "{text}");
+        assert!(text.contains("latency_seconds_bucket{le=\"1.0\"} 2\n"), "{text}");
+        assert!(text.contains("latency_seconds_bucket{le=\"+Inf\"} 3\n"), "{text}");
+        assert!(text.contains("latency_seconds_count 3\n"), "{text}");
+        assert!(text.contains("latency_seconds_sum 5.55\n"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn a_family_added_twice_apart_gets_one_help_and_type() {
+        let one = Counter::default();
+        one.inc();
+        let latency = Histogram::latency();
+        latency.observe(0.002);
+        let text = MetricsText::default()
+            .counter("mesh_x_requests_total", "Requests.", &[("tier", "a")], &one)
+            .gauge("mesh_x_entries", "Entries.", &[], 4.0)
+            .histogram("mesh_x_request_seconds", "Latency.", &[("tier", "a")], &latency)
+            .counter("mesh_x_requests_total", "Requests.", &[("tier", "b")], &one)
+            .gauge("mesh_x_bytes", "Bytes.", &[], 10.0)
+            .histogram("mesh_x_request_seconds", "Latency.", &[("tier", "b")], &latency)
+            .finish();
+        assert_eq!(
+            type_lines(&text),
+            [
+                "# TYPE mesh_x_requests counter",
+                "# TYPE mesh_x_entries gauge",
+                "# TYPE mesh_x_request_seconds histogram",
+                "# TYPE mesh_x_bytes gauge",
+            ],
+            "{text}"
+        );
+        assert_eq!(text.lines().filter(|l| l.starts_with("# HELP ")).count(), 4, "{text}");
+        // A family's samples follow its TYPE line together.
+        let lines: Vec<&str> = text.lines().collect();
+        let at = |needle: &str| lines.iter().position(|l| l.starts_with(needle)).expect(needle);
+        assert!(at("mesh_x_requests_total{tier=\"b\"}") < at("# TYPE mesh_x_entries"), "{text}");
+        assert_eq!(text.matches("mesh_x_request_seconds_bucket{le=\"+Inf\",tier=\"b\"} 1\n").count(), 1);
+        assert_eq!(text.matches("le=\"+Inf\"").count(), 2, "{text}");
+        assert!(!text.contains("inf\""), "{text}");
+    }
+
+    #[test]
+    fn counters_are_exported_with_total_once() {
+        let text = MetricsText::default()
+            .counter("mesh_x_hits_total", "Hits.", &[], &Counter::default())
+            .count("mesh_x_sent_bytes_total", "Bytes sent.", &[("region", "eu")], 7)
+            .finish();
+        let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(samples, ["mesh_x_hits_total 0", "mesh_x_sent_bytes_total{region=\"eu\"} 7"], "{text}");
+        assert!(samples.iter().all(|s| s.split([' ', '{']).next().is_some_and(|n| n.ends_with("_total"))));
+        assert!(!text.contains("_total_total"), "{text}");
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let text = MetricsText::default().gauge("g", "G.", &[("tenant", "a\"b\\c\nd")], 1.0).finish();
+        assert!(text.contains("g{tenant=\"a\\\"b\\\\c\\nd\"} 1\n"), "{text}");
+    }
+
+    #[test]
+    fn a_gauge_that_is_not_finite_is_left_out() {
+        let text = MetricsText::default()
+            .gauge("g", "G.", &[("a", "1")], f64::INFINITY)
+            .gauge("g", "G.", &[("a", "2")], 1.5)
+            .gauge("h", "H.", &[], f64::NAN)
+            .finish();
+        assert!(text.contains("g{a=\"2\"} 1.5\n"), "{text}");
+        assert!(!text.contains("a=\"1\""), "{text}");
+        assert!(!text.contains("inf") && !text.contains("NaN"), "{text}");
+        assert_eq!(type_lines(&text), ["# TYPE g gauge", "# TYPE h gauge"], "{text}");
+    }
+
+    #[test]
+    fn the_content_type_is_openmetrics_text() {
+        assert!(CONTENT_TYPE.starts_with("application/openmetrics-text; version=1.0.0"));
     }
 }

@@ -69,7 +69,7 @@ fn paraphrases_hit_and_near_misses_do_not() -> anyhow::Result<()> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         let metrics = regional.get("/metrics")?.body;
-        let audited = sum(&metrics, "mesh_semantic_audits{");
+        let audited = sum(&metrics, "mesh_semantic_audits_total{");
         let skipped = sum(&metrics, "mesh_semantic_audits_skipped_total{");
         if audited + skipped >= 2.0 {
             assert!(audited >= 1.0, "at most one audit may be skipped (two run at once):\n{metrics}");

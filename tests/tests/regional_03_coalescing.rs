@@ -6,7 +6,7 @@ use std::sync::Arc;
 use mesh_harness::{Mesh, MeshSpec};
 use serde_json::json;
 
-/// The value of a counter line that starts with `prefix` in a Prometheus text.
+/// The value of a counter line that starts with `prefix` in an OpenMetrics text.
 fn counter(metrics: &str, prefix: &str) -> f64 {
     metrics
         .lines()

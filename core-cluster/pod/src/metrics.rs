@@ -90,60 +90,60 @@ impl PodMetrics {
         }
     }
 
-    /// The Prometheus text exposition.
+    /// The OpenMetrics text exposition (`mesh_pod_*`).
     pub fn render(&self, model: &str, ready: bool, load: &Load) -> String {
         let m = &[("model", model)];
         let outcome = |o: &'static str| [("model", model), ("outcome", o)];
         let help = "Generation requests by outcome.";
         MetricsText::default()
-            .gauge("inference_pod_ready", "1 once the model is loaded.", m, f64::from(u8::from(ready)))
-            .counter("inference_requests_total", help, &outcome("stop"), &self.finished_stop)
-            .counter("inference_requests_total", help, &outcome("length"), &self.finished_length)
-            .counter("inference_requests_total", help, &outcome("rejected"), &self.rejected)
-            .counter("inference_requests_total", help, &outcome("cancelled"), &self.cancelled)
-            .counter("inference_requests_total", help, &outcome("failed"), &self.failed)
-            .counter("inference_prompt_tokens_total", "Prompt tokens processed.", m, &self.prompt_tokens)
-            .counter("inference_generated_tokens_total", "Tokens generated.", m, &self.generated_tokens)
+            .gauge("mesh_pod_ready", "1 once the model is loaded.", m, f64::from(u8::from(ready)))
+            .counter("mesh_pod_requests_total", help, &outcome("stop"), &self.finished_stop)
+            .counter("mesh_pod_requests_total", help, &outcome("length"), &self.finished_length)
+            .counter("mesh_pod_requests_total", help, &outcome("rejected"), &self.rejected)
+            .counter("mesh_pod_requests_total", help, &outcome("cancelled"), &self.cancelled)
+            .counter("mesh_pod_requests_total", help, &outcome("failed"), &self.failed)
+            .counter("mesh_pod_prompt_tokens_total", "Prompt tokens processed.", m, &self.prompt_tokens)
+            .counter("mesh_pod_generated_tokens_total", "Tokens generated.", m, &self.generated_tokens)
             .counter(
-                "inference_cached_prompt_tokens_total",
+                "mesh_pod_cached_prompt_tokens_total",
                 "Prompt tokens from the prefix cache.",
                 m,
                 &self.cached_prompt_tokens,
             )
-            .counter("inference_step_tokens_total", "Tokens computed by forward steps.", m, &self.step_tokens)
-            .counter("inference_preemptions_total", "Sequences preempted for KV blocks.", m, &self.preempted)
+            .counter("mesh_pod_step_tokens_total", "Tokens computed by forward steps.", m, &self.step_tokens)
+            .counter("mesh_pod_preemptions_total", "Sequences preempted for KV blocks.", m, &self.preempted)
             .counter(
-                "inference_draft_tokens_total",
+                "mesh_pod_draft_tokens_total",
                 "Speculative draft tokens proposed.",
                 m,
                 &self.draft_tokens,
             )
             .counter(
-                "inference_accepted_draft_tokens_total",
+                "mesh_pod_accepted_draft_tokens_total",
                 "Speculative draft tokens accepted (over proposed: the acceptance rate).",
                 m,
                 &self.accepted_draft_tokens,
             )
-            .gauge("inference_queue_depth", "Requests waiting to start.", m, load.queued() as f64)
-            .gauge("inference_running", "Sequences in the running batch.", m, load.running() as f64)
-            .gauge("inference_kv_free_blocks", "KV blocks free or evictable.", m, load.free_blocks() as f64)
-            .gauge("inference_kv_total_blocks", "KV blocks in the pool.", m, load.total_blocks() as f64)
-            .histogram("inference_queue_seconds", "Time waiting for the model.", m, &self.queue_seconds)
-            .histogram("inference_prefill_seconds", "Prompt processing time.", m, &self.prefill_seconds)
+            .gauge("mesh_pod_queue_depth", "Requests waiting to start.", m, load.queued() as f64)
+            .gauge("mesh_pod_running", "Sequences in the running batch.", m, load.running() as f64)
+            .gauge("mesh_pod_kv_free_blocks", "KV blocks free or evictable.", m, load.free_blocks() as f64)
+            .gauge("mesh_pod_kv_total_blocks", "KV blocks in the pool.", m, load.total_blocks() as f64)
+            .histogram("mesh_pod_queue_seconds", "Time waiting for the model.", m, &self.queue_seconds)
+            .histogram("mesh_pod_prefill_seconds", "Prompt processing time.", m, &self.prefill_seconds)
             .histogram(
-                "inference_decode_seconds",
+                "mesh_pod_decode_seconds",
                 "Generation time after the first token.",
                 m,
                 &self.decode_seconds,
             )
             .histogram(
-                "inference_ttft_seconds",
+                "mesh_pod_ttft_seconds",
                 "Time from arrival to the first token.",
                 m,
                 &self.ttft_seconds,
             )
             .histogram(
-                "inference_tpot_seconds",
+                "mesh_pod_tpot_seconds",
                 "Time per output token after the first.",
                 m,
                 &self.tpot_seconds,

@@ -208,12 +208,12 @@ mod tests {
         let (status, metrics) = http_get(addr, "/metrics").await;
         assert_eq!(status, 200);
         assert!(metrics
-            .contains("inference_requests_total{model=\"smollm2-135m-instruct\",outcome=\"rejected\"} 5"));
+            .contains("mesh_pod_requests_total{model=\"smollm2-135m-instruct\",outcome=\"rejected\"} 5"));
         assert!(metrics.contains(&format!(
-            "inference_generated_tokens_total{{model=\"smollm2-135m-instruct\"}} {}",
+            "mesh_pod_generated_tokens_total{{model=\"smollm2-135m-instruct\"}} {}",
             done.completion_tokens
         )));
-        assert!(metrics.contains("inference_queue_depth{model=\"smollm2-135m-instruct\"} 0"));
+        assert!(metrics.contains("mesh_pod_queue_depth{model=\"smollm2-135m-instruct\"} 0"));
 
         drop(client);
         stop.send(()).expect("server running");

@@ -78,7 +78,7 @@ impl InferenceService {
         self.shared.ready.get().is_some()
     }
 
-    /// The Prometheus text exposition of the pod's metrics.
+    /// The OpenMetrics text exposition of the pod's metrics.
     pub fn render_metrics(&self) -> String {
         let idle = Load::default();
         let (ready, load) = match self.shared.ready.get() {

@@ -284,7 +284,10 @@ async fn cluster_commits_survives_a_dead_follower_and_restarts() {
     assert_eq!(lookup(cluster.addrs[&leader], "nope").await, None);
     let (status, metrics) = http_get(cluster.addrs[&leader], "/metrics").await.expect("metrics");
     assert_eq!(status, 200);
-    assert!(metrics.contains("core_cache_requests_total{rpc=\"complete\",result=\"hit\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("mesh_core_cache_requests_total{rpc=\"complete\",result=\"hit\"} 1"),
+        "{metrics}"
+    );
 
     // With one follower dead, the other two still commit.
     let dead = (1..=3).find(|id| *id != leader && *id != follower).expect("another follower");
@@ -333,7 +336,7 @@ async fn a_follower_that_missed_purged_logs_catches_up_from_a_snapshot() {
     let (_, metrics) = http_get(cluster.addrs[&lagging], "/metrics").await.expect("metrics");
     let installs = metrics
         .lines()
-        .find_map(|l| l.strip_prefix("core_rpc_requests_total{rpc=\"install_snapshot\"} "))
+        .find_map(|l| l.strip_prefix("mesh_core_rpc_requests_total{rpc=\"install_snapshot\"} "))
         .and_then(|v| v.parse::<f64>().ok());
     assert!(installs.is_some_and(|n| n >= 1.0), "the follower caught up without a snapshot: {installs:?}");
     for (_, node) in nodes {

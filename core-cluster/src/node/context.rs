@@ -105,7 +105,7 @@ impl NodeContext {
         }
     }
 
-    /// The metrics in Prometheus text format.
+    /// The metrics in OpenMetrics text format.
     pub fn render_metrics(&self) -> String {
         let raft = self.raft.metrics().borrow().clone();
         self.metrics.render(&raft, &self.pods, self.state.len())

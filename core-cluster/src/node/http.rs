@@ -22,7 +22,7 @@ async fn healthz(State(node): State<Arc<NodeContext>>) -> impl IntoResponse {
     (status, Json(health))
 }
 
-/// The Prometheus text exposition.
+/// The metrics, in OpenMetrics text.
 async fn metrics(State(node): State<Arc<NodeContext>>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], node.render_metrics())
+    ([(header::CONTENT_TYPE, shared::metrics::CONTENT_TYPE)], node.render_metrics())
 }

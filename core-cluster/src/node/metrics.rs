@@ -80,11 +80,12 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// The Prometheus text exposition of these metrics, Raft's state, the pods and the entry count.
+    /// The OpenMetrics text exposition (`mesh_core_*`) of these metrics, Raft's state, the pods and the
+    /// entry count.
     pub fn render(&self, raft: &RaftMetrics<NodeId, BasicNode>, pods: &PodPool, entries: usize) -> String {
-        const RPCS: &str = "core_rpc_requests_total";
+        const RPCS: &str = "mesh_core_rpc_requests_total";
         const RPCS_HELP: &str = "gRPC requests served, by service method.";
-        const CACHE: &str = "core_cache_requests_total";
+        const CACHE: &str = "mesh_core_cache_requests_total";
         const CACHE_HELP: &str = "Cache reads at the core, by RPC and result.";
         let mut text = MetricsText::default()
             .counter(RPCS, RPCS_HELP, &[("rpc", "lookup")], &self.rpc_lookup)
@@ -96,48 +97,53 @@ impl Metrics {
             .counter(RPCS, RPCS_HELP, &[("rpc", "write")], &self.rpc_write)
             .counter(RPCS, RPCS_HELP, &[("rpc", "read")], &self.rpc_read)
             .histogram(
-                "core_proposal_requests",
+                "mesh_core_proposal_requests",
                 "Client requests per Raft entry proposed by this node (group commit).",
                 &[],
                 &self.proposal_requests,
             )
             .counter(
-                "core_refreshed_total",
+                "mesh_core_refreshed_total",
                 "Entries regenerated after a model-version bump.",
                 &[],
                 &self.refreshed,
             )
-            .counter("core_refresh_failures_total", "Refresh jobs that failed.", &[], &self.refresh_failures)
+            .counter(
+                "mesh_core_refresh_failures_total",
+                "Refresh jobs that failed.",
+                &[],
+                &self.refresh_failures,
+            )
             .counter(CACHE, CACHE_HELP, &[("rpc", "lookup"), ("result", "hit")], &self.lookup_hits)
             .counter(CACHE, CACHE_HELP, &[("rpc", "lookup"), ("result", "miss")], &self.lookup_misses)
             .counter(CACHE, CACHE_HELP, &[("rpc", "complete"), ("result", "hit")], &self.complete_hits)
             .counter(CACHE, CACHE_HELP, &[("rpc", "complete"), ("result", "miss")], &self.complete_misses)
             .counter(
-                "core_complete_errors_total",
+                "mesh_core_complete_errors_total",
                 "Completions that ended in an error.",
                 &[],
                 &self.complete_errors,
             )
             .counter(
-                "core_forwarded_writes_total",
+                "mesh_core_forwarded_writes_total",
                 "Writes forwarded to the leader and committed.",
                 &[],
                 &self.forwarded_writes,
             )
             .histogram(
-                "core_commit_seconds",
+                "mesh_core_commit_seconds",
                 "Time to commit a completion through Raft.",
                 &[],
                 &self.commit_seconds,
             )
             .histogram(
-                "core_complete_seconds",
+                "mesh_core_complete_seconds",
                 "Time from a Complete call to its last event.",
                 &[],
                 &self.complete_seconds,
             )
             .gauge(
-                "core_entries",
+                "mesh_core_entries",
                 "Entries in the local state machine (expired ones included).",
                 &[],
                 entries as f64,
@@ -148,21 +154,21 @@ impl Metrics {
         let last_log = raft.last_log_index.map_or(0.0, |i| i as f64);
         let is_leader = if raft.state == ServerState::Leader { 1.0 } else { 0.0 };
         text = text
-            .gauge("core_raft_term", "Current Raft term.", &[], raft.current_term as f64)
-            .gauge("core_raft_leader", "Id of the leader this node knows of, -1 if none.", &[], leader)
-            .gauge("core_raft_is_leader", "1 if this node is the leader.", &[], is_leader)
+            .gauge("mesh_core_raft_term", "Current Raft term.", &[], raft.current_term as f64)
+            .gauge("mesh_core_raft_leader", "Id of the leader this node knows of, -1 if none.", &[], leader)
+            .gauge("mesh_core_raft_is_leader", "1 if this node is the leader.", &[], is_leader)
             .gauge(
-                "core_raft_last_applied",
+                "mesh_core_raft_last_applied",
                 "Index of the last log entry applied to the state machine.",
                 &[],
                 applied,
             )
-            .gauge("core_raft_last_log_index", "Index of the last log entry.", &[], last_log);
+            .gauge("mesh_core_raft_last_log_index", "Index of the last log entry.", &[], last_log);
 
         for pod in pods.pods() {
             let labels = [("pod", pod.url())];
             text = text.gauge(
-                "core_pod_healthy",
+                "mesh_core_pod_healthy",
                 "1 if the inference pod answered its last call.",
                 &labels,
                 if pod.is_healthy() { 1.0 } else { 0.0 },
@@ -170,7 +176,7 @@ impl Metrics {
         }
         for pod in pods.pods() {
             text = text.counter(
-                "core_pod_generate_total",
+                "mesh_core_pod_generate_total",
                 "Generate calls sent to each pod.",
                 &[("pod", pod.url())],
                 pod.generate_calls(),
@@ -178,7 +184,7 @@ impl Metrics {
         }
         for pod in pods.pods() {
             text = text.counter(
-                "core_pod_failures_total",
+                "mesh_core_pod_failures_total",
                 "Failed calls to each pod.",
                 &[("pod", pod.url())],
                 pod.failures(),

@@ -49,60 +49,52 @@ pub async fn replication(State(state): State<Arc<AppState>>) -> Response {
     .into_response()
 }
 
-/// `GET /metrics`: Prometheus text format.
+/// `GET /metrics`: every family of the daemon in one exposition (OpenMetrics text).
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let (path, region) = (state.path(), &state.settings().config.region);
-    let mut text = path.metrics().render(region, path.cache().stats());
-    text.push_str(&overload_metrics(&state));
+    let text = path.metrics().render(MetricsText::default(), region, path.cache().stats());
+    let text = overload_metrics(text, &state);
     let replication = path.replication();
-    text.push_str(
-        &replication.metrics.render(MetricsText::default(), region, replication.store().stats()).finish(),
-    );
+    let mut text = replication.metrics.render(text, region, replication.store().stats());
     if let Some(tier) = path.semantic() {
-        text.push_str(&tier.audit().render(MetricsText::default(), region).finish());
+        text = tier.audit().render(text, region);
     }
-    ([(header::CONTENT_TYPE, shared::metrics::CONTENT_TYPE)], text).into_response()
+    ([(header::CONTENT_TYPE, shared::metrics::CONTENT_TYPE)], text.finish()).into_response()
 }
 
-/// The circuit breaker's and the admission queue's state.
-fn overload_metrics(state: &AppState) -> String {
+/// Appends the circuit breaker's and the admission queue's state to `text`.
+fn overload_metrics(text: MetricsText, state: &AppState) -> MetricsText {
     let r = [("region", state.settings().config.region.as_str())];
     let breaker = state.path().core().breaker();
     let admission = state.path().admission();
-    let refused = shared::metrics::Counter::default();
-    refused.add(admission.refused.load(std::sync::atomic::Ordering::Relaxed));
-    let shed = shared::metrics::Counter::default();
-    shed.add(admission.shed.load(std::sync::atomic::Ordering::Relaxed));
-    let opened = shared::metrics::Counter::default();
-    opened.add(breaker.times_opened());
-    MetricsText::default()
-        .gauge(
-            "mesh_regional_core_breaker_state",
-            "Circuit breaker toward the core: 0 closed, 1 half-open, 2 open.",
-            &r,
-            breaker.state().as_gauge(),
-        )
-        .counter("mesh_regional_core_breaker_opened_total", "Times the breaker opened.", &r, &opened)
-        .counter("mesh_regional_admission_refused_total", "Generations refused with 429.", &r, &refused)
-        .counter(
-            "mesh_regional_admission_shed_total",
-            "Of those, generations whose predicted wait exceeded their time-to-first-token target.",
-            &r,
-            &shed,
-        )
-        .gauge(
-            "mesh_regional_admission_waiting",
-            "Generations waiting for budget.",
-            &r,
-            admission.waiting() as f64,
-        )
-        .gauge(
-            "mesh_regional_admission_in_flight_cost",
-            "Cost units of generations in flight.",
-            &r,
-            admission.in_flight() as f64,
-        )
-        .finish()
+    let refused = admission.refused.load(std::sync::atomic::Ordering::Relaxed);
+    let shed = admission.shed.load(std::sync::atomic::Ordering::Relaxed);
+    text.gauge(
+        "mesh_regional_core_breaker_state",
+        "Circuit breaker toward the core: 0 closed, 1 half-open, 2 open.",
+        &r,
+        breaker.state().as_gauge(),
+    )
+    .count("mesh_regional_core_breaker_opened_total", "Times the breaker opened.", &r, breaker.times_opened())
+    .count("mesh_regional_admission_refused_total", "Generations refused with 429.", &r, refused)
+    .count(
+        "mesh_regional_admission_shed_total",
+        "Of those, generations whose predicted wait exceeded their time-to-first-token target.",
+        &r,
+        shed,
+    )
+    .gauge(
+        "mesh_regional_admission_waiting",
+        "Generations waiting for budget.",
+        &r,
+        admission.waiting() as f64,
+    )
+    .gauge(
+        "mesh_regional_admission_in_flight_cost",
+        "Cost units of generations in flight.",
+        &r,
+        admission.in_flight() as f64,
+    )
 }
 
 /// `GET /v1/models`: the served models, in OpenAI's list shape.

@@ -58,13 +58,13 @@ impl ReplicationMetrics {
             &self.over_budget,
         )
         .counter(
-            "mesh_regional_replication_bytes_sent_total",
+            "mesh_regional_replication_sent_bytes_total",
             "Encoded bytes of replication messages sent.",
             &r,
             &self.bytes_sent,
         )
         .counter(
-            "mesh_regional_replication_bytes_received_total",
+            "mesh_regional_replication_received_bytes_total",
             "Encoded bytes of replication messages received.",
             &r,
             &self.bytes_received,

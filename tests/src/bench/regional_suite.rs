@@ -283,8 +283,8 @@ fn replication_phase(mesh: &Mesh, options: &RegionalBenchOptions) -> anyhow::Res
     ))?;
     eprintln!("  direct push: {:.2} s, {} bytes", push.elapsed.as_secs_f64(), push.bytes);
     let sent = |m: &Mesh| -> anyhow::Result<f64> {
-        Ok(metric(m, 0, "mesh_regional_replication_bytes_sent_total")?
-            + metric(m, 1, "mesh_regional_replication_bytes_sent_total")?)
+        Ok(metric(m, 0, "mesh_regional_replication_sent_bytes_total")?
+            + metric(m, 1, "mesh_regional_replication_sent_bytes_total")?)
     };
     let before = sent(mesh)?;
     let healed = Instant::now();

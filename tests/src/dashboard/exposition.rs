@@ -1,4 +1,5 @@
-//! Reading the Prometheus text format the daemons export: one [`Sample`] per line that is not a comment.
+//! Reading the text format the daemons export (OpenMetrics, which Prometheus' text format reads the same
+//! way here): one [`Sample`] per line that is not a comment (`# HELP`, `# TYPE`, `# EOF`).
 
 use std::collections::BTreeMap;
 
@@ -97,6 +98,19 @@ mod tests {
         assert_eq!(samples[1].label("tier"), "a \"b\"");
         assert_eq!(samples[1].value, 7.0);
         assert!(samples[2].value.is_nan());
+    }
+
+    #[test]
+    fn reads_the_daemons_openmetrics_text() {
+        let text = "# HELP h Latency.\n# TYPE h histogram\nh_sum 0.5\nh_count 2\n\
+                    h_bucket{le=\"1.0\",tier=\"miss\"} 2\nh_bucket{le=\"+Inf\",tier=\"miss\"} 2\n\
+                    # HELP c Hits.\n# TYPE c counter\nc_total{tenant=\"a\\\\b\"} 4\n# EOF\n";
+        let samples = parse(text);
+        let names: Vec<&str> = samples.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["h_sum", "h_count", "h_bucket", "h_bucket", "c_total"]);
+        assert_eq!((samples[2].label("le"), samples[2].label("tier")), ("1.0", "miss"));
+        assert_eq!(samples[3].label("le"), "+Inf");
+        assert_eq!((samples[4].label("tenant"), samples[4].value), ("a\\b", 4.0));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! last minutes of them; a small web server ([`server`]) hands them to a page (`deploy/dashboard/`) that
 //! draws them with Chart.js.
 //!
-//! - [`exposition`]: reading the Prometheus text format.
+//! - [`exposition`]: reading the daemons' OpenMetrics text.
 //! - [`query`]: rates, interval quantiles, gauges and ratios over two scrapes.
 //! - [`panels`]: the charts and the metric families behind them.
 //! - [`history`]: the frames held and the page's JSON.

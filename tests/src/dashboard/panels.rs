@@ -115,10 +115,10 @@ fn decomposition(id: &'static str, title: &'static str, q: f64) -> Panel {
         unit: Unit::Seconds,
         stacked: true,
         lines: vec![
-            of("pod queue", quantile(q, "inference_queue_seconds")),
-            of("prefill", quantile(q, "inference_prefill_seconds")),
-            of("decode", quantile(q, "inference_decode_seconds")),
-            of("raft commit", quantile(q, "core_commit_seconds")),
+            of("pod queue", quantile(q, "mesh_pod_queue_seconds")),
+            of("prefill", quantile(q, "mesh_pod_prefill_seconds")),
+            of("decode", quantile(q, "mesh_pod_decode_seconds")),
+            of("raft commit", quantile(q, "mesh_core_commit_seconds")),
             Line::Rest {
                 name: "regional + core + network",
                 total: Query::Quantile(q, metric("mesh_regional_request_seconds", &[("tier", "miss")])),
@@ -166,9 +166,9 @@ pub fn all() -> Vec<Panel> {
             "Tokens per second: generated, and prompt tokens served by the prefix cache",
             Unit::PerSecond,
             vec![
-                of("generated", rate("inference_generated_tokens_total")),
-                of("prompt (all)", rate("inference_prompt_tokens_total")),
-                of("prompt from prefix cache", rate("inference_cached_prompt_tokens_total")),
+                of("generated", rate("mesh_pod_generated_tokens_total")),
+                of("prompt (all)", rate("mesh_pod_prompt_tokens_total")),
+                of("prompt from prefix cache", rate("mesh_pod_cached_prompt_tokens_total")),
                 of("answered by caches", rate("mesh_regional_tokens_avoided_total")),
             ],
         ),
@@ -247,8 +247,8 @@ pub fn all() -> Vec<Panel> {
             "Leader id and term",
             Unit::Count,
             vec![
-                of("leader", gauge(Aggregate::Max, "core_raft_leader")),
-                of("term", gauge(Aggregate::Max, "core_raft_term")),
+                of("leader", gauge(Aggregate::Max, "mesh_core_raft_leader")),
+                of("term", gauge(Aggregate::Max, "mesh_core_raft_term")),
             ],
         ),
         panel(
@@ -257,8 +257,8 @@ pub fn all() -> Vec<Panel> {
             "Commit latency p50 and p99",
             Unit::Seconds,
             vec![
-                of("p50", quantile(0.5, "core_commit_seconds")),
-                of("p99", quantile(0.99, "core_commit_seconds")),
+                of("p50", quantile(0.5, "mesh_core_commit_seconds")),
+                of("p99", quantile(0.99, "mesh_core_commit_seconds")),
             ],
         ),
         panel(
@@ -266,7 +266,7 @@ pub fn all() -> Vec<Panel> {
             "Raft",
             "Last applied index by core node",
             Unit::Count,
-            vec![by("", TARGET_LABEL, gauge(Aggregate::Max, "core_raft_last_applied"))],
+            vec![by("", TARGET_LABEL, gauge(Aggregate::Max, "mesh_core_raft_last_applied"))],
         ),
         panel(
             "pod_load",
@@ -274,13 +274,13 @@ pub fn all() -> Vec<Panel> {
             "Queue depth, batch size, KV blocks in use",
             Unit::Count,
             vec![
-                of("queued", gauge(Aggregate::Sum, "inference_queue_depth")),
-                of("batch", gauge(Aggregate::Sum, "inference_running")),
+                of("queued", gauge(Aggregate::Sum, "mesh_pod_queue_depth")),
+                of("batch", gauge(Aggregate::Sum, "mesh_pod_running")),
                 of(
                     "KV blocks in use",
                     Query::GaugeDifference(
-                        metric("inference_kv_total_blocks", NO_LABELS),
-                        metric("inference_kv_free_blocks", NO_LABELS),
+                        metric("mesh_pod_kv_total_blocks", NO_LABELS),
+                        metric("mesh_pod_kv_free_blocks", NO_LABELS),
                     ),
                 ),
             ],
@@ -291,10 +291,10 @@ pub fn all() -> Vec<Panel> {
             "Time to first token and time per output token, p50 and p99",
             Unit::Seconds,
             vec![
-                of("TTFT p50", quantile(0.5, "inference_ttft_seconds")),
-                of("TTFT p99", quantile(0.99, "inference_ttft_seconds")),
-                of("TPOT p50", quantile(0.5, "inference_tpot_seconds")),
-                of("TPOT p99", quantile(0.99, "inference_tpot_seconds")),
+                of("TTFT p50", quantile(0.5, "mesh_pod_ttft_seconds")),
+                of("TTFT p99", quantile(0.99, "mesh_pod_ttft_seconds")),
+                of("TPOT p50", quantile(0.5, "mesh_pod_tpot_seconds")),
+                of("TPOT p99", quantile(0.99, "mesh_pod_tpot_seconds")),
             ],
         ),
     ]
@@ -312,7 +312,7 @@ mod tests {
         };
         let text = |n| {
             [
-                bucket("inference_queue_seconds", n),
+                bucket("mesh_pod_queue_seconds", n),
                 format!("mesh_regional_request_seconds_bucket{{tier=\"miss\",le=\"10\"}} {n}\n"),
                 format!("mesh_regional_request_seconds_bucket{{tier=\"miss\",le=\"+Inf\"}} {n}\n"),
             ]

@@ -38,7 +38,8 @@ pub enum Query {
 /// A metric family and the label values its samples must carry.
 #[derive(Clone, Debug)]
 pub struct Selector {
-    /// The family's name (without `_bucket`, `_sum`, `_count`).
+    /// The family's name as PromQL writes it: a histogram's without `_bucket`, `_sum`, `_count`, a
+    /// counter's with its `_total`.
     pub family: &'static str,
     /// Label values every selected sample carries.
     pub matching: &'static [(&'static str, &'static str)],
