@@ -73,6 +73,12 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
         ("/v1/chat/completions", _) => {
             return respond::error(&RequestError::method_not_allowed(), Some("POST"))
         }
+        // The OpenAI SDKs' `models.list()`: the regional tier's view of the core's model registry.
+        ("/v1/models", Method::Get) => match read_config(&env) {
+            Ok(config) => regional::get(&config, "/v1/models").await,
+            Err(e) => Err(e),
+        },
+        ("/v1/models", _) => return respond::error(&RequestError::method_not_allowed(), Some("GET")),
         ("/v1/edge/bench/scan", Method::Get) => match read_config(&env) {
             Ok(config) => bench_scan_route(&req, &config),
             Err(e) => Err(e),

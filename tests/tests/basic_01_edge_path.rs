@@ -41,6 +41,15 @@ fn edge_path_miss_then_hit_streaming_and_bad_input() -> anyhow::Result<()> {
         404,
     );
 
+    // The OpenAI SDKs' `models.list()` works through the edge: the core's registry, as a list.
+    let models = client.get("/v1/models")?;
+    assert_eq!(models.status, 200, "{}", models.body);
+    let ids: Vec<String> = models.json()["data"]
+        .as_array()
+        .map(|d| d.iter().filter_map(|m| m["id"].as_str().map(str::to_owned)).collect())
+        .unwrap_or_default();
+    assert!(ids.iter().any(|id| id == "smollm2-135m-instruct"), "{}", models.body);
+
     // The same request twice: generated once, then a hit with identical content.
     let question = request("What is the capital of France?");
     let miss = client.chat(&question)?;

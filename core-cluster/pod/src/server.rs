@@ -91,9 +91,9 @@ async fn not_found(headers: HeaderMap) -> Response {
 
 async fn healthz(State(service): State<InferenceService>) -> impl IntoResponse {
     if service.is_ready() {
-        (StatusCode::OK, "ok\n")
+        (StatusCode::OK, "ok\n".to_owned())
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "loading\n")
+        (StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", service.not_ready_reason()))
     }
 }
 

@@ -73,16 +73,24 @@ impl InferenceService {
         Ok(())
     }
 
-    /// Whether the model is loaded.
+    /// Whether the model is loaded and its step loop still runs.
     pub fn is_ready(&self) -> bool {
-        self.shared.ready.get().is_some()
+        self.shared.ready.get().is_some_and(|r| r.worker.is_alive())
+    }
+
+    /// Why the pod is not ready: still loading, or its step loop has stopped.
+    pub fn not_ready_reason(&self) -> &'static str {
+        match self.shared.ready.get() {
+            None => "loading",
+            Some(_) => "the step loop stopped",
+        }
     }
 
     /// The OpenMetrics text exposition of the pod's metrics.
     pub fn render_metrics(&self) -> String {
         let idle = Load::default();
         let (ready, load) = match self.shared.ready.get() {
-            Some(r) => (true, r.worker.load().as_ref()),
+            Some(r) => (r.worker.is_alive(), r.worker.load().as_ref()),
             None => (false, &idle),
         };
         self.shared.metrics.render(&self.shared.model_name, ready, load)

@@ -3,7 +3,7 @@
 //! The forward pass is CPU-bound and parallel inside (candle's thread pool), so the loop runs on
 //! its own OS thread rather than on the async runtime.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
@@ -78,6 +78,21 @@ pub struct Worker {
     jobs: mpsc::Sender<Job>,
     load: Arc<Load>,
     max_queue: usize,
+    /// False once the step loop's thread has ended (a panic included).
+    alive: Arc<AtomicBool>,
+}
+
+/// Clears `alive` when the step loop's thread ends, however it ends: a pod whose loop died must stop
+/// saying it is ready.
+struct AliveGuard(Arc<AtomicBool>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+        if std::thread::panicking() {
+            tracing::error!("the inference step loop panicked; the pod is no longer ready");
+        }
+    }
 }
 
 impl Worker {
@@ -91,8 +106,18 @@ impl Worker {
         let (jobs, rx) = mpsc::channel::<Job>();
         let load = Arc::new(Load::default());
         let step_loop = StepLoop::new(engine, config, metrics, Arc::clone(&load));
-        std::thread::Builder::new().name("inference-steps".into()).spawn(move || step_loop.run(rx))?;
-        Ok(Self { jobs, load, max_queue })
+        let alive = Arc::new(AtomicBool::new(true));
+        let guard = AliveGuard(Arc::clone(&alive));
+        std::thread::Builder::new().name("inference-steps".into()).spawn(move || {
+            let _guard = guard;
+            step_loop.run(rx)
+        })?;
+        Ok(Self { jobs, load, max_queue, alive })
+    }
+
+    /// Whether the step loop is still running.
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
     }
 
     /// Queues a generation; its events arrive on the returned receiver. Dropping the receiver
@@ -102,6 +127,9 @@ impl Worker {
         prompt: Vec<u32>,
         submission: Submission,
     ) -> Result<UnboundedReceiver<GenerationEvent>, InferenceError> {
+        if !self.is_alive() {
+            return Err(InferenceError::NotReady);
+        }
         let queued = self.load.queued();
         if queued >= self.max_queue {
             return Err(InferenceError::QueueFull(queued));

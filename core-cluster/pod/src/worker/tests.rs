@@ -143,3 +143,15 @@ fn refuses_work_beyond_the_queue_limit() {
     let refused = worker.submit(prompt(None, "hi"), submission(1, false));
     assert!(matches!(refused, Err(InferenceError::QueueFull(0))));
 }
+
+#[test]
+fn a_step_loop_that_panics_is_no_longer_alive() {
+    let alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let guard = AliveGuard(Arc::clone(&alive));
+    let thread = std::thread::spawn(move || {
+        let _guard = guard;
+        panic!("a bug in a step");
+    });
+    assert!(thread.join().is_err());
+    assert!(!alive.load(std::sync::atomic::Ordering::Acquire), "the pod must stop saying it is ready");
+}
