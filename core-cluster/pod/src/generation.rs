@@ -103,10 +103,12 @@ impl Generation {
     pub fn take(&mut self, token: u32, tokenizer: &ChatTokenizer, context_left: usize) -> Progress {
         self.generated += 1;
         let special = tokenizer.special_tokens();
-        if token == special.im_end || token == special.end_of_text {
+        // The end of the turn, or the model opening a new turn (`<|im_start|>`) without closing its own:
+        // nothing after it belongs to this answer.
+        if token == special.im_end || token == special.end_of_text || token == special.im_start {
             return Progress::Finished(FinishReason::Stop);
         }
-        // Other special tokens (`<|im_start|>`, `<file_sep>`, ...) never reach the client.
+        // Other special tokens (`<file_sep>`, ...) never reach the client.
         if !tokenizer.is_special(token) {
             let text = self.decoder.push(tokenizer.token_bytes(token));
             if !text.is_empty() {
@@ -163,5 +165,36 @@ impl Generation {
     /// Ends the generation with an error.
     pub fn fail(&self, error: InferenceError) {
         let _ = self.events.send(GenerationEvent::Failed(error));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::engine;
+
+    #[test]
+    fn a_new_turn_opened_by_the_model_ends_the_answer() {
+        let tokenizer = engine().tokenizer();
+        let (events, mut received) = tokio::sync::mpsc::unbounded_channel();
+        let mut generation = Generation::new(
+            SamplingParams::greedy(16),
+            4,
+            None,
+            events,
+            tracing::Span::none(),
+            Instant::now(),
+        );
+        let hello = tokenizer.encode_plain("Hello").expect("encode");
+        for token in &hello {
+            assert_eq!(generation.take(*token, tokenizer, 100), Progress::Continue);
+        }
+        let im_start = tokenizer.special_tokens().im_start;
+        assert_eq!(generation.take(im_start, tokenizer, 100), Progress::Finished(FinishReason::Stop));
+        let mut text = String::new();
+        while let Ok(GenerationEvent::Text(t)) = received.try_recv() {
+            text.push_str(&t);
+        }
+        assert_eq!(text, "Hello", "nothing of a second turn reaches the client");
     }
 }
