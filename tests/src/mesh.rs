@@ -494,14 +494,7 @@ impl Mesh {
             Some(files) => Some((std::fs::read(&files.cert)?, std::fs::read(&files.key)?)),
             None => None,
         };
-        Ok(crate::dashboard::DashboardOptions {
-            targets,
-            listen: listen.to_owned(),
-            interval: Duration::from_secs(2),
-            keep: 300,
-            client_identity,
-            assets: crate::paths::repo_root().join("deploy/dashboard"),
-        })
+        Ok(crate::dashboard::DashboardOptions::new(targets, listen, client_identity))
     }
 
     /// The development API key.

@@ -221,21 +221,43 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// A step's figures as table cells: clients, req/s, TTFT p50/p99, e2e p50/p99, TPOT, cached, tokens
+/// avoided, shed, failed, answers by tier.
+fn cells(f: &StepFigures) -> [String; 12] {
+    [
+        f.clients.to_string(),
+        format!("{:.2}", f.per_s),
+        format!("{:.0} ms", ms(f.ttft_p50)),
+        format!("{:.0} ms", ms(f.ttft_p99)),
+        format!("{:.0} ms", ms(f.e2e_p50)),
+        format!("{:.0} ms", ms(f.e2e_p99)),
+        format!("{:.1} ms", ms(f.tpot)),
+        format!("{:.1}%", 100.0 * f.cached),
+        format!("{:.1}%", 100.0 * f.tokens_avoided),
+        f.shed.to_string(),
+        f.failed.to_string(),
+        format!("{:?}", f.by_tier),
+    ]
+}
+
+/// The columns of [`cells`].
+const COLUMNS: [&str; 12] = [
+    "clients",
+    "req/s",
+    "TTFT p50",
+    "TTFT p99",
+    "e2e p50",
+    "e2e p99",
+    "TPOT",
+    "cached",
+    "tokens avoided",
+    "shed",
+    "failed",
+    "by tier",
+];
+
 fn summary(f: &StepFigures) -> String {
-    format!(
-        "{:.2} req/s, TTFT p50/p99 {:.0}/{:.0} ms, e2e p50/p99 {:.0}/{:.0} ms, TPOT {:.1} ms, cached {:.0}%, tokens avoided {:.0}%, shed {}, failed {}, {:?}",
-        f.per_s,
-        ms(f.ttft_p50),
-        ms(f.ttft_p99),
-        ms(f.e2e_p50),
-        ms(f.e2e_p99),
-        ms(f.tpot),
-        100.0 * f.cached,
-        100.0 * f.tokens_avoided,
-        f.shed,
-        f.failed,
-        f.by_tier
-    )
+    COLUMNS.iter().zip(cells(f)).map(|(c, v)| format!("{c} {v}")).collect::<Vec<_>>().join(", ")
 }
 
 fn print_steps(
@@ -250,26 +272,12 @@ fn print_steps(
         options.max_tokens,
         cpu_model()
     );
-    println!("| mix | system | clients | req/s | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | TPOT | cached | tokens avoided | shed | by tier |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| mix | system | {} |", COLUMNS.join(" | "));
+    println!("|---|---|{}", "---|".repeat(COLUMNS.len()));
     for (m, workload) in workloads.iter().enumerate() {
         for (s, name) in names.iter().enumerate() {
             for f in &results[s][m].steps {
-                println!(
-                    "| {} | {name} | {} | {:.2} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.1} ms | {:.1}% | {:.1}% | {} | {:?} |",
-                    workload.mix.name(),
-                    f.clients,
-                    f.per_s,
-                    ms(f.ttft_p50),
-                    ms(f.ttft_p99),
-                    ms(f.e2e_p50),
-                    ms(f.e2e_p99),
-                    ms(f.tpot),
-                    100.0 * f.cached,
-                    100.0 * f.tokens_avoided,
-                    f.shed,
-                    f.by_tier
-                );
+                println!("| {} | {name} | {} |", workload.mix.name(), cells(f).join(" | "));
             }
         }
         for (s, name) in names.iter().enumerate() {

@@ -15,7 +15,7 @@ use mesh_harness::bench::{
     self, CoreBenchOptions, E2eBenchOptions, EdgeBenchOptions, PodBenchOptions, RegionalBenchOptions, Report,
 };
 use mesh_harness::dashboard::{Dashboard, DashboardOptions, Target};
-use mesh_harness::{paths, Mesh, MeshSpec};
+use mesh_harness::{Mesh, MeshSpec};
 
 /// Command line.
 #[derive(Debug, Parser)]
@@ -559,12 +559,8 @@ fn dashboard(listen: String, targets: &[String], certs: &Path, interval: u64) ->
             Some((std::fs::read(certs.join("admin.pem"))?, std::fs::read(certs.join("admin.key"))?));
     }
     let options = DashboardOptions {
-        targets,
-        listen,
         interval: Duration::from_secs(interval.max(1)),
-        keep: 300,
-        client_identity,
-        assets: paths::repo_root().join("deploy/dashboard"),
+        ..DashboardOptions::new(targets, &listen, client_identity)
     };
     let dashboard = Dashboard::start(options)?;
     println!("dashboard: {} (Ctrl-C stops it)", dashboard.url);

@@ -49,6 +49,20 @@ pub struct DashboardOptions {
     pub assets: PathBuf,
 }
 
+impl DashboardOptions {
+    /// Scrapes `targets` every 2 s, keeps 10 minutes of frames, serves `deploy/dashboard` on `listen`.
+    pub fn new(targets: Vec<Target>, listen: &str, client_identity: Option<(Vec<u8>, Vec<u8>)>) -> Self {
+        Self {
+            targets,
+            listen: listen.to_owned(),
+            interval: Duration::from_secs(2),
+            keep: 300,
+            client_identity,
+            assets: crate::paths::repo_root().join("deploy/dashboard"),
+        }
+    }
+}
+
 /// A dashboard being served; dropping it stops its scraper and server threads.
 pub struct Dashboard {
     /// `http://127.0.0.1:port`.
