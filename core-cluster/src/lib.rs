@@ -5,10 +5,13 @@
 //! - [`admin_cli`]: `core-node admin ...`, the operator's command line over the client.
 //! - [`client`]: `CoreClient`, the client library of the store and admin API (follows the leader, retries
 //!   safely).
-//! - [`node`]: the `core-node` daemon: openraft over sled, the Raft and cache gRPC services, routing to pods.
+//! - [`node`]: the `core-node` daemon: openraft over a write-ahead log and sled, the Raft and cache gRPC
+//!   services, routing to pods.
+//! - [`wal`]: the write-ahead log that keeps the Raft log and the vote durable.
 //!
 //! The binary in `src/bin/` only parses its command line, sets up tracing and calls into these modules.
 
 pub mod admin_cli;
 pub mod client;
 pub mod node;
+pub mod wal;

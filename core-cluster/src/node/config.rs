@@ -155,6 +155,17 @@ impl NodeConfig {
         for tenant in &self.tenants {
             validate::name("tenant", tenant).map_err(|e| CoreError::Config(format!("--tenants: {e}")))?;
         }
+        // Seeding may forward these to the leader, which refuses what the store API refuses; such a model
+        // is refused here instead, or seeding would retry it forever.
+        for model in &self.models {
+            validate::name("model", &model.name).map_err(|e| CoreError::Config(format!("--models: {e}")))?;
+            if model.version == 0 {
+                return Err(CoreError::Config(format!(
+                    "--models: {} must have a version of at least 1",
+                    model.name
+                )));
+            }
+        }
         for pod in &self.pods {
             if !(pod.starts_with("http://") || pod.starts_with("https://")) {
                 return Err(CoreError::Config(format!("pod {pod:?} must be an http:// URL")));
@@ -272,8 +283,14 @@ mod tests {
         let mut bad = config.clone();
         bad.pods = vec!["127.0.0.1:7100".into()];
         assert!(bad.validate().is_err());
-        let mut bad = config;
+        let mut bad = config.clone();
         bad.tenants = vec![String::new()];
+        assert!(bad.validate().is_err());
+        let mut bad = config.clone();
+        bad.models = vec![ModelRef { name: "m".into(), version: 0 }];
+        assert!(bad.validate().is_err(), "the leader would refuse to register it");
+        let mut bad = config;
+        bad.models = vec![ModelRef { name: "m".repeat(validate::MAX_NAME_BYTES + 1), version: 1 }];
         assert!(bad.validate().is_err());
     }
 }

@@ -9,19 +9,18 @@ use serde::Serialize;
 use shared::completion::CachedCompletion;
 use tonic::Code;
 
-use super::apply::MAX_VALUE_BYTES;
 use super::error::CoreError;
 use super::types::{Command, InvalidateScope, Outcome, Rejection, Request, TenantPolicy};
 use super::validate;
 
 /// Wraps a value as a JSON Raft payload.
 pub fn encode<T: Serialize>(value: &T) -> Result<RaftPayload, CoreError> {
-    Ok(RaftPayload { json: serde_json::to_vec(value)? })
+    Ok(RaftPayload { body: serde_json::to_vec(value)? })
 }
 
 /// Reads a JSON Raft payload; a payload that does not parse is the sender's mistake.
 pub fn decode<T: DeserializeOwned>(payload: &RaftPayload) -> Result<T, CoreError> {
-    serde_json::from_slice(&payload.json)
+    serde_json::from_slice(&payload.body)
         .map_err(|e| CoreError::InvalidArgument(format!("raft payload: {e}")))
 }
 
@@ -29,34 +28,15 @@ fn invalid(message: impl Into<String>) -> CoreError {
     CoreError::InvalidArgument(message.into())
 }
 
-/// Checks a `Write` call and turns it into a state-machine request. Everything that can be checked without
-/// the state (sizes, names, missing fields) is checked here; the rest the state machine decides.
+/// Checks a `Write` call and turns it into a state-machine request. Missing fields are checked here, and
+/// everything else that can be checked without the state by [`validate::request`] (the same checks the
+/// leader applies to forwarded writes); the rest the state machine decides.
 pub fn write_request(request: pb::WriteRequest) -> Result<Request, CoreError> {
     use pb::write_request::Command as Pb;
-    validate::request_id(&request.request_id)?;
     let command = match request.command.ok_or_else(|| invalid("command is missing"))? {
         Pb::Put(put) => {
-            let entry: CachedCompletion = put.entry.ok_or_else(|| invalid("put.entry is missing"))?.into();
-            validate::key(&entry.key)?;
-            validate::name("tenant", &entry.tenant)?;
-            validate::name("model", &entry.model)?;
-            validate::name("content_class", &put.content_class).or_else(|e| {
-                if put.content_class.is_empty() {
-                    Ok(())
-                } else {
-                    Err(e)
-                }
-            })?;
-            if entry.model_version == 0 {
-                return Err(invalid("model_version must be at least 1"));
-            }
-            if entry.content.len() as u64 > MAX_VALUE_BYTES {
-                return Err(invalid(format!(
-                    "the value has {} bytes; the limit is {MAX_VALUE_BYTES}",
-                    entry.content.len()
-                )));
-            }
-            let mut entry = entry;
+            let mut entry: CachedCompletion =
+                put.entry.ok_or_else(|| invalid("put.entry is missing"))?.into();
             if entry.etag.is_empty() {
                 entry.etag = CachedCompletion::etag_of(&entry.content, &entry.finish_reason);
             }
@@ -65,46 +45,45 @@ pub fn write_request(request: pb::WriteRequest) -> Result<Request, CoreError> {
         Pb::Invalidate(inv) => {
             use pb::invalidate::Scope;
             let scope = match inv.scope.ok_or_else(|| invalid("invalidate.scope is missing"))? {
-                Scope::Key(key) => {
-                    validate::key(&key)?;
-                    validate::name("key_tenant", &inv.key_tenant)?;
-                    InvalidateScope::Key { tenant: inv.key_tenant, key }
-                }
-                Scope::Tenant(tenant) => {
-                    validate::name("tenant", &tenant)?;
-                    InvalidateScope::Tenant { tenant }
-                }
+                Scope::Key(key) => InvalidateScope::Key { tenant: inv.key_tenant, key },
+                Scope::Tenant(tenant) => InvalidateScope::Tenant { tenant },
                 Scope::ModelVersion(mv) => {
-                    validate::name("model", &mv.model)?;
                     InvalidateScope::ModelVersion { model: mv.model, version: mv.version }
                 }
             };
             Command::Invalidate { scope }
         }
-        Pb::BumpModelVersion(bump) => {
-            validate::name("model", &bump.model)?;
-            Command::BumpModelVersion { model: bump.model, version: bump.version }
-        }
-        Pb::RegisterModel(reg) => {
-            validate::name("model", &reg.model)?;
-            if reg.version == 0 {
-                return Err(invalid("version must be at least 1"));
-            }
-            Command::RegisterModel { model: reg.model, version: reg.version }
-        }
+        Pb::BumpModelVersion(bump) => Command::BumpModelVersion { model: bump.model, version: bump.version },
+        Pb::RegisterModel(reg) => Command::RegisterModel { model: reg.model, version: reg.version },
         Pb::SetTenantPolicy(set) => {
-            validate::name("tenant", &set.tenant)?;
-            let p = set.policy.unwrap_or_default();
-            let policy = TenantPolicy {
-                max_value_bytes: p.max_value_bytes,
-                default_ttl_s: p.default_ttl_s,
-                max_ttl_s: p.max_ttl_s,
-                cache_sampled: p.cache_sampled,
-            };
-            Command::SetTenantPolicy { tenant: set.tenant, policy }
+            Command::SetTenantPolicy { tenant: set.tenant, policy: set.policy.unwrap_or_default().into() }
         }
     };
-    Ok(Request { id: request.request_id, command })
+    let request = Request { id: request.request_id, command };
+    validate::request(&request)?;
+    Ok(request)
+}
+
+impl From<pb::TenantPolicy> for TenantPolicy {
+    fn from(p: pb::TenantPolicy) -> Self {
+        Self {
+            max_value_bytes: p.max_value_bytes,
+            default_ttl_s: p.default_ttl_s,
+            max_ttl_s: p.max_ttl_s,
+            cache_sampled: p.cache_sampled,
+        }
+    }
+}
+
+impl From<&TenantPolicy> for pb::TenantPolicy {
+    fn from(p: &TenantPolicy) -> Self {
+        Self {
+            max_value_bytes: p.max_value_bytes,
+            default_ttl_s: p.default_ttl_s,
+            max_ttl_s: p.max_ttl_s,
+            cache_sampled: p.cache_sampled,
+        }
+    }
 }
 
 /// The gRPC code of a refusal.
@@ -159,6 +138,7 @@ pub fn write_outcome(outcome: &Outcome) -> Result<pb::WriteOutcome, CoreError> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::apply::MAX_VALUE_BYTES;
     use super::*;
 
     fn sample() -> CachedCompletion {
@@ -196,7 +176,7 @@ mod tests {
         assert_eq!(entry.etag, CachedCompletion::etag_of("hello", "stop"));
         let back: Request = decode(&encode(&request).expect("encodes")).expect("decodes");
         assert_eq!(back, request);
-        let garbage = RaftPayload { json: b"{not json".to_vec() };
+        let garbage = RaftPayload { body: b"{not json".to_vec() };
         assert!(matches!(decode::<Request>(&garbage), Err(CoreError::InvalidArgument(_))));
     }
 

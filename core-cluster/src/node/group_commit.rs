@@ -2,8 +2,9 @@
 //! log append and one fsync per node cover the whole batch and throughput grows with concurrency.
 //!
 //! A batch is formed from whatever is queued when a proposal slot frees up: at most [`MAX_IN_FLIGHT`]
-//! proposals are in Raft at once, and each carries up to [`MAX_BATCH`] requests. A lone request is proposed
-//! at once (no timer), so a single client pays no batching delay.
+//! proposals are in Raft at once, and each carries up to [`MAX_BATCH`] requests and [`MAX_BATCH_BYTES`]
+//! bytes of them, so that one log entry stays small enough to replicate in one message. A lone request is
+//! proposed at once (no timer), so a single client pays no batching delay.
 
 use std::sync::Arc;
 
@@ -17,6 +18,9 @@ use super::types::{Applied, NodeId, Proposal, Raft, Request};
 
 /// Most requests in one proposal.
 pub const MAX_BATCH: usize = 512;
+/// Most bytes of requests in one proposal, as [`Request::approx_bytes`] counts them. A request that would
+/// take a batch past it waits for the next one; a request larger than this on its own goes alone.
+pub const MAX_BATCH_BYTES: usize = 1024 * 1024;
 /// Most proposals in flight at once.
 pub const MAX_IN_FLIGHT: usize = 4;
 /// Requests queued before submitters wait.
@@ -47,9 +51,23 @@ pub enum SubmitError {
     Stopped(String),
 }
 
+/// How large one proposal may grow.
+#[derive(Clone, Copy, Debug)]
+struct BatchLimits {
+    /// Most requests.
+    requests: usize,
+    /// Most bytes of requests.
+    bytes: usize,
+}
+
+/// The limits of every proposal.
+const LIMITS: BatchLimits = BatchLimits { requests: MAX_BATCH, bytes: MAX_BATCH_BYTES };
+
 /// One queued request and where its answer goes.
 struct Pending {
+    /// The request.
     request: Request,
+    /// Where its answer goes.
     reply: oneshot::Sender<Result<Committed, SubmitError>>,
 }
 
@@ -78,17 +96,22 @@ impl GroupCommit {
     }
 }
 
+/// Proposes batches of the queued requests until every submitter is gone.
 async fn run(id: NodeId, raft: Raft, mut rx: mpsc::Receiver<Pending>, metrics: Arc<Metrics>) {
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    while let Some(first) = rx.recv().await {
+    // The request that did not fit in the last batch: it opens the next one.
+    let mut carried: Option<Pending> = None;
+    loop {
+        let first = match carried.take() {
+            Some(first) => first,
+            None => match rx.recv().await {
+                Some(first) => first,
+                None => return,
+            },
+        };
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(pending) => batch.push(pending),
-                Err(_) => break,
-            }
-        }
+        let (batch, rest) = gather(first, &mut rx, LIMITS);
+        carried = rest;
         metrics.proposal_requests.observe(batch.len() as f64);
         let raft = raft.clone();
         tokio::spawn(async move {
@@ -125,5 +148,93 @@ async fn run(id: NodeId, raft: Raft, mut rx: mpsc::Receiver<Pending>, metrics: A
                 }
             }
         });
+    }
+}
+
+/// Forms a batch of `first` and the requests queued behind it, within `limits`. Returns the batch and the
+/// queued request that would have taken it past the byte limit, if any (it opens the next batch).
+fn gather(
+    first: Pending,
+    rx: &mut mpsc::Receiver<Pending>,
+    limits: BatchLimits,
+) -> (Vec<Pending>, Option<Pending>) {
+    let mut bytes = first.request.approx_bytes();
+    let mut batch = vec![first];
+    while batch.len() < limits.requests {
+        let Ok(next) = rx.try_recv() else { break };
+        let size = next.request.approx_bytes();
+        if bytes.saturating_add(size) > limits.bytes {
+            return (batch, Some(next));
+        }
+        bytes += size;
+        batch.push(next);
+    }
+    (batch, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::types::Command;
+    use super::*;
+
+    /// A queued request of `bytes` bytes (a model name of that length).
+    fn pending(bytes: usize) -> Pending {
+        let command = Command::RegisterModel { model: "m".repeat(bytes), version: 1 };
+        let (reply, _) = oneshot::channel();
+        Pending { request: Request { id: String::new(), command }, reply }
+    }
+
+    /// A queue holding requests of these sizes.
+    fn queue(sizes: &[usize]) -> mpsc::Receiver<Pending> {
+        let (tx, rx) = mpsc::channel(sizes.len().max(1));
+        for &bytes in sizes {
+            tx.try_send(pending(bytes)).unwrap_or_else(|_| panic!("the queue has room"));
+        }
+        rx
+    }
+
+    /// The sizes of a batch's requests, in order.
+    fn sizes(batch: &[Pending]) -> Vec<usize> {
+        batch.iter().map(|p| p.request.approx_bytes()).collect()
+    }
+
+    #[test]
+    fn a_batch_stops_before_the_request_that_would_pass_the_byte_limit() {
+        let limits = BatchLimits { requests: 10, bytes: 100 };
+        let mut rx = queue(&[30, 20, 5, 1]);
+        let (batch, rest) = gather(pending(60), &mut rx, limits);
+        assert_eq!(sizes(&batch), vec![60, 30]);
+        let rest = rest.expect("the 20-byte request waits");
+        let (batch, rest) = gather(rest, &mut rx, limits);
+        assert_eq!(sizes(&batch), vec![20, 5, 1]);
+        assert!(rest.is_none());
+    }
+
+    #[test]
+    fn a_request_larger_than_the_limit_goes_alone() {
+        let limits = BatchLimits { requests: 10, bytes: 100 };
+        let mut rx = queue(&[1, 2]);
+        let (batch, rest) = gather(pending(500), &mut rx, limits);
+        assert_eq!(sizes(&batch), vec![500]);
+        assert_eq!(rest.map(|p| p.request.approx_bytes()), Some(1));
+        let mut rx = queue(&[500]);
+        let (batch, rest) = gather(pending(1), &mut rx, limits);
+        assert_eq!(sizes(&batch), vec![1]);
+        let (batch, rest) = gather(rest.expect("the large one waits"), &mut rx, limits);
+        assert_eq!((sizes(&batch), rest.is_none()), (vec![500], true));
+    }
+
+    #[test]
+    fn the_request_count_still_bounds_a_batch() {
+        let mut rx = queue(&[1, 1, 1, 1]);
+        let (batch, rest) = gather(pending(1), &mut rx, BatchLimits { requests: 3, bytes: 100 });
+        assert_eq!(batch.len(), 3);
+        assert!(rest.is_none(), "nothing is taken off the queue past the count");
+        assert_eq!(rx.len(), 2);
+        let full = BatchLimits { requests: MAX_BATCH, bytes: MAX_BATCH_BYTES };
+        let mut rx = queue(&[MAX_BATCH_BYTES / 2, MAX_BATCH_BYTES / 2, 1]);
+        let (batch, rest) = gather(pending(0), &mut rx, full);
+        assert_eq!(batch.len(), 3);
+        assert!(rest.is_some());
     }
 }

@@ -1,9 +1,11 @@
-//! The Raft log store in sled: log entries, the vote, the committed pointer and the last purged id.
+//! The Raft log store: log entries, the vote, the committed pointer and the purge point, in the node's
+//! [write-ahead log](crate::wal).
 //!
-//! Durability: `append` and `save_vote` return (and report the append as flushed) only after
-//! `flush_async` has fsynced the whole database, so an acknowledged entry or vote survives a crash.
-//! `truncate` and `purge` flush too. The committed pointer is written without a flush: it may lag after a
-//! crash, which only means that openraft re-applies fewer entries at startup before the leader tells it more.
+//! Durability: `append` returns once the entries are written and readable, and reports them flushed to
+//! openraft only after the log's group commit has `fdatasync`ed them; `save_vote`, `truncate` and `purge`
+//! return only after theirs. The committed pointer is written without waiting: it may lag after a crash,
+//! which only means that openraft re-applies fewer entries at startup before the leader tells it more.
+//! Entries are stored in the binary form of [`log_codec`](super::log_codec).
 
 // openraft's storage error is large, and every trait method returns it; the private helpers return it too
 // rather than box it only to unbox it at the trait boundary.
@@ -12,83 +14,60 @@
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{LogId, LogState, OptionalSend, RaftLogReader, StorageIOError, Vote};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
+use tokio::sync::oneshot;
 
+use super::log_codec;
 use super::types::{Entry, NodeId, StorageError, TypeConfig};
+use crate::wal::fs::OsDir;
+use crate::wal::{Done, Wal, WalOptions};
 
-const VOTE: &[u8] = b"vote";
-const COMMITTED: &[u8] = b"committed";
-const LAST_PURGED: &[u8] = b"last_purged";
-
-/// The Raft log of one core node, in two sled trees of the node's database.
+/// The Raft log of one core node.
 ///
-/// Cloning is cheap and shares the trees; openraft's log readers are clones.
+/// Cloning is cheap and shares the log; openraft's log readers are clones.
 #[derive(Clone, Debug)]
 pub struct LogStore {
-    /// The database, flushed to make writes durable.
-    db: sled::Db,
-    /// Log entries as JSON, keyed by big-endian index so that key order is log order.
-    logs: sled::Tree,
-    /// Vote, committed and last purged log ids as JSON.
-    meta: sled::Tree,
+    wal: Arc<Wal>,
 }
 
 impl LogStore {
-    /// Opens (or creates) the log trees in `db`.
-    pub fn open(db: &sled::Db) -> Result<Self, sled::Error> {
-        Ok(Self { db: db.clone(), logs: db.open_tree("raft_log")?, meta: db.open_tree("raft_meta")? })
+    /// Opens (or creates) the log in directory `path`, waiting up to `lock_wait` for a previous instance
+    /// to let go of it.
+    pub fn open(path: &Path, lock_wait: Duration) -> io::Result<Self> {
+        let dir = OsDir::open(path, lock_wait)?;
+        Ok(Self { wal: Arc::new(Wal::open(Arc::new(dir), WalOptions::default())?) })
     }
 
-    fn read_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StorageIOError<NodeId>> {
-        let Some(bytes) = self.meta.get(key).map_err(|e| StorageIOError::read(&e))? else {
-            return Ok(None);
-        };
-        serde_json::from_slice(&bytes).map(Some).map_err(|e| StorageIOError::read(&e))
-    }
-
-    fn write_meta<T: Serialize>(&self, key: &[u8], value: &T) -> Result<(), StorageIOError<NodeId>> {
-        let bytes = serde_json::to_vec(value).map_err(|e| StorageIOError::write(&e))?;
-        self.meta.insert(key, bytes).map_err(|e| StorageIOError::write(&e))?;
-        Ok(())
-    }
-
-    async fn flush(&self) -> Result<(), sled::Error> {
-        self.db.flush_async().await.map(|_| ())
-    }
-
-    fn last_log_id(&self) -> Result<Option<LogId<NodeId>>, StorageIOError<NodeId>> {
-        let Some((_, bytes)) = self.logs.last().map_err(|e| StorageIOError::read_logs(&e))? else {
-            return Ok(None);
-        };
-        let entry: Entry = serde_json::from_slice(&bytes).map_err(|e| StorageIOError::read_logs(&e))?;
-        Ok(Some(entry.log_id))
-    }
-
-    /// Keys of all entries at or after `index`, newest first.
-    fn keys_from(&self, index: u64) -> Result<Vec<sled::IVec>, StorageIOError<NodeId>> {
-        let mut keys = Vec::new();
-        for item in self.logs.range(index_key(index)..).rev() {
-            let (key, _) = item.map_err(|e| StorageIOError::read_logs(&e))?;
-            keys.push(key);
-        }
-        Ok(keys)
+    /// The log's syncs so far and the writes they covered.
+    pub fn sync_stats(&self) -> (u64, u64) {
+        self.wal.sync_stats()
     }
 }
 
-/// The sled key of log index `index`.
-fn index_key(index: u64) -> [u8; 8] {
-    index.to_be_bytes()
+/// A callback for the log and the receiver that waits for it.
+fn durable() -> (Done, oneshot::Receiver<io::Result<()>>) {
+    let (tx, rx) = oneshot::channel();
+    (Box::new(move |result| drop(tx.send(result))), rx)
 }
 
-fn key_bound(bound: Bound<&u64>) -> Bound<[u8; 8]> {
-    match bound {
-        Bound::Included(i) => Bound::Included(index_key(*i)),
-        Bound::Excluded(i) => Bound::Excluded(index_key(*i)),
-        Bound::Unbounded => Bound::Unbounded,
+/// Waits for a write's sync.
+async fn synced(rx: oneshot::Receiver<io::Result<()>>) -> io::Result<()> {
+    rx.await.unwrap_or_else(|_| Err(io::Error::other("the write-ahead log stopped")))
+}
+
+fn index_bound(bound: Bound<&u64>, start: bool) -> u64 {
+    match (bound, start) {
+        (Bound::Included(i), true) => *i,
+        (Bound::Excluded(i), true) => i.saturating_add(1),
+        (Bound::Unbounded, true) => 0,
+        (Bound::Included(i), false) => i.saturating_add(1),
+        (Bound::Excluded(i), false) => *i,
+        (Bound::Unbounded, false) => u64::MAX,
     }
 }
 
@@ -97,13 +76,17 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        let bounds = (key_bound(range.start_bound()), key_bound(range.end_bound()));
-        let mut entries = Vec::new();
-        for item in self.logs.range(bounds) {
-            let (_, bytes) = item.map_err(|e| StorageIOError::read_logs(&e))?;
-            entries.push(serde_json::from_slice(&bytes).map_err(|e| StorageIOError::read_logs(&e))?);
-        }
-        Ok(entries)
+        let start = index_bound(range.start_bound(), true);
+        let end = index_bound(range.end_bound(), false);
+        let stored = self.wal.read(start, end).map_err(|e| StorageIOError::read_logs(&e))?;
+        stored
+            .into_iter()
+            .map(|(log_id, bytes)| {
+                let payload = log_codec::decode_payload(&bytes)
+                    .map_err(|e| StorageIOError::read_log_at_index(log_id.index, &e))?;
+                Ok(Entry { log_id, payload })
+            })
+            .collect()
     }
 }
 
@@ -111,9 +94,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
-        let last_purged_log_id: Option<LogId<NodeId>> = self.read_meta(LAST_PURGED)?;
-        let last_log_id = self.last_log_id()?.or(last_purged_log_id);
-        Ok(LogState { last_purged_log_id, last_log_id })
+        Ok(LogState { last_purged_log_id: self.wal.meta().last_purged, last_log_id: self.wal.last_log_id() })
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -121,22 +102,23 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
-        let bytes = serde_json::to_vec(vote).map_err(|e| StorageIOError::write_vote(&e))?;
-        self.meta.insert(VOTE, bytes).map_err(|e| StorageIOError::write_vote(&e))?;
-        self.flush().await.map_err(|e| StorageIOError::write_vote(&e))?;
+        let (done, rx) = durable();
+        self.wal.save_vote(vote, done).map_err(|e| StorageIOError::write_vote(&e))?;
+        synced(rx).await.map_err(|e| StorageIOError::write_vote(&e))?;
         Ok(())
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
-        Ok(self.read_meta(VOTE)?)
+        Ok(self.wal.meta().vote)
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), StorageError> {
-        Ok(self.write_meta(COMMITTED, &committed)?)
+        self.wal.save_committed(committed.as_ref()).map_err(|e| StorageIOError::write(&e))?;
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError> {
-        Ok(self.read_meta::<Option<LogId<NodeId>>>(COMMITTED)?.flatten())
+        Ok(self.wal.meta().committed)
     }
 
     async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
@@ -144,47 +126,32 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut batch = sled::Batch::default();
-        for entry in entries {
-            let bytes =
-                serde_json::to_vec(&entry).map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
-            batch.insert(&index_key(entry.log_id.index), bytes);
-        }
-        // One atomic batch: a crash never leaves a hole in the middle of an append.
-        self.logs.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
-        match self.flush().await {
-            Ok(()) => {
-                callback.log_io_completed(Ok(()));
-                Ok(())
-            }
-            Err(e) => {
-                callback.log_io_completed(Err(io::Error::other(e.to_string())));
-                Err(StorageIOError::write_logs(&e).into())
-            }
-        }
+        let encoded: Vec<_> = entries
+            .into_iter()
+            .map(|entry| (entry.log_id, log_codec::encode_payload(&entry.payload)))
+            .collect();
+        let done: Done = Box::new(move |result| callback.log_io_completed(result));
+        self.wal.append(encoded, done).map_err(|e| StorageIOError::write_logs(&e))?;
+        Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError> {
-        let mut batch = sled::Batch::default();
-        for key in self.keys_from(log_id.index)? {
-            batch.remove(key);
-        }
-        self.logs.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
-        self.flush().await.map_err(|e| StorageIOError::write_logs(&e))?;
+        let (done, rx) = durable();
+        self.wal.truncate(log_id.index, done).map_err(|e| StorageIOError::write_logs(&e))?;
+        synced(rx).await.map_err(|e| StorageIOError::write_logs(&e))?;
         Ok(())
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError> {
-        // Record the purge point first: if a crash falls between the two writes, the log still reads as
-        // consecutive from last_purged + 1.
-        self.write_meta(LAST_PURGED, &log_id)?;
-        let mut batch = sled::Batch::default();
-        for item in self.logs.range(..=index_key(log_id.index)) {
-            let (key, _) = item.map_err(|e| StorageIOError::read_logs(&e))?;
-            batch.remove(key);
-        }
-        self.logs.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
-        self.flush().await.map_err(|e| StorageIOError::write_logs(&e))?;
+        let (done, rx) = durable();
+        self.wal.purge(&log_id, done).map_err(|e| StorageIOError::write_logs(&e))?;
+        synced(rx).await.map_err(|e| StorageIOError::write_logs(&e))?;
+        // The purge point is durable, so whole segments before it can go.
+        let wal = Arc::clone(&self.wal);
+        tokio::task::spawn_blocking(move || wal.remove_purged_segments())
+            .await
+            .map_err(|e| StorageIOError::write_logs(&io::Error::other(e)))?
+            .map_err(|e| StorageIOError::write_logs(&e))?;
         Ok(())
     }
 }

@@ -10,14 +10,16 @@
 //! - [`error`]: [`CoreError`] and its one conversion to `tonic::Status`.
 //! - [`types`]: openraft's type configuration: the log's [`Proposal`]s of [`Request`]s and [`Command`]s,
 //!   and their outcomes.
-//! - [`validate`]: checks on names, keys and request ids.
+//! - [`validate`]: checks on names, keys and request ids, and on whole requests from callers and followers.
+//! - [`request_size`]: a request's approximate size in bytes, for group commit's and validation's bounds.
 //! - [`records`]: what the state machine stores per entry, tenant, model and request id; liveness.
 //! - [`hot_prompts`]: the replicated top-k of each model's hottest keys.
 //! - [`apply`]: the rules of every command, over the [`apply::Tables`] trait.
 //! - [`tx_tables`]: those tables inside a sled transaction.
 //! - `memory_tables`: those tables in memory (tests), and `state_machine_proptests`, three replicas of
 //!   one random log compared at every index.
-//! - [`log_store`]: the Raft log, vote and committed pointer in sled.
+//! - [`log_codec`]: the binary form of log entries and AppendEntries (prost).
+//! - [`log_store`]: the Raft log, vote, committed pointer and purge point in the write-ahead log.
 //! - [`state_machine`]: the sled state machine: apply, reads at log time, digest, sweep candidates,
 //!   the change feed's rows, snapshots.
 //! - [`change_feed`]: the `CoreCache.Watch` stream of the feed, resumable by revision.
@@ -57,6 +59,7 @@ pub mod hit_reporter;
 pub mod hot_prompts;
 pub mod http;
 pub mod leader_contact;
+pub mod log_codec;
 pub mod log_store;
 pub mod metrics;
 pub mod network;
@@ -66,6 +69,7 @@ pub mod raft_service;
 pub mod read_barrier;
 pub mod records;
 pub mod refresher;
+pub mod request_size;
 pub mod server;
 pub mod state_machine;
 pub mod store_service;

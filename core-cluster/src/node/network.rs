@@ -1,14 +1,21 @@
-//! openraft's network over the `Raft` gRPC service: openraft's messages travel as JSON payloads.
+//! openraft's network over the `Raft` gRPC service: AppendEntries requests travel in the Raft log's binary
+//! form ([`log_codec`]), the other messages and every reply as JSON.
 //!
 //! A failed call never surfaces as a panic or a fatal error: an unreachable peer becomes
 //! `RPCError::Unreachable` (openraft backs off and retries), a payload that does not parse becomes
 //! `RPCError::Network`, and a call that outlives openraft's deadline becomes `RPCError::Timeout`.
+//!
+//! AppendEntries is bounded in bytes as well as in entries (openraft's `max_payload_entries`): a request of
+//! several entries whose JSON passes [`MAX_APPEND_BYTES`], or that the peer refuses as too large, becomes
+//! `RPCError::PayloadTooLarge` with a smaller entry count, and openraft at once resends fewer entries. A
+//! single entry cannot be split; it is sent whatever its size, up to the gRPC message cap.
 
 use std::error::Error;
 use std::time::Duration;
 
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Timeout,
+    Unreachable,
 };
 use openraft::network::{RPCOption, RPCTypes, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -19,14 +26,24 @@ use openraft::BasicNode;
 use proto::raft::raft_client::RaftClient;
 use proto::raft::RaftPayload;
 use serde::de::DeserializeOwned;
-use serde::Serialize;
 use tonic::transport::Channel;
 use tonic::Code;
 
 use super::convert;
-use super::peers::PeerChannels;
+use super::error::CoreError;
+use super::log_codec;
+use super::peers::{PeerChannels, MAX_RAFT_MESSAGE_BYTES};
 use super::types::{NodeId, TypeConfig};
 use proto::TierIdentity;
+
+/// Largest AppendEntries sent with more than one entry, in encoded bytes; a larger one is split. openraft gives
+/// an AppendEntries one heartbeat interval (200 ms by default) to be encoded, sent, parsed and fsynced, and a
+/// timed-out one is resent whole, so a message stays at a few MiB: still several full group-commit
+/// proposals ([`super::group_commit::MAX_BATCH_BYTES`]) per message.
+pub const MAX_APPEND_BYTES: usize = 4 * 1024 * 1024;
+
+// A split request must never meet the peers' decode limit (the `Raft` server's and client's message cap).
+const _: () = assert!(MAX_APPEND_BYTES <= MAX_RAFT_MESSAGE_BYTES / 2);
 
 /// Creates a [`PeerConnection`] per replication target.
 #[derive(Clone, Debug)]
@@ -76,19 +93,44 @@ pub struct PeerConnection {
 /// Which `Raft` RPC a call goes to.
 #[derive(Clone, Copy, Debug)]
 enum Rpc {
-    AppendEntries,
+    /// Replication (or a heartbeat, with no entries).
+    AppendEntries {
+        /// How many entries the request carries.
+        entries: usize,
+    },
+    /// An election.
     Vote,
+    /// A snapshot chunk.
     InstallSnapshot,
 }
 
 impl Rpc {
+    /// openraft's name for the call.
     fn kind(self) -> RPCTypes {
         match self {
-            Rpc::AppendEntries => RPCTypes::AppendEntries,
+            Rpc::AppendEntries { .. } => RPCTypes::AppendEntries,
             Rpc::Vote => RPCTypes::Vote,
             Rpc::InstallSnapshot => RPCTypes::InstallSnapshot,
         }
     }
+}
+
+/// Whether an AppendEntries of `entries` entries that encodes to `bytes` bytes must be split to stay
+/// within `max_bytes`, and if so how many entries to send instead: the count that would fit if entries
+/// were alike, at most half of them (so every retry shrinks), at least one. A request of one entry (or
+/// none) is never split.
+fn append_split(entries: usize, bytes: usize, max_bytes: usize) -> Option<u64> {
+    if entries <= 1 || bytes <= max_bytes {
+        return None;
+    }
+    let fitting = (entries as u128 * max_bytes as u128 / bytes as u128) as u64;
+    Some(fitting.min(entries as u64 / 2).max(1))
+}
+
+/// Whether a gRPC status says a message was too large: tonic's encode and decode limits answer
+/// `OutOfRange`, its decompression limit and a peer out of buffer space `ResourceExhausted`.
+fn is_size_refusal(status: &tonic::Status) -> bool {
+    matches!(status.code(), Code::OutOfRange | Code::ResourceExhausted)
 }
 
 /// A plain error with a message, for failures that have no error value of their own.
@@ -104,15 +146,42 @@ impl std::fmt::Display for Message {
 impl Error for Message {}
 
 impl PeerConnection {
-    /// Sends `request` as JSON and reads back `Result<Resp, RaftError<E>>` as JSON.
-    async fn call<Req, Resp, E>(
+    /// Sends an encoded request and reads back `Result<Resp, RaftError<E>>` as JSON; an AppendEntries too
+    /// large to send whole is answered with `PayloadTooLarge` instead.
+    async fn call<Resp, E>(
         &mut self,
         rpc: Rpc,
-        request: &Req,
+        payload: Result<RaftPayload, CoreError>,
         option: &RPCOption,
     ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
     where
-        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: Error + DeserializeOwned,
+    {
+        let payload = payload.map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        if let Rpc::AppendEntries { entries } = rpc {
+            if let Some(hint) = append_split(entries, payload.body.len(), MAX_APPEND_BYTES) {
+                tracing::debug!(
+                    target_node = self.target,
+                    entries,
+                    bytes = payload.body.len(),
+                    hint,
+                    "append entries too large; splitting"
+                );
+                return Err(RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(hint)));
+            }
+        }
+        self.send(rpc, payload, option).await
+    }
+
+    /// Sends an encoded request and reads back `Result<Resp, RaftError<E>>` as JSON.
+    async fn send<Resp, E>(
+        &mut self,
+        rpc: Rpc,
+        payload: RaftPayload,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    where
         Resp: DeserializeOwned,
         E: Error + DeserializeOwned,
     {
@@ -120,20 +189,19 @@ impl PeerConnection {
             Ok(client) => client.clone(),
             Err(e) => return Err(RPCError::Unreachable(Unreachable::new(&Message(e.clone())))),
         };
-        let payload = convert::encode(request).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let mut request = self.secret.request(payload);
         let ttl = option.hard_ttl();
         request.set_timeout(ttl);
         let sent = async {
             match rpc {
-                Rpc::AppendEntries => client.append_entries(request).await,
+                Rpc::AppendEntries { .. } => client.append_entries(request).await,
                 Rpc::Vote => client.vote(request).await,
                 Rpc::InstallSnapshot => client.install_snapshot(request).await,
             }
         };
         let reply = match tokio::time::timeout(ttl, sent).await {
             Err(_) => return Err(self.timeout(rpc, ttl)),
-            Ok(Err(status)) => return Err(status_error(status)),
+            Ok(Err(status)) => return Err(status_error(rpc, status)),
             Ok(Ok(reply)) => reply.into_inner(),
         };
         let result: Result<Resp, RaftError<NodeId, E>> =
@@ -152,11 +220,24 @@ impl PeerConnection {
 }
 
 fn decode_reply<T: DeserializeOwned>(reply: &RaftPayload) -> Result<T, serde_json::Error> {
-    serde_json::from_slice(&reply.json)
+    serde_json::from_slice(&reply.body)
 }
 
-/// A transport or server status as openraft's error: most mean the peer cannot be reached right now.
-fn status_error<E: Error>(status: tonic::Status) -> RPCError<NodeId, BasicNode, RaftError<NodeId, E>> {
+/// A transport or server status of a call to `rpc` as openraft's error. A size refusal of an AppendEntries
+/// that can be split asks openraft for half as many entries; most other statuses mean the peer cannot be
+/// reached right now.
+fn status_error<E: Error>(
+    rpc: Rpc,
+    status: tonic::Status,
+) -> RPCError<NodeId, BasicNode, RaftError<NodeId, E>> {
+    if let Rpc::AppendEntries { entries } = rpc {
+        if entries > 1 && is_size_refusal(&status) {
+            let hint = entries as u64 / 2;
+            return RPCError::PayloadTooLarge(
+                PayloadTooLarge::new_entries_hint(hint).with_source_error(&status),
+            );
+        }
+    }
     match status.code() {
         Code::InvalidArgument | Code::Internal | Code::Unimplemented => {
             RPCError::Network(NetworkError::new(&status))
@@ -171,7 +252,8 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.call(Rpc::AppendEntries, &rpc, &option).await
+        let payload = RaftPayload { body: log_codec::encode_append(&rpc) };
+        self.call(Rpc::AppendEntries { entries: rpc.entries.len() }, Ok(payload), &option).await
     }
 
     async fn install_snapshot(
@@ -182,7 +264,7 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        self.call(Rpc::InstallSnapshot, &rpc, &option).await
+        self.call(Rpc::InstallSnapshot, convert::encode(&rpc), &option).await
     }
 
     async fn vote(
@@ -190,6 +272,72 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.call(Rpc::Vote, &rpc, &option).await
+        self.call(Rpc::Vote, convert::encode(&rpc), &option).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1024 * 1024;
+
+    #[test]
+    fn append_entries_within_the_bound_go_as_they_are() {
+        assert_eq!(append_split(0, 100, MIB), None, "a heartbeat");
+        assert_eq!(append_split(300, MIB, MIB), None);
+        assert_eq!(append_split(1, 40 * MIB, MIB), None, "one entry cannot be split");
+    }
+
+    #[test]
+    fn larger_ones_are_split_to_fit_and_at_least_halved() {
+        // 300 alike entries in 64 MiB: 75 fit in 16 MiB.
+        assert_eq!(append_split(300, 64 * MIB, 16 * MIB), Some(75));
+        // Barely over: half, so that a retry always shrinks.
+        assert_eq!(append_split(300, 16 * MIB + 1, 16 * MIB), Some(150));
+        // Entries far larger than the bound: one at a time.
+        assert_eq!(append_split(2, 100 * MIB, MIB), Some(1));
+        assert_eq!(append_split(3, 3 * MIB + 3, MIB), Some(1));
+    }
+
+    #[test]
+    fn every_split_hint_shrinks_the_request_until_one_entry_goes_alone() {
+        // One entry far past the bound among small ones: openraft's retries shrink to that entry alone.
+        for entries in 2..600usize {
+            let mut n = entries;
+            let mut rounds = 0;
+            while let Some(hint) = append_split(n, 50 * MIB + n * 1000, 16 * MIB) {
+                assert!(hint >= 1 && (hint as usize) < n, "{n} entries -> {hint}");
+                n = hint as usize;
+                rounds += 1;
+            }
+            assert_eq!(n, 1);
+            assert!(rounds <= 10, "{entries} entries took {rounds} splits");
+        }
+    }
+
+    #[test]
+    fn a_size_refusal_of_several_entries_asks_for_fewer() {
+        let refused = |rpc: Rpc, status: tonic::Status| -> RPCError<NodeId, BasicNode, RaftError<NodeId>> {
+            status_error(rpc, status)
+        };
+        let too_large = tonic::Status::out_of_range("Error, decoded message length too large");
+        match refused(Rpc::AppendEntries { entries: 10 }, too_large.clone()) {
+            RPCError::PayloadTooLarge(e) => assert_eq!(e.entries_hint(), 5),
+            other => panic!("expected PayloadTooLarge, got {other}"),
+        }
+        let exhausted = tonic::Status::resource_exhausted("size limit exceeded");
+        assert!(matches!(
+            refused(Rpc::AppendEntries { entries: 2 }, exhausted),
+            RPCError::PayloadTooLarge(_)
+        ));
+        // One entry cannot be split: openraft backs off instead of resending it at once.
+        assert!(matches!(
+            refused(Rpc::AppendEntries { entries: 1 }, too_large.clone()),
+            RPCError::Unreachable(_)
+        ));
+        assert!(matches!(refused(Rpc::Vote, too_large), RPCError::Unreachable(_)));
+        let down = tonic::Status::unavailable("connection refused");
+        assert!(matches!(refused(Rpc::AppendEntries { entries: 10 }, down), RPCError::Unreachable(_)));
     }
 }

@@ -1,18 +1,23 @@
-//! The `Raft` gRPC server: hands openraft's messages (JSON payloads) to the local Raft node, and accepts
-//! writes forwarded by followers.
+//! The `Raft` gRPC server: hands openraft's messages (AppendEntries in the log's binary form, the rest as
+//! JSON) to the local Raft node, and accepts
+//! writes forwarded by followers once they pass the same checks as the store API's writes
+//! ([`validate::request`]).
 
 use std::sync::Arc;
 
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, VoteRequest};
+use openraft::raft::{AppendEntriesResponse, InstallSnapshotRequest, VoteRequest};
 use proto::raft::raft_server::Raft as RaftRpc;
 use proto::raft::RaftPayload;
 use tonic::{Request, Response, Status};
 
 use super::convert::{decode, encode};
+use super::error::CoreError;
 use super::group_commit::GroupCommit;
 use super::leader_contact::LeaderContact;
+use super::log_codec;
 use super::metrics::Metrics;
 use super::types::{NodeId, Raft, Request as ClientRequest, TypeConfig};
+use super::validate;
 use super::writer::ForwardReply;
 
 /// Serves the `Raft` gRPC service of one core node. Callers have passed the tier-secret check.
@@ -40,7 +45,7 @@ impl RaftRpc for RaftService {
     #[tracing::instrument(level = "debug", name = "raft.append_entries", skip_all)]
     async fn append_entries(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         self.metrics.rpc_append_entries.inc();
-        let req: AppendEntriesRequest<TypeConfig> = decode(request.get_ref())?;
+        let req = log_codec::decode_append(&request.get_ref().body)?;
         let result = self.raft.append_entries(req).await;
         if matches!(result, Ok(AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_))) {
             self.contact.touch();
@@ -67,9 +72,58 @@ impl RaftRpc for RaftService {
     #[tracing::instrument(level = "debug", name = "raft.client_write", skip_all)]
     async fn client_write(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         self.metrics.rpc_client_write.inc();
-        let request: ClientRequest = decode(request.get_ref())?;
+        let request = forwarded_request(request.get_ref())?;
         // A node that is not the leader answers NotLeader, and the sender retries elsewhere.
         let result: ForwardReply = self.group.submit(request).await;
         Ok(Response::new(encode(&result)?))
+    }
+}
+
+/// Reads a write a follower forwarded and checks it as the store API checks its own writes: a request
+/// that does not parse or does not pass is refused (`InvalidArgument`) before it reaches the log.
+fn forwarded_request(payload: &RaftPayload) -> Result<ClientRequest, CoreError> {
+    let request: ClientRequest = decode(payload)?;
+    validate::request(&request)?;
+    Ok(request)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::types::{Command, InvalidateScope};
+    use super::*;
+
+    /// `command` as a follower forwards it.
+    fn payload(command: Command) -> RaftPayload {
+        encode(&ClientRequest { id: "fwd-1".into(), command }).expect("encodes")
+    }
+
+    /// The gRPC code a forwarded `command` is refused with, if refused.
+    fn refusal(command: Command) -> Option<tonic::Code> {
+        forwarded_request(&payload(command)).err().map(|e| Status::from(e).code())
+    }
+
+    #[test]
+    fn a_forwarded_write_is_checked_like_a_store_write() {
+        let scope = InvalidateScope::Tenant { tenant: "dev".into() };
+        let request = forwarded_request(&payload(Command::Invalidate { scope })).expect("valid");
+        assert_eq!(request.id, "fwd-1");
+        let hits = Command::RecordHits { hits: vec![("v1:abc".into(), 2)] };
+        assert!(forwarded_request(&payload(hits)).is_ok(), "followers report hits");
+
+        let invalid = Some(tonic::Code::InvalidArgument);
+        assert_eq!(refusal(Command::RegisterModel { model: "m".into(), version: 0 }), invalid);
+        assert_eq!(
+            refusal(Command::SetTenantPolicy { tenant: "a\u{0}b".into(), policy: Default::default() }),
+            invalid
+        );
+        let scope =
+            InvalidateScope::Key { tenant: "dev".into(), key: "k".repeat(validate::MAX_KEY_BYTES + 1) };
+        assert_eq!(refusal(Command::Invalidate { scope }), invalid);
+        let too_many = vec![("k".to_owned(), 1); validate::MAX_HIT_KEYS + 1];
+        assert_eq!(refusal(Command::RecordHits { hits: too_many }), invalid);
+        let sweep = Command::Sweep { entries: vec!["k".into()], requests: Vec::new(), feed: Vec::new() };
+        assert_eq!(refusal(sweep), invalid, "only the leader proposes sweeps");
+        let garbage = RaftPayload { body: br#"{"command":{"op":"drop_everything"}}"#.to_vec() };
+        assert!(matches!(forwarded_request(&garbage), Err(CoreError::InvalidArgument(_))));
     }
 }

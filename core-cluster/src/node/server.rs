@@ -64,11 +64,13 @@ pub async fn run(
     config.validate()?;
     let local_addr = listener.local_addr()?;
     std::fs::create_dir_all(&config.data_dir)?;
-    // Two databases: the log is fsynced on every append, the state machine only at snapshots (openraft
-    // re-applies the durable log after a crash), so each log fsync writes only log data.
-    let log_db = open_db(config.data_dir.join("sled")).await?;
+    // The log lives in its write-ahead log (fdatasync per group of appends), the state machine in sled,
+    // synced only at snapshots: openraft re-applies the durable log after a crash.
+    let wal_dir = config.data_dir.join("wal");
+    let log_store = tokio::task::spawn_blocking(move || LogStore::open(&wal_dir, LOCK_WAIT))
+        .await
+        .map_err(std::io::Error::other)??;
     let state_db = open_db(config.data_dir.join("sled-state")).await?;
-    let log_store = LogStore::open(&log_db)?;
     let state = StateMachineStore::open(&state_db)?;
 
     let channels = PeerChannels::new(config.source_ip, config.identity.clone());
@@ -164,7 +166,6 @@ pub async fn run(
     if let Err(e) = raft.shutdown().await {
         tracing::warn!(error = %e, "raft did not stop cleanly");
     }
-    log_db.flush_async().await?;
     state_db.flush_async().await?;
     tracing::info!("core node stopped");
     match result {

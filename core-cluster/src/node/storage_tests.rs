@@ -1,4 +1,5 @@
-//! The sled stores against openraft's own storage test suite, plus restart durability and snapshots.
+//! The log store (write-ahead log) and the state machine (sled) against openraft's own storage test suite,
+//! plus restart durability and snapshots.
 
 // openraft's storage error is large, and every trait method returns it; the private helpers return it too
 // rather than box it only to unbox it at the trait boundary.
@@ -55,7 +56,7 @@ fn open(path: &std::path::Path) -> Result<(LogStore, StateMachineStore), Storage
     // reopen in the same process may have to wait for it.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let db = loop {
-        match sled::Config::new().path(path).open() {
+        match sled::Config::new().path(path.join("state")).open() {
             Err(sled::Error::Io(e))
                 if e.to_string().contains("could not acquire lock")
                     && std::time::Instant::now() < deadline =>
@@ -66,7 +67,8 @@ fn open(path: &std::path::Path) -> Result<(LogStore, StateMachineStore), Storage
         }
     };
     Ok((
-        LogStore::open(&db).map_err(|e| StorageIOError::write(&e))?,
+        LogStore::open(&path.join("wal"), std::time::Duration::from_secs(10))
+            .map_err(|e| StorageIOError::write(&e))?,
         StateMachineStore::open(&db).map_err(|e| StorageIOError::write(&e))?,
     ))
 }

@@ -1,6 +1,12 @@
-//! Checks on what callers send, done on the receiving node before anything reaches Raft.
+//! Checks on what callers send, done on the receiving node before anything reaches Raft: the store API
+//! checks its writes here, and the leader checks every write a follower forwards the same way.
 
+use shared::cache_key::MAX_SEMANTIC_QUESTION_BYTES;
+use shared::completion::CachedCompletion;
+
+use super::apply::MAX_VALUE_BYTES;
 use super::error::CoreError;
+use super::types::{Command, InvalidateScope, Prompt, Request};
 
 /// Longest cache key accepted, in bytes.
 pub const MAX_KEY_BYTES: usize = 512;
@@ -8,6 +14,16 @@ pub const MAX_KEY_BYTES: usize = 512;
 pub const MAX_NAME_BYTES: usize = 128;
 /// Longest request id accepted, in bytes.
 pub const MAX_REQUEST_ID_BYTES: usize = 128;
+/// Most keys in one hit report (a node counts at most this many distinct keys between reports).
+pub const MAX_HIT_KEYS: usize = 4096;
+/// Largest prompt kept with an entry, as [`Prompt::approx_bytes`] counts it: what one `CoreCache.Complete`
+/// call can carry (tonic's default 4 MiB decode limit), so a prompt any node accepted passes.
+pub const MAX_PROMPT_BYTES: usize = 4 * 1024 * 1024;
+
+/// A refusal in words.
+fn invalid(message: impl Into<String>) -> CoreError {
+    CoreError::InvalidArgument(message.into())
+}
 
 /// A cache key: not empty, at most [`MAX_KEY_BYTES`].
 pub fn key(key: &str) -> Result<(), CoreError> {
@@ -44,6 +60,90 @@ pub fn request_id(id: &str) -> Result<(), CoreError> {
     Ok(())
 }
 
+/// A request that did not come from the leader itself (a store API write, or a write a follower forwards):
+/// every check that needs no state. The state machine decides the rest (unknown tenants and models, stale
+/// versions, a tenant's own value limit). A sweep is refused: only the leader proposes one, for itself.
+pub fn request(request: &Request) -> Result<(), CoreError> {
+    request_id(&request.id)?;
+    match &request.command {
+        Command::Put { entry, content_class, prompt } => put(entry, content_class, prompt.as_ref()),
+        Command::Invalidate { scope } => invalidate_scope(scope),
+        Command::BumpModelVersion { model, .. } => name("model", model),
+        Command::RegisterModel { model, version } => {
+            name("model", model)?;
+            at_least_one("version", *version)
+        }
+        Command::SetTenantPolicy { tenant, .. } => name("tenant", tenant),
+        Command::RecordHits { hits } => hit_report(hits),
+        Command::Sweep { .. } => Err(invalid("a sweep is proposed by the leader only")),
+    }
+}
+
+/// A put: its entry, an optional content class, and the prompt kept for refreshes.
+fn put(entry: &CachedCompletion, content_class: &str, prompt: Option<&Prompt>) -> Result<(), CoreError> {
+    key(&entry.key)?;
+    name("tenant", &entry.tenant)?;
+    name("model", &entry.model)?;
+    if !content_class.is_empty() {
+        name("content_class", content_class)?;
+    }
+    at_least_one("model_version", entry.model_version)?;
+    if entry.content.len() as u64 > MAX_VALUE_BYTES {
+        return Err(invalid(format!(
+            "the value has {} bytes; the limit is {MAX_VALUE_BYTES}",
+            entry.content.len()
+        )));
+    }
+    bounded("finish_reason", &entry.finish_reason, MAX_NAME_BYTES)?;
+    bounded("etag", &entry.etag, MAX_NAME_BYTES)?;
+    if let Some(question) = &entry.question {
+        bounded("question.partition", &question.partition, MAX_KEY_BYTES)?;
+        bounded("question.text", &question.text, MAX_SEMANTIC_QUESTION_BYTES)?;
+    }
+    match prompt.map(Prompt::approx_bytes) {
+        Some(bytes) if bytes > MAX_PROMPT_BYTES => {
+            Err(invalid(format!("the prompt has {bytes} bytes; the limit is {MAX_PROMPT_BYTES}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// An invalidation's names and key.
+fn invalidate_scope(scope: &InvalidateScope) -> Result<(), CoreError> {
+    match scope {
+        InvalidateScope::Key { tenant, key: k } => {
+            key(k)?;
+            name("key_tenant", tenant)
+        }
+        InvalidateScope::Tenant { tenant } => name("tenant", tenant),
+        InvalidateScope::ModelVersion { model, .. } => name("model", model),
+    }
+}
+
+/// A hit report: at most [`MAX_HIT_KEYS`] valid keys.
+fn hit_report(hits: &[(String, u32)]) -> Result<(), CoreError> {
+    if hits.len() > MAX_HIT_KEYS {
+        return Err(invalid(format!("the hit report has {} keys; the limit is {MAX_HIT_KEYS}", hits.len())));
+    }
+    hits.iter().try_for_each(|(k, _)| key(k))
+}
+
+/// A version that must be at least 1.
+fn at_least_one(what: &str, version: u64) -> Result<(), CoreError> {
+    if version == 0 {
+        return Err(invalid(format!("{what} must be at least 1")));
+    }
+    Ok(())
+}
+
+/// A free-form string of at most `limit` bytes.
+fn bounded(what: &str, value: &str, limit: usize) -> Result<(), CoreError> {
+    if value.len() > limit {
+        return Err(invalid(format!("{what} is longer than {limit} bytes")));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,5 +159,92 @@ mod tests {
         assert!(name("tenant", "acme").is_ok());
         assert!(request_id(&"r".repeat(MAX_REQUEST_ID_BYTES + 1)).is_err());
         assert!(request_id("").is_ok());
+    }
+
+    /// A put of `entry` with an id and a content class.
+    fn put_request(entry: CachedCompletion) -> Request {
+        Request {
+            id: "r1".into(),
+            command: Command::Put { entry, content_class: "stable".into(), prompt: None },
+        }
+    }
+
+    /// A valid entry.
+    fn entry() -> CachedCompletion {
+        CachedCompletion {
+            key: "k1".into(),
+            tenant: "dev".into(),
+            model: "m".into(),
+            model_version: 1,
+            content: "hello".into(),
+            finish_reason: "stop".into(),
+            prompt_tokens: 1,
+            completion_tokens: 1,
+            etag: String::new(),
+            created_ms: 0,
+            ttl_s: 60,
+            question: None,
+        }
+    }
+
+    /// Whether `command` (without an id) is refused as invalid.
+    fn refused(command: Command) -> bool {
+        matches!(request(&Request { id: String::new(), command }), Err(CoreError::InvalidArgument(_)))
+    }
+
+    #[test]
+    fn accepts_what_callers_and_followers_send() {
+        assert!(request(&put_request(entry())).is_ok());
+        let ok = |command| request(&Request { id: String::new(), command }).is_ok();
+        assert!(ok(Command::Invalidate {
+            scope: InvalidateScope::Key { tenant: "dev".into(), key: "k".into() }
+        }));
+        assert!(ok(Command::BumpModelVersion { model: "m".into(), version: 0 }));
+        assert!(ok(Command::RegisterModel { model: "m".into(), version: 2 }));
+        assert!(ok(Command::SetTenantPolicy { tenant: "dev".into(), policy: Default::default() }));
+        assert!(ok(Command::RecordHits { hits: vec![("k".into(), 3); MAX_HIT_KEYS] }));
+    }
+
+    #[test]
+    fn refuses_bad_requests_of_every_kind() {
+        let bad_put = |change: fn(&mut CachedCompletion)| {
+            let mut e = entry();
+            change(&mut e);
+            matches!(request(&put_request(e)), Err(CoreError::InvalidArgument(_)))
+        };
+        assert!(bad_put(|e| e.key.clear()));
+        assert!(bad_put(|e| e.tenant = "a\nb".into()));
+        assert!(bad_put(|e| e.model = "m".repeat(MAX_NAME_BYTES + 1)));
+        assert!(bad_put(|e| e.model_version = 0));
+        assert!(bad_put(|e| e.content = "x".repeat(MAX_VALUE_BYTES as usize + 1)));
+        assert!(bad_put(|e| e.etag = "e".repeat(MAX_NAME_BYTES + 1)));
+        let mut long_id = put_request(entry());
+        long_id.id = "r".repeat(MAX_REQUEST_ID_BYTES + 1);
+        assert!(request(&long_id).is_err());
+        let mut bad_class = put_request(entry());
+        bad_class.command = Command::Put { entry: entry(), content_class: "\u{7}".into(), prompt: None };
+        assert!(request(&bad_class).is_err());
+
+        assert!(refused(Command::Invalidate {
+            scope: InvalidateScope::Key { tenant: "dev".into(), key: String::new() }
+        }));
+        assert!(refused(Command::Invalidate { scope: InvalidateScope::Tenant { tenant: String::new() } }));
+        assert!(refused(Command::RegisterModel { model: "m".into(), version: 0 }));
+        assert!(refused(Command::BumpModelVersion { model: String::new(), version: 2 }));
+        assert!(refused(Command::RecordHits { hits: vec![("k".into(), 1); MAX_HIT_KEYS + 1] }));
+        assert!(refused(Command::RecordHits { hits: vec![(String::new(), 1)] }));
+        assert!(refused(Command::Sweep { entries: Vec::new(), requests: Vec::new(), feed: Vec::new() }));
+    }
+
+    #[test]
+    fn bounds_the_prompt_kept_for_refreshes() {
+        use shared::normalize::{Message, Role, Sampling};
+        let prompt = |bytes: usize| Prompt {
+            messages: vec![Message { role: Role::User, content: "q".repeat(bytes) }],
+            sampling: Sampling { max_tokens: 8, temperature: 0.0, top_p: 1.0, seed: None, stop: Vec::new() },
+        };
+        let with = |p: Prompt| Command::Put { entry: entry(), content_class: String::new(), prompt: Some(p) };
+        assert!(!refused(with(prompt(MAX_PROMPT_BYTES - "user".len()))));
+        assert!(refused(with(prompt(MAX_PROMPT_BYTES))));
     }
 }

@@ -3,7 +3,8 @@
 //! no leader (an election) it retries until its deadline.
 //!
 //! Retrying is safe: a request with an id is applied at most once (the state machine remembers applied
-//! ids), and the commands sent without one (hit reports) tolerate a rare double count.
+//! ids), and the commands sent without one (hit reports) tolerate a rare double count. A write the leader
+//! refuses as invalid is not retried: its checks give the same answer every time.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -95,6 +96,7 @@ impl Writer {
                     }
                     // A remote leader that stepped down or stopped: another node takes over.
                     Ok(Err(e)) => format!("leader {leader}: {e}"),
+                    Err(e @ CoreError::InvalidArgument(_)) => return Err(e),
                     Err(e) => format!("leader {leader} at {addr}: {e}"),
                 },
             };
@@ -122,7 +124,8 @@ impl Writer {
         Some((leader, node.addr.clone()))
     }
 
-    /// Sends `request` to the leader at `addr`.
+    /// Sends `request` to the leader at `addr`. A refusal of the request itself is `InvalidArgument`; every
+    /// other failure is `NoQuorum` (another attempt may succeed).
     async fn forward(
         &self,
         addr: &str,
@@ -135,7 +138,39 @@ impl Writer {
         let reply = tokio::time::timeout(remaining, client.client_write(call))
             .await
             .map_err(|_| CoreError::NoQuorum("forwarded write timed out".into()))?
-            .map_err(|status| CoreError::NoQuorum(format!("forwarded write: {}", status.message())))?;
-        Ok(serde_json::from_slice(&reply.get_ref().json)?)
+            .map_err(forward_error)?;
+        Ok(serde_json::from_slice(&reply.get_ref().body)?)
+    }
+}
+
+/// A failed `Raft.ClientWrite` call as the writer's error: the leader's refusal of the request is final,
+/// anything else (a transport failure, a stopping node) is worth another attempt.
+fn forward_error(status: tonic::Status) -> CoreError {
+    match status.code() {
+        tonic::Code::InvalidArgument => {
+            let message = status.message();
+            // The leader's own `InvalidArgument` display already starts with this prefix.
+            let reason = message.strip_prefix("invalid argument: ").unwrap_or(message);
+            CoreError::InvalidArgument(format!("the leader refused the write: {reason}"))
+        }
+        _ => CoreError::NoQuorum(format!("forwarded write: {}", status.message())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_refusal_of_the_request_ends_the_retries() {
+        let refused = forward_error(tonic::Status::from(CoreError::InvalidArgument("key is empty".into())));
+        match refused {
+            CoreError::InvalidArgument(message) => {
+                assert_eq!(message, "the leader refused the write: key is empty")
+            }
+            other => panic!("a refusal must be final, got {other:?}"),
+        }
+        let lost = forward_error(tonic::Status::unavailable("connection refused"));
+        assert!(matches!(lost, CoreError::NoQuorum(_)), "{lost:?}");
     }
 }

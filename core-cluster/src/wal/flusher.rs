@@ -1,0 +1,62 @@
+//! Group commit: one thread syncs the log for every writer waiting at that moment.
+//!
+//! A writer writes its records, then queues a [`Done`] callback here. The thread takes everything queued,
+//! syncs the segment being written once, and calls every callback it took, in order. While it syncs, new
+//! writers queue up for the next round, so the number of syncs per second stays bounded by the disk while
+//! the records per sync grow with the load.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
+
+use super::state::State;
+
+/// What to do once the records written before it are durable (or the sync failed).
+pub type Done = Box<dyn FnOnce(io::Result<()>) + Send>;
+
+/// Counters of the flusher's work.
+#[derive(Debug, Default)]
+pub struct SyncStats {
+    /// Syncs done.
+    pub syncs: AtomicU64,
+    /// Writers those syncs covered.
+    pub writers: AtomicU64,
+}
+
+/// Starts the flusher of `state`; it ends when every sender of its queue is dropped.
+pub fn start(state: Arc<Mutex<State>>, stats: Arc<SyncStats>) -> io::Result<Sender<Done>> {
+    let (queue, waiting) = std::sync::mpsc::channel();
+    std::thread::Builder::new().name("wal-flusher".into()).spawn(move || run(&state, &waiting, &stats))?;
+    Ok(queue)
+}
+
+fn run(state: &Mutex<State>, waiting: &Receiver<Done>, stats: &SyncStats) {
+    while let Ok(first) = waiting.recv() {
+        let mut round = vec![first];
+        round.extend(waiting.try_iter());
+        // The file is looked up after the round is taken: a writer that rolled to a new segment synced
+        // the old one itself, so the segment written now is the only one that can hold unsynced records.
+        let file = {
+            let state = state.lock().expect("the write-ahead log's lock is never poisoned");
+            match &state.failed {
+                Some(why) => Err(why.clone()),
+                None => Ok(Arc::clone(&state.tail_segment().file)),
+            }
+        };
+        let result = file.and_then(|file| file.sync_data().map_err(|e| e.to_string()));
+        if let Err(why) = &result {
+            tracing::error!(error = %why, "write-ahead log: sync failed; the log accepts no more writes");
+            state
+                .lock()
+                .expect("the write-ahead log's lock is never poisoned")
+                .failed
+                .get_or_insert(why.clone());
+        }
+        stats.syncs.fetch_add(1, Ordering::Relaxed);
+        stats.writers.fetch_add(round.len() as u64, Ordering::Relaxed);
+        for done in round {
+            done(result.clone().map_err(io::Error::other));
+        }
+    }
+}
