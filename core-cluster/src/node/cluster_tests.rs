@@ -366,6 +366,58 @@ fn entry(key: &str, tenant: &str, model: &str, content: &str) -> shared::complet
     }
 }
 
+/// Waits until seeding (model `fake`, tenant `dev`, right after the cluster forms) is done, with probes of
+/// their own ids (a refused write's id is remembered, so the ids a test uses must not be refused).
+async fn wait_for_seeding(client: &crate::client::CoreClient) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for attempt in 0.. {
+        match client.put(&format!("probe-{attempt}"), entry("probe", "dev", "fake", "p"), "stable").await {
+            Ok(_) => break,
+            Err(e) => assert!(Instant::now() < deadline, "seeding never finished: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_far_behind_on_large_entries_catches_up() {
+    let cluster = new_cluster(FakePod::default(), RaftTuning::default()).await;
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3 {
+        nodes.insert(id, cluster.start(id).await);
+    }
+    let leader = wait_for_leader(&cluster, &[1, 2, 3]).await;
+    let client = store_client(&cluster);
+    wait_for_seeding(&client).await;
+    let lagging = (1..=3).find(|id| *id != leader).expect("a follower");
+    nodes.remove(&lagging).expect("running").stop().await;
+
+    // More than the largest gRPC message between nodes, in entries near the value limit: the backlog only
+    // reaches the follower if AppendEntries is split by bytes.
+    let value_bytes = super::apply::MAX_VALUE_BYTES as usize - 4096;
+    let count = super::peers::MAX_RAFT_MESSAGE_BYTES / value_bytes + 6;
+    for i in 0..count {
+        let content = format!("{i:04}").repeat(value_bytes / 4);
+        client
+            .put(&format!("big-{i}"), entry(&format!("big{i}"), "dev", "fake", &content), "")
+            .await
+            .expect("put");
+    }
+    nodes.insert(lagging, cluster.start(lagging).await);
+    let last = count - 1;
+    wait_for_entry(
+        &cluster,
+        &[lagging],
+        &format!("big{last}"),
+        &format!("{last:04}").repeat(value_bytes / 4),
+    )
+    .await;
+    wait_for_entry(&cluster, &[lagging], "big0", &"0000".repeat(value_bytes / 4)).await;
+    for (_, node) in nodes {
+        node.stop().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_store_api_dedupes_retries_refuses_bad_input_and_reads_linearizably() {
     use crate::client::Consistency;
@@ -377,16 +429,7 @@ async fn the_store_api_dedupes_retries_refuses_bad_input_and_reads_linearizably(
     }
     wait_for_leader(&cluster, &[1, 2, 3]).await;
     let client = store_client(&cluster);
-    // Seeding (model `fake`, tenant `dev`) happens right after the cluster forms; wait for it with
-    // probes of their own ids (a refused write's id is remembered, so "put-1" must not be refused).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    for attempt in 0.. {
-        match client.put(&format!("probe-{attempt}"), entry("probe", "dev", "fake", "p"), "stable").await {
-            Ok(_) => break,
-            Err(e) => assert!(Instant::now() < deadline, "seeding never finished: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_seeding(&client).await;
     let first = client.put("put-1", entry("k1", "dev", "fake", "one"), "stable").await.expect("first put");
     assert!(!first.duplicate);
     assert!(matches!(first.outcome, Some(write_outcome::Outcome::Stored(_))));
