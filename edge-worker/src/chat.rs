@@ -77,7 +77,7 @@ pub async fn handle(
     let request = parse_chat_request(&body, MAX_REQUEST_BYTES)?;
     let normalized = normalize(&request, &crate::core_view::models(&config), &Limits::default())?;
     let key = CacheKey::derive(&tenant, &normalized);
-    let stream = normalized.stream;
+    let delivery = normalized.delivery;
     let job = Job { model_version: normalized.model.version, config, tenant, key, body, caching };
     crate::hot_set_sync::refresh_if_due(&job.config, ctx, kv);
     crate::core_view::refresh_if_due(&job.config, ctx);
@@ -102,19 +102,19 @@ pub async fn handle(
         {
             crate::hit_report::record(&entry.key, &entry.tenant);
             let fresh = not_modified(&entry.etag);
-            return Ok(respond::edge_hit(&entry, matched(&entry), stream, fresh, clock.edge_ms())?);
+            return Ok(respond::edge_hit(&entry, matched(&entry), delivery, fresh, clock.edge_ms())?);
         }
         if let Some(entry) = l1.get(&job.key, &job.tenant, now).await.filter(|e| accepts(e)) {
             crate::hit_report::record(&entry.key, &entry.tenant);
             let fresh = not_modified(&entry.etag);
-            return Ok(respond::edge_hit(&entry, matched(&entry), stream, fresh, clock.edge_ms())?);
+            return Ok(respond::edge_hit(&entry, matched(&entry), delivery, fresh, clock.edge_ms())?);
         }
         if let Some(hit) = semantic_hit(&job, &normalized, now) {
             crate::hit_report::record(&hit.entry.key, &hit.entry.tenant);
             let matched =
                 EdgeMatch::Semantic { request_key: job.key.as_str(), similarity: Some(hit.similarity) };
             let fresh = not_modified(&hit.entry.etag);
-            return Ok(respond::edge_hit(&hit.entry, matched, stream, fresh, clock.edge_ms())?);
+            return Ok(respond::edge_hit(&hit.entry, matched, delivery, fresh, clock.edge_ms())?);
         }
     }
 
@@ -136,7 +136,7 @@ pub async fn handle(
     let x_cache = headers.get(X_CACHE)?;
     let their_key = headers.get(CACHE_KEY_HEADER)?;
 
-    if stream {
+    if delivery.is_stream() {
         let observe = status == 200
             && job.config.cache_ttl_s != 0
             && job.caching.may_store()

@@ -2,6 +2,7 @@
 
 use shared::cache_key::CacheKey;
 use shared::completion::CachedCompletion;
+use shared::openai::Delivery;
 use shared::server_timing::ServerTiming;
 use shared::{RequestError, CACHE_KEY_HEADER, CACHE_MATCHED_KEY_HEADER, CACHE_SIMILARITY_HEADER, X_CACHE};
 use worker::{Headers, Response, ResponseBuilder, Result};
@@ -49,7 +50,7 @@ pub enum EdgeMatch<'a> {
 pub fn edge_hit(
     entry: &CachedCompletion,
     matched: EdgeMatch<'_>,
-    stream: bool,
+    delivery: Delivery,
     not_modified: bool,
     edge_ms: f64,
 ) -> Result<Response> {
@@ -74,13 +75,16 @@ pub fn edge_hit(
     if not_modified {
         return Ok(ResponseBuilder::new().with_status(304).with_headers(headers).empty());
     }
-    let body = if stream {
-        headers.set("content-type", "text/event-stream")?;
-        headers.set("cache-control", "no-cache")?;
-        entry.to_sse().into_bytes()
-    } else {
-        headers.set("content-type", "application/json")?;
-        serde_json::to_vec(&entry.to_response()).map_err(|e| worker::Error::RustError(e.to_string()))?
+    let body = match delivery {
+        Delivery::Stream { usage } => {
+            headers.set("content-type", "text/event-stream")?;
+            headers.set("cache-control", "no-cache")?;
+            entry.to_sse(usage).into_bytes()
+        }
+        Delivery::Whole => {
+            headers.set("content-type", "application/json")?;
+            serde_json::to_vec(&entry.to_response()).map_err(|e| worker::Error::RustError(e.to_string()))?
+        }
     };
     Ok(ResponseBuilder::new().with_status(200).with_headers(headers).fixed(body))
 }

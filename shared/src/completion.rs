@@ -109,32 +109,30 @@ impl CachedCompletion {
                 message: AssistantMessage { role: "assistant".to_owned(), content: self.content.clone() },
                 finish_reason: self.finish_reason.clone(),
             }],
-            usage: Usage {
-                prompt_tokens: self.prompt_tokens,
-                completion_tokens: self.completion_tokens,
-                total_tokens: self.prompt_tokens + self.completion_tokens,
-            },
+            usage: self.usage(),
         }
     }
 
-    /// The entry as a complete SSE stream: a role chunk, the content, the finish chunk, `[DONE]`.
-    pub fn to_sse(&self) -> String {
-        let (id, created) = (self.completion_id(), self.created_ms / 1000);
-        let mut out = StreamHead { id: &id, created, model: &self.model }.role_chunk();
-        out.push_str(
-            &ChatCompletionChunk::new(
-                &id,
-                created,
-                &self.model,
-                Delta { role: None, content: Some(self.content.clone()) },
-                None,
-            )
-            .to_sse(),
-        );
-        out.push_str(
-            &ChatCompletionChunk::new(&id, created, &self.model, Delta::default(), Some(&self.finish_reason))
-                .to_sse(),
-        );
+    /// The entry's token counts.
+    pub fn usage(&self) -> Usage {
+        Usage {
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            total_tokens: self.prompt_tokens + self.completion_tokens,
+        }
+    }
+
+    /// The entry as a complete SSE stream: a role chunk, the content, the finish chunk, the usage chunk
+    /// when `usage`, `[DONE]`.
+    pub fn to_sse(&self, usage: bool) -> String {
+        let id = self.completion_id();
+        let head = StreamHead { id: &id, created: self.created_ms / 1000, model: &self.model };
+        let mut out = head.role_chunk();
+        out.push_str(&head.content_chunk(&self.content));
+        out.push_str(&head.finish_chunk(&self.finish_reason));
+        if usage {
+            out.push_str(&head.usage_chunk(self.usage()));
+        }
         out.push_str(SSE_DONE);
         out
     }
@@ -176,10 +174,15 @@ impl StreamHead<'_> {
         .to_sse()
     }
 
-    /// The last chunk before `[DONE]`.
+    /// The chunk that ends the text (the last before `[DONE]` unless usage follows).
     pub fn finish_chunk(&self, finish_reason: &str) -> String {
         ChatCompletionChunk::new(self.id, self.created, self.model, Delta::default(), Some(finish_reason))
             .to_sse()
+    }
+
+    /// The chunk with the token counts, after the finish chunk, when the client asked for usage.
+    pub fn usage_chunk(&self, usage: Usage) -> String {
+        ChatCompletionChunk::usage(self.id, self.created, self.model, usage).to_sse()
     }
 }
 
@@ -223,15 +226,22 @@ mod tests {
         assert_eq!(response.choices[0].message.content, e.content);
         assert_eq!(response.usage.total_tokens, 17);
         assert_eq!(response.id, "chatcmpl-abababababababababababab");
-        let sse = e.to_sse();
-        assert!(sse.ends_with(SSE_DONE));
-        let text: String = sse
-            .split("\n\n")
-            .filter_map(|event| event.strip_prefix("data: "))
-            .filter(|data| *data != "[DONE]")
-            .map(|data| serde_json::from_str::<ChatCompletionChunk>(data).expect("chunk"))
-            .filter_map(|chunk| chunk.choices[0].delta.content.clone())
-            .collect();
-        assert_eq!(text, e.content);
+        for usage in [false, true] {
+            let sse = e.to_sse(usage);
+            assert!(sse.ends_with(SSE_DONE));
+            let chunks: Vec<ChatCompletionChunk> = sse
+                .split("\n\n")
+                .filter_map(|event| event.strip_prefix("data: "))
+                .filter(|data| *data != "[DONE]")
+                .map(|data| serde_json::from_str(data).expect("chunk"))
+                .collect();
+            let text: String =
+                chunks.iter().flat_map(|c| &c.choices).filter_map(|c| c.delta.content.clone()).collect();
+            assert_eq!(text, e.content);
+            // With usage, one last chunk without choices carries the counts; no other chunk has any.
+            let counted: Vec<_> = chunks.iter().filter_map(|c| c.usage).collect();
+            assert_eq!(counted, if usage { vec![e.usage()] } else { vec![] });
+            assert_eq!(chunks.last().is_some_and(|c| c.choices.is_empty()), usage);
+        }
     }
 }

@@ -427,7 +427,7 @@ mod tests {
                 .map(|(role, text)| Message { role: *role, content: (*text).into() })
                 .collect(),
             sampling: Sampling { max_tokens: 16, temperature, top_p: 1.0, seed: None, stop: vec![] },
-            stream: false,
+            delivery: crate::openai::Delivery::Whole,
         }
     }
 

@@ -14,7 +14,8 @@
 //!   reset to their defaults. A temperature below [`GREEDY_BELOW`] is greedy too (dividing logits by it
 //!   overflows, and the answer is the greedy one anyway). Stop sequences are a set: sorted,
 //!   deduplicated, empty ones dropped; each is at most [`MAX_STOP_BYTES`] long.
-//! - `stream` and `user` do not change the answer and are not part of the normal form's key.
+//! - `stream`, `stream_options` and `user` do not change the answer and are not part of the normal form's
+//!   key; `stream_options` without `stream: true` is a 400, as at OpenAI.
 //! - Parameters this mesh cannot honour (n > 1, penalties, logprobs, logit bias, tools, non-text response
 //!   formats) are
 //!   rejected with a 400 rather than silently ignored.
@@ -22,7 +23,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::models::{ModelRef, ModelTable};
-use crate::openai::{ChatCompletionRequest, MessageContent, StopSequences};
+use crate::openai::{ChatCompletionRequest, Delivery, MessageContent, StopSequences};
 use crate::RequestError;
 
 /// A message role.
@@ -98,8 +99,8 @@ pub struct NormalizedRequest {
     pub messages: Vec<Message>,
     /// Sampling parameters.
     pub sampling: Sampling,
-    /// Whether the client wants server-sent events (not part of the key).
-    pub stream: bool,
+    /// JSON or server-sent events (not part of the key).
+    pub delivery: Delivery,
 }
 
 /// Limits a tier applies while normalizing.
@@ -158,8 +159,21 @@ pub fn normalize(
         model,
         messages,
         sampling: normalize_sampling(request, limits)?,
-        stream: request.stream.unwrap_or(false),
+        delivery: delivery(request)?,
     })
+}
+
+/// How the answer goes back: `stream_options` only makes sense for a stream, as OpenAI's API insists.
+fn delivery(request: &ChatCompletionRequest) -> Result<Delivery, RequestError> {
+    let usage = request.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false);
+    match (request.stream.unwrap_or(false), &request.stream_options) {
+        (true, _) => Ok(Delivery::Stream { usage }),
+        (false, None) => Ok(Delivery::Whole),
+        (false, Some(_)) => Err(RequestError::invalid_param(
+            "stream_options",
+            "`stream_options` is only allowed when `stream` is true",
+        )),
+    }
 }
 
 fn reject_unsupported(request: &ChatCompletionRequest) -> Result<(), RequestError> {
@@ -343,6 +357,19 @@ mod tests {
     }
 
     #[test]
+    fn stream_options_choose_the_delivery_but_not_the_key() {
+        let base = r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}]"#;
+        let whole = norm(&format!("{base}}}")).expect("valid");
+        let stream = norm(&format!(r#"{base},"stream":true}}"#)).expect("valid");
+        let usage = norm(&format!(r#"{base},"stream":true,"stream_options":{{"include_usage":true}}}}"#))
+            .expect("valid");
+        assert_eq!(whole.delivery, Delivery::Whole);
+        assert_eq!(stream.delivery, Delivery::Stream { usage: false });
+        assert_eq!(usage.delivery, Delivery::Stream { usage: true });
+        assert_eq!((&whole.messages, &whole.sampling), (&usage.messages, &usage.sampling));
+    }
+
+    #[test]
     fn rejects_what_cannot_be_honoured() {
         let cases = [
             (r#"{"model":"smollm2-135m-instruct","messages":[]}"#, 400),
@@ -383,6 +410,10 @@ mod tests {
             ),
             (
                 r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"logit_bias":{"1":5}}"#,
+                400,
+            ),
+            (
+                r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}}"#,
                 400,
             ),
             (r#"{"model":"gpt-4","messages":[{"role":"user","content":"x"}]}"#, 404),

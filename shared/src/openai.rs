@@ -60,6 +60,9 @@ pub struct ChatCompletionRequest {
     /// End-user id; does not change the answer.
     #[serde(default)]
     pub user: Option<String>,
+    /// Options of a streamed answer (only with `stream: true`).
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
 }
 
 /// `stop`: one string or a list of strings.
@@ -104,6 +107,39 @@ pub struct ContentPart {
     /// The text of a `text` part.
     #[serde(default)]
     pub text: Option<String>,
+}
+
+/// `stream_options` of a streamed request.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub struct StreamOptions {
+    /// Whether a last chunk, with no choices, carries the token counts.
+    #[serde(default)]
+    pub include_usage: Option<bool>,
+}
+
+/// How an answer goes to the client. It never changes the answer, so it is never part of a cache key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Delivery {
+    /// One JSON `chat.completion`.
+    #[default]
+    Whole,
+    /// Server-sent `chat.completion.chunk` events.
+    Stream {
+        /// Whether a last chunk, with no choices, carries the token counts (`stream_options.include_usage`).
+        usage: bool,
+    },
+}
+
+impl Delivery {
+    /// Whether the answer is streamed.
+    pub fn is_stream(self) -> bool {
+        matches!(self, Self::Stream { .. })
+    }
+
+    /// Whether a streamed answer ends with a usage chunk.
+    pub fn streams_usage(self) -> bool {
+        matches!(self, Self::Stream { usage: true })
+    }
 }
 
 /// Token counts of one completion.
@@ -165,8 +201,11 @@ pub struct ChatCompletionChunk {
     pub created: i64,
     /// The model.
     pub model: String,
-    /// One choice delta.
+    /// One choice delta; none in the usage chunk.
     pub choices: Vec<ChunkChoice>,
+    /// The token counts, in the last chunk of a stream that asked for them (`stream_options`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
 }
 
 /// The delta of one choice in a chunk.
@@ -200,6 +239,19 @@ impl ChatCompletionChunk {
             created,
             model: model.to_owned(),
             choices: vec![ChunkChoice { index: 0, delta, finish_reason: finish_reason.map(str::to_owned) }],
+            usage: None,
+        }
+    }
+
+    /// The chunk that ends a stream asking for usage: no choices, the token counts.
+    pub fn usage(id: &str, created: i64, model: &str, usage: Usage) -> Self {
+        Self {
+            id: id.to_owned(),
+            object: "chat.completion.chunk".to_owned(),
+            created,
+            model: model.to_owned(),
+            choices: Vec::new(),
+            usage: Some(usage),
         }
     }
 

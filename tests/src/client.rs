@@ -107,6 +107,11 @@ impl StreamReply {
             .collect()
     }
 
+    /// The token counts of the chunks that carry them (`stream_options.include_usage`), in order.
+    pub fn usages(&self) -> Vec<serde_json::Value> {
+        self.chunks().filter(|c| !c["usage"].is_null()).map(|c| c["usage"].clone()).collect()
+    }
+
     /// Events that carry some text, with their arrival times.
     pub fn content_arrivals(&self) -> Vec<Duration> {
         self.events

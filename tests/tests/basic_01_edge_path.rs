@@ -72,7 +72,9 @@ fn edge_path_miss_then_hit_streaming_and_bad_input() -> anyhow::Result<()> {
 
     // Streaming: chunks arrive while the answer is generated, and they add up to the non-streamed answer.
     let story = request("Write two sentences about the sea.");
-    let stream = client.chat_stream(&story)?;
+    let mut story_with_usage = story.clone();
+    story_with_usage["stream_options"] = serde_json::json!({"include_usage": true});
+    let stream = client.chat_stream(&story_with_usage)?;
     assert_eq!(stream.status, 200);
     assert_eq!(stream.header("x-cache"), Some("MISS"));
     assert!(stream.header("content-type").is_some_and(|t| t.starts_with("text/event-stream")));
@@ -91,12 +93,23 @@ fn edge_path_miss_then_hit_streaming_and_bad_input() -> anyhow::Result<()> {
     let whole = client.chat(&story)?;
     assert!(whole.header("x-cache").is_some_and(|x| x.starts_with("HIT")), "{:?}", whole.headers);
     assert_eq!(whole.content().as_deref(), Some(streamed.as_str()));
+    // `stream_options.include_usage`: one last chunk, without choices, carries the same counts as the
+    // whole answer's `usage`.
+    assert_eq!(stream.usages(), vec![whole.json()["usage"].clone()], "usage of the streamed miss");
+    assert!(whole.json()["usage"]["completion_tokens"].as_u64().is_some_and(|n| n > 0));
 
     // A streamed hit is a proper event stream with the same text.
     let replay = client.chat_stream(&story)?;
     assert!(replay.header("x-cache").is_some_and(|x| x.starts_with("HIT")));
     assert!(replay.finished());
     assert_eq!(replay.content(), streamed);
+    assert!(replay.usages().is_empty(), "usage nobody asked for: {:?}", replay.usages());
+    let replay_with_usage = client.chat_stream(&story_with_usage)?;
+    assert!(replay_with_usage.header("x-cache").is_some_and(|x| x.starts_with("HIT")));
+    assert_eq!(replay_with_usage.usages(), vec![whole.json()["usage"].clone()], "usage of a streamed hit");
+    let mut unstreamed_options = story.clone();
+    unstreamed_options["stream_options"] = serde_json::json!({"include_usage": true});
+    assert_eq!(client.chat(&unstreamed_options)?.status, 400, "stream_options without stream");
 
     // The edge's own paraphrase matching is off by default: a paraphrase the regional tier matched is
     // kept at the edge under the paraphrase's own key, bound

@@ -514,7 +514,7 @@ async fn a_version_bump_stales_old_entries_and_regenerates_the_hottest() {
             model: shared::models::ModelRef { name: "fake".into(), version: 2 },
             messages: vec![Message { role: Role::User, content: text.into() }],
             sampling: sampling.clone(),
-            stream: false,
+            delivery: shared::openai::Delivery::Whole,
         };
         shared::cache_key::CacheKey::derive("dev", &request).as_str().to_owned()
     };

@@ -72,7 +72,7 @@ impl Refresher {
             model: ModelRef { name: model.to_owned(), version },
             messages: job.prompt.messages.clone(),
             sampling: job.prompt.sampling.clone(),
-            stream: false,
+            delivery: shared::openai::Delivery::Whole,
         };
         let key = CacheKey::derive(&job.tenant, &normalized).as_str().to_owned();
         let generate = GenerateRequest::for_request(format!("refresh-{key}"), &job.tenant, &normalized);

@@ -133,7 +133,7 @@ mod tests {
                 seed: Some(7),
                 stop: vec!["\n".into()],
             },
-            stream: true,
+            delivery: shared::openai::Delivery::Stream { usage: false },
         }
     }
 

@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use shared::completion::StreamHead;
 use shared::normalize::normalize;
-use shared::openai::{parse_chat_request, SSE_DONE};
+use shared::openai::{parse_chat_request, Delivery, SSE_DONE};
 use shared::server_timing::ServerTiming;
 use shared::{RequestError, MAX_REQUEST_BYTES};
 use tokio::sync::mpsc;
@@ -59,18 +59,18 @@ pub async fn chat_completions(
     let key = admitted.key.clone();
     let class = Labels { class: admitted.class, store: admitted.caching.store };
     // What a streamed answer's chunks carry, made only for a request that streams.
-    let head = admitted.request.stream.then(|| StreamStart {
+    let delivery = admitted.request.delivery;
+    let head = delivery.is_stream().then(|| StreamStart {
         id: key.completion_id(),
         created: now_ms() / 1000,
         model: admitted.request.model.name.clone(),
+        usage: delivery.streams_usage(),
     });
     let answered = state.path().answer(admitted).instrument(span).await;
     let response = match answered {
-        Ok(Answered::Ready(outcome)) => {
-            Ok(outcome_response(&outcome, head.is_some(), key.as_str(), class, false))
-        }
+        Ok(Answered::Ready(outcome)) => Ok(outcome_response(&outcome, delivery, key.as_str(), class, false)),
         Ok(Answered::Flight { subscription, coalesced }) => {
-            respond(subscription, head, key.as_str(), class, coalesced).await
+            respond(subscription, delivery, head, key.as_str(), class, coalesced).await
         }
         Err(error) => Err(error),
     };
@@ -103,7 +103,13 @@ async fn admit(
 }
 
 /// A whole answer as this request asked for it.
-fn outcome_response(outcome: &Outcome, stream: bool, key: &str, class: Labels, coalesced: bool) -> Response {
+fn outcome_response(
+    outcome: &Outcome,
+    delivery: Delivery,
+    key: &str,
+    class: Labels,
+    coalesced: bool,
+) -> Response {
     let mut headers = cache_headers(outcome.x_cache, key, &outcome.timing, class, Some(&outcome.entry));
     if let Some(hit) = &outcome.semantic {
         semantic_headers(&mut headers, hit);
@@ -111,13 +117,14 @@ fn outcome_response(outcome: &Outcome, stream: bool, key: &str, class: Labels, c
     if coalesced {
         mark_coalesced(&mut headers);
     }
-    entry_response(&outcome.entry, stream, headers)
+    entry_response(&outcome.entry, delivery, headers)
 }
 
 /// Answers one request from its flight: the whole answer once it has landed, or (streaming, `head`
 /// given, when the flight generates) each delta as it comes.
 async fn respond(
     mut subscription: Subscription,
+    delivery: Delivery,
     head: Option<StreamStart>,
     key: &str,
     class: Labels,
@@ -125,11 +132,11 @@ async fn respond(
 ) -> Result<Response, RegionalError> {
     let Some(head) = head else {
         let outcome = subscription.landed().await?;
-        return Ok(outcome_response(&outcome, false, key, class, coalesced));
+        return Ok(outcome_response(&outcome, delivery, key, class, coalesced));
     };
     let first = match subscription.next().await {
         Some(FlightItem::Landed(outcome)) => {
-            return Ok(outcome_response(&outcome?, true, key, class, coalesced));
+            return Ok(outcome_response(&outcome?, delivery, key, class, coalesced));
         }
         Some(FlightItem::Delta(text)) => text,
         None => return Err(RequestError::upstream(502, "the answer's flight ended without one").into()),
@@ -148,6 +155,8 @@ struct StreamStart {
     id: String,
     created: i64,
     model: String,
+    /// Whether the stream ends with a usage chunk.
+    usage: bool,
 }
 
 impl StreamStart {
@@ -176,6 +185,9 @@ impl StreamStart {
                 }
                 FlightItem::Landed(Ok(outcome)) => {
                     send(head.finish_chunk(&outcome.entry.finish_reason)).await;
+                    if self.usage {
+                        send(head.usage_chunk(outcome.entry.usage())).await;
+                    }
                     send(SSE_DONE.to_owned()).await;
                     return;
                 }

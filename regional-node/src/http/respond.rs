@@ -4,6 +4,7 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 use shared::completion::CachedCompletion;
+use shared::openai::Delivery;
 use shared::server_timing::ServerTiming;
 
 use crate::request_path::ClassTtl;
@@ -83,12 +84,13 @@ fn insert(headers: &mut HeaderMap, name: HeaderName, value: &str) {
     }
 }
 
-/// A whole answer from an entry: a JSON completion, or the complete SSE stream when `stream` is set.
-pub fn entry_response(entry: &CachedCompletion, stream: bool, headers: HeaderMap) -> Response {
-    let (content_type, body) = if stream {
-        (EVENT_STREAM, entry.to_sse())
-    } else {
-        ("application/json", serde_json::to_string(&entry.to_response()).unwrap_or_default())
+/// A whole answer from an entry: a JSON completion, or the complete SSE stream.
+pub fn entry_response(entry: &CachedCompletion, delivery: Delivery, headers: HeaderMap) -> Response {
+    let (content_type, body) = match delivery {
+        Delivery::Stream { usage } => (EVENT_STREAM, entry.to_sse(usage)),
+        Delivery::Whole => {
+            ("application/json", serde_json::to_string(&entry.to_response()).unwrap_or_default())
+        }
     };
     with_headers(StatusCode::OK, content_type, Body::from(body), headers)
 }

@@ -182,7 +182,7 @@ mod tests {
             model: ModelRef { name: "m".into(), version: 1 },
             messages,
             sampling: Sampling { max_tokens: 8, temperature: 0.0, top_p: 1.0, seed: None, stop: vec![] },
-            stream: false,
+            delivery: shared::openai::Delivery::Whole,
         }
     }
 

@@ -225,7 +225,7 @@ mod tests {
             model: ModelRef { name: "m".into(), version: 3 },
             messages: vec![Message { role: Role::User, content: text.into() }],
             sampling: Sampling { max_tokens: 16, temperature: 0.0, top_p: 1.0, seed: None, stop: vec![] },
-            stream: false,
+            delivery: shared::openai::Delivery::Whole,
         };
         complete_request(&Admitted::new(
             "t".into(),
