@@ -75,6 +75,13 @@ fn digest(domain: &[u8], tenant: &str, request: &NormalizedRequest, messages: &[
     for stop in &s.stop {
         enc.bytes(stop.as_bytes());
     }
+    // Only when set, so that the keys of requests without penalties stay what they were.
+    if !s.penalties.is_none() {
+        enc.bytes(b"penalties");
+        for value in [s.penalties.frequency, s.penalties.presence, s.penalties.repetition] {
+            enc.u64(u64::from(value.to_bits()));
+        }
+    }
     hex::encode(&enc.0.finalize())
 }
 
@@ -173,6 +180,12 @@ mod tests {
             r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":1,"top_p":1,"max_tokens":256}"#,
         );
         assert_eq!(explicit, key(r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#));
+        // Penalties at their neutral values are no penalties; the key is the one without them.
+        let neutral = BASE.replace(
+            r#""temperature":0"#,
+            r#""temperature":0,"frequency_penalty":0,"presence_penalty":-0.0,"repetition_penalty":1"#,
+        );
+        assert_eq!(k, key(&neutral));
     }
 
     #[test]
@@ -186,6 +199,9 @@ mod tests {
             BASE.replace(r#""temperature":0"#, r#""temperature":0.7"#),
             BASE.replace(r#""temperature":0"#, r#""temperature":0,"stop":["4"]"#),
             BASE.replace("What is", "What  is"),
+            BASE.replace(r#""temperature":0"#, r#""temperature":0,"frequency_penalty":0.5"#),
+            BASE.replace(r#""temperature":0"#, r#""temperature":0,"presence_penalty":0.5"#),
+            BASE.replace(r#""temperature":0"#, r#""temperature":0,"repetition_penalty":1.1"#),
             // Turn order is the conversation.
             r#"{"model":"m","messages":[{"role":"user","content":"What is 2+2?"},{"role":"system","content":"Be brief."}],"temperature":0,"max_tokens":32}"#.to_owned(),
         ];

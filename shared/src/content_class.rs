@@ -426,7 +426,14 @@ mod tests {
                 .iter()
                 .map(|(role, text)| Message { role: *role, content: (*text).into() })
                 .collect(),
-            sampling: Sampling { max_tokens: 16, temperature, top_p: 1.0, seed: None, stop: vec![] },
+            sampling: Sampling {
+                max_tokens: 16,
+                temperature,
+                top_p: 1.0,
+                seed: None,
+                stop: vec![],
+                penalties: Default::default(),
+            },
             delivery: crate::openai::Delivery::Whole,
         }
     }

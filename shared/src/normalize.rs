@@ -16,8 +16,9 @@
 //!   deduplicated, empty ones dropped; each is at most [`MAX_STOP_BYTES`] long.
 //! - `stream`, `stream_options` and `user` do not change the answer and are not part of the normal form's
 //!   key; `stream_options` without `stream: true` is a 400, as at OpenAI.
-//! - Parameters this mesh cannot honour (n > 1, penalties, logprobs, logit bias, tools, non-text response
-//!   formats) are
+//! - Penalties (`frequency_penalty`, `presence_penalty`, vLLM's `repetition_penalty`) are checked against
+//!   their ranges and join the key only when set, so the keys of requests without them do not change.
+//! - Parameters this mesh cannot honour (n > 1, logprobs, logit bias, tools, non-text response formats) are
 //!   rejected with a 400 rather than silently ignored.
 
 use serde::{Deserialize, Serialize};
@@ -81,6 +82,35 @@ pub struct Sampling {
     pub seed: Option<u64>,
     /// Stop sequences, sorted and deduplicated.
     pub stop: Vec<String>,
+    /// Penalties on tokens already seen; none by default.
+    #[serde(default, skip_serializing_if = "Penalties::is_none")]
+    pub penalties: Penalties,
+}
+
+/// Penalties on repeating tokens, as OpenAI (`frequency_penalty`, `presence_penalty`) and vLLM
+/// (`repetition_penalty`) define them. They change the answer, so they are part of the key when set.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Penalties {
+    /// Subtracted from a token's logit once per time it was generated so far, in [-2, 2].
+    pub frequency: f32,
+    /// Subtracted from a token's logit once it was generated at all, in [-2, 2].
+    pub presence: f32,
+    /// Divides the positive logits (multiplies the negative ones) of every token of the prompt and of the
+    /// answer so far, in (0, 2]; 1 is none.
+    pub repetition: f32,
+}
+
+impl Default for Penalties {
+    fn default() -> Self {
+        Self { frequency: 0.0, presence: 0.0, repetition: 1.0 }
+    }
+}
+
+impl Penalties {
+    /// Whether no penalty is set.
+    pub fn is_none(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 impl Sampling {
@@ -180,16 +210,6 @@ fn reject_unsupported(request: &ChatCompletionRequest) -> Result<(), RequestErro
     if request.n.is_some_and(|n| n != 1) {
         return Err(RequestError::invalid_param("n", "only n = 1 is supported"));
     }
-    for (param, value) in
-        [("presence_penalty", request.presence_penalty), ("frequency_penalty", request.frequency_penalty)]
-    {
-        if value.is_some_and(|v| v != 0.0) {
-            return Err(RequestError::invalid_param(
-                param,
-                format!("`{param}` is not supported; omit it or send 0"),
-            ));
-        }
-    }
     if request.logprobs == Some(true) {
         return Err(RequestError::invalid_param("logprobs", "`logprobs` is not supported"));
     }
@@ -286,6 +306,7 @@ fn normalize_sampling(request: &ChatCompletionRequest, limits: &Limits) -> Resul
             format!("stop sequences are at most {MAX_STOP_BYTES} bytes"),
         ));
     }
+    let penalties = normalize_penalties(request)?;
     // -0.0, 0.0 and vanishing temperatures all decode greedily; make the key agree.
     let temperature = if temperature < GREEDY_BELOW { 0.0 } else { temperature };
     let greedy = temperature == 0.0;
@@ -295,7 +316,32 @@ fn normalize_sampling(request: &ChatCompletionRequest, limits: &Limits) -> Resul
         top_p: if greedy { 1.0 } else { top_p },
         seed: if greedy { None } else { request.seed },
         stop,
+        penalties,
     })
+}
+
+/// The penalties, checked against OpenAI's ranges (vLLM's for `repetition_penalty`); -0.0 reads as 0.
+fn normalize_penalties(request: &ChatCompletionRequest) -> Result<Penalties, RequestError> {
+    let mut penalties = Penalties::default();
+    for (param, value, slot) in [
+        ("frequency_penalty", request.frequency_penalty, &mut penalties.frequency),
+        ("presence_penalty", request.presence_penalty, &mut penalties.presence),
+    ] {
+        let value = value.unwrap_or(0.0);
+        if !(-2.0..=2.0).contains(&value) {
+            return Err(RequestError::invalid_param(param, format!("`{param}` must be between -2 and 2")));
+        }
+        *slot = value + 0.0;
+    }
+    let repetition = request.repetition_penalty.unwrap_or(1.0);
+    if !(repetition > 0.0 && repetition <= 2.0) {
+        return Err(RequestError::invalid_param(
+            "repetition_penalty",
+            "`repetition_penalty` must be in (0, 2]",
+        ));
+    }
+    penalties.repetition = repetition;
+    Ok(penalties)
 }
 
 #[cfg(test)]
@@ -327,7 +373,14 @@ mod tests {
         assert_eq!(r.messages, vec![Message { role: Role::User, content: "hi".into() }]);
         assert_eq!(
             r.sampling,
-            Sampling { max_tokens: 256, temperature: 0.0, top_p: 1.0, seed: None, stop: vec![] }
+            Sampling {
+                max_tokens: 256,
+                temperature: 0.0,
+                top_p: 1.0,
+                seed: None,
+                stop: vec![],
+                penalties: Penalties::default()
+            }
         );
         let sampled = norm(r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"hi"}],"top_p":0.5,"seed":9}"#)
             .expect("valid");
@@ -405,7 +458,11 @@ mod tests {
                 400,
             ),
             (
-                r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"frequency_penalty":0.5}"#,
+                r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"frequency_penalty":2.5}"#,
+                400,
+            ),
+            (
+                r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"repetition_penalty":0}"#,
                 400,
             ),
             (

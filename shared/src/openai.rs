@@ -60,6 +60,9 @@ pub struct ChatCompletionRequest {
     /// End-user id; does not change the answer.
     #[serde(default)]
     pub user: Option<String>,
+    /// vLLM's repetition penalty (1 is none).
+    #[serde(default)]
+    pub repetition_penalty: Option<f32>,
     /// Options of a streamed answer (only with `stream: true`).
     #[serde(default)]
     pub stream_options: Option<StreamOptions>,

@@ -70,6 +70,22 @@ fn edge_path_miss_then_hit_streaming_and_bad_input() -> anyhow::Result<()> {
     assert!(hit.header("server-timing").unwrap_or_default().contains("edge"));
     println!("through the edge: MISS {:?}, HIT-EDGE {:?}", miss.elapsed, hit.elapsed);
 
+    // Penalties are honoured (generated again: they change the answer, so they change the key), and a
+    // penalty out of range is refused in OpenAI's shape.
+    let mut penalized = question.clone();
+    penalized["frequency_penalty"] = serde_json::json!(0.8);
+    penalized["presence_penalty"] = serde_json::json!(0.4);
+    penalized["repetition_penalty"] = serde_json::json!(1.3);
+    let answered = client.chat(&penalized)?;
+    assert_eq!(answered.status, 200, "{}", answered.body);
+    assert_eq!(answered.header("x-cache"), Some("MISS"), "{:?}", answered.headers);
+    assert_ne!(answered.header("x-cache-key"), miss.header("x-cache-key"));
+    assert!(answered.content().is_some_and(|c| !c.trim().is_empty()));
+    penalized["frequency_penalty"] = serde_json::json!(3);
+    let refused = client.chat(&penalized)?;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert_eq!(refused.json()["error"]["param"], "frequency_penalty", "{}", refused.body);
+
     // Streaming: chunks arrive while the answer is generated, and they add up to the non-streamed answer.
     let story = request("Write two sentences about the sea.");
     let mut story_with_usage = story.clone();

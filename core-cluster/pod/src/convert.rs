@@ -2,7 +2,7 @@
 
 use proto::inference as pb;
 
-use super::request::{ChatMessage, GenerationRequest, Priority, Role, SamplingParams, Timings};
+use super::request::{ChatMessage, GenerationRequest, Penalties, Priority, Role, SamplingParams, Timings};
 use super::worker::GenerationEvent;
 use super::InferenceError;
 
@@ -26,8 +26,14 @@ impl TryFrom<pb::GenerateRequest> for GenerationRequest {
                 temperature: s.temperature,
                 top_p: s.top_p,
                 seed: s.seed,
-                stop: s.stop,
                 top_k: s.top_k,
+                penalties: Penalties {
+                    frequency: s.frequency_penalty,
+                    presence: s.presence_penalty,
+                    // Unset on the wire (0) is no penalty.
+                    repetition: if s.repetition_penalty == 0.0 { 1.0 } else { s.repetition_penalty },
+                },
+                stop: s.stop,
             },
             priority: match pb::Priority::try_from(r.priority) {
                 Ok(pb::Priority::Batch) => Priority::Batch,

@@ -6,7 +6,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::detokenizer::IncrementalDecoder;
 use super::request::{FinishReason, GenerationSummary, SamplingParams, Timings};
-use super::sampler::Sampler;
+use super::sampler::{Penalizer, Sampler};
 use super::speculative::Speculator;
 use super::stop::StopMatcher;
 use super::tokenizer::ChatTokenizer;
@@ -40,6 +40,8 @@ pub struct Generation {
     pub params: SamplingParams,
     /// The token picker.
     pub sampler: Sampler,
+    /// Penalties on tokens already seen, when the request set any.
+    pub penalizer: Option<Penalizer>,
     /// Prompt-lookup drafting, when this request speculates.
     pub speculator: Option<Speculator>,
     /// Draft tokens appended to the sequence for the next step to verify.
@@ -65,7 +67,7 @@ impl Generation {
     /// A generation that has not started.
     pub fn new(
         params: SamplingParams,
-        prompt_len: usize,
+        prompt: &[u32],
         speculator: Option<Speculator>,
         events: UnboundedSender<GenerationEvent>,
         span: tracing::Span,
@@ -73,11 +75,12 @@ impl Generation {
     ) -> Self {
         Self {
             sampler: Sampler::new(&params),
+            penalizer: Penalizer::new(params.penalties, prompt),
             stops: StopMatcher::new(&params.stop),
             params,
             speculator,
             pending_drafts: Vec::new(),
-            prompt_len,
+            prompt_len: prompt.len(),
             generated: 0,
             span,
             enqueued,
@@ -98,10 +101,25 @@ impl Generation {
         self.params.max_tokens.saturating_sub(self.generated) as usize
     }
 
+    /// The next token from one row of logits, after the penalties if any.
+    pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        match &self.penalizer {
+            None => self.sampler.sample(logits),
+            Some(penalizer) => {
+                let mut penalized = logits.to_vec();
+                penalizer.apply(&mut penalized);
+                self.sampler.sample(&penalized)
+            }
+        }
+    }
+
     /// Takes one generated token: streams its text and says whether the sequence goes on.
     /// `context_left` is how many more positions the context has after this token.
     pub fn take(&mut self, token: u32, tokenizer: &ChatTokenizer, context_left: usize) -> Progress {
         self.generated += 1;
+        if let Some(penalizer) = &mut self.penalizer {
+            penalizer.record(token);
+        }
         let special = tokenizer.special_tokens();
         // The end of the turn, or the model opening a new turn (`<|im_start|>`) without closing its own:
         // nothing after it belongs to this answer.
@@ -179,7 +197,7 @@ mod tests {
         let (events, mut received) = tokio::sync::mpsc::unbounded_channel();
         let mut generation = Generation::new(
             SamplingParams::greedy(16),
-            4,
+            &[1, 2, 3, 4],
             None,
             events,
             tracing::Span::none(),

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+pub use shared::normalize::Penalties;
+
 pub use super::scheduler::Priority;
 use super::InferenceError;
 
@@ -73,12 +75,22 @@ pub struct SamplingParams {
     pub seed: Option<u64>,
     /// Generation stops before the first occurrence of any of these; the text excludes it.
     pub stop: Vec<String>,
+    /// Penalties on tokens already seen (none by default). A request with penalties does not speculate.
+    pub penalties: Penalties,
 }
 
 impl SamplingParams {
     /// Greedy decoding of at most `max_tokens` tokens, no stop strings.
     pub fn greedy(max_tokens: u32) -> Self {
-        Self { max_tokens, temperature: 0.0, top_p: 1.0, top_k: 0, seed: None, stop: Vec::new() }
+        Self {
+            max_tokens,
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 0,
+            seed: None,
+            stop: Vec::new(),
+            penalties: Penalties::default(),
+        }
     }
 
     /// Checks the parameters against the model's context window.
@@ -92,6 +104,15 @@ impl SamplingParams {
         }
         if !(0.0..=1.0).contains(&self.top_p) {
             return invalid(format!("top_p must be in 0..=1, got {}", self.top_p));
+        }
+        let Penalties { frequency, presence, repetition } = self.penalties;
+        if !((-2.0..=2.0).contains(&frequency) && (-2.0..=2.0).contains(&presence)) {
+            return invalid(format!(
+                "frequency and presence penalties must be in -2..=2, got {frequency}, {presence}"
+            ));
+        }
+        if !(repetition > 0.0 && repetition <= 2.0) {
+            return invalid(format!("repetition_penalty must be in (0, 2], got {repetition}"));
         }
         if self.stop.len() > MAX_STOP_STRINGS {
             return invalid(format!("at most {MAX_STOP_STRINGS} stop strings, got {}", self.stop.len()));

@@ -141,10 +141,13 @@ impl StepLoop {
         let id = SeqId(self.next_id);
         self.next_id += 1;
         let salt = self.salts.hash_one(&job.tenant);
-        let speculate = job.speculative.unwrap_or(self.config.speculative_by_default);
+        // Drafts are verified against the unpenalized distribution, so a request with penalties decodes
+        // one token at a time.
+        let speculate =
+            job.speculative.unwrap_or(self.config.speculative_by_default) && job.sampling.penalties.is_none();
         let speculator = speculate.then(|| Speculator::new(&self.config.speculative, &job.prompt));
         let generation =
-            Generation::new(job.sampling, job.prompt.len(), speculator, job.events, job.span, job.enqueued);
+            Generation::new(job.sampling, &job.prompt, speculator, job.events, job.span, job.enqueued);
         match self.scheduler.add(id, salt, job.prompt, job.priority) {
             Ok(()) => {
                 self.generations.insert(id, generation);
@@ -273,7 +276,7 @@ impl StepLoop {
             let _ = self.scheduler.rollback(&mut self.blocks, id, item.start_pos + 1 + verdict.accepted);
             verdict.tokens
         } else {
-            let token = generation.sampler.sample(&rows[rows.len() - vocab..]);
+            let token = generation.sample(&rows[rows.len() - vocab..]);
             if let Some(speculator) = generation.speculator.as_mut() {
                 speculator.push(token);
             }

@@ -508,7 +508,14 @@ async fn a_version_bump_stales_old_entries_and_regenerates_the_hottest() {
     assert_eq!(lookup(cluster.addrs[&leader], "k1").await, None, "old-version entries are stale at once");
 
     // The pod's fake request carries no sampling, so the prompt's sampling is all zeros.
-    let sampling = Sampling { max_tokens: 0, temperature: 0.0, top_p: 0.0, seed: None, stop: vec![] };
+    let sampling = Sampling {
+        max_tokens: 0,
+        temperature: 0.0,
+        top_p: 0.0,
+        seed: None,
+        stop: vec![],
+        penalties: Default::default(),
+    };
     let new_key = |text: &str| {
         let request = NormalizedRequest {
             model: shared::models::ModelRef { name: "fake".into(), version: 2 },

@@ -10,7 +10,7 @@ use prost::Message as _;
 use proto::core as core_pb;
 use proto::inference as inference_pb;
 use proto::raft as pb;
-use shared::normalize::{Message, Role, Sampling};
+use shared::normalize::{Message, Role};
 
 use super::error::CoreError;
 use super::types::{Command, Entry, InvalidateScope, NodeId, Prompt, Proposal, Request, TypeConfig};
@@ -225,14 +225,7 @@ fn prompt_to_pb(prompt: &Prompt) -> pb::LoggedPrompt {
                 content: m.content.clone(),
             })
             .collect(),
-        sampling: Some(inference_pb::Sampling {
-            max_tokens: s.max_tokens,
-            temperature: s.temperature,
-            top_p: s.top_p,
-            seed: s.seed,
-            stop: s.stop.clone(),
-            ..Default::default()
-        }),
+        sampling: Some(s.into()),
     }
 }
 
@@ -246,14 +239,7 @@ fn prompt_from_pb(prompt: pb::LoggedPrompt) -> Result<Prompt, CoreError> {
             Ok(Message { role, content: m.content })
         })
         .collect::<Result<_, CoreError>>()?;
-    let s = prompt.sampling.ok_or_else(|| missing("a prompt's sampling"))?;
-    let sampling = Sampling {
-        max_tokens: s.max_tokens,
-        temperature: s.temperature,
-        top_p: s.top_p,
-        seed: s.seed,
-        stop: s.stop,
-    };
+    let sampling = prompt.sampling.ok_or_else(|| missing("a prompt's sampling"))?.into();
     Ok(Prompt { messages, sampling })
 }
 
@@ -262,6 +248,7 @@ mod tests {
     use super::super::types::TenantPolicy;
     use super::*;
     use shared::completion::{AnsweredQuestion, CachedCompletion};
+    use shared::normalize::Sampling;
 
     fn every_command() -> Vec<Command> {
         let entry = CachedCompletion {
@@ -286,6 +273,7 @@ mod tests {
                 top_p: 0.9,
                 seed: Some(7),
                 stop: vec!["x".into()],
+                penalties: shared::normalize::Penalties { frequency: 0.5, presence: -0.25, repetition: 1.1 },
             },
         };
         vec![

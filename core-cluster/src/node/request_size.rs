@@ -109,6 +109,7 @@ mod tests {
                 top_p: 1.0,
                 seed: None,
                 stop: vec!["\n".into()],
+                penalties: Default::default(),
             },
         };
         assert_eq!(prompt.approx_bytes(), 4 + 8 + 1);

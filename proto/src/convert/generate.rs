@@ -4,7 +4,7 @@
 use shared::cache_key::CacheKey;
 use shared::completion::CachedCompletion;
 use shared::models::ModelRef;
-use shared::normalize::{Message, NormalizedRequest, Role, Sampling};
+use shared::normalize::{Message, NormalizedRequest, Penalties, Role, Sampling};
 
 use crate::cache::CompleteRequest;
 use crate::inference::{self as pb, GenerateDone, GenerateRequest};
@@ -13,7 +13,6 @@ impl GenerateRequest {
     /// The pod's request for `request` of `tenant`, under the id `request_id`. Sampling parameters the
     /// normalizer does not produce (top-k, priority, speculative) keep their defaults.
     pub fn for_request(request_id: String, tenant: &str, request: &NormalizedRequest) -> Self {
-        let sampling = &request.sampling;
         Self {
             request_id,
             tenant: tenant.to_owned(),
@@ -23,14 +22,7 @@ impl GenerateRequest {
                 .iter()
                 .map(|m| pb::ChatMessage { role: m.role.as_str().to_owned(), content: m.content.clone() })
                 .collect(),
-            sampling: Some(pb::Sampling {
-                max_tokens: sampling.max_tokens,
-                temperature: sampling.temperature,
-                top_p: sampling.top_p,
-                seed: sampling.seed,
-                stop: sampling.stop.clone(),
-                ..Default::default()
-            }),
+            sampling: Some((&request.sampling).into()),
             ..Default::default()
         }
     }
@@ -45,13 +37,38 @@ impl GenerateRequest {
 
     /// The sampling parameters as the normalizer writes them (absent ones are the wire defaults).
     pub fn normalized_sampling(&self) -> Sampling {
-        let s = self.sampling.clone().unwrap_or_default();
-        Sampling {
+        self.sampling.clone().unwrap_or_default().into()
+    }
+}
+
+impl From<pb::Sampling> for Sampling {
+    /// The sampling parameters as the normalizer writes them (absent ones are the wire defaults; a
+    /// repetition penalty of 0, unset, is none).
+    fn from(s: pb::Sampling) -> Self {
+        let repetition = if s.repetition_penalty == 0.0 { 1.0 } else { s.repetition_penalty };
+        Self {
             max_tokens: s.max_tokens,
             temperature: s.temperature,
             top_p: s.top_p,
             seed: s.seed,
             stop: s.stop,
+            penalties: Penalties { frequency: s.frequency_penalty, presence: s.presence_penalty, repetition },
+        }
+    }
+}
+
+impl From<&Sampling> for pb::Sampling {
+    fn from(s: &Sampling) -> Self {
+        Self {
+            max_tokens: s.max_tokens,
+            temperature: s.temperature,
+            top_p: s.top_p,
+            seed: s.seed,
+            stop: s.stop.clone(),
+            frequency_penalty: s.penalties.frequency,
+            presence_penalty: s.penalties.presence,
+            repetition_penalty: s.penalties.repetition,
+            ..Default::default()
         }
     }
 }
@@ -132,6 +149,7 @@ mod tests {
                 top_p: 0.9,
                 seed: Some(7),
                 stop: vec!["\n".into()],
+                penalties: Penalties { frequency: 0.5, presence: 0.25, repetition: 1.2 },
             },
             delivery: shared::openai::Delivery::Stream { usage: false },
         }

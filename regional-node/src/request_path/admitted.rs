@@ -181,7 +181,14 @@ mod tests {
         NormalizedRequest {
             model: ModelRef { name: "m".into(), version: 1 },
             messages,
-            sampling: Sampling { max_tokens: 8, temperature: 0.0, top_p: 1.0, seed: None, stop: vec![] },
+            sampling: Sampling {
+                max_tokens: 8,
+                temperature: 0.0,
+                top_p: 1.0,
+                seed: None,
+                stop: vec![],
+                penalties: Default::default(),
+            },
             delivery: shared::openai::Delivery::Whole,
         }
     }

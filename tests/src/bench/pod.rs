@@ -126,7 +126,7 @@ impl PodClient {
                 top_p: 1.0,
                 seed: None,
                 stop: Vec::new(),
-                top_k: 0,
+                ..Default::default()
             }),
             priority: pb::Priority::Interactive as i32,
             speculative: request.speculative,

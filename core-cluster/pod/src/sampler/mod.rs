@@ -11,12 +11,15 @@
 //! - [`distribution`]: [`Distribution`], probabilities by token, dense or truncated.
 //! - `truncate`: top-k by a heap, top-p by a mass-guided selection; neither sorts the vocabulary.
 //! - `math`: maximum, sum and `exp` over the vocabulary, in loops that vectorise.
+//! - [`penalties`]: [`Penalizer`], frequency, presence and repetition penalties on tokens already seen.
 
 pub mod distribution;
 mod math;
+pub mod penalties;
 mod truncate;
 
 pub use distribution::Distribution;
+pub use penalties::Penalizer;
 
 use super::request::SamplingParams;
 use super::rng::{random_seed, Rng};

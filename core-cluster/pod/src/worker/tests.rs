@@ -155,3 +155,21 @@ fn a_step_loop_that_panics_is_no_longer_alive() {
     assert!(thread.join().is_err());
     assert!(!alive.load(std::sync::atomic::Ordering::Acquire), "the pod must stop saying it is ready");
 }
+
+#[test]
+fn penalties_steer_the_model_off_what_it_already_said_and_do_not_speculate() {
+    // The model repeats the code it is asked to repeat; a strong repetition penalty makes it say
+    // something else, deterministically (greedy), and the request decodes without drafts.
+    let code = "fn add(a: i32, b: i32) -> i32 {\n    let total = a + b;\n    total\n}\n".repeat(3);
+    let question = format!("Repeat this code exactly:\n{code}");
+    let (worker, _) = worker(EngineConfig::default(), 8);
+    let (plain, _) = generate(&worker, prompt(None, &question), submission(40, false));
+    let mut penalized = submission(40, true);
+    penalized.sampling.penalties =
+        crate::request::Penalties { frequency: 1.0, presence: 0.5, repetition: 1.8 };
+    let (steered, summary) = generate(&worker, prompt(None, &question), penalized.clone());
+    assert_ne!(steered, plain, "the penalties changed nothing");
+    assert_eq!(summary.draft_tokens, 0, "a penalized request speculated: {summary:?}");
+    let (again, _) = generate(&worker, prompt(None, &question), penalized);
+    assert_eq!(again, steered, "greedy decoding with penalties is deterministic");
+}
