@@ -195,7 +195,7 @@ impl CoreCache for CacheService {
         };
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         // Generation and commit run on their own task so that a caller who hangs up mid-stream does not
-        // stop the entry from being committed.
+        // stop the entry from being committed; a generation that will not be stored ends with its caller.
         let span = tracing::info_span!("core.complete.generate", pod = %pod);
         let node = self.node.clone();
         let completion = async move {
@@ -227,6 +227,9 @@ async fn run_completion(
             );
             let _ = tx.send(Ok(CompleteEvent { event: Some(complete_event::Event::Done(done)) })).await;
         }
+        Err(e) if tx.is_closed() && input.no_store => {
+            tracing::info!(error = %e, "completion cancelled: the caller hung up");
+        }
         Err(e) => {
             node.metrics.complete_errors.inc();
             tracing::warn!(error = %e, "completion failed");
@@ -243,8 +246,17 @@ async fn generate_and_commit(
 ) -> Result<CompleteDone, CoreError> {
     let mut content = String::new();
     let finished: GenerateDone = loop {
-        let message = tokio::time::timeout(POD_IDLE_TIMEOUT, stream.message())
-            .await
+        let next = tokio::time::timeout(POD_IDLE_TIMEOUT, stream.message());
+        let message = tokio::select! {
+            message = next => message,
+            // Nobody waits for an answer nobody will store: dropping the pod's stream cancels the
+            // generation there and frees its place in the batch.
+            () = tx.closed(), if input.no_store => return Err(CoreError::Pod {
+                code: Code::Cancelled,
+                message: "the caller hung up and the answer is not to be stored".into(),
+            }),
+        };
+        let message = message
             .map_err(|_| CoreError::Pod {
                 code: Code::DeadlineExceeded,
                 message: "the pod went silent mid-generation".into(),

@@ -33,15 +33,28 @@ fn credential() -> TierIdentity {
     TierIdentity::insecure_secret(SECRET).expect("secret")
 }
 
-/// An inference pod that answers `echo: <last message>` in two deltas and counts its calls.
+/// An inference pod that answers `echo: <last message>` in two deltas and counts its calls. A message
+/// starting with `slow` is answered with a delta every 20 ms and never finishes; the pod counts such
+/// streams that the core drops (cancels).
 #[derive(Clone, Default)]
 struct FakePod {
     calls: Arc<AtomicU64>,
+    cancelled: Arc<AtomicU64>,
+}
+
+/// Counts its own drop.
+struct DropCounter(Arc<AtomicU64>);
+
+impl Drop for DropCounter {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 #[tonic::async_trait]
 impl InferencePod for FakePod {
-    type GenerateStream = tokio_stream::Iter<std::vec::IntoIter<Result<GenerateEvent, Status>>>;
+    type GenerateStream =
+        std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<GenerateEvent, Status>> + Send>>;
 
     async fn generate(
         &self,
@@ -55,6 +68,14 @@ impl InferencePod for FakePod {
         let delta = |text: &str| GenerateEvent {
             event: Some(generate_event::Event::Delta(TokenDelta { text: text.into() })),
         };
+        if last.starts_with("slow") {
+            let counter = DropCounter(Arc::clone(&self.cancelled));
+            let ticks = futures::stream::unfold(counter, move |counter| async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Some((Ok(delta("tick ")), counter))
+            });
+            return Ok(Response::new(Box::pin(ticks)));
+        }
         let done = GenerateDone {
             finish_reason: "stop".into(),
             prompt_tokens: 2,
@@ -67,7 +88,7 @@ impl InferencePod for FakePod {
             Ok(delta(&last)),
             Ok(GenerateEvent { event: Some(generate_event::Event::Done(done)) }),
         ];
-        Ok(Response::new(tokio_stream::iter(events)))
+        Ok(Response::new(Box::pin(tokio_stream::iter(events))))
     }
 
     async fn health(&self, _: Request<HealthRequest>) -> Result<Response<HealthReply>, Status> {
@@ -363,6 +384,33 @@ fn entry(key: &str, tenant: &str, model: &str, content: &str) -> shared::complet
         created_ms: 0,
         ttl_s: 0,
         question: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_generation_nobody_will_store_ends_when_its_caller_hangs_up() {
+    let pod = FakePod::default();
+    let cluster = new_cluster(pod.clone(), RaftTuning::default()).await;
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3 {
+        nodes.insert(id, cluster.start(id).await);
+    }
+    let leader = wait_for_leader(&cluster, &[1, 2, 3]).await;
+    let mut request = complete_request("slow-key", "slow answer");
+    request.no_store = true;
+    let mut stream =
+        client(cluster.addrs[&leader]).await.complete(credential().request(request)).await.expect("complete");
+    let first = stream.get_mut().message().await.expect("a first event");
+    assert!(matches!(first.and_then(|e| e.event), Some(complete_event::Event::Delta(_))));
+    assert_eq!(pod.cancelled.load(Ordering::SeqCst), 0);
+    drop(stream);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pod.cancelled.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "the pod kept generating for a caller that left");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for (_, node) in nodes {
+        node.stop().await;
     }
 }
 
