@@ -34,6 +34,7 @@ impl TryFrom<pb::GenerateRequest> for GenerationRequest {
                     repetition: if s.repetition_penalty == 0.0 { 1.0 } else { s.repetition_penalty },
                 },
                 stop: s.stop,
+                ignore_eos: s.ignore_eos,
             },
             priority: match pb::Priority::try_from(r.priority) {
                 Ok(pb::Priority::Batch) => Priority::Batch,

@@ -123,7 +123,8 @@ impl Generation {
         let special = tokenizer.special_tokens();
         // The end of the turn, or the model opening a new turn (`<|im_start|>`) without closing its own:
         // nothing after it belongs to this answer.
-        if token == special.im_end || token == special.end_of_text || token == special.im_start {
+        let ends_turn = token == special.im_end || token == special.end_of_text || token == special.im_start;
+        if ends_turn && !self.params.ignore_eos {
             return Progress::Finished(FinishReason::Stop);
         }
         // Other special tokens (`<file_sep>`, ...) never reach the client.
@@ -214,5 +215,18 @@ mod tests {
             text.push_str(&t);
         }
         assert_eq!(text, "Hello", "nothing of a second turn reaches the client");
+    }
+
+    #[test]
+    fn ignore_eos_writes_past_the_end_of_the_turn_until_max_tokens() {
+        let tokenizer = engine().tokenizer();
+        let (events, _received) = tokio::sync::mpsc::unbounded_channel();
+        let params = SamplingParams { ignore_eos: true, ..SamplingParams::greedy(3) };
+        let mut generation =
+            Generation::new(params, &[1], None, events, tracing::Span::none(), Instant::now());
+        let im_end = tokenizer.special_tokens().im_end;
+        assert_eq!(generation.take(im_end, tokenizer, 100), Progress::Continue);
+        assert_eq!(generation.take(im_end, tokenizer, 100), Progress::Continue);
+        assert_eq!(generation.take(im_end, tokenizer, 100), Progress::Finished(FinishReason::Length));
     }
 }

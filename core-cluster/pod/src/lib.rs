@@ -4,6 +4,7 @@
 //! - [`config`]: [`PodConfig`], what the daemon needs to start.
 //! - [`tokenizer`]: the byte-level BPE tokenizer rebuilt from the GGUF metadata.
 //! - [`chat_template`]: ChatML prompts, with the markers as token ids so content cannot forge them.
+//! - [`compute_threads`]: the compute pool's real thread count, reported in `Health`.
 //! - [`detokenizer`]: incremental decoding that only ever emits complete UTF-8.
 //! - [`stop`]: stop strings, held back until they can no longer match.
 //! - [`sampler`]: greedy argmax or seeded temperature / top-k / top-p sampling on plain logits.
@@ -30,6 +31,7 @@
 //! string, or a partial UTF-8 sequence.
 
 pub mod chat_template;
+pub mod compute_threads;
 pub mod config;
 pub mod convert;
 pub mod detokenizer;

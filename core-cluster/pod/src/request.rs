@@ -77,6 +77,8 @@ pub struct SamplingParams {
     pub stop: Vec<String>,
     /// Penalties on tokens already seen (none by default). A request with penalties does not speculate.
     pub penalties: Penalties,
+    /// Keep generating past the end of the turn until `max_tokens` (for benchmarks).
+    pub ignore_eos: bool,
 }
 
 impl SamplingParams {
@@ -90,6 +92,7 @@ impl SamplingParams {
             seed: None,
             stop: Vec::new(),
             penalties: Penalties::default(),
+            ignore_eos: false,
         }
     }
 

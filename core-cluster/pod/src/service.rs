@@ -44,6 +44,8 @@ struct Ready {
     context: usize,
     /// Bytes of weights one decode step reads.
     weight_bytes_per_token: usize,
+    /// Threads of the compute pool.
+    threads: usize,
 }
 
 /// The stream of a `Generate` call.
@@ -67,7 +69,10 @@ impl InferenceService {
         let context = engine.context_len();
         let weight_bytes_per_token = engine.model().weight_bytes_per_token();
         let worker = Worker::spawn(Arc::new(engine), Arc::clone(&self.shared.metrics), config, max_queue)?;
-        if self.shared.ready.set(Ready { worker, tokenizer, context, weight_bytes_per_token }).is_err() {
+        let threads = crate::compute_threads::compute_threads();
+        tracing::info!(threads, "compute pool");
+        let ready = Ready { worker, tokenizer, context, weight_bytes_per_token, threads };
+        if self.shared.ready.set(ready).is_err() {
             tracing::warn!("model loaded twice; keeping the first");
         }
         Ok(())
@@ -166,6 +171,8 @@ impl InferencePod for InferenceService {
             total_blocks: u32::try_from(load.total_blocks()).unwrap_or(u32::MAX),
             block_size: u32::try_from(load.block_size()).unwrap_or(u32::MAX),
             weight_bytes_per_token: ready.weight_bytes_per_token as u64,
+            threads: u32::try_from(ready.threads).unwrap_or(u32::MAX),
+            isa: crate::model::quant::kernel::isa().into(),
         }))
     }
 }

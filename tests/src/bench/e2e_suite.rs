@@ -21,7 +21,7 @@ use super::e2e_driver::{learn_generated, Endpoint, Phase, StepFigures, Turn, Unt
 use super::e2e_peer::GptCacheStack;
 use super::e2e_workload::{Mix, Workload, WorkloadSpec};
 use super::llama_cpp::LlamaCpp;
-use super::report::{Better, Machine, Report, Row};
+use super::report::{cpu_model, Better, Machine, Report, Row};
 use super::scratch::ScratchDir;
 use crate::mesh::{Mesh, MeshSpec};
 use crate::paths;
@@ -408,19 +408,4 @@ fn rows(workloads: &[Workload], results: &[Vec<MixResult>], options: &E2eBenchOp
         }
     }
     rows
-}
-
-/// The CPU's model name and the vector extensions it offers.
-fn cpu_model() -> String {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = info
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned());
-    let flags = info.lines().find_map(|l| l.strip_prefix("flags")).unwrap_or_default();
-    let simd: Vec<&str> = ["avx2", "avx512f", "amx_tile"]
-        .into_iter()
-        .filter(|f| flags.split_whitespace().any(|x| x == *f))
-        .collect();
-    format!("{} ({})", model.unwrap_or_else(|| "unknown".into()), simd.join(", "))
 }

@@ -106,12 +106,13 @@ pub async fn measure<T: GenTarget>(
     );
 
     let turns = Arc::new(prompts.turns.clone());
-    let mut first_prompt = 0;
-    for &clients in &plan.concurrency {
+    for (index, &clients) in plan.concurrency.iter().enumerate() {
+        // Each phase starts at a fixed offset of the turns, the same for every system whatever it
+        // managed in the phases before (phases get disjoint slices while they are not exhausted).
+        let first_prompt = index * turns.len() / plan.concurrency.len().max(1);
         let phase = Phase { clients, first_prompt, max_tokens: plan.max_tokens, window: plan.window };
         let result = concurrent(Arc::clone(target), Arc::clone(&turns), &phase, plan.stop).await;
         interrupted(plan)?;
-        first_prompt += result.sent;
         eprintln!(
             "  {name} {clients} concurrent: {:.1} output tok/s ({} done, {} cut at the window's end, {} errors), \
              TTFT p50 {:.0} ms p99 {:.0} ms",

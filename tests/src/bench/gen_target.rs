@@ -15,8 +15,8 @@ pub struct GenRequest {
     pub user: String,
     /// Most tokens to generate.
     pub max_tokens: u32,
-    /// Keep generating past the end-of-turn token (llama.cpp's `ignore_eos`; the pod has no such switch
-    /// and ignores it).
+    /// Keep generating past the end-of-turn token (llama.cpp's `ignore_eos`, the pod's
+    /// `Sampling.ignore_eos`), so both systems write the same number of tokens.
     pub ignore_eos: bool,
     /// Ask for prompt-lookup speculative decoding (the pod's `GenerateRequest.speculative`; llama-server
     /// decides per server, not per request, and ignores it). `Some(false)` by default: every phase but

@@ -42,6 +42,12 @@ pub fn installer() -> PathBuf {
     crate::paths::repo_root().join("scripts/install-llama-cpp.sh")
 }
 
+/// llama.cpp's settings that change its speed, pinned (never left to a default that moves between
+/// versions) and the same for `llama-bench` and `llama-server`: flash attention on, an f16 KV cache, a
+/// logical batch of 2,048 and a physical (micro) batch of 512 tokens.
+pub const PINNED_SETTINGS: [&str; 10] =
+    ["-fa", "on", "-ctk", "f16", "-ctv", "f16", "-b", "2048", "-ub", "512"];
+
 impl LlamaCpp {
     /// The binaries in `bin_dir` (default: the installer's). With `install` and the installer's
     /// directory, the installer runs first (it returns at once when the build is there and was made for
@@ -93,7 +99,8 @@ impl LlamaCpp {
         &self.label
     }
 
-    /// `llama-bench -p <prompt> -n <gen> -t <threads> -r <reps>` on `model`: prefill and decode tokens/s.
+    /// `llama-bench -p <prompt> -n <gen> -t <threads> -r <reps>` with [`PINNED_SETTINGS`] on `model`:
+    /// prefill and decode tokens/s.
     pub fn bench(&self, spec: &BenchSpec, log_dir: &Path, stop: &AtomicBool) -> anyhow::Result<LlamaBench> {
         let mut command = Command::new(self.binary("llama-bench"));
         command
@@ -103,6 +110,7 @@ impl LlamaCpp {
             .args(["-p", &spec.prompt_tokens.to_string()])
             .args(["-n", &spec.gen_tokens.to_string()])
             .args(["-r", &spec.reps.to_string()])
+            .args(PINNED_SETTINGS)
             .args(["-o", "jsonl"]);
         let mut process = ManagedProcess::spawn("llama-bench", command, log_dir)?;
         wait_for_exit(&mut process, stop)?;

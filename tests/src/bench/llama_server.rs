@@ -62,6 +62,7 @@ impl LlamaServer {
             .args(["-np", &spec.slots.to_string()])
             .args(["-c", &(spec.slots * spec.ctx_per_slot).to_string()])
             .args(["--cont-batching", "--no-webui"])
+            .args(super::llama_cpp::PINNED_SETTINGS)
             .args(&spec.extra_args);
         let mut process = ManagedProcess::spawn(name, command, log_dir)?;
         let base_url = format!("http://127.0.0.1:{port}");

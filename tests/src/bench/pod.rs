@@ -126,6 +126,7 @@ impl PodClient {
                 top_p: 1.0,
                 seed: None,
                 stop: Vec::new(),
+                ignore_eos: request.ignore_eos,
                 ..Default::default()
             }),
             priority: pb::Priority::Interactive as i32,

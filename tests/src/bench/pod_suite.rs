@@ -12,14 +12,14 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use super::bandwidth::{measure_copy, DEFAULT_ARRAY_BYTES, DEFAULT_PASSES};
-use super::gen_phases::{grounded, measure, Plan};
+use super::gen_phases::{grounded, measure, Plan, SideFigures};
 use super::gguf::GgufWeights;
-use super::llama_cpp::{BenchSpec, LlamaCpp};
+use super::llama_cpp::{BenchSpec, LlamaCpp, PINNED_SETTINGS};
 use super::llama_server::{LlamaServer, ServerSpec};
 use super::pod::{Pod, PodSpec};
 use super::pod_rows::PodFigures;
 use super::prompts::{PromptSizes, Prompts};
-use super::report::{Machine, Report};
+use super::report::{cpu_model, Machine, Report};
 use super::scratch::ScratchDir;
 use super::sharegpt::FirstTurns;
 use crate::paths;
@@ -95,6 +95,7 @@ fn run_in(options: &PodBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Rep
     );
     let llama = LlamaCpp::locate(options.llama_bin_dir.as_deref(), options.install, &log_dir, options.stop)?;
     let peer = llama.label().to_owned();
+    eprintln!("CPU: {}; the peer: {peer}", cpu_model());
     let threads = options.threads;
 
     eprintln!("memory bandwidth: STREAM-like copy, {threads} threads");
@@ -115,7 +116,11 @@ fn run_in(options: &PodBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Rep
     .read(&paths::sharegpt_json())?;
     interrupted(options)?;
 
-    eprintln!("{peer}: llama-bench -p {} -n {} -t {threads}", options.prefill_tokens, options.decode_tokens);
+    let pinned = PINNED_SETTINGS.join(" ");
+    eprintln!(
+        "{peer}: llama-bench -p {} -n {} -t {threads} {pinned}",
+        options.prefill_tokens, options.decode_tokens
+    );
     let spec = BenchSpec {
         model: model.clone(),
         threads,
@@ -139,7 +144,7 @@ fn run_in(options: &PodBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Rep
         stop: options.stop,
     };
     let slots = options.concurrency.iter().copied().max().unwrap_or(1);
-    eprintln!("{peer}: llama-server -np {slots} --cont-batching -t {threads}");
+    eprintln!("{peer}: llama-server -np {slots} --cont-batching -t {threads} -tb {threads} {pinned}");
     let server_spec = ServerSpec {
         model: model.clone(),
         threads,
@@ -177,6 +182,13 @@ fn run_in(options: &PodBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Rep
     eprintln!("  log: {}", pod.log_path().display());
     let (our_side, our_grounded, our_grounded_spec, health) = runtime.block_on(async {
         let client = Arc::new(pod.connect().await?);
+        let before = client.health().await.context("Health before the run")?;
+        anyhow::ensure!(
+            before.threads as usize == threads,
+            "the pod's compute pool has {} threads, not the {threads} llama.cpp gets",
+            before.threads
+        );
+        eprintln!("  compute pool: {} threads (counted by the pod), kernels: {}", before.threads, before.isa);
         let side = measure("ours", &client, &prompts, &plan).await?;
         let off = grounded("ours (speculation off)", &client, &prompts, Some(false)).await?;
         let on = grounded("ours (speculation on)", &client, &prompts, Some(true)).await?;
@@ -188,6 +200,7 @@ fn run_in(options: &PodBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Rep
         eprintln!("  the pod reports no weight_bytes_per_token; its ceiling uses the GGUF's");
     }
 
+    compare_prompt_tokens(&our_side, &peer_side);
     let figures = PodFigures {
         peer,
         prefill_tokens: options.prefill_tokens,
@@ -205,6 +218,18 @@ fn run_in(options: &PodBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Rep
     };
     eprintln!("memory copy bandwidth of this run: {:.1} GB/s ({threads} threads)", bandwidth.gb_per_s());
     Ok(Report { suite: "pod".into(), machine: Machine::current(), rows: figures.rows() })
+}
+
+/// Prints how many tokens each system counted for the same prefill prompt: they tokenize the same text
+/// with the same vocabulary, so a difference is their chat templates' (llama-server renders the GGUF's
+/// own, which adds a default system turn when there is none).
+fn compare_prompt_tokens(ours: &SideFigures, peer: &SideFigures) {
+    let count = |side: &SideFigures| side.prefill.first().map_or(0, |g| g.prompt_tokens);
+    let (ours, peer) = (count(ours), count(peer));
+    eprintln!("prompt tokens of the same prefill prompt: ours {ours}, llama-server {peer}");
+    if ours.abs_diff(peer) > ours.max(peer) / 20 {
+        eprintln!("  warning: the counts differ by more than 5%: the prefill figures compare different work");
+    }
 }
 
 fn interrupted(options: &PodBenchOptions) -> anyhow::Result<()> {

@@ -210,6 +210,21 @@ fn round3(value: f64) -> f64 {
     (value * 1000.0).round() / 1000.0
 }
 
+/// The CPU's model name and the vector extensions it offers.
+pub fn cpu_model() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = info
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned());
+    let flags = info.lines().find_map(|l| l.strip_prefix("flags")).unwrap_or_default();
+    let simd: Vec<&str> = ["avx2", "avx512f", "amx_tile"]
+        .into_iter()
+        .filter(|f| flags.split_whitespace().any(|x| x == *f))
+        .collect();
+    format!("{} ({})", model.unwrap_or_else(|| "unknown".into()), simd.join(", "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

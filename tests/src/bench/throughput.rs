@@ -49,7 +49,7 @@ pub struct Phase {
 
 /// Runs `phase.clients` closed-loop clients for the window, each request a prompt of `prompts` (client
 /// `c`'s request `s` takes prompt `first_prompt + s * clients + c`, modulo their number, so both systems
-/// get the same ones) answered greedily.
+/// get the same ones) answered greedily, each with `max_tokens` tokens (the end of the turn ignored).
 pub async fn concurrent<T: GenTarget>(
     target: Arc<T>,
     prompts: Arc<Vec<String>>,
@@ -65,9 +65,11 @@ pub async fn concurrent<T: GenTarget>(
         let target = Arc::clone(&target);
         let sink = Arc::clone(&sink);
         let index = (first_prompt + seq as usize * clients + client) % prompts.len().max(1);
+        // Past the end of the turn, so that both systems write `max_tokens` tokens for every prompt.
         let request = GenRequest {
             user: prompts.get(index).cloned().unwrap_or_default(),
             max_tokens,
+            ignore_eos: true,
             deadline: Some(to),
             ..GenRequest::default()
         };

@@ -71,8 +71,10 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let args = parsed.settings;
-    // candle sizes its thread pool from this variable; set it before any thread exists.
+    // candle sizes its pools from these variables (CANDLE_NUM_THREADS first); set both before any
+    // thread exists, so an inherited CANDLE_NUM_THREADS cannot override --threads.
     std::env::set_var("RAYON_NUM_THREADS", args.threads.to_string());
+    std::env::set_var("CANDLE_NUM_THREADS", args.threads.to_string());
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

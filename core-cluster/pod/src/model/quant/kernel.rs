@@ -37,14 +37,33 @@ pub struct Kernels {
 
 /// The widest kernels this CPU runs.
 pub fn kernels() -> Kernels {
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2")
-        && std::is_x86_feature_detected!("fma")
-        && std::is_x86_feature_detected!("f16c")
-    {
+    if has_avx2() {
+        #[cfg(target_arch = "x86_64")]
         return Kernels { pair: avx2::pair, quad: avx2::quad, quad_pair: avx2::quad_pair };
     }
     PORTABLE
+}
+
+/// The instruction set [`kernels`] picks on this CPU, by name.
+pub fn isa() -> &'static str {
+    if has_avx2() {
+        "avx2+fma+f16c"
+    } else {
+        "portable"
+    }
+}
+
+fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 /// The reference kernels, in plain integer and `f32` arithmetic.
