@@ -185,7 +185,7 @@ mod tests {
         }
 
         let mut stream = client
-            .generate(authed(chat(model, "What is the capital of France?", 20)))
+            .generate(authed(chat(model, "How many legs does a spider have?", 20)))
             .await
             .expect("generate")
             .into_inner();
@@ -199,7 +199,7 @@ mod tests {
             }
         }
         let done = done.expect("a Done event");
-        assert!(text.contains("Paris"), "{text:?}");
+        assert!(text.contains('8'), "{text:?}");
         assert!(done.completion_tokens >= 1 && done.prompt_tokens > 10);
         let timings = done.timings.expect("timings");
         assert!(timings.ttft_us >= timings.prefill_us && timings.prefill_us > 0);

@@ -14,6 +14,7 @@ use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::{AddedToken, Tokenizer};
 
+use super::chat_template::ChatTemplate;
 use super::InferenceError;
 
 /// GGUF token type of control tokens (`<|im_start|>`, ...).
@@ -44,6 +45,8 @@ pub struct ChatTokenizer {
     special: Vec<bool>,
     /// Ids of the ChatML markers and end of text.
     special_tokens: SpecialTokens,
+    /// The model's chat template (plain ChatML unless the GGUF's says more).
+    template: ChatTemplate,
 }
 
 impl ChatTokenizer {
@@ -65,7 +68,20 @@ impl ChatTokenizer {
                 tokens.len()
             )));
         }
-        Self::from_parts(&tokens, &merges, &types)
+        let mut tokenizer = Self::from_parts(&tokens, &merges, &types)?;
+        match content.metadata.get("tokenizer.chat_template").map(|v| v.to_string().cloned()) {
+            Some(Ok(jinja)) => match ChatTemplate::parse(&jinja) {
+                Ok(template) => tokenizer.template = template,
+                Err(why) => {
+                    tracing::warn!(%why, "the GGUF's chat template is not followed; using plain ChatML")
+                }
+            },
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "tokenizer.chat_template is not a string; using plain ChatML")
+            }
+            None => tracing::warn!("the GGUF has no chat template; using plain ChatML"),
+        }
+        Ok(tokenizer)
     }
 
     /// Builds the tokenizer from the vocabulary (index = id), the merges (`"a b"`) and the token types.
@@ -118,7 +134,14 @@ impl ChatTokenizer {
             im_start: id_of("<|im_start|>")?,
             im_end: id_of("<|im_end|>")?,
         };
-        Ok(Self { with_special, plain, token_bytes, special, special_tokens })
+        Ok(Self {
+            with_special,
+            plain,
+            token_bytes,
+            special,
+            special_tokens,
+            template: ChatTemplate::default(),
+        })
     }
 
     /// Encodes text in which special-token text (`<|im_start|>`) becomes the special token.
@@ -149,6 +172,11 @@ impl ChatTokenizer {
     /// The ids of the ChatML markers and end of text.
     pub fn special_tokens(&self) -> SpecialTokens {
         self.special_tokens
+    }
+
+    /// The model's chat template.
+    pub fn template(&self) -> &ChatTemplate {
+        &self.template
     }
 
     /// Number of tokens in the vocabulary.

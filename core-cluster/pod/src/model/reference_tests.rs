@@ -7,7 +7,7 @@ use candle_core::{Device, Tensor};
 use candle_transformers::models::quantized_llama::ModelWeights;
 
 use super::*;
-use crate::chat_template::encode_prompt;
+use crate::chat_template::{render, ChatTemplate};
 use crate::request::{ChatMessage, Role};
 use crate::test_support::{model_path, tokenizer};
 
@@ -67,8 +67,11 @@ fn load_reference(image: &[u8]) -> ModelWeights {
     ModelWeights::from_gguf(content, &mut reader, &Device::Cpu).expect("reference model")
 }
 
+/// The question in plain ChatML, without the model template's default system turn: these tests compare
+/// forward passes on fixed prompts, chosen where the quantized model's top token is not a near tie.
 fn prompt(question: &str) -> Vec<u32> {
-    encode_prompt(tokenizer(), &[ChatMessage::new(Role::User, question)]).expect("prompt")
+    let text = render(&ChatTemplate::default(), &[ChatMessage::new(Role::User, question)]);
+    tokenizer().encode_with_special(&text).expect("prompt")
 }
 
 fn reference_logits(model: &mut ModelWeights, tokens: &[u32], position: usize) -> Vec<f32> {
