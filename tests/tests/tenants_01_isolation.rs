@@ -34,7 +34,7 @@ fn tenants_share_nothing_and_cannot_probe_each_other() -> anyhow::Result<()> {
         regional_nodes: 1,
         edge: false,
         other_tenants: vec![("acme".into(), "sk-acme".into())],
-        regional_args: ["--invalidation-burst", "4", "--invalidations-per-s", "0.2"]
+        regional_args: ["--invalidation-burst", "4", "--invalidations-per-s", "0.01"]
             .map(String::from)
             .to_vec(),
         ..MeshSpec::local(&dir)
