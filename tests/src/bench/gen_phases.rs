@@ -38,6 +38,8 @@ pub struct SideFigures {
     pub cached: Vec<Generation>,
     /// One result per concurrency level.
     pub throughput: Vec<Throughput>,
+    /// Single-stream decode behind a long context (the first TTFT system prompt, already cached).
+    pub long_decode: Generation,
 }
 
 impl SideFigures {
@@ -89,15 +91,31 @@ pub async fn measure<T: GenTarget>(
         interrupted(plan)?;
     }
     let tokens = prefill.first().map_or(0, |g| g.prompt_tokens);
-    let mut figures =
-        SideFigures { decode, prefill, cold: Vec::new(), cached: Vec::new(), throughput: Vec::new() };
-    eprintln!("  {name} prefill: {:.1} tok/s ({tokens}-token prompt)", figures.prefill_tok_s());
-
+    let mut cold = Vec::new();
+    let mut cached = Vec::new();
     for prefix in &prompts.prefixes {
-        figures.cold.push(one(target, Some(prefix), PREFIX_QUESTIONS[0], 1).await?);
-        figures.cached.push(one(target, Some(prefix), PREFIX_QUESTIONS[1], 1).await?);
+        cold.push(one(target, Some(prefix), PREFIX_QUESTIONS[0], 1).await?);
+        cached.push(one(target, Some(prefix), PREFIX_QUESTIONS[1], 1).await?);
         interrupted(plan)?;
     }
+    // Decode speed with the attention over a long context: behind the first system prompt, whose KV
+    // both systems hold by now, so the figure is the decode alone.
+    let long_decode = target
+        .generate(GenRequest {
+            system: prompts.prefixes.first().cloned(),
+            user: LONG_WRITING.into(),
+            max_tokens: plan.decode_tokens,
+            ignore_eos: true,
+            ..GenRequest::default()
+        })
+        .await?;
+    let mut figures = SideFigures { decode, prefill, cold, cached, throughput: Vec::new(), long_decode };
+    eprintln!("  {name} prefill: {:.1} tok/s ({tokens}-token prompt)", figures.prefill_tok_s());
+    eprintln!(
+        "  {name} decode behind a {}-token context: {:.1} tok/s",
+        figures.long_decode.prompt_tokens,
+        figures.long_decode.decode_rate()
+    );
     let cached_tokens = figures.cached.first().map_or(0, |g| g.cached_prompt_tokens);
     eprintln!(
         "  {name} TTFT: cold {:.0} ms, cached prefix {:.0} ms ({cached_tokens} prompt tokens from cache)",

@@ -1,7 +1,8 @@
 //! `llama-server` as a [`GenTarget`]: started on a free loopback port with continuous batching and
-//! parallel slots, driven over HTTP `POST /completion` with the same ChatML prompt the pod builds
-//! (`<|im_start|>role\n...<|im_end|>\n`, then `<|im_start|>assistant\n`), greedy, streamed, and with
-//! `cache_prompt` on. Its `/tokenize` and `/detokenize` size the suite's prompts. Stopped when dropped.
+//! parallel slots, driven over HTTP `POST /completion` with the prompt its own `/apply-template` renders
+//! (the GGUF's chat template, as the pod renders it too: SmolLM2's adds a system turn when there is
+//! none), greedy, streamed, and with `cache_prompt` on. Its `/tokenize` and `/detokenize` size the
+//! suite's prompts. Stopped when dropped.
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
@@ -122,26 +123,46 @@ impl LlamaServer {
 impl GenTarget for LlamaServer {
     async fn generate(&self, request: GenRequest) -> anyhow::Result<Generation> {
         let agent = self.agent.clone();
-        let url = format!("{}/completion", self.base_url);
-        // ureq blocks; a blocking thread per request, as a thread-per-connection client would.
-        tokio::task::spawn_blocking(move || stream_completion(&agent, &url, &request))
-            .await
-            .context("the llama-server request thread failed")?
+        let base_url = self.base_url.clone();
+        // ureq blocks; a blocking thread per request, as a thread-per-connection client would. The
+        // template is rendered before the generation's clock starts.
+        tokio::task::spawn_blocking(move || {
+            let prompt = apply_template(&agent, &base_url, &request)?;
+            stream_completion(&agent, &format!("{base_url}/completion"), &request, &prompt)
+        })
+        .await
+        .context("the llama-server request thread failed")?
     }
 }
 
-/// The ChatML prompt of an optional system message and a user message, as the pod renders it.
-pub fn chatml(system: Option<&str>, user: &str) -> String {
-    let mut text = String::new();
-    if let Some(system) = system {
-        text.push_str(&format!("<|im_start|>system\n{system}<|im_end|>\n"));
+/// The prompt llama-server's chat template makes of the request's messages (`POST /apply-template`).
+fn apply_template(agent: &ureq::Agent, base_url: &str, request: &GenRequest) -> anyhow::Result<String> {
+    #[derive(Deserialize)]
+    struct Rendered {
+        prompt: String,
     }
-    text.push_str(&format!("<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"));
-    text
+    let mut messages = Vec::new();
+    if let Some(system) = &request.system {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    messages.push(json!({"role": "user", "content": request.user}));
+    let mut response = agent
+        .post(format!("{base_url}/apply-template"))
+        .send_json(json!({ "messages": messages }))
+        .context("POST /apply-template to llama-server")?;
+    let rendered: Rendered =
+        serde_json::from_str(&response.body_mut().with_config().limit(64 << 20).read_to_string()?)
+            .context("parsing llama-server's /apply-template reply")?;
+    Ok(rendered.prompt)
 }
 
 /// One streamed `POST /completion`, read event by event until the final one or the deadline.
-fn stream_completion(agent: &ureq::Agent, url: &str, request: &GenRequest) -> anyhow::Result<Generation> {
+fn stream_completion(
+    agent: &ureq::Agent,
+    url: &str,
+    request: &GenRequest,
+    prompt: &str,
+) -> anyhow::Result<Generation> {
     let mut generation = Generation::begin();
     let timeout = match request.deadline {
         Some(deadline) if deadline <= generation.started => {
@@ -152,7 +173,7 @@ fn stream_completion(agent: &ureq::Agent, url: &str, request: &GenRequest) -> an
         None => REQUEST_TIMEOUT,
     };
     let body = json!({
-        "prompt": chatml(request.system.as_deref(), &request.user),
+        "prompt": prompt,
         "n_predict": request.max_tokens,
         "temperature": 0.0,
         "ignore_eos": request.ignore_eos,
@@ -262,15 +283,6 @@ struct Timings {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn chatml_matches_the_pods_template() {
-        assert_eq!(
-            chatml(Some("Be brief."), "Hi?"),
-            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi?<|im_end|>\n<|im_start|>assistant\n"
-        );
-        assert_eq!(chatml(None, "Hi?"), "<|im_start|>user\nHi?<|im_end|>\n<|im_start|>assistant\n");
-    }
 
     #[test]
     fn final_events_carry_the_timings() {

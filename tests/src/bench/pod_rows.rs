@@ -76,6 +76,11 @@ impl PodFigures {
             row("decode_tok_s_single_server", "tok/s", Better::Higher)
                 .values(ours.decode.decode_rate(), &server_peer, peer.decode.decode_rate())
                 .limit(ceiling),
+            row(&format!("decode_tok_s_ctx{}", self.prefix_tokens), "tok/s", Better::Higher).values(
+                ours.long_decode.decode_rate(),
+                &server_peer,
+                peer.long_decode.decode_rate(),
+            ),
             row("weight_mb_per_token", "MB", Better::Lower).values(
                 self.our_bytes_per_token as f64 / 1e6,
                 &format!("{} (GGUF tensor bytes)", self.peer),
@@ -214,6 +219,7 @@ mod tests {
             cold: vec![generation(0.0, cold_ms, (0, 0))],
             cached: vec![generation(0.0, cached_ms, (0, 0))],
             throughput,
+            long_decode: generation(decode / 2.0, 1000, (0, 0)),
         }
     }
 
@@ -253,6 +259,7 @@ mod tests {
         let cached = find(&rows, "ttft_cached_over_cold");
         assert_eq!((cached.better, cached.goal_ratio, cached.ratio()), (Better::Lower, Some(0.2), 0.1));
         assert_eq!(find(&rows, "ttft_cold_ms_prefix1024").ratio(), 0.8);
+        assert!((find(&rows, "decode_tok_s_ctx1024").ratio() - 1.2).abs() < 1e-9);
         assert_eq!(find(&rows, "prefill_tok_s_p512").ours, 256.0);
     }
 

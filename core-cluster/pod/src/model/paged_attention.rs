@@ -265,15 +265,23 @@ fn axpy_i8(out: &mut [f32], weight: f32, x: &[i8]) {
     }
 }
 
-/// In-place softmax, stable against large scores.
+/// In-place softmax, stable against large scores, with the sampler's polynomial `exp` (which vectorises;
+/// `f32::exp` is a libm call per score, and at a long context the scores are most of attention's work
+/// besides the dot products).
 #[inline(always)]
 fn softmax(x: &mut [f32]) {
     let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-    let mut sum = 0.0;
     for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
+        *v = crate::sampler::math::exp_neg(*v - max);
     }
+    // Eight independent partial sums, so the additions vectorise too.
+    let mut lanes = [0.0f32; 8];
+    for chunk in x.chunks_exact(8) {
+        for i in 0..8 {
+            lanes[i] += chunk[i];
+        }
+    }
+    let sum = lanes.iter().sum::<f32>() + x.chunks_exact(8).remainder().iter().sum::<f32>();
     let inverse = 1.0 / sum;
     for v in x.iter_mut() {
         *v *= inverse;

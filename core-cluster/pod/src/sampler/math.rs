@@ -57,8 +57,9 @@ pub(super) fn weights(logits: &[f32], max: f32, inv_temperature: f32) -> Vec<f32
 /// range) and for NaN.
 ///
 /// Cephes' `expf`: `x = n ln 2 + r` with `|r| <= ln 2 / 2`, a degree-7 polynomial for `e^r`, and `2^n`
-/// built from its exponent bits. Unlike `f32::exp`, it vectorises.
-pub(super) fn exp_neg(x: f32) -> f32 {
+/// built from its exponent bits. Unlike `f32::exp`, it vectorises (attention's softmax uses it too).
+#[inline(always)]
+pub(crate) fn exp_neg(x: f32) -> f32 {
     // Adding 1.5 * 2^23 rounds to an integer (to nearest) and leaves it in the low mantissa bits.
     const ROUNDER: f32 = 12_582_912.0;
     const LN2_HI: f32 = 0.693_359_4;

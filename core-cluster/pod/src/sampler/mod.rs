@@ -14,7 +14,7 @@
 //! - [`penalties`]: [`Penalizer`], frequency, presence and repetition penalties on tokens already seen.
 
 pub mod distribution;
-mod math;
+pub(crate) mod math;
 pub mod penalties;
 mod truncate;
 
