@@ -6,12 +6,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::types::{Command, Request};
+// Distinct keys counted between reports: as many as one `RecordHits` may carry (further new keys wait
+// for the next period).
+use super::validate::MAX_HIT_KEYS;
 use super::writer::Writer;
 
 /// How often hits are reported.
 pub const REPORT_INTERVAL: Duration = Duration::from_secs(5);
-/// Most distinct keys counted between reports (further new keys wait for the next period).
-const MAX_KEYS: usize = 4096;
 
 /// Hits served since the last report.
 #[derive(Debug, Default)]
@@ -25,7 +26,7 @@ impl HitCounter {
         let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(count) = counts.get_mut(key) {
             *count = count.saturating_add(1);
-        } else if counts.len() < MAX_KEYS {
+        } else if counts.len() < MAX_HIT_KEYS {
             counts.insert(key.to_owned(), 1);
         }
     }

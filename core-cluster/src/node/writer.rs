@@ -14,7 +14,8 @@ use super::error::CoreError;
 use super::group_commit::{Committed, GroupCommit, SubmitError};
 use super::metrics::Metrics;
 use super::peers::PeerChannels;
-use super::types::{NodeId, Raft, Request};
+use super::types::{Command, NodeId, Raft, Request};
+use super::validate;
 use proto::TierIdentity;
 
 /// Shortest and longest pause between attempts while the cluster has no usable leader.
@@ -67,7 +68,14 @@ impl Writer {
     }
 
     /// [`Writer::write`] with its own deadline.
+    ///
+    /// Every request but the leader's `Sweep` is checked as a forwarded one is (`validate::request`), so
+    /// the node's own writes (answers, refreshes, hit reports, seeding) meet the same bounds on the leader
+    /// as on a follower.
     pub async fn write_within(&self, request: Request, timeout: Duration) -> Result<Committed, CoreError> {
+        if !matches!(request.command, Command::Sweep { .. }) {
+            validate::request(&request)?;
+        }
         let deadline = Instant::now() + timeout;
         let mut pause = RETRY_PAUSE.0;
         loop {
