@@ -309,6 +309,13 @@ async fn cluster_commits_survives_a_dead_follower_and_restarts() {
         metrics.contains("mesh_core_cache_requests_total{rpc=\"complete\",result=\"hit\"} 1"),
         "{metrics}"
     );
+    // The write-ahead log synced, and each sync covered at least one write.
+    let sample = |name: &str| {
+        metrics.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok()).unwrap_or(0.0)
+    };
+    let (syncs, writes) =
+        (sample("mesh_core_wal_syncs_total "), sample("mesh_core_wal_synced_writes_total "));
+    assert!(syncs > 0.0 && writes >= syncs, "syncs {syncs}, writes {writes}");
 
     // With one follower dead, the other two still commit.
     let dead = (1..=3).find(|id| *id != leader && *id != follower).expect("another follower");

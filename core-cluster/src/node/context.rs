@@ -7,6 +7,7 @@ use serde::Serialize;
 use super::error::CoreError;
 use super::hit_reporter::HitCounter;
 use super::leader_contact::LeaderContact;
+use super::log_store::LogStore;
 use super::metrics::Metrics;
 use super::peers::PeerChannels;
 use super::pods::PodPool;
@@ -28,6 +29,8 @@ pub struct NodeContext {
     pub raft: Raft,
     /// The local state machine, read directly for lookups.
     pub state: StateMachineStore,
+    /// The Raft log (a clone of openraft's), for its write-ahead log's sync counts.
+    pub log: LogStore,
     /// Commits commands through Raft from this node.
     pub writer: Writer,
     /// The inference pods.
@@ -108,6 +111,6 @@ impl NodeContext {
     /// The metrics in OpenMetrics text format.
     pub fn render_metrics(&self) -> String {
         let raft = self.raft.metrics().borrow().clone();
-        self.metrics.render(&raft, &self.pods, self.state.len())
+        self.metrics.render(&raft, &self.pods, self.state.len(), self.log.sync_stats())
     }
 }

@@ -80,9 +80,15 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// The OpenMetrics text exposition (`mesh_core_*`) of these metrics, Raft's state, the pods and the
-    /// entry count.
-    pub fn render(&self, raft: &RaftMetrics<NodeId, BasicNode>, pods: &PodPool, entries: usize) -> String {
+    /// The OpenMetrics text exposition (`mesh_core_*`) of these metrics, Raft's state, the pods, the
+    /// entry count and the write-ahead log's `(syncs, writes)`.
+    pub fn render(
+        &self,
+        raft: &RaftMetrics<NodeId, BasicNode>,
+        pods: &PodPool,
+        entries: usize,
+        (syncs, synced_writes): (u64, u64),
+    ) -> String {
         const RPCS: &str = "mesh_core_rpc_requests_total";
         const RPCS_HELP: &str = "gRPC requests served, by service method.";
         const CACHE: &str = "mesh_core_cache_requests_total";
@@ -141,6 +147,18 @@ impl Metrics {
                 "Time from a Complete call to its last event.",
                 &[],
                 &self.complete_seconds,
+            )
+            .count(
+                "mesh_core_wal_syncs_total",
+                "fdatasyncs of the Raft write-ahead log (one per group commit).",
+                &[],
+                syncs,
+            )
+            .count(
+                "mesh_core_wal_synced_writes_total",
+                "Appends, votes, truncations and purges those syncs made durable (per sync: the group-commit factor).",
+                &[],
+                synced_writes,
             )
             .gauge(
                 "mesh_core_entries",

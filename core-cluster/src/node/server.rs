@@ -75,9 +75,10 @@ pub async fn run(
 
     let channels = PeerChannels::new(config.source_ip, config.identity.clone());
     let network = Network::new(config.id, channels.clone(), config.identity.clone());
-    let raft = Raft::new(config.id, Arc::new(raft_config(&config)?), network, log_store, state.clone())
-        .await
-        .map_err(|e| CoreError::Raft(e.to_string()))?;
+    let raft =
+        Raft::new(config.id, Arc::new(raft_config(&config)?), network, log_store.clone(), state.clone())
+            .await
+            .map_err(|e| CoreError::Raft(e.to_string()))?;
     let formed = config.bootstrap && bootstrap(&raft, &config).await?;
 
     let metrics = Arc::new(Metrics::default());
@@ -99,6 +100,7 @@ pub async fn run(
         id: config.id,
         raft: raft.clone(),
         state: state.clone(),
+        log: log_store,
         writer: writer.clone(),
         pods: pods.clone(),
         channels,
