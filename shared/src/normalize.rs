@@ -114,6 +114,18 @@ impl Penalties {
 }
 
 impl Sampling {
+    /// Greedy decoding of at most `max_tokens` tokens: no seed, no stop sequences, no penalties.
+    pub fn greedy(max_tokens: u32) -> Self {
+        Self {
+            max_tokens,
+            temperature: 0.0,
+            top_p: 1.0,
+            seed: None,
+            stop: Vec::new(),
+            penalties: Penalties::default(),
+        }
+    }
+
     /// Whether decoding is greedy (deterministic).
     pub fn is_greedy(&self) -> bool {
         self.temperature == 0.0
@@ -371,17 +383,7 @@ mod tests {
             .expect("valid");
         assert_eq!(r.model.name, "smollm2-135m-instruct");
         assert_eq!(r.messages, vec![Message { role: Role::User, content: "hi".into() }]);
-        assert_eq!(
-            r.sampling,
-            Sampling {
-                max_tokens: 256,
-                temperature: 0.0,
-                top_p: 1.0,
-                seed: None,
-                stop: vec![],
-                penalties: Penalties::default()
-            }
-        );
+        assert_eq!(r.sampling, Sampling::greedy(256));
         let sampled = norm(r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"hi"}],"top_p":0.5,"seed":9}"#)
             .expect("valid");
         assert_eq!(

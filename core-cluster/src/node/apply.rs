@@ -389,14 +389,7 @@ mod tests {
     fn put(key: &str, tenant: &str, version: u64) -> Command {
         let prompt = Prompt {
             messages: vec![Message { role: Role::User, content: format!("q {key}") }],
-            sampling: Sampling {
-                max_tokens: 8,
-                temperature: 0.0,
-                top_p: 1.0,
-                seed: None,
-                stop: vec![],
-                penalties: Default::default(),
-            },
+            sampling: Sampling::greedy(8),
         };
         Command::Put {
             entry: entry(key, tenant, version, "answer"),

@@ -241,14 +241,7 @@ mod tests {
         use shared::normalize::{Message, Role, Sampling};
         let prompt = |bytes: usize| Prompt {
             messages: vec![Message { role: Role::User, content: "q".repeat(bytes) }],
-            sampling: Sampling {
-                max_tokens: 8,
-                temperature: 0.0,
-                top_p: 1.0,
-                seed: None,
-                stop: Vec::new(),
-                penalties: Default::default(),
-            },
+            sampling: Sampling::greedy(8),
         };
         let with = |p: Prompt| Command::Put { entry: entry(), content_class: String::new(), prompt: Some(p) };
         assert!(!refused(with(prompt(MAX_PROMPT_BYTES - "user".len()))));

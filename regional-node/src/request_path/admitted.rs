@@ -181,14 +181,7 @@ mod tests {
         NormalizedRequest {
             model: ModelRef { name: "m".into(), version: 1 },
             messages,
-            sampling: Sampling {
-                max_tokens: 8,
-                temperature: 0.0,
-                top_p: 1.0,
-                seed: None,
-                stop: vec![],
-                penalties: Default::default(),
-            },
+            sampling: Sampling::greedy(8),
             delivery: shared::openai::Delivery::Whole,
         }
     }

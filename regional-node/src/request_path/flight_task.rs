@@ -224,14 +224,7 @@ mod tests {
         let request = NormalizedRequest {
             model: ModelRef { name: "m".into(), version: 3 },
             messages: vec![Message { role: Role::User, content: text.into() }],
-            sampling: Sampling {
-                max_tokens: 16,
-                temperature: 0.0,
-                top_p: 1.0,
-                seed: None,
-                stop: vec![],
-                penalties: Default::default(),
-            },
+            sampling: Sampling::greedy(16),
             delivery: shared::openai::Delivery::Whole,
         };
         complete_request(&Admitted::new(

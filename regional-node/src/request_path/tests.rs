@@ -264,14 +264,7 @@ fn admitted(question: &str, only_if_cached: bool) -> Admitted {
     let request = NormalizedRequest {
         model: ModelRef { name: "smollm2-135m-instruct".into(), version: 1 },
         messages: vec![Message { role: Role::User, content: question.into() }],
-        sampling: Sampling {
-            max_tokens: 16,
-            temperature: 0.0,
-            top_p: 1.0,
-            seed: None,
-            stop: vec![],
-            penalties: Default::default(),
-        },
+        sampling: Sampling::greedy(16),
         delivery: shared::openai::Delivery::Whole,
     };
     let directives = Directives { only_if_cached, ..Directives::default() };
