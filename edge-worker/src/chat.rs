@@ -78,6 +78,10 @@ pub async fn handle(
     let normalized = normalize(&request, &crate::core_view::models(&config), &Limits::default())?;
     let key = CacheKey::derive(&tenant, &normalized);
     let delivery = normalized.delivery;
+    let copies = normalized.sampling.copies();
+    // The edge keeps plain answers of one choice (copies carry their usage times `n`; log-probabilities
+    // are not kept anywhere).
+    let fillable = normalized.sampling.n == 1 && normalized.sampling.cache_can_hold();
     let job = Job { model_version: normalized.model.version, config, tenant, key, body, caching };
     crate::hot_set_sync::refresh_if_due(&job.config, ctx, kv);
     crate::core_view::refresh_if_due(&job.config, ctx);
@@ -102,19 +106,19 @@ pub async fn handle(
         {
             crate::hit_report::record(&entry.key, &entry.tenant);
             let fresh = not_modified(&entry.etag);
-            return Ok(respond::edge_hit(&entry, matched(&entry), delivery, fresh, clock.edge_ms())?);
+            return Ok(respond::edge_hit(&entry, matched(&entry), delivery, copies, fresh, clock.edge_ms())?);
         }
         if let Some(entry) = l1.get(&job.key, &job.tenant, now).await.filter(|e| accepts(e)) {
             crate::hit_report::record(&entry.key, &entry.tenant);
             let fresh = not_modified(&entry.etag);
-            return Ok(respond::edge_hit(&entry, matched(&entry), delivery, fresh, clock.edge_ms())?);
+            return Ok(respond::edge_hit(&entry, matched(&entry), delivery, copies, fresh, clock.edge_ms())?);
         }
         if let Some(hit) = semantic_hit(&job, &normalized, now) {
             crate::hit_report::record(&hit.entry.key, &hit.entry.tenant);
             let matched =
                 EdgeMatch::Semantic { request_key: job.key.as_str(), similarity: Some(hit.similarity) };
             let fresh = not_modified(&hit.entry.etag);
-            return Ok(respond::edge_hit(&hit.entry, matched, delivery, fresh, clock.edge_ms())?);
+            return Ok(respond::edge_hit(&hit.entry, matched, delivery, copies, fresh, clock.edge_ms())?);
         }
     }
 
@@ -138,6 +142,7 @@ pub async fn handle(
 
     if delivery.is_stream() {
         let observe = status == 200
+            && fillable
             && job.config.cache_ttl_s != 0
             && job.caching.may_store()
             && fill::is_cacheable_source(x_cache.as_deref())
@@ -171,7 +176,7 @@ pub async fn handle(
     };
     // Kept in the isolate's memory before answering, so that once a client has its answer the next
     // identical request here is an edge hit; the Cache API store (other isolates) runs after the response.
-    if job.caching.may_store() {
+    if job.caching.may_store() && fillable {
         let fill = fill::entry_from_answer(&job.target(Clock::now_ms()), &answer);
         if let Ok(fill) = &fill {
             if crate::core_view::admits(&fill.entry) {

@@ -209,7 +209,7 @@ mod tests {
         // Created 10.5 s ago: expires 600 s from now (rounded down to the second).
         assert_eq!((entry.created_ms, entry.ttl_s), (1_000_000, 610));
         assert_eq!(entry.remaining_ttl_s(target.now_ms), Some(599));
-        let rendered = entry.to_response();
+        let rendered = entry.to_response(1);
         assert_eq!((rendered.created, rendered.usage.total_tokens), (1000, 7));
         assert_eq!(rendered.choices[0].message.content, "Hello!");
 

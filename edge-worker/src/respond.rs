@@ -45,12 +45,14 @@ pub enum EdgeMatch<'a> {
     },
 }
 
-/// An answer from the edge, as JSON or as a complete event stream; or, when the client already holds it
+/// An answer from the edge, as JSON or as a complete event stream of `copies` choices (a greedy
+/// request's `n`); or, when the client already holds it
 /// (`not_modified`: its `If-None-Match` names the entry's ETag), a 304 without a body.
 pub fn edge_hit(
     entry: &CachedCompletion,
     matched: EdgeMatch<'_>,
     delivery: Delivery,
+    copies: u32,
     not_modified: bool,
     edge_ms: f64,
 ) -> Result<Response> {
@@ -79,11 +81,12 @@ pub fn edge_hit(
         Delivery::Stream { usage } => {
             headers.set("content-type", "text/event-stream")?;
             headers.set("cache-control", "no-cache")?;
-            entry.to_sse(usage).into_bytes()
+            entry.to_sse(usage, copies).into_bytes()
         }
         Delivery::Whole => {
             headers.set("content-type", "application/json")?;
-            serde_json::to_vec(&entry.to_response()).map_err(|e| worker::Error::RustError(e.to_string()))?
+            serde_json::to_vec(&entry.to_response(copies))
+                .map_err(|e| worker::Error::RustError(e.to_string()))?
         }
     };
     Ok(ResponseBuilder::new().with_status(200).with_headers(headers).fixed(body))

@@ -129,7 +129,7 @@ mod tests {
     #[test]
     fn recovers_the_answer_however_the_bytes_are_split() {
         let e = entry();
-        let sse = e.to_sse(false);
+        let sse = e.to_sse(false, 1);
         for piece in [1, 2, 7, 64, sse.len()] {
             let answer = read_in_pieces(sse.as_bytes(), piece).expect("complete stream");
             assert_eq!(
@@ -144,7 +144,7 @@ mod tests {
 
     #[test]
     fn incomplete_or_malformed_streams_give_nothing() {
-        let sse = entry().to_sse(true);
+        let sse = entry().to_sse(true, 1);
         let without_done = sse.trim_end_matches(shared::openai::SSE_DONE);
         assert_eq!(read_in_pieces(without_done.as_bytes(), 9), None);
         let cut = &sse[..sse.len() / 2];

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use shared::completion::CachedCompletion;
+use shared::openai::TokenLogprob;
 use shared::server_timing::ServerTiming;
 use shared::RequestError;
 use tokio::sync::watch;
@@ -34,9 +35,34 @@ pub struct Outcome {
 #[derive(Debug, Clone)]
 pub enum FlightItem {
     /// Generated text.
-    Delta(Arc<str>),
+    Delta(Arc<Piece>),
+    /// One choice of several ended (the landing ends the others, and a single one).
+    ChoiceEnd {
+        /// Which.
+        choice: u32,
+        /// `stop` or `length`.
+        finish_reason: Arc<str>,
+    },
     /// The end: the answer, or why there is none.
     Landed(Result<Outcome, RequestError>),
+}
+
+/// Generated text of one choice.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Piece {
+    /// The choice (0 unless the request asked for several sampled ones).
+    pub choice: u32,
+    /// The text.
+    pub text: String,
+    /// The log-probabilities of the tokens it completes, when the request asked for them.
+    pub logprobs: Option<Vec<TokenLogprob>>,
+}
+
+impl Piece {
+    /// Text of choice 0 and nothing else.
+    pub fn text(text: &str) -> Self {
+        Self { choice: 0, text: text.to_owned(), logprobs: None }
+    }
 }
 
 /// One key's flight.
@@ -122,8 +148,13 @@ impl Flight {
     }
 
     /// Publishes generated text.
-    pub fn delta(&self, text: &str) {
-        self.push(FlightItem::Delta(Arc::from(text)));
+    pub fn delta(&self, piece: Piece) {
+        self.push(FlightItem::Delta(Arc::new(piece)));
+    }
+
+    /// Publishes the end of one choice of several.
+    pub fn choice_end(&self, choice: u32, finish_reason: &str) {
+        self.push(FlightItem::ChoiceEnd { choice, finish_reason: Arc::from(finish_reason) });
     }
 
     /// Publishes the end; anything published after it is ignored.
@@ -215,21 +246,22 @@ mod tests {
         assert!(!flight.has_subscribers(), "nobody reads it yet");
         let mut early = same.subscribe();
         assert!(flight.has_subscribers());
-        flight.delta("a");
+        flight.delta(Piece::text("a"));
         let reader = tokio::spawn(async move {
             let mut text = String::new();
             while let Some(item) = early.next().await {
                 match item {
-                    FlightItem::Delta(d) => text.push_str(&d),
+                    FlightItem::Delta(d) => text.push_str(&d.text),
+                    FlightItem::ChoiceEnd { .. } => {}
                     FlightItem::Landed(o) => return (text, o.map(|o| o.entry.content.clone())),
                 }
             }
             (text, Err(RequestError::internal("no landing")))
         });
         tokio::task::yield_now().await;
-        flight.delta("b");
+        flight.delta(Piece::text("b"));
         flight.land(Ok(outcome()));
-        flight.delta("ignored after landing");
+        flight.delta(Piece::text("ignored after landing"));
         flights.land("k", &flight);
         assert!(matches!(flights.join("k"), Joined::Leader(_)), "a landed flight leaves the air");
 

@@ -82,6 +82,16 @@ fn digest(domain: &[u8], tenant: &str, request: &NormalizedRequest, messages: &[
             enc.u64(u64::from(value.to_bits()));
         }
     }
+    // Likewise: several sampled choices, and log-probabilities, are other answers than the one text a
+    // plain request gets (greedy choices are all that text, so a greedy `n` is not part of the key).
+    if s.generated_choices() > 1 {
+        enc.bytes(b"n");
+        enc.u64(u64::from(s.n));
+    }
+    if let Some(top) = s.logprobs {
+        enc.bytes(b"logprobs");
+        enc.u64(u64::from(top));
+    }
     hex::encode(&enc.0.finalize())
 }
 
@@ -186,6 +196,8 @@ mod tests {
             r#""temperature":0,"frequency_penalty":0,"presence_penalty":-0.0,"repetition_penalty":1"#,
         );
         assert_eq!(k, key(&neutral));
+        // Every greedy choice is the one greedy answer.
+        assert_eq!(k, key(&BASE.replace(r#""temperature":0"#, r#""temperature":0,"n":4"#)));
     }
 
     #[test]
@@ -202,6 +214,8 @@ mod tests {
             BASE.replace(r#""temperature":0"#, r#""temperature":0,"frequency_penalty":0.5"#),
             BASE.replace(r#""temperature":0"#, r#""temperature":0,"presence_penalty":0.5"#),
             BASE.replace(r#""temperature":0"#, r#""temperature":0,"repetition_penalty":1.1"#),
+            BASE.replace(r#""temperature":0"#, r#""temperature":0,"logprobs":true"#),
+            BASE.replace(r#""temperature":0"#, r#""temperature":0,"logprobs":true,"top_logprobs":2"#),
             // Turn order is the conversation.
             r#"{"model":"m","messages":[{"role":"user","content":"What is 2+2?"},{"role":"system","content":"Be brief."}],"temperature":0,"max_tokens":32}"#.to_owned(),
         ];
@@ -221,6 +235,7 @@ mod tests {
             key(&sampled.replace(r#""max_tokens""#, r#""top_p":0.9,"max_tokens""#)),
             "top_p"
         );
+        assert_ne!(key(&sampled), key(&sampled.replace(r#""max_tokens""#, r#""n":2,"max_tokens""#)), "n");
     }
 
     #[test]

@@ -5,7 +5,10 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::hex;
-use crate::openai::{AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, Delta, Usage, SSE_DONE};
+use crate::openai::{
+    AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, ChoiceLogprobs, ChunkChoice, Delta,
+    TokenLogprob, Usage, SSE_DONE,
+};
 
 /// One cached answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,41 +100,50 @@ impl CachedCompletion {
             + self.question.as_ref().map_or(0, |q| q.partition.len() + q.text.len())
     }
 
-    /// The entry as a non-streamed chat completion.
-    pub fn to_response(&self) -> ChatCompletion {
+    /// The entry as a non-streamed chat completion of `copies` choices (a greedy request's `n`: every
+    /// choice is this answer).
+    pub fn to_response(&self, copies: u32) -> ChatCompletion {
+        let choices = (0..copies.max(1))
+            .map(|index| Choice {
+                index,
+                message: AssistantMessage { role: "assistant".to_owned(), content: self.content.clone() },
+                finish_reason: self.finish_reason.clone(),
+                logprobs: None,
+            })
+            .collect();
         ChatCompletion {
             id: self.completion_id(),
             object: "chat.completion".to_owned(),
             created: self.created_ms / 1000,
             model: self.model.clone(),
-            choices: vec![Choice {
-                index: 0,
-                message: AssistantMessage { role: "assistant".to_owned(), content: self.content.clone() },
-                finish_reason: self.finish_reason.clone(),
-            }],
-            usage: self.usage(),
+            choices,
+            usage: self.usage(copies),
         }
     }
 
-    /// The entry's token counts.
-    pub fn usage(&self) -> Usage {
+    /// The token counts of `copies` choices of this answer (each choice's tokens count, as at OpenAI).
+    pub fn usage(&self, copies: u32) -> Usage {
+        let completion_tokens = self.completion_tokens.saturating_mul(copies.max(1));
         Usage {
             prompt_tokens: self.prompt_tokens,
-            completion_tokens: self.completion_tokens,
-            total_tokens: self.prompt_tokens + self.completion_tokens,
+            completion_tokens,
+            total_tokens: self.prompt_tokens.saturating_add(completion_tokens),
         }
     }
 
-    /// The entry as a complete SSE stream: a role chunk, the content, the finish chunk, the usage chunk
-    /// when `usage`, `[DONE]`.
-    pub fn to_sse(&self, usage: bool) -> String {
+    /// The entry as a complete SSE stream of `copies` choices: for each choice a role chunk, the content
+    /// and the finish chunk; then the usage chunk when `usage`; `[DONE]`.
+    pub fn to_sse(&self, usage: bool, copies: u32) -> String {
         let id = self.completion_id();
         let head = StreamHead { id: &id, created: self.created_ms / 1000, model: &self.model };
-        let mut out = head.role_chunk();
-        out.push_str(&head.content_chunk(&self.content));
-        out.push_str(&head.finish_chunk(&self.finish_reason));
+        let mut out = String::new();
+        for index in 0..copies.max(1) {
+            out.push_str(&head.role_chunk(index));
+            out.push_str(&head.content_chunk(index, &self.content, None));
+            out.push_str(&head.finish_chunk(index, &self.finish_reason));
+        }
         if usage {
-            out.push_str(&head.usage_chunk(self.usage()));
+            out.push_str(&head.usage_chunk(self.usage(copies)));
         }
         out.push_str(SSE_DONE);
         out
@@ -150,39 +162,33 @@ pub struct StreamHead<'a> {
 }
 
 impl StreamHead<'_> {
-    /// The first chunk, announcing the assistant role.
-    pub fn role_chunk(&self) -> String {
-        ChatCompletionChunk::new(
-            self.id,
-            self.created,
-            self.model,
-            Delta { role: Some("assistant".into()), content: None },
-            None,
-        )
-        .to_sse()
+    /// The first chunk of choice `index`, announcing the assistant role.
+    pub fn role_chunk(&self, index: u32) -> String {
+        let delta = Delta { role: Some("assistant".into()), content: None };
+        self.chunk(ChunkChoice { index, delta, finish_reason: None, logprobs: None })
     }
 
-    /// A chunk carrying the next piece of text.
-    pub fn content_chunk(&self, text: &str) -> String {
-        ChatCompletionChunk::new(
-            self.id,
-            self.created,
-            self.model,
-            Delta { role: None, content: Some(text.to_owned()) },
-            None,
-        )
-        .to_sse()
+    /// A chunk carrying the next piece of choice `index`'s text, with its tokens' log-probabilities
+    /// when the request asked for them.
+    pub fn content_chunk(&self, index: u32, text: &str, logprobs: Option<&[TokenLogprob]>) -> String {
+        let delta = Delta { role: None, content: Some(text.to_owned()) };
+        let logprobs = logprobs.map(|content| ChoiceLogprobs { content: content.to_vec() });
+        self.chunk(ChunkChoice { index, delta, finish_reason: None, logprobs })
     }
 
-    /// The chunk that ends the text (the last before `[DONE]` unless usage follows).
-    pub fn finish_chunk(&self, finish_reason: &str) -> String {
-        ChatCompletionChunk::new(self.id, self.created, self.model, Delta::default(), Some(finish_reason))
-            .to_sse()
+    /// The chunk that ends choice `index`'s text.
+    pub fn finish_chunk(&self, index: u32, finish_reason: &str) -> String {
+        let finish_reason = Some(finish_reason.to_owned());
+        self.chunk(ChunkChoice { index, delta: Delta::default(), finish_reason, logprobs: None })
     }
 
-    /// The chunk with the token counts, after the finish chunk, when the client asked for usage.
+    /// The chunk with the token counts, after the finish chunks, when the client asked for usage.
     pub fn usage_chunk(&self, usage: Usage) -> String {
         ChatCompletionChunk::usage(self.id, self.created, self.model, usage).to_sse()
+    }
+
+    fn chunk(&self, choice: ChunkChoice) -> String {
+        ChatCompletionChunk::of_choice(self.id, self.created, self.model, choice).to_sse()
     }
 }
 
@@ -222,12 +228,25 @@ mod tests {
     #[test]
     fn renders_completion_and_stream_with_the_same_text() {
         let e = entry();
-        let response = e.to_response();
+        let response = e.to_response(1);
         assert_eq!(response.choices[0].message.content, e.content);
         assert_eq!(response.usage.total_tokens, 17);
         assert_eq!(response.id, "chatcmpl-abababababababababababab");
+        let three = e.to_response(3);
+        assert_eq!(three.choices.iter().map(|c| c.index).collect::<Vec<_>>(), [0, 1, 2]);
+        assert!(three.choices.iter().all(|c| c.message.content == e.content));
+        assert_eq!((three.usage.completion_tokens, three.usage.total_tokens), (21, 31));
+        let copies: Vec<u32> = e
+            .to_sse(false, 2)
+            .split("\n\n")
+            .filter_map(|event| event.strip_prefix("data: "))
+            .filter(|data| *data != "[DONE]")
+            .map(|data| serde_json::from_str::<ChatCompletionChunk>(data).expect("chunk"))
+            .filter_map(|c| c.choices.first().and_then(|c| c.finish_reason.is_some().then_some(c.index)))
+            .collect();
+        assert_eq!(copies, [0, 1], "each copy ends with its own finish chunk");
         for usage in [false, true] {
-            let sse = e.to_sse(usage);
+            let sse = e.to_sse(usage, 1);
             assert!(sse.ends_with(SSE_DONE));
             let chunks: Vec<ChatCompletionChunk> = sse
                 .split("\n\n")
@@ -240,7 +259,7 @@ mod tests {
             assert_eq!(text, e.content);
             // With usage, one last chunk without choices carries the counts; no other chunk has any.
             let counted: Vec<_> = chunks.iter().filter_map(|c| c.usage).collect();
-            assert_eq!(counted, if usage { vec![e.usage()] } else { vec![] });
+            assert_eq!(counted, if usage { vec![e.usage(1)] } else { vec![] });
             assert_eq!(chunks.last().is_some_and(|c| c.choices.is_empty()), usage);
         }
     }

@@ -426,14 +426,7 @@ mod tests {
                 .iter()
                 .map(|(role, text)| Message { role: *role, content: (*text).into() })
                 .collect(),
-            sampling: Sampling {
-                max_tokens: 16,
-                temperature,
-                top_p: 1.0,
-                seed: None,
-                stop: vec![],
-                penalties: Default::default(),
-            },
+            sampling: Sampling { temperature, ..Sampling::greedy(16) },
             delivery: crate::openai::Delivery::Whole,
         }
     }

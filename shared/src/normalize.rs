@@ -18,8 +18,11 @@
 //!   key; `stream_options` without `stream: true` is a 400, as at OpenAI.
 //! - Penalties (`frequency_penalty`, `presence_penalty`, vLLM's `repetition_penalty`) are checked against
 //!   their ranges and join the key only when set, so the keys of requests without them do not change.
-//! - Parameters this mesh cannot honour (n > 1, logprobs, logit bias, tools, non-text response formats) are
-//!   rejected with a 400 rather than silently ignored.
+//! - `n` and `logprobs`/`top_logprobs` are checked and kept. With greedy decoding every choice is the
+//!   one greedy answer, so `n` joins the key only for sampled requests (where each choice is drawn on its
+//!   own); `logprobs` joins it when asked for. See [`Sampling::generated_choices`].
+//! - Parameters this mesh cannot honour (logit bias, tools, non-text response formats) are rejected with
+//!   a 400 rather than silently ignored.
 
 use serde::{Deserialize, Serialize};
 
@@ -85,6 +88,21 @@ pub struct Sampling {
     /// Penalties on tokens already seen; none by default.
     #[serde(default, skip_serializing_if = "Penalties::is_none")]
     pub penalties: Penalties,
+    /// Choices asked for (`n`), 1 to [`MAX_CHOICES`].
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub n: u32,
+    /// `Some(k)` when the log-probability of every generated token is asked for, with the `k` most likely
+    /// tokens at each position (`top_logprobs`, 0 to [`MAX_TOP_LOGPROBS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<u32>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 /// Penalties on repeating tokens, as OpenAI (`frequency_penalty`, `presence_penalty`) and vLLM
@@ -123,12 +141,36 @@ impl Sampling {
             seed: None,
             stop: Vec::new(),
             penalties: Penalties::default(),
+            n: 1,
+            logprobs: None,
         }
     }
 
     /// Whether decoding is greedy (deterministic).
     pub fn is_greedy(&self) -> bool {
         self.temperature == 0.0
+    }
+
+    /// How many answers must be generated: `n` for sampled decoding, where each choice is drawn on its
+    /// own, but one for greedy decoding, whose choices are all the one greedy answer (so a cached greedy
+    /// answer serves any `n`).
+    pub fn generated_choices(&self) -> u32 {
+        if self.is_greedy() {
+            1
+        } else {
+            self.n
+        }
+    }
+
+    /// How many choices each generated answer is rendered as: `n` for greedy decoding (every choice is
+    /// the one answer), else 1.
+    pub fn copies(&self) -> u32 {
+        self.n / self.generated_choices()
+    }
+
+    /// Whether a cache can hold the answer: it keeps one text per key, without log-probabilities.
+    pub fn cache_can_hold(&self) -> bool {
+        self.logprobs.is_none() && self.generated_choices() == 1
     }
 }
 
@@ -166,6 +208,10 @@ impl Default for Limits {
 pub const MAX_STOP_SEQUENCES: usize = 4;
 /// Longest stop sequence accepted, in bytes.
 pub const MAX_STOP_BYTES: usize = 256;
+/// Most choices (`n`) one request may ask for.
+pub const MAX_CHOICES: u32 = 8;
+/// Most alternatives per position (`top_logprobs`), OpenAI's limit.
+pub const MAX_TOP_LOGPROBS: u32 = 20;
 /// Temperatures below this decode greedily.
 pub const GREEDY_BELOW: f32 = 1e-5;
 
@@ -219,12 +265,6 @@ fn delivery(request: &ChatCompletionRequest) -> Result<Delivery, RequestError> {
 }
 
 fn reject_unsupported(request: &ChatCompletionRequest) -> Result<(), RequestError> {
-    if request.n.is_some_and(|n| n != 1) {
-        return Err(RequestError::invalid_param("n", "only n = 1 is supported"));
-    }
-    if request.logprobs == Some(true) {
-        return Err(RequestError::invalid_param("logprobs", "`logprobs` is not supported"));
-    }
     if request.logit_bias.as_ref().is_some_and(|b| !b.is_empty()) {
         return Err(RequestError::invalid_param("logit_bias", "`logit_bias` is not supported"));
     }
@@ -319,6 +359,11 @@ fn normalize_sampling(request: &ChatCompletionRequest, limits: &Limits) -> Resul
         ));
     }
     let penalties = normalize_penalties(request)?;
+    let n = request.n.unwrap_or(1);
+    if !(1..=MAX_CHOICES).contains(&n) {
+        return Err(RequestError::invalid_param("n", format!("`n` must be between 1 and {MAX_CHOICES}")));
+    }
+    let logprobs = normalize_logprobs(request)?;
     // -0.0, 0.0 and vanishing temperatures all decode greedily; make the key agree.
     let temperature = if temperature < GREEDY_BELOW { 0.0 } else { temperature };
     let greedy = temperature == 0.0;
@@ -329,7 +374,30 @@ fn normalize_sampling(request: &ChatCompletionRequest, limits: &Limits) -> Resul
         seed: if greedy { None } else { request.seed },
         stop,
         penalties,
+        n,
+        logprobs,
     })
+}
+
+/// `logprobs` and `top_logprobs`, as OpenAI checks them: `top_logprobs` needs `logprobs: true`.
+fn normalize_logprobs(request: &ChatCompletionRequest) -> Result<Option<u32>, RequestError> {
+    match (request.logprobs.unwrap_or(false), request.top_logprobs) {
+        (false, None) => Ok(None),
+        (false, Some(_)) => Err(RequestError::invalid_param(
+            "top_logprobs",
+            "`top_logprobs` is only allowed when `logprobs` is true",
+        )),
+        (true, top) => {
+            let top = top.unwrap_or(0);
+            if top > MAX_TOP_LOGPROBS {
+                return Err(RequestError::invalid_param(
+                    "top_logprobs",
+                    format!("`top_logprobs` must be between 0 and {MAX_TOP_LOGPROBS}"),
+                ));
+            }
+            Ok(Some(top))
+        }
+    }
 }
 
 /// The penalties, checked against OpenAI's ranges (vLLM's for `repetition_penalty`); -0.0 reads as 0.
@@ -405,6 +473,23 @@ mod tests {
     }
 
     #[test]
+    fn choices_and_logprobs_are_kept_and_greedy_choices_generate_once() {
+        let base = r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}]"#;
+        let greedy = norm(&format!(r#"{base},"temperature":0,"n":3}}"#)).expect("valid");
+        assert_eq!((greedy.sampling.n, greedy.sampling.generated_choices()), (3, 1));
+        assert!(greedy.sampling.cache_can_hold(), "every greedy choice is the one cached answer");
+        let sampled = norm(&format!(r#"{base},"n":3}}"#)).expect("valid");
+        assert_eq!(sampled.sampling.generated_choices(), 3);
+        assert!(!sampled.sampling.cache_can_hold());
+        let top =
+            norm(&format!(r#"{base},"temperature":0,"logprobs":true,"top_logprobs":5}}"#)).expect("valid");
+        assert_eq!(top.sampling.logprobs, Some(5));
+        assert!(!top.sampling.cache_can_hold(), "the cache keeps no log-probabilities");
+        let plain = norm(&format!(r#"{base},"logprobs":false}}"#)).expect("valid");
+        assert_eq!((plain.sampling.logprobs, plain.sampling.n), (None, 1));
+    }
+
+    #[test]
     fn stop_sequences_are_a_set() {
         let r = norm(r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"hi"}],"stop":["b","a","b",""]}"#)
             .expect("valid");
@@ -430,7 +515,16 @@ mod tests {
             (r#"{"model":"smollm2-135m-instruct","messages":[]}"#, 400),
             (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"system","content":"x"}]}"#, 400),
             (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"wizard","content":"x"}]}"#, 400),
-            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"n":2}"#, 400),
+            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"n":0}"#, 400),
+            (r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"n":9}"#, 400),
+            (
+                r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"top_logprobs":2}"#,
+                400,
+            ),
+            (
+                r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21}"#,
+                400,
+            ),
             (
                 r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"temperature":3}"#,
                 400,

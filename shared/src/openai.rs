@@ -36,18 +36,22 @@ pub struct ChatCompletionRequest {
     /// Stop sequences: a string or up to four strings.
     #[serde(default)]
     pub stop: Option<StopSequences>,
-    /// Number of choices; only 1 is served for now.
+    /// Number of choices, 1 to [`crate::normalize::MAX_CHOICES`].
     #[serde(default)]
     pub n: Option<u32>,
-    /// Presence penalty; only 0 is served for now.
+    /// Presence penalty, -2 to 2.
     #[serde(default)]
     pub presence_penalty: Option<f32>,
-    /// Frequency penalty; only 0 is served for now.
+    /// Frequency penalty, -2 to 2.
     #[serde(default)]
     pub frequency_penalty: Option<f32>,
-    /// Log-probabilities are not served.
+    /// Return the log-probability of every generated token.
     #[serde(default)]
     pub logprobs: Option<bool>,
+    /// With `logprobs`, how many of the most likely tokens to list at each position, 0 to
+    /// [`crate::normalize::MAX_TOP_LOGPROBS`].
+    #[serde(default)]
+    pub top_logprobs: Option<u32>,
     /// Logit bias is not served; a non-empty map is rejected.
     #[serde(default)]
     pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
@@ -182,6 +186,40 @@ pub struct Choice {
     pub message: AssistantMessage,
     /// `stop` or `length`.
     pub finish_reason: String,
+    /// The generated tokens' log-probabilities, when the request asked for them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<ChoiceLogprobs>,
+}
+
+/// The log-probabilities of one choice's tokens (`choices[].logprobs`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct ChoiceLogprobs {
+    /// One entry per generated token, in order.
+    pub content: Vec<TokenLogprob>,
+}
+
+/// One generated token and how likely the model found it.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct TokenLogprob {
+    /// The token's text (lossy when the token is part of a multi-byte character).
+    pub token: String,
+    /// Its natural log-probability.
+    pub logprob: f32,
+    /// The token's exact bytes.
+    pub bytes: Vec<u8>,
+    /// The most likely tokens at this position, most likely first (`top_logprobs` of them).
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+/// One of the most likely tokens at a position.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct TopLogprob {
+    /// The token's text.
+    pub token: String,
+    /// Its natural log-probability.
+    pub logprob: f32,
+    /// The token's exact bytes.
+    pub bytes: Vec<u8>,
 }
 
 /// The assistant's message in a completion.
@@ -204,7 +242,7 @@ pub struct ChatCompletionChunk {
     pub created: i64,
     /// The model.
     pub model: String,
-    /// One choice delta; none in the usage chunk.
+    /// One choice's delta; none in the usage chunk.
     pub choices: Vec<ChunkChoice>,
     /// The token counts, in the last chunk of a stream that asked for them (`stream_options`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -218,8 +256,11 @@ pub struct ChunkChoice {
     pub index: u32,
     /// What this chunk adds.
     pub delta: Delta,
-    /// Set on the last chunk only.
+    /// Set on the choice's last chunk only.
     pub finish_reason: Option<String>,
+    /// The log-probabilities of the tokens this chunk adds, when the request asked for them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<ChoiceLogprobs>,
 }
 
 /// Text added by one chunk.
@@ -234,14 +275,21 @@ pub struct Delta {
 }
 
 impl ChatCompletionChunk {
-    /// A chunk with one choice.
+    /// A chunk with one choice, the first.
     pub fn new(id: &str, created: i64, model: &str, delta: Delta, finish_reason: Option<&str>) -> Self {
+        let choice =
+            ChunkChoice { index: 0, delta, finish_reason: finish_reason.map(str::to_owned), logprobs: None };
+        Self::of_choice(id, created, model, choice)
+    }
+
+    /// A chunk with one choice.
+    pub fn of_choice(id: &str, created: i64, model: &str, choice: ChunkChoice) -> Self {
         Self {
             id: id.to_owned(),
             object: "chat.completion.chunk".to_owned(),
             created,
             model: model.to_owned(),
-            choices: vec![ChunkChoice { index: 0, delta, finish_reason: finish_reason.map(str::to_owned) }],
+            choices: vec![choice],
             usage: None,
         }
     }

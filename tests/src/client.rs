@@ -100,11 +100,27 @@ impl StreamReply {
         self.events.last().is_some_and(|(_, data)| data == "[DONE]")
     }
 
-    /// The concatenated `delta.content` of every chunk.
+    /// The concatenated `delta.content` of every chunk of choice 0.
     pub fn content(&self) -> String {
-        self.chunks()
-            .filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_owned))
+        self.content_of(0)
+    }
+
+    /// The concatenated `delta.content` of every chunk of choice `index`.
+    pub fn content_of(&self, index: u64) -> String {
+        self.choice_deltas(index).filter_map(|c| c["delta"]["content"].as_str().map(str::to_owned)).collect()
+    }
+
+    /// The `logprobs.content` entries of choice `index`'s chunks, in order.
+    pub fn logprobs_of(&self, index: u64) -> Vec<serde_json::Value> {
+        self.choice_deltas(index)
+            .flat_map(|c| c["logprobs"]["content"].as_array().cloned().unwrap_or_default())
             .collect()
+    }
+
+    fn choice_deltas(&self, index: u64) -> impl Iterator<Item = serde_json::Value> + '_ {
+        self.chunks()
+            .flat_map(|c| c["choices"].as_array().cloned().unwrap_or_default())
+            .filter(move |choice| choice["index"].as_u64() == Some(index))
     }
 
     /// The token counts of the chunks that carry them (`stream_options.include_usage`), in order.

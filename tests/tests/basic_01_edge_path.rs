@@ -1,6 +1,7 @@
 //! The first path through every tier, driven through the edge under `wrangler dev` (real workerd):
 //! bad input is refused at the edge, a request is generated once and then answered from cache, and
-//! streaming works end to end; a paraphrase the regional tier matched is then answered at the edge.
+//! streaming works end to end; `n` and `logprobs` work; a paraphrase the regional tier matched is then
+//! answered at the edge.
 
 use mesh_harness::client::ChatClient;
 use mesh_harness::{Mesh, MeshSpec};
@@ -86,6 +87,8 @@ fn edge_path_miss_then_hit_streaming_and_bad_input() -> anyhow::Result<()> {
     assert_eq!(refused.status, 400, "{}", refused.body);
     assert_eq!(refused.json()["error"]["param"], "frequency_penalty", "{}", refused.body);
 
+    choices_and_log_probabilities(&client, &question, &hit)?;
+
     // Streaming: chunks arrive while the answer is generated, and they add up to the non-streamed answer.
     let story = request("Write two sentences about the sea.");
     let mut story_with_usage = story.clone();
@@ -165,4 +168,91 @@ fn edge_path_miss_then_hit_streaming_and_bad_input() -> anyhow::Result<()> {
     drop(mesh);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// `n` and `logprobs` through the edge: greedy choices are copies of the cached answer (`hit`); sampled
+/// choices are drawn at the pod and never cached; log-probabilities cover every token of the text, whole
+/// and streamed.
+fn choices_and_log_probabilities(
+    client: &ChatClient,
+    question: &serde_json::Value,
+    hit: &mesh_harness::client::Reply,
+) -> anyhow::Result<()> {
+    let mut three = question.clone();
+    three["n"] = json!(3);
+    let copied = client.chat(&three)?;
+    assert_eq!(copied.status, 200, "{}", copied.body);
+    assert!(copied.header("x-cache").is_some_and(|x| x.starts_with("HIT")), "{:?}", copied.headers);
+    let choices = copied.json()["choices"].as_array().cloned().unwrap_or_default();
+    assert_eq!(choices.len(), 3, "{}", copied.body);
+    for (index, choice) in choices.iter().enumerate() {
+        assert_eq!(choice["index"], json!(index));
+        assert_eq!(choice["message"]["content"], hit.json()["choices"][0]["message"]["content"]);
+    }
+    let one = hit.json()["usage"]["completion_tokens"].as_u64().unwrap_or(0);
+    assert_eq!(
+        copied.json()["usage"]["completion_tokens"].as_u64(),
+        Some(3 * one),
+        "usage counts every choice"
+    );
+
+    let mut sampled = request("Name one colour of the rainbow.");
+    sampled["temperature"] = json!(1.0);
+    sampled["seed"] = json!(11);
+    sampled["n"] = json!(2);
+    let drawn = client.chat(&sampled)?;
+    assert_eq!(drawn.status, 200, "{}", drawn.body);
+    assert_eq!(drawn.header("x-cache"), Some("MISS"), "{:?}", drawn.headers);
+    assert_eq!(drawn.header("cache-control"), Some("no-store"), "{:?}", drawn.headers);
+    let choices = drawn.json()["choices"].as_array().cloned().unwrap_or_default();
+    assert_eq!(choices.iter().map(|c| c["index"].as_u64()).collect::<Vec<_>>(), [Some(0), Some(1)]);
+    assert!(choices.iter().all(|c| c["finish_reason"].is_string() && c["message"]["content"].is_string()));
+    let streamed_choices = client.chat_stream(&json_with(&sampled, "stream", json!(true)))?;
+    assert!(streamed_choices.finished());
+    for index in 0..2 {
+        assert_eq!(
+            streamed_choices.content_of(index),
+            choices[index as usize]["message"]["content"].as_str().unwrap_or_default(),
+            "choice {index} streamed as drawn (seeded)"
+        );
+    }
+
+    let mut logged = request("What is the capital of Italy?");
+    logged["logprobs"] = json!(true);
+    logged["top_logprobs"] = json!(2);
+    let whole = client.chat(&logged)?;
+    assert_eq!(whole.status, 200, "{}", whole.body);
+    let text = whole.content().unwrap_or_default();
+    let tokens = whole.json()["choices"][0]["logprobs"]["content"].as_array().cloned().unwrap_or_default();
+    assert_eq!(token_text(&tokens), text, "one entry per token of the text");
+    for token in &tokens {
+        let top = token["top_logprobs"].as_array().cloned().unwrap_or_default();
+        assert_eq!(top.len(), 2, "{token}");
+        // Greedy decoding takes the most likely token.
+        assert_eq!(top[0]["token"], token["token"], "{token}");
+        assert!(token["logprob"].as_f64().is_some_and(|l| l <= 0.0), "{token}");
+    }
+    let stream = client.chat_stream(&json_with(&logged, "stream", json!(true)))?;
+    assert!(stream.finished());
+    assert_eq!(stream.content(), text, "greedy: the same answer streamed");
+    assert_eq!(token_text(&stream.logprobs_of(0)), text, "streamed chunks carry their tokens");
+    let refused = client.chat(&json_with(&question.clone(), "top_logprobs", json!(2)))?;
+    assert_eq!(refused.status, 400, "top_logprobs without logprobs: {}", refused.body);
+    Ok(())
+}
+
+fn json_with(body: &serde_json::Value, field: &str, value: serde_json::Value) -> serde_json::Value {
+    let mut body = body.clone();
+    body[field] = value;
+    body
+}
+
+/// The text the tokens' bytes spell.
+fn token_text(tokens: &[serde_json::Value]) -> String {
+    let bytes: Vec<u8> = tokens
+        .iter()
+        .flat_map(|t| t["bytes"].as_array().cloned().unwrap_or_default())
+        .filter_map(|b| b.as_u64().and_then(|b| u8::try_from(b).ok()))
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
 }

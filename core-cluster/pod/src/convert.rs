@@ -2,6 +2,7 @@
 
 use proto::inference as pb;
 
+use super::generation::LoggedToken;
 use super::request::{ChatMessage, GenerationRequest, Penalties, Priority, Role, SamplingParams, Timings};
 use super::worker::GenerationEvent;
 use super::InferenceError;
@@ -35,6 +36,9 @@ impl TryFrom<pb::GenerateRequest> for GenerationRequest {
                 },
                 stop: s.stop,
                 ignore_eos: s.ignore_eos,
+                // Unset on the wire (0) is one choice.
+                n: s.n.max(1),
+                logprobs: s.logprobs.then_some(s.top_logprobs),
             },
             priority: match pb::Priority::try_from(r.priority) {
                 Ok(pb::Priority::Batch) => Priority::Batch,
@@ -69,7 +73,18 @@ impl From<GenerationEvent> for Result<pb::GenerateEvent, tonic::Status> {
     fn from(event: GenerationEvent) -> Self {
         use pb::generate_event::Event;
         let event = match event {
-            GenerationEvent::Text(text) => Event::Delta(pb::TokenDelta { text }),
+            GenerationEvent::Piece(piece) => Event::Delta(pb::TokenDelta {
+                text: piece.text,
+                index: piece.choice,
+                logprobs: piece.logprobs.into_iter().map(Into::into).collect(),
+            }),
+            GenerationEvent::ChoiceDone { choice, finish_reason, completion_tokens } => {
+                Event::ChoiceDone(pb::ChoiceDone {
+                    index: choice,
+                    finish_reason: finish_reason.as_str().to_owned(),
+                    completion_tokens,
+                })
+            }
             GenerationEvent::Done(s) => Event::Done(pb::GenerateDone {
                 finish_reason: s.finish_reason.as_str().to_owned(),
                 prompt_tokens: s.prompt_tokens,
@@ -82,5 +97,24 @@ impl From<GenerationEvent> for Result<pb::GenerateEvent, tonic::Status> {
             GenerationEvent::Failed(e) => return Err(e.into()),
         };
         Ok(pb::GenerateEvent { event: Some(event) })
+    }
+}
+
+impl From<LoggedToken> for pb::TokenLogprob {
+    fn from(t: LoggedToken) -> Self {
+        Self {
+            token: String::from_utf8_lossy(&t.bytes).into_owned(),
+            bytes: t.bytes,
+            logprob: t.logprob,
+            top: t
+                .top
+                .into_iter()
+                .map(|(bytes, logprob)| pb::TopLogprob {
+                    token: String::from_utf8_lossy(&bytes).into_owned(),
+                    bytes,
+                    logprob,
+                })
+                .collect(),
+        }
     }
 }

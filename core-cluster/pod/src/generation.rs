@@ -1,26 +1,74 @@
-//! The output side of one sequence: sampling state, detokenizing, stop strings, events, timings.
+//! The output side of one sequence: sampling state, detokenizing, stop strings, log-probabilities,
+//! events, timings. A request of several choices runs one [`Generation`] per choice, sharing one event
+//! channel and a [`Family`] that knows when the last choice is done.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::detokenizer::IncrementalDecoder;
 use super::request::{FinishReason, GenerationSummary, SamplingParams, Timings};
+use super::sampler::logprobs::{self, Scored};
 use super::sampler::{Penalizer, Sampler};
 use super::speculative::Speculator;
 use super::stop::StopMatcher;
 use super::tokenizer::ChatTokenizer;
 use super::InferenceError;
 
-/// What a queued generation sends back, in order: text pieces, then exactly one `Done` or `Failed`.
+/// What a queued generation sends back, in order: pieces of text (of every choice, interleaved), a
+/// `ChoiceDone` per choice when there are several, then exactly one `Done` or `Failed`.
 #[derive(Debug)]
 pub enum GenerationEvent {
-    /// More text.
-    Text(String),
-    /// The generation finished.
+    /// More text of one choice.
+    Piece(Piece),
+    /// One choice of several finished.
+    ChoiceDone {
+        /// Which.
+        choice: u32,
+        /// Why it ended.
+        finish_reason: FinishReason,
+        /// Tokens it generated.
+        completion_tokens: u32,
+    },
+    /// The generation finished (every choice of it).
     Done(GenerationSummary),
     /// The generation failed; no more events follow.
     Failed(InferenceError),
+}
+
+/// Text of one choice, with the log-probabilities of the tokens it completes when they were asked for.
+/// A piece may carry tokens and no text: a token inside a character, or text a stop string holds back.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Piece {
+    /// The choice it belongs to.
+    pub choice: u32,
+    /// The text.
+    pub text: String,
+    /// One entry per token, in order.
+    pub logprobs: Vec<LoggedToken>,
+}
+
+/// A generated token's log-probability and the most likely tokens at its position, with their bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoggedToken {
+    /// The token's bytes.
+    pub bytes: Vec<u8>,
+    /// Its natural log-probability.
+    pub logprob: f32,
+    /// The most likely tokens' bytes and log-probabilities, most likely first.
+    pub top: Vec<(Vec<u8>, f32)>,
+}
+
+/// What the choices of one request share: how many still generate, and what the finished ones made.
+#[derive(Debug)]
+struct Family {
+    /// Choices not finished yet.
+    left: u32,
+    /// Tokens the finished choices generated.
+    completion_tokens: u32,
+    /// Why choice 0 ended (the request's finish reason, as for one choice).
+    first_reason: Option<FinishReason>,
 }
 
 /// What happened to a sequence after it took a token.
@@ -58,9 +106,19 @@ pub struct Generation {
     pub admitted: Option<Instant>,
     /// When its first token was sampled.
     pub first_token_at: Option<Instant>,
+    /// Which choice of the request this is.
+    pub choice: u32,
+    /// A request of several choices before its first token: the other choices fork from it then.
+    pub unforked: bool,
     events: UnboundedSender<GenerationEvent>,
     decoder: IncrementalDecoder,
     stops: StopMatcher,
+    /// Shared by the choices of a request of several.
+    family: Option<Arc<Mutex<Family>>>,
+    /// The last sampled token's scores, when log-probabilities are asked for.
+    last_scored: Option<Scored>,
+    /// Log-probabilities of tokens whose text has not gone out yet.
+    logged: Vec<LoggedToken>,
 }
 
 impl Generation {
@@ -73,10 +131,18 @@ impl Generation {
         span: tracing::Span,
         enqueued: Instant,
     ) -> Self {
+        let n = params.n.max(1);
+        let family = (n > 1)
+            .then(|| Arc::new(Mutex::new(Family { left: n, completion_tokens: 0, first_reason: None })));
         Self {
             sampler: Sampler::new(&params),
             penalizer: Penalizer::new(params.penalties, prompt),
             stops: StopMatcher::new(&params.stop),
+            choice: 0,
+            unforked: n > 1,
+            family,
+            last_scored: None,
+            logged: Vec::new(),
             params,
             speculator,
             pending_drafts: Vec::new(),
@@ -91,6 +157,34 @@ impl Generation {
         }
     }
 
+    /// Choice `choice` of the same request, before any token: its own sampler (a seeded request draws
+    /// it with `seed + choice`), stop matching and detokenizer, the same events and family.
+    pub fn fork(&self, choice: u32) -> Self {
+        let mut params = self.params.clone();
+        params.seed = params.seed.map(|seed| seed.wrapping_add(u64::from(choice)));
+        Self {
+            sampler: Sampler::new(&params),
+            penalizer: self.penalizer.clone(),
+            stops: StopMatcher::new(&params.stop),
+            params,
+            speculator: None,
+            pending_drafts: Vec::new(),
+            prompt_len: self.prompt_len,
+            generated: 0,
+            span: self.span.clone(),
+            enqueued: self.enqueued,
+            admitted: self.admitted,
+            first_token_at: None,
+            choice,
+            unforked: false,
+            events: self.events.clone(),
+            decoder: IncrementalDecoder::new(),
+            family: self.family.clone(),
+            last_scored: None,
+            logged: Vec::new(),
+        }
+    }
+
     /// True when the client has gone.
     pub fn is_abandoned(&self) -> bool {
         self.events.is_closed()
@@ -101,16 +195,24 @@ impl Generation {
         self.params.max_tokens.saturating_sub(self.generated) as usize
     }
 
-    /// The next token from one row of logits, after the penalties if any.
+    /// The next token from one row of logits, after the penalties if any (scored, when
+    /// log-probabilities are asked for, on the same penalized row).
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        match &self.penalizer {
-            None => self.sampler.sample(logits),
+        let penalized;
+        let row = match &self.penalizer {
+            None => logits,
             Some(penalizer) => {
-                let mut penalized = logits.to_vec();
-                penalizer.apply(&mut penalized);
-                self.sampler.sample(&penalized)
+                let mut row = logits.to_vec();
+                penalizer.apply(&mut row);
+                penalized = row;
+                &penalized
             }
+        };
+        let token = self.sampler.sample(row);
+        if let Some(top) = self.params.logprobs {
+            self.last_scored = Some(logprobs::score(row, token, top as usize));
         }
+        token
     }
 
     /// Takes one generated token: streams its text and says whether the sequence goes on.
@@ -120,6 +222,8 @@ impl Generation {
         if let Some(penalizer) = &mut self.penalizer {
             penalizer.record(token);
         }
+        // Only tokens whose text the client gets are reported (not the end of the turn).
+        let scored = self.last_scored.take().filter(|s| s.token == token && !tokenizer.is_special(token));
         let special = tokenizer.special_tokens();
         // The end of the turn, or the model opening a new turn (`<|im_start|>`) without closing its own:
         // nothing after it belongs to this answer.
@@ -129,10 +233,17 @@ impl Generation {
         }
         // Other special tokens (`<file_sep>`, ...) never reach the client.
         if !tokenizer.is_special(token) {
+            if let Some(scored) = scored {
+                self.logged.push(LoggedToken {
+                    bytes: tokenizer.token_bytes(token).to_vec(),
+                    logprob: scored.logprob,
+                    top: scored.top.iter().map(|&(t, l)| (tokenizer.token_bytes(t).to_vec(), l)).collect(),
+                });
+            }
             let text = self.decoder.push(tokenizer.token_bytes(token));
             if !text.is_empty() {
                 let scan = self.stops.push(&text);
-                if !scan.emit.is_empty() && self.events.send(GenerationEvent::Text(scan.emit)).is_err() {
+                if !scan.emit.is_empty() && !self.send_piece(scan.emit) {
                     return Progress::Abandoned;
                 }
                 if scan.stopped {
@@ -146,14 +257,22 @@ impl Generation {
         Progress::Continue
     }
 
-    /// Sends what stop-string matching held back, then the summary; returns the summary.
+    /// Sends `text` with the log-probabilities logged so far; false when nobody listens any more.
+    fn send_piece(&mut self, text: String) -> bool {
+        let piece = Piece { choice: self.choice, text, logprobs: std::mem::take(&mut self.logged) };
+        self.events.send(GenerationEvent::Piece(piece)).is_ok()
+    }
+
+    /// Sends what stop-string matching held back, then the summary; returns the summary. A choice of
+    /// several sends its `ChoiceDone`, and the last of them the request's summary (its finish reason is
+    /// choice 0's, its tokens every choice's); the others return `None`.
     pub fn finish(
         &mut self,
         reason: FinishReason,
         cached_prompt_tokens: usize,
-    ) -> Result<GenerationSummary, InferenceError> {
+    ) -> Result<Option<GenerationSummary>, InferenceError> {
         let tail = self.stops.finish();
-        if !tail.is_empty() && self.events.send(GenerationEvent::Text(tail)).is_err() {
+        if (!tail.is_empty() || !self.logged.is_empty()) && !self.send_piece(tail) {
             return Err(InferenceError::Cancelled);
         }
         let end = Instant::now();
@@ -162,10 +281,33 @@ impl Generation {
         let decode = end.saturating_duration_since(first);
         let after_first = self.generated.saturating_sub(1).max(1);
         let stats = self.speculator.as_ref().map(Speculator::stats).unwrap_or_default();
+        let (finish_reason, completion_tokens) = match &self.family {
+            None => (reason, self.generated),
+            Some(family) => {
+                let done = GenerationEvent::ChoiceDone {
+                    choice: self.choice,
+                    finish_reason: reason,
+                    completion_tokens: self.generated,
+                };
+                if self.events.send(done).is_err() {
+                    return Err(InferenceError::Cancelled);
+                }
+                let mut family = family.lock().unwrap_or_else(PoisonError::into_inner);
+                family.left = family.left.saturating_sub(1);
+                family.completion_tokens += self.generated;
+                if self.choice == 0 {
+                    family.first_reason = Some(reason);
+                }
+                if family.left > 0 {
+                    return Ok(None);
+                }
+                (family.first_reason.unwrap_or(reason), family.completion_tokens)
+            }
+        };
         let summary = GenerationSummary {
-            finish_reason: reason,
+            finish_reason,
             prompt_tokens: self.prompt_len as u32,
-            completion_tokens: self.generated,
+            completion_tokens,
             timings: Timings {
                 queue: admitted.saturating_duration_since(self.enqueued),
                 prefill: first.saturating_duration_since(admitted),
@@ -178,7 +320,7 @@ impl Generation {
             accepted_draft_tokens: u32::try_from(stats.accepted).unwrap_or(u32::MAX),
         };
         let _ = self.events.send(GenerationEvent::Done(summary));
-        Ok(summary)
+        Ok(Some(summary))
     }
 
     /// Ends the generation with an error.
@@ -211,8 +353,8 @@ mod tests {
         let im_start = tokenizer.special_tokens().im_start;
         assert_eq!(generation.take(im_start, tokenizer, 100), Progress::Finished(FinishReason::Stop));
         let mut text = String::new();
-        while let Ok(GenerationEvent::Text(t)) = received.try_recv() {
-            text.push_str(&t);
+        while let Ok(GenerationEvent::Piece(piece)) = received.try_recv() {
+            text.push_str(&piece.text);
         }
         assert_eq!(text, "Hello", "nothing of a second turn reaches the client");
     }

@@ -11,6 +11,10 @@ use super::InferenceError;
 pub const MAX_STOP_STRINGS: usize = 16;
 /// Longest stop string, in bytes.
 pub const MAX_STOP_LEN: usize = 256;
+/// Most choices one request may ask for.
+pub const MAX_CHOICES: u32 = 16;
+/// Most alternatives listed per position with log-probabilities.
+pub const MAX_TOP_LOGPROBS: u32 = 20;
 
 /// Who wrote a chat message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +83,12 @@ pub struct SamplingParams {
     pub penalties: Penalties,
     /// Keep generating past the end of the turn until `max_tokens` (for benchmarks).
     pub ignore_eos: bool,
+    /// Choices to generate from the one prompt (its KV shared copy-on-write); a seeded request draws
+    /// choice `i` with `seed + i`. A request of several choices does not speculate.
+    pub n: u32,
+    /// `Some(k)`: send every generated token's log-probability with the `k` most likely tokens at its
+    /// position. A request with log-probabilities does not speculate.
+    pub logprobs: Option<u32>,
 }
 
 impl SamplingParams {
@@ -93,6 +103,8 @@ impl SamplingParams {
             stop: Vec::new(),
             penalties: Penalties::default(),
             ignore_eos: false,
+            n: 1,
+            logprobs: None,
         }
     }
 
@@ -116,6 +128,12 @@ impl SamplingParams {
         }
         if !(repetition > 0.0 && repetition <= 2.0) {
             return invalid(format!("repetition_penalty must be in (0, 2], got {repetition}"));
+        }
+        if !(1..=MAX_CHOICES).contains(&self.n) {
+            return invalid(format!("n must be in 1..={MAX_CHOICES}, got {}", self.n));
+        }
+        if self.logprobs.is_some_and(|k| k > MAX_TOP_LOGPROBS) {
+            return invalid(format!("top_logprobs must be in 0..={MAX_TOP_LOGPROBS}"));
         }
         if self.stop.len() > MAX_STOP_STRINGS {
             return invalid(format!("at most {MAX_STOP_STRINGS} stop strings, got {}", self.stop.len()));

@@ -196,6 +196,7 @@ mod tests {
             match event.event.expect("event") {
                 pb::generate_event::Event::Delta(d) => text.push_str(&d.text),
                 pb::generate_event::Event::Done(d) => done = Some(d),
+                pb::generate_event::Event::ChoiceDone(c) => panic!("one choice was asked for: {c:?}"),
             }
         }
         let done = done.expect("a Done event");

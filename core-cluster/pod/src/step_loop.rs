@@ -142,9 +142,11 @@ impl StepLoop {
         self.next_id += 1;
         let salt = self.salts.hash_one(&job.tenant);
         // Drafts are verified against the unpenalized distribution, so a request with penalties decodes
-        // one token at a time.
-        let speculate =
-            job.speculative.unwrap_or(self.config.speculative_by_default) && job.sampling.penalties.is_none();
+        // one token at a time; so do requests of several choices and requests for log-probabilities
+        // (each token's row is scored as it is sampled).
+        let plain =
+            job.sampling.penalties.is_none() && job.sampling.n == 1 && job.sampling.logprobs.is_none();
+        let speculate = job.speculative.unwrap_or(self.config.speculative_by_default) && plain;
         let speculator = speculate.then(|| Speculator::new(&self.config.speculative, &job.prompt));
         let generation =
             Generation::new(job.sampling, &job.prompt, speculator, job.events, job.span, job.enqueued);
@@ -255,7 +257,8 @@ impl StepLoop {
         }
     }
 
-    /// Marks an item's tokens computed and, when it produced logits, samples and streams.
+    /// Marks an item's tokens computed and, when it produced logits, samples and streams (for every
+    /// choice forked from it at this step too).
     fn advance(&mut self, item: &PlanItem, rows: &[f32], vocab: usize, started: Instant) {
         let id = item.seq;
         let _ = self.scheduler.commit(&mut self.blocks, id, item.end_pos());
@@ -264,16 +267,61 @@ impl StepLoop {
         if item.num_logits == 0 {
             return;
         }
+        let forks = self.fork_choices(id);
+        self.take_tokens(id, item.start_pos, rows, vocab);
+        let last = &rows[rows.len() - vocab..];
+        for fork in forks {
+            self.take_tokens(fork, 0, last, vocab);
+        }
+    }
+
+    /// Starts the other choices of a request of several once its prompt is computed: each forks the
+    /// sequence (sharing its KV blocks copy-on-write) and takes its first token from the same logits.
+    /// A choice that finds the batch full starts as a sequence of its own instead, most of whose prompt
+    /// the prefix cache then holds.
+    fn fork_choices(&mut self, parent: SeqId) -> Vec<SeqId> {
+        let Some(generation) = self.generations.get_mut(&parent) else { return Vec::new() };
+        if !std::mem::take(&mut generation.unforked) {
+            return Vec::new();
+        }
+        let children: Vec<Generation> =
+            (1..generation.params.n).map(|choice| generation.fork(choice)).collect();
+        let mut forks = Vec::with_capacity(children.len());
+        for child in children {
+            let id = SeqId(self.next_id);
+            self.next_id += 1;
+            if self.scheduler.fork(&mut self.blocks, parent, id).is_ok() {
+                self.generations.insert(id, child);
+                forks.push(id);
+                continue;
+            }
+            let Some(sequence) = self.scheduler.sequence(parent) else { continue };
+            let (salt, priority) = (sequence.salt(), sequence.priority());
+            let prompt = sequence.tokens()[..sequence.prompt_len()].to_vec();
+            match self.scheduler.add(id, salt, prompt, priority) {
+                Ok(()) => {
+                    self.generations.insert(id, child);
+                }
+                Err(e) => child.fail(InferenceError::InvalidRequest(e.to_string())),
+            }
+        }
+        forks
+    }
+
+    /// Samples (or verifies drafts) from a sequence's logits `rows`, streams the tokens and says what
+    /// happens to it next. `start` is where the step's tokens of the sequence began.
+    fn take_tokens(&mut self, id: SeqId, start: usize, rows: &[f32], vocab: usize) {
+        let Some(generation) = self.generations.get_mut(&id) else { return };
         let _entered = generation.span.clone().entered();
         let tokens = if !generation.pending_drafts.is_empty()
-            && item.num_logits == generation.pending_drafts.len() + 1
+            && rows.len() == (generation.pending_drafts.len() + 1) * vocab
         {
             let draft = std::mem::take(&mut generation.pending_drafts);
             let rows: Vec<&[f32]> = rows.chunks_exact(vocab).collect();
             let Some(speculator) = generation.speculator.as_mut() else { return };
             let verdict = speculator.verify(&mut generation.sampler, &draft, &rows);
             // Keep the verified token and the accepted drafts; drop the rest and their KV.
-            let _ = self.scheduler.rollback(&mut self.blocks, id, item.start_pos + 1 + verdict.accepted);
+            let _ = self.scheduler.rollback(&mut self.blocks, id, start + 1 + verdict.accepted);
             verdict.tokens
         } else {
             let token = generation.sample(&rows[rows.len() - vocab..]);
@@ -317,7 +365,9 @@ impl StepLoop {
         let _ = self.scheduler.finish(&mut self.blocks, id);
         let Some(mut generation) = self.generations.remove(&id) else { return };
         match generation.finish(reason, cached) {
-            Ok(summary) => self.metrics.record(&summary),
+            Ok(Some(summary)) => self.metrics.record(&summary),
+            // Another choice of the request is still generating.
+            Ok(None) => {}
             Err(_) => self.metrics.cancelled.inc(),
         }
     }

@@ -76,6 +76,13 @@ fn validate_complete(request: CompleteRequest) -> Result<CompleteInput, CoreErro
     if generate.messages.is_empty() {
         return Err(CoreError::InvalidArgument("messages are empty".into()));
     }
+    // The state keeps one text per key, without log-probabilities.
+    let sampling = generate.sampling.as_ref();
+    if !request.no_store && sampling.is_some_and(|s| s.n > 1 || s.logprobs) {
+        return Err(CoreError::InvalidArgument(
+            "several choices and log-probabilities are generated with no_store".into(),
+        ));
+    }
     Ok(CompleteInput {
         key: request.key,
         model_version: request.model_version,
@@ -268,15 +275,21 @@ async fn generate_and_commit(
                 message: "the pod's stream ended without Done".into(),
             });
         };
-        match event.event {
+        let relayed = match event.event {
             Some(generate_event::Event::Delta(delta)) => {
-                content.push_str(&delta.text);
-                // A caller that hung up makes this fail; generation and commit go on regardless.
-                let _ = tx.send(Ok(CompleteEvent { event: Some(complete_event::Event::Delta(delta)) })).await;
+                // The entry is choice 0's answer (the only one, unless the request asked for several,
+                // which are never stored).
+                if delta.index == 0 {
+                    content.push_str(&delta.text);
+                }
+                complete_event::Event::Delta(delta)
             }
+            Some(generate_event::Event::ChoiceDone(choice)) => complete_event::Event::ChoiceDone(choice),
             Some(generate_event::Event::Done(done)) => break done,
-            None => {}
-        }
+            None => continue,
+        };
+        // A caller that hung up makes this fail; generation and commit go on regardless.
+        let _ = tx.send(Ok(CompleteEvent { event: Some(relayed) })).await;
     };
 
     let mut entry = GeneratedEntry {
@@ -366,5 +379,18 @@ mod tests {
             g.messages.clear();
         }
         assert!(invalid(r));
+        // Answers the state cannot hold must not be stored.
+        for sampling in [
+            proto::inference::Sampling { n: 2, temperature: 1.0, ..Default::default() },
+            proto::inference::Sampling { logprobs: true, ..Default::default() },
+        ] {
+            let mut r = request();
+            if let Some(g) = r.generate.as_mut() {
+                g.sampling = Some(sampling);
+            }
+            assert!(invalid(r.clone()));
+            r.no_store = true;
+            assert!(validate_complete(r).is_ok());
+        }
     }
 }

@@ -66,7 +66,7 @@ impl InferencePod for FakePod {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let last = request.into_inner().messages.last().map(|m| m.content.clone()).unwrap_or_default();
         let delta = |text: &str| GenerateEvent {
-            event: Some(generate_event::Event::Delta(TokenDelta { text: text.into() })),
+            event: Some(generate_event::Event::Delta(TokenDelta { text: text.into(), ..Default::default() })),
         };
         if last.starts_with("slow") {
             let counter = DropCounter(Arc::clone(&self.cancelled));
@@ -222,7 +222,7 @@ async fn complete(addr: SocketAddr, key: &str, text: &str) -> Result<(String, Co
         match event.event {
             Some(complete_event::Event::Delta(d)) => streamed.push_str(&d.text),
             Some(complete_event::Event::Done(done)) => return Ok((streamed, done)),
-            None => {}
+            Some(complete_event::Event::ChoiceDone(_)) | None => {}
         }
     }
     Err(Status::internal("stream ended without Done"))
@@ -570,6 +570,8 @@ async fn a_version_bump_stales_old_entries_and_regenerates_the_hottest() {
         seed: None,
         stop: vec![],
         penalties: Default::default(),
+        n: 1,
+        logprobs: None,
     };
     let new_key = |text: &str| {
         let request = NormalizedRequest {

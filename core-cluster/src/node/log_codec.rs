@@ -274,6 +274,8 @@ mod tests {
                 seed: Some(7),
                 stop: vec!["x".into()],
                 penalties: shared::normalize::Penalties { frequency: 0.5, presence: -0.25, repetition: 1.1 },
+                n: 1,
+                logprobs: None,
             },
         };
         vec![

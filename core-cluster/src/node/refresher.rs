@@ -86,9 +86,12 @@ impl Refresher {
                 .map_err(|s| CoreError::Pod { code: s.code(), message: s.message().to_owned() })?
                 .ok_or_else(|| CoreError::NoPod("the pod's stream ended without Done".into()))?;
             match message.event {
-                Some(generate_event::Event::Delta(delta)) => content.push_str(&delta.text),
+                // Stored entries are of one choice.
+                Some(generate_event::Event::Delta(delta)) if delta.index == 0 => {
+                    content.push_str(&delta.text)
+                }
                 Some(generate_event::Event::Done(done)) => break done,
-                None => {}
+                Some(_) | None => {}
             }
         };
         let entry = GeneratedEntry {

@@ -103,14 +103,7 @@ mod tests {
         assert_eq!(put.approx_bytes(), 23);
         let prompt = Prompt {
             messages: vec![Message { role: Role::User, content: "hi there".into() }],
-            sampling: Sampling {
-                max_tokens: 1,
-                temperature: 0.0,
-                top_p: 1.0,
-                seed: None,
-                stop: vec!["\n".into()],
-                penalties: Default::default(),
-            },
+            sampling: Sampling { stop: vec!["\n".into()], ..Sampling::greedy(1) },
         };
         assert_eq!(prompt.approx_bytes(), 4 + 8 + 1);
         let with_prompt =

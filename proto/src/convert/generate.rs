@@ -53,11 +53,15 @@ impl From<pb::Sampling> for Sampling {
             seed: s.seed,
             stop: s.stop,
             penalties: Penalties { frequency: s.frequency_penalty, presence: s.presence_penalty, repetition },
+            n: s.n.max(1),
+            logprobs: s.logprobs.then_some(s.top_logprobs),
         }
     }
 }
 
 impl From<&Sampling> for pb::Sampling {
+    /// The pod's parameters: it generates [`Sampling::generated_choices`] choices (one for a greedy
+    /// request, whose choices are all the greedy answer; the tier that answers copies it).
     fn from(s: &Sampling) -> Self {
         Self {
             max_tokens: s.max_tokens,
@@ -68,6 +72,9 @@ impl From<&Sampling> for pb::Sampling {
             frequency_penalty: s.penalties.frequency,
             presence_penalty: s.penalties.presence,
             repetition_penalty: s.penalties.repetition,
+            n: s.generated_choices(),
+            logprobs: s.logprobs.is_some(),
+            top_logprobs: s.logprobs.unwrap_or(0),
             ..Default::default()
         }
     }
@@ -132,6 +139,25 @@ impl GeneratedEntry {
     }
 }
 
+impl From<pb::TokenLogprob> for shared::openai::TokenLogprob {
+    fn from(t: pb::TokenLogprob) -> Self {
+        Self {
+            token: t.token,
+            logprob: t.logprob,
+            bytes: t.bytes,
+            top_logprobs: t
+                .top
+                .into_iter()
+                .map(|top| shared::openai::TopLogprob {
+                    token: top.token,
+                    logprob: top.logprob,
+                    bytes: top.bytes,
+                })
+                .collect(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,6 +176,8 @@ mod tests {
                 seed: Some(7),
                 stop: vec!["\n".into()],
                 penalties: Penalties { frequency: 0.5, presence: 0.25, repetition: 1.2 },
+                n: 2,
+                logprobs: Some(3),
             },
             delivery: shared::openai::Delivery::Stream { usage: false },
         }

@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument as _;
 
+use super::choices::{Gathered, Shape};
 use super::respond::{
     cache_headers, entry_response, mark_coalesced, semantic_headers, with_headers, Labels, EVENT_STREAM,
 };
@@ -60,17 +61,20 @@ pub async fn chat_completions(
     let class = Labels { class: admitted.class, store: admitted.caching.store };
     // What a streamed answer's chunks carry, made only for a request that streams.
     let delivery = admitted.request.delivery;
+    let shape = Shape::of(&admitted.request.sampling);
     let head = delivery.is_stream().then(|| StreamStart {
         id: key.completion_id(),
         created: now_ms() / 1000,
         model: admitted.request.model.name.clone(),
         usage: delivery.streams_usage(),
+        shape,
     });
     let answered = state.path().answer(admitted).instrument(span).await;
+    let reply = Reply { delivery, key: key.as_str(), class, shape };
     let response = match answered {
-        Ok(Answered::Ready(outcome)) => Ok(outcome_response(&outcome, delivery, key.as_str(), class, false)),
+        Ok(Answered::Ready(outcome)) => Ok(reply.outcome_response(&outcome, false)),
         Ok(Answered::Flight { subscription, coalesced }) => {
-            respond(subscription, delivery, head, key.as_str(), class, coalesced).await
+            reply.respond(subscription, head, coalesced).await
         }
         Err(error) => Err(error),
     };
@@ -102,52 +106,65 @@ async fn admit(
     Ok(Admitted::new(tenant, request, &settings.ttl, cache_sampled, directives, started).traced(traceparent))
 }
 
-/// A whole answer as this request asked for it.
-fn outcome_response(
-    outcome: &Outcome,
+/// How a request wants its answer: delivery, key, labels and the answer's shape.
+#[derive(Clone, Copy)]
+struct Reply<'a> {
     delivery: Delivery,
-    key: &str,
+    key: &'a str,
     class: Labels,
-    coalesced: bool,
-) -> Response {
-    let mut headers = cache_headers(outcome.x_cache, key, &outcome.timing, class, Some(&outcome.entry));
-    if let Some(hit) = &outcome.semantic {
-        semantic_headers(&mut headers, hit);
-    }
-    if coalesced {
-        mark_coalesced(&mut headers);
-    }
-    entry_response(&outcome.entry, delivery, headers)
+    shape: Shape,
 }
 
-/// Answers one request from its flight: the whole answer once it has landed, or (streaming, `head`
-/// given, when the flight generates) each delta as it comes.
-async fn respond(
-    mut subscription: Subscription,
-    delivery: Delivery,
-    head: Option<StreamStart>,
-    key: &str,
-    class: Labels,
-    coalesced: bool,
-) -> Result<Response, RegionalError> {
-    let Some(head) = head else {
-        let outcome = subscription.landed().await?;
-        return Ok(outcome_response(&outcome, delivery, key, class, coalesced));
-    };
-    let first = match subscription.next().await {
-        Some(FlightItem::Landed(outcome)) => {
-            return Ok(outcome_response(&outcome?, delivery, key, class, coalesced));
+impl Reply<'_> {
+    fn headers(&self, outcome: &Outcome, coalesced: bool) -> HeaderMap {
+        let mut headers =
+            cache_headers(outcome.x_cache, self.key, &outcome.timing, self.class, Some(&outcome.entry));
+        if let Some(hit) = &outcome.semantic {
+            semantic_headers(&mut headers, hit);
         }
-        Some(FlightItem::Delta(text)) => text,
-        None => return Err(RequestError::upstream(502, "the answer's flight ended without one").into()),
-    };
-    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
-    tokio::spawn(head.relay(first, subscription, tx));
-    let mut headers = cache_headers(X_CACHE_MISS, key, &ServerTiming::default(), class, None);
-    if coalesced {
-        mark_coalesced(&mut headers);
+        if coalesced {
+            mark_coalesced(&mut headers);
+        }
+        headers
     }
-    Ok(with_headers(StatusCode::OK, EVENT_STREAM, Body::from_stream(ReceiverStream::new(rx)), headers))
+
+    /// A whole answer that is its entry.
+    fn outcome_response(&self, outcome: &Outcome, coalesced: bool) -> Response {
+        entry_response(&outcome.entry, self.delivery, self.headers(outcome, coalesced), self.shape.copies)
+    }
+
+    /// Answers one request from its flight: the whole answer once it has landed, or (streaming, `head`
+    /// given, when the flight generates) each delta as it comes.
+    async fn respond(
+        self,
+        mut subscription: Subscription,
+        head: Option<StreamStart>,
+        coalesced: bool,
+    ) -> Result<Response, RegionalError> {
+        let Some(head) = head else {
+            if self.shape.is_entry() {
+                let outcome = subscription.landed().await?;
+                return Ok(self.outcome_response(&outcome, coalesced));
+            }
+            // Several sampled choices, or log-probabilities: the pieces make the answer.
+            let gathered = Gathered::gather(&mut subscription, self.shape).await?;
+            let body = serde_json::to_string(&gathered.to_response(self.shape)).unwrap_or_default();
+            let headers = self.headers(&gathered.outcome, coalesced);
+            return Ok(with_headers(StatusCode::OK, "application/json", Body::from(body), headers));
+        };
+        let first = match subscription.next().await {
+            Some(FlightItem::Landed(outcome)) => return Ok(self.outcome_response(&outcome?, coalesced)),
+            Some(item) => item,
+            None => return Err(RequestError::upstream(502, "the answer's flight ended without one").into()),
+        };
+        let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
+        tokio::spawn(head.relay(first, subscription, tx));
+        let mut headers = cache_headers(X_CACHE_MISS, self.key, &ServerTiming::default(), self.class, None);
+        if coalesced {
+            mark_coalesced(&mut headers);
+        }
+        Ok(with_headers(StatusCode::OK, EVENT_STREAM, Body::from_stream(ReceiverStream::new(rx)), headers))
+    }
 }
 
 /// What a streamed answer's chunks carry.
@@ -157,36 +174,62 @@ struct StreamStart {
     model: String,
     /// Whether the stream ends with a usage chunk.
     usage: bool,
+    /// The choices it carries.
+    shape: Shape,
 }
 
 impl StreamStart {
-    /// Sends a flight's deltas as OpenAI SSE chunks, then the finish chunk and `[DONE]` (or an
-    /// error event if the flight failed).
+    /// Sends a flight's items from `first` on as OpenAI SSE chunks (a role chunk per choice first; each
+    /// choice's finish chunk as it ends, or at the landing), then the usage chunk when asked for and
+    /// `[DONE]` (or an error event if the flight failed).
     async fn relay(
         self,
-        first: Arc<str>,
+        first: FlightItem,
         mut subscription: Subscription,
         tx: mpsc::Sender<Result<Bytes, Infallible>>,
     ) {
         let head = StreamHead { id: &self.id, created: self.created, model: &self.model };
+        let shape = self.shape;
         let send = |text: String| {
             let tx = tx.clone();
             async move { tx.send(Ok(Bytes::from(text))).await.is_ok() }
         };
-        if !send(head.role_chunk()).await || !send(head.content_chunk(&first)).await {
-            return;
+        for index in 0..shape.choices {
+            if !send(head.role_chunk(index)).await {
+                return;
+            }
         }
-        while let Some(item) = subscription.next().await {
+        let mut next = Some(first);
+        loop {
+            let item = match next.take() {
+                Some(item) => item,
+                None => match subscription.next().await {
+                    Some(item) => item,
+                    None => break,
+                },
+            };
             match item {
-                FlightItem::Delta(text) => {
-                    if !send(head.content_chunk(&text)).await {
+                FlightItem::Delta(piece) => {
+                    for index in shape.indexes_of(piece.choice) {
+                        if !send(head.content_chunk(index, &piece.text, piece.logprobs.as_deref())).await {
+                            return;
+                        }
+                    }
+                }
+                FlightItem::ChoiceEnd { choice, finish_reason } => {
+                    if !send(head.finish_chunk(choice, &finish_reason)).await {
                         return;
                     }
                 }
                 FlightItem::Landed(Ok(outcome)) => {
-                    send(head.finish_chunk(&outcome.entry.finish_reason)).await;
+                    // Several generated choices ended one by one; one generated answer ends every copy.
+                    if shape.generated() == 1 {
+                        for index in 0..shape.copies {
+                            send(head.finish_chunk(index, &outcome.entry.finish_reason)).await;
+                        }
+                    }
                     if self.usage {
-                        send(head.usage_chunk(outcome.entry.usage())).await;
+                        send(head.usage_chunk(outcome.entry.usage(shape.copies))).await;
                     }
                     send(SSE_DONE.to_owned()).await;
                     return;

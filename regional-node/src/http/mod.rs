@@ -3,6 +3,7 @@
 mod body;
 mod changes;
 mod chat;
+mod choices;
 mod hotset;
 mod invalidate;
 mod ops;

@@ -84,12 +84,17 @@ fn insert(headers: &mut HeaderMap, name: HeaderName, value: &str) {
     }
 }
 
-/// A whole answer from an entry: a JSON completion, or the complete SSE stream.
-pub fn entry_response(entry: &CachedCompletion, delivery: Delivery, headers: HeaderMap) -> Response {
+/// A whole answer from an entry, as `copies` choices: a JSON completion, or the complete SSE stream.
+pub fn entry_response(
+    entry: &CachedCompletion,
+    delivery: Delivery,
+    headers: HeaderMap,
+    copies: u32,
+) -> Response {
     let (content_type, body) = match delivery {
-        Delivery::Stream { usage } => (EVENT_STREAM, entry.to_sse(usage)),
+        Delivery::Stream { usage } => (EVENT_STREAM, entry.to_sse(usage, copies)),
         Delivery::Whole => {
-            ("application/json", serde_json::to_string(&entry.to_response()).unwrap_or_default())
+            ("application/json", serde_json::to_string(&entry.to_response(copies)).unwrap_or_default())
         }
     };
     with_headers(StatusCode::OK, content_type, Body::from(body), headers)

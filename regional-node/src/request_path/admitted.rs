@@ -69,8 +69,9 @@ pub struct Caching {
 
 impl Caching {
     /// Only deterministic requests (greedy, or sampled with a seed, which the key includes) are cached,
-    /// unless the tenant opted in to caching sampled answers; never a realtime one; and as far as the
-    /// request's directives allow.
+    /// unless the tenant opted in to caching sampled answers; never a realtime one, nor one whose answer
+    /// a cache cannot hold (log-probabilities, several sampled choices); and as far as the request's
+    /// directives allow.
     pub fn decide(
         class: ClassTtl,
         request: &NormalizedRequest,
@@ -78,7 +79,7 @@ impl Caching {
         directives: Directives,
     ) -> Self {
         let sampled = !request.sampling.is_greedy() && request.sampling.seed.is_none();
-        let cacheable = class.cacheable() && (!sampled || cache_sampled);
+        let cacheable = class.cacheable() && (!sampled || cache_sampled) && request.sampling.cache_can_hold();
         Self { lookup: cacheable && !directives.no_cache, store: cacheable && !directives.no_store }
     }
 }

@@ -15,7 +15,7 @@ use tonic::Streaming;
 use super::{elapsed_ms, Admitted, ClassTtl, RequestPath, X_CACHE_MISS, X_CACHE_STALE};
 use crate::admission::predicted_cost;
 use crate::core_client::STREAM_IDLE_TIMEOUT;
-use crate::flight::{Flight, Outcome};
+use crate::flight::{Flight, Outcome, Piece};
 use crate::semantic_tier::EmbeddedQuestion;
 use crate::server::now_ms;
 use crate::RegionalError;
@@ -127,9 +127,17 @@ impl FlightTask {
         let mut events = path.core.complete(complete_request(admitted), &admitted.trace).await?;
         while let Some(event) = next_event(&mut events).await? {
             match event.event {
+                Some(Event::ChoiceDone(choice)) => {
+                    self.flight.choice_end(choice.index, &choice.finish_reason)
+                }
                 Some(Event::Delta(delta)) => {
                     self.streamed.store(true, Ordering::Release);
-                    self.flight.delta(&delta.text);
+                    let logprobs = admitted
+                        .request
+                        .sampling
+                        .logprobs
+                        .map(|_| delta.logprobs.into_iter().map(Into::into).collect());
+                    self.flight.delta(Piece { choice: delta.index, text: delta.text, logprobs });
                     // Every client of the flight left: stop streaming here. The core finishes and
                     // keeps the answer, so the next request for the key finds it there.
                     if !self.flight.has_subscribers() {

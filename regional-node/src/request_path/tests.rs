@@ -163,7 +163,7 @@ impl CoreCache for FakeCore {
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             for text in ["answer: ".to_owned(), question] {
-                let delta = complete_event::Event::Delta(TokenDelta { text });
+                let delta = complete_event::Event::Delta(TokenDelta { text, ..Default::default() });
                 let _ = tx.send(Ok(CompleteEvent { event: Some(delta) })).await;
             }
             let wire = proto::cache::CachedCompletion::from(entry);
@@ -401,7 +401,7 @@ async fn outcome_error(answered: Result<Answered, RegionalError>) -> shared::Req
         Ok(Answered::Flight { mut subscription, .. }) => loop {
             match subscription.next().await {
                 Some(FlightItem::Landed(landed)) => break landed.map(|_| ()).expect_err("no answer"),
-                Some(FlightItem::Delta(_)) => {}
+                Some(FlightItem::Delta(_) | FlightItem::ChoiceEnd { .. }) => {}
                 None => panic!("the flight ended without landing"),
             }
         },

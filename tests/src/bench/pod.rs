@@ -161,6 +161,7 @@ impl GenTarget for PodClient {
                     record(&mut generation, &done);
                     break;
                 }
+                Some(pb::generate_event::Event::ChoiceDone(_)) => anyhow::bail!("one choice was asked for"),
                 None => anyhow::bail!("the Generate stream ended without a Done event"),
             }
         }

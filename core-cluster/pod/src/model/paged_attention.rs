@@ -1,8 +1,11 @@
 //! Causal grouped-query attention that reads keys and values through block tables.
 //!
 //! One work item is one (row, KV head): the row's `group` query heads that share that KV head
-//! stream the sequence's keys once, block by block, then its values once. Items run on candle's
-//! CPU thread pool, so attention and the matmuls share the same threads.
+//! stream the sequence's positions once, a fixed tile at a time (keys, then values, read through the
+//! block table), with an online softmax (as flash attention does): a running maximum and sum per query
+//! head, and the output rescaled whenever the maximum grows, so no scores the length of the context are
+//! kept. Items run
+//! on candle's CPU thread pool, so attention and the matmuls share the same threads.
 
 use std::cell::RefCell;
 use std::sync::Mutex;
@@ -60,15 +63,22 @@ pub fn paged_attention(
 
 thread_local! {
     /// The per-item buffers, reused across items.
-    static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch { scores: Vec::new(), block: Vec::new() }) };
+    static SCRATCH: RefCell<Scratch> = const {
+        RefCell::new(Scratch { scores: Vec::new(), block: Vec::new(), maxima: Vec::new(), sums: Vec::new() })
+    };
 }
 
 /// Buffers of one item's attention.
 struct Scratch {
-    /// Scores of the item's query heads, `[group][context]`.
+    /// One tile's scores, then its softmax weights, of the item's query heads, `[group][TILE]`.
     scores: Vec<f32>,
-    /// One block of an `f16` cache widened to `f32`, `[offset][head_dim]`.
+    /// One run of an `f16` cache widened to `f32`, `[offset][head_dim]`: a tile's keys, then, once its
+    /// scores are done, its values.
     block: Vec<f32>,
+    /// Each query head's largest score so far.
+    maxima: Vec<f32>,
+    /// Each query head's sum of `e^(score - maximum)` so far.
+    sums: Vec<f32>,
 }
 
 impl Scratch {
@@ -148,7 +158,37 @@ fn attend_portable(
     attend(layer, shape, row, head, query, out, scratch)
 }
 
-/// Attention of `group` query heads over one KV head: scores, softmax, weighted values.
+/// Positions per step of the online softmax. Fixed, not the KV block size, so the order of the
+/// arithmetic (and with it every rounding) is the same whatever the paging: a sequence gets the same
+/// answer from a pod with small blocks as from one with large blocks, and after preemption.
+const TILE: usize = 32;
+
+/// The runs of consecutive KV vectors that hold positions `start..start + len` of a sequence with block
+/// table `table`, for KV head `head`: `(offset in the tile, first vector, vectors)`, in order.
+fn segments(
+    g: KvGeometry,
+    table: &[u32],
+    head: usize,
+    start: usize,
+    len: usize,
+) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+    let bs = g.block_size;
+    let mut position = start;
+    std::iter::from_fn(move || {
+        if position >= start + len {
+            return None;
+        }
+        let (index, offset) = (position / bs, position % bs);
+        let run = (bs - offset).min(start + len - position);
+        let segment = (position - start, g.vector(table[index] as usize, head, offset), run);
+        position += run;
+        Some(segment)
+    })
+}
+
+/// Attention of `group` query heads over one KV head, [`TILE`] positions at a time with an online
+/// softmax: each tile's weights are taken against the running maximum, and what was accumulated
+/// against a smaller one is rescaled when the maximum grows.
 #[inline(always)]
 fn attend(
     layer: &LayerKv,
@@ -159,62 +199,83 @@ fn attend(
     out: &mut [f32],
     scratch: &mut Scratch,
 ) {
-    let Scratch { scores, block: widened } = scratch;
+    let Scratch { scores, block: widened, maxima, sums } = scratch;
     let g = shape.geometry;
-    let (hd, bs, group) = (g.head_dim, g.block_size, shape.group);
+    let (hd, group) = (g.head_dim, shape.group);
     let context = row.position + 1;
-    scores.clear();
-    scores.resize(group * context, 0.0);
-
-    for (index, &block) in row.table.iter().enumerate() {
-        let start = index * bs;
-        if start >= context {
-            break;
-        }
-        let len = bs.min(context - start);
-        let first = g.vector(block as usize, head, 0);
-        let run = Scratch::run(widened, &layer.keys, first, len, hd);
-        for offset in 0..len {
-            let vector = first + offset;
-            for j in 0..group {
-                let q = &query[j * hd..(j + 1) * hd];
-                let score = match (run, &layer.keys) {
-                    (Some(keys), _) => dot(q, &keys[offset * hd..(offset + 1) * hd]),
-                    (None, KvTensor::Int8 { data, scales }) => {
-                        dot_i8(q, &data[vector * hd..(vector + 1) * hd]) * scales[vector]
-                    }
-                    (None, _) => unreachable!("only int8 has no f32 run"),
-                };
-                scores[j * context + start + offset] = score * shape.scale;
-            }
-        }
-    }
-    for j in 0..group {
-        softmax(&mut scores[j * context..(j + 1) * context]);
-    }
-
+    scores.resize(group * TILE, 0.0);
+    maxima.clear();
+    maxima.resize(group, f32::NEG_INFINITY);
+    sums.clear();
+    sums.resize(group, 0.0);
     out.fill(0.0);
-    for (index, &block) in row.table.iter().enumerate() {
-        let start = index * bs;
-        if start >= context {
-            break;
-        }
-        let len = bs.min(context - start);
-        let first = g.vector(block as usize, head, 0);
-        let run = Scratch::run(widened, &layer.values, first, len, hd);
-        for offset in 0..len {
-            let vector = first + offset;
-            for j in 0..group {
-                let weight = scores[j * context + start + offset];
-                let o = &mut out[j * hd..(j + 1) * hd];
-                match (run, &layer.values) {
-                    (Some(values), _) => axpy(o, weight, &values[offset * hd..(offset + 1) * hd]),
-                    (None, KvTensor::Int8 { data, scales }) => {
-                        axpy_i8(o, weight * scales[vector], &data[vector * hd..(vector + 1) * hd])
-                    }
-                    (None, _) => unreachable!("only int8 has no f32 run"),
+
+    for tile_start in (0..context).step_by(TILE) {
+        let tile_len = TILE.min(context - tile_start);
+
+        for (at, first, len) in segments(g, row.table, head, tile_start, tile_len) {
+            let run = Scratch::run(widened, &layer.keys, first, len, hd);
+            for offset in 0..len {
+                let vector = first + offset;
+                for j in 0..group {
+                    let q = &query[j * hd..(j + 1) * hd];
+                    let score = match (run, &layer.keys) {
+                        (Some(keys), _) => dot(q, &keys[offset * hd..(offset + 1) * hd]),
+                        (None, KvTensor::Int8 { data, scales }) => {
+                            dot_i8(q, &data[vector * hd..(vector + 1) * hd]) * scales[vector]
+                        }
+                        (None, _) => unreachable!("only int8 has no f32 run"),
+                    };
+                    scores[j * TILE + at + offset] = score * shape.scale;
                 }
             }
+        }
+
+        for j in 0..group {
+            let weights = &mut scores[j * TILE..j * TILE + tile_len];
+            // Still scores here; weights after the `exp_neg` below.
+            let maximum = maxima[j].max(largest(weights));
+            // The output and sum so far are relative to the old maximum; before the first tile they
+            // are zero, and an unchanged maximum would scale them by exactly 1.
+            if tile_start > 0 && maximum > maxima[j] {
+                let c = crate::sampler::math::exp_neg(maxima[j] - maximum);
+                sums[j] *= c;
+                for o in &mut out[j * hd..(j + 1) * hd] {
+                    *o *= c;
+                }
+            }
+            maxima[j] = maximum;
+            // `maximum` bounds the tile's scores, so `score - maximum <= 0`, `exp_neg`'s domain.
+            // Unlike `f32::exp`, a libm call per score, `exp_neg` vectorises.
+            for w in weights.iter_mut() {
+                *w = crate::sampler::math::exp_neg(*w - maximum);
+            }
+            sums[j] += total(weights);
+        }
+
+        for (at, first, len) in segments(g, row.table, head, tile_start, tile_len) {
+            let run = Scratch::run(widened, &layer.values, first, len, hd);
+            for offset in 0..len {
+                let vector = first + offset;
+                for j in 0..group {
+                    let weight = scores[j * TILE + at + offset];
+                    let o = &mut out[j * hd..(j + 1) * hd];
+                    match (run, &layer.values) {
+                        (Some(values), _) => axpy(o, weight, &values[offset * hd..(offset + 1) * hd]),
+                        (None, KvTensor::Int8 { data, scales }) => {
+                            axpy_i8(o, weight * scales[vector], &data[vector * hd..(vector + 1) * hd])
+                        }
+                        (None, _) => unreachable!("only int8 has no f32 run"),
+                    }
+                }
+            }
+        }
+    }
+
+    for (j, &sum) in sums.iter().enumerate() {
+        let inverse = 1.0 / sum;
+        for o in &mut out[j * hd..(j + 1) * hd] {
+            *o *= inverse;
         }
     }
 }
@@ -265,27 +326,32 @@ fn axpy_i8(out: &mut [f32], weight: f32, x: &[i8]) {
     }
 }
 
-/// In-place softmax, stable against large scores, with the sampler's polynomial `exp` (which vectorises;
-/// `f32::exp` is a libm call per score, and at a long context the scores are most of attention's work
-/// besides the dot products).
+/// The largest value, `-inf` if none, NaN ignored. A comparison per lane vectorises; a chain of
+/// `f32::max` does not.
 #[inline(always)]
-fn softmax(x: &mut [f32]) {
-    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-    for v in x.iter_mut() {
-        *v = crate::sampler::math::exp_neg(*v - max);
+fn largest(x: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    for chunk in x.chunks_exact(8) {
+        for i in 0..8 {
+            lanes[i] = if chunk[i] > lanes[i] { chunk[i] } else { lanes[i] };
+        }
     }
-    // Eight independent partial sums, so the additions vectorise too.
+    lanes
+        .iter()
+        .chain(x.chunks_exact(8).remainder())
+        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
+}
+
+/// The sum, with eight independent partial sums so the additions vectorise.
+#[inline(always)]
+fn total(x: &[f32]) -> f32 {
     let mut lanes = [0.0f32; 8];
     for chunk in x.chunks_exact(8) {
         for i in 0..8 {
             lanes[i] += chunk[i];
         }
     }
-    let sum = lanes.iter().sum::<f32>() + x.chunks_exact(8).remainder().iter().sum::<f32>();
-    let inverse = 1.0 / sum;
-    for v in x.iter_mut() {
-        *v *= inverse;
-    }
+    lanes.iter().sum::<f32>() + x.chunks_exact(8).remainder().iter().sum::<f32>()
 }
 
 #[cfg(test)]
@@ -322,6 +388,24 @@ mod tests {
             .collect()
     }
 
+    /// Plain softmax, stable against large scores.
+    fn softmax(x: &mut [f32]) {
+        let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        for v in x.iter_mut() {
+            *v = (*v - max).exp();
+        }
+        let sum: f32 = x.iter().sum();
+        for v in x.iter_mut() {
+            *v /= sum;
+        }
+    }
+
+    /// The score of query head `q` with key head `kv` at one position: the dot product times `scale`.
+    fn score(s: &ModelShape, q: &[f32], key: &[f32], kv: usize, scale: f32) -> f32 {
+        let hd = s.head_dim;
+        q.iter().zip(&key[kv * hd..(kv + 1) * hd]).map(|(a, b)| a * b).sum::<f32>() * scale
+    }
+
     /// Plain attention over contiguous keys and values, `[position][kv_heads * head_dim]`.
     fn reference(
         s: &ModelShape,
@@ -329,17 +413,14 @@ mod tests {
         vals: &[Vec<f32>],
         query: &[f32],
         pos: usize,
+        scale: f32,
     ) -> Vec<f32> {
         let hd = s.head_dim;
         let mut out = vec![0.0; s.heads * hd];
         for h in 0..s.heads {
             let kv = h / s.group();
             let q = &query[h * hd..(h + 1) * hd];
-            let mut scores: Vec<f32> = (0..=pos)
-                .map(|t| {
-                    q.iter().zip(&keys[t][kv * hd..(kv + 1) * hd]).map(|(a, b)| a * b).sum::<f32>() * 0.5
-                })
-                .collect();
+            let mut scores: Vec<f32> = (0..=pos).map(|t| score(s, q, &keys[t], kv, scale)).collect();
             softmax(&mut scores);
             for (t, w) in scores.iter().enumerate() {
                 for d in 0..hd {
@@ -371,7 +452,7 @@ mod tests {
         let attention = AttentionShape { geometry: pool.geometry(), group: s.group(), scale: 0.5 };
         paged_attention(pool.layer(0), attention, &rows, &queries, &mut out);
         for (i, &p) in positions.iter().enumerate() {
-            let expected = reference(&s, &keys, &vals, &queries[i * s.hidden..(i + 1) * s.hidden], p);
+            let expected = reference(&s, &keys, &vals, &queries[i * s.hidden..(i + 1) * s.hidden], p, 0.5);
             for (a, b) in out[i * s.hidden..(i + 1) * s.hidden].iter().zip(&expected) {
                 assert!((a - b).abs() <= tolerance, "row {i}: {a} vs {b}");
             }
@@ -391,5 +472,81 @@ mod tests {
     #[test]
     fn int8_kv_stays_close_to_plain_attention() {
         run(KvPrecision::Int8, 2e-2);
+    }
+
+    /// Many blocks and scores in the hundreds: the running maximum grows from tile to tile, and
+    /// `e^score` would overflow, so only a correct rescaling of the accumulated output matches. Returns
+    /// the output.
+    fn run_long(precision: KvPrecision, block_size: usize) -> Vec<f32> {
+        let s = ModelShape { hidden: 128, heads: 8, kv_heads: 2, head_dim: 16, context: 256, ..shape() };
+        let (len, scale) = (215usize, 0.25);
+        let blocks = len.div_ceil(block_size) + 6;
+        // Every block once, out of order (7 is prime to the number of blocks, unless it divides it).
+        let blocks = if blocks % 7 == 0 { blocks + 1 } else { blocks };
+        let table: Vec<u32> = (0..len.div_ceil(block_size)).map(|i| ((i * 7 + 3) % blocks) as u32).collect();
+        let mut pool = KvPool::new(&s, blocks, block_size, precision);
+        // Multiples of 1/64 (keys, values) and integers (queries): f16 holds them exactly and every dot product
+        // is exact in any order, so the only differences left are the softmax's. The keys grow with the
+        // position, so later blocks tend to hold larger scores.
+        let grid = |v: Vec<f32>, factor: f32| -> Vec<f32> {
+            v.into_iter().map(|x| (x * factor * 64.0).round() / 64.0).collect()
+        };
+        let keys: Vec<Vec<f32>> =
+            (0..len).map(|t| grid(values(t as u64, s.kv_width()), 1.0 + t as f32 / 64.0)).collect();
+        let vals: Vec<Vec<f32>> = (0..len).map(|t| grid(values(500 + t as u64, s.kv_width()), 1.0)).collect();
+        for t in 0..len {
+            let slot = table[t / block_size] as usize * block_size + t % block_size;
+            pool.write(0, slot, &keys[t], &vals[t]);
+        }
+        let positions = [0usize, 15, 16, 100, 214];
+        let queries: Vec<f32> = positions
+            .iter()
+            .flat_map(|&p| values(3000 + p as u64, s.hidden))
+            .map(|x| (x * 40.0).round())
+            .collect();
+
+        // The premise, on the longest row's first head: its tile maxima rise again and again, and
+        // pass 88.7, where `e^x` leaves f32.
+        let q = &queries[(positions.len() - 1) * s.hidden..][..s.head_dim];
+        let tile_max = |b: usize| {
+            (b * TILE..((b + 1) * TILE).min(len))
+                .map(|t| score(&s, q, &keys[t], 0, scale))
+                .fold(f32::NEG_INFINITY, f32::max)
+        };
+        let maxima: Vec<f32> = (0..len.div_ceil(TILE)).map(tile_max).collect();
+        let rises = (1..maxima.len()).filter(|&b| maxima[..b].iter().all(|&m| maxima[b] > m)).count();
+        assert!(rises >= 3, "the maximum rose {rises} times: {maxima:?}");
+        assert!(maxima.iter().any(|&m| m > 88.7), "{maxima:?}");
+
+        let rows: Vec<AttentionRow<'_>> =
+            positions.iter().map(|&p| AttentionRow { position: p, table: &table }).collect();
+        let mut out = vec![0.0; positions.len() * s.hidden];
+        let attention = AttentionShape { geometry: pool.geometry(), group: s.group(), scale };
+        paged_attention(pool.layer(0), attention, &rows, &queries, &mut out);
+        for (i, &p) in positions.iter().enumerate() {
+            let expected = reference(&s, &keys, &vals, &queries[i * s.hidden..(i + 1) * s.hidden], p, scale);
+            for (a, b) in out[i * s.hidden..(i + 1) * s.hidden].iter().zip(&expected) {
+                assert!((a - b).abs() <= 1e-5, "row {i}: {a} vs {b}");
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn online_softmax_matches_plain_attention_over_many_blocks_of_large_scores() {
+        run_long(KvPrecision::F32, 16);
+    }
+
+    #[test]
+    fn online_softmax_over_f16_blocks_matches_plain_attention() {
+        run_long(KvPrecision::F16, 16);
+    }
+
+    #[test]
+    fn the_block_size_does_not_change_a_single_bit() {
+        let sixteen = run_long(KvPrecision::F32, 16);
+        for block_size in [4, 8, 32, 48] {
+            assert!(run_long(KvPrecision::F32, block_size) == sixteen, "block size {block_size}");
+        }
     }
 }

@@ -12,8 +12,10 @@
 //! - `truncate`: top-k by a heap, top-p by a mass-guided selection; neither sorts the vocabulary.
 //! - `math`: maximum, sum and `exp` over the vocabulary, in loops that vectorise.
 //! - [`penalties`]: [`Penalizer`], frequency, presence and repetition penalties on tokens already seen.
+//! - [`logprobs`]: the log-probabilities of a token and of the most likely tokens, for `logprobs`.
 
 pub mod distribution;
+pub mod logprobs;
 pub(crate) mod math;
 pub mod penalties;
 mod truncate;

@@ -43,7 +43,8 @@ fn collect(mut events: UnboundedReceiver<GenerationEvent>) -> (String, Generatio
     let mut text = String::new();
     while let Some(event) = events.blocking_recv() {
         match event {
-            GenerationEvent::Text(t) => text.push_str(&t),
+            GenerationEvent::Piece(piece) => text.push_str(&piece.text),
+            GenerationEvent::ChoiceDone { .. } => {}
             GenerationEvent::Done(summary) => return (text, summary),
             GenerationEvent::Failed(e) => panic!("generation failed: {e}"),
         }
@@ -172,4 +173,89 @@ fn penalties_steer_the_model_off_what_it_already_said_and_do_not_speculate() {
     assert_eq!(summary.draft_tokens, 0, "a penalized request speculated: {summary:?}");
     let (again, _) = generate(&worker, prompt(None, &question), penalized);
     assert_eq!(again, steered, "greedy decoding with penalties is deterministic");
+}
+
+/// Every choice's text and pieces, the `ChoiceDone`s in order, and the summary of a request.
+struct Choices {
+    texts: Vec<String>,
+    pieces: Vec<crate::generation::Piece>,
+    done: Vec<(u32, FinishReason, u32)>,
+    summary: GenerationSummary,
+}
+
+fn collect_choices(worker: &Worker, prompt: Vec<u32>, submission: Submission) -> Choices {
+    let n = submission.sampling.n as usize;
+    let mut events = worker.submit(prompt, submission).expect("submit");
+    let (mut texts, mut pieces, mut done) = (vec![String::new(); n], Vec::new(), Vec::new());
+    while let Some(event) = events.blocking_recv() {
+        match event {
+            GenerationEvent::Piece(piece) => {
+                texts[piece.choice as usize].push_str(&piece.text);
+                pieces.push(piece);
+            }
+            GenerationEvent::ChoiceDone { choice, finish_reason, completion_tokens } => {
+                done.push((choice, finish_reason, completion_tokens))
+            }
+            GenerationEvent::Done(summary) => return Choices { texts, pieces, done, summary },
+            GenerationEvent::Failed(e) => panic!("generation failed: {e}"),
+        }
+    }
+    panic!("the stream ended without Done");
+}
+
+#[test]
+fn several_choices_fork_one_prompt_and_draw_as_their_seeds_say() {
+    let question = prompt(Some("You are a poet."), "Write one line about the sea.");
+    let (worker, metrics) = worker(EngineConfig::default(), 8);
+    let sampled = |n: u32, seed: u64| {
+        let mut s = submission(12, false);
+        s.sampling = SamplingParams { temperature: 1.0, seed: Some(seed), n, ..SamplingParams::greedy(12) };
+        s
+    };
+    let computed_before = metrics.step_tokens.get();
+    let three = collect_choices(&worker, question.clone(), sampled(3, 41));
+    let computed = metrics.step_tokens.get() - computed_before;
+    let mut ended: Vec<u32> = three.done.iter().map(|&(choice, _, _)| choice).collect();
+    ended.sort_unstable();
+    assert_eq!(ended, [0, 1, 2], "each choice ends once");
+    let tokens: u32 = three.done.iter().map(|&(_, _, tokens)| tokens).sum();
+    assert_eq!(three.summary.completion_tokens, tokens, "usage counts every choice");
+    assert_eq!(three.summary.prompt_tokens as usize, question.len());
+    // The prompt was computed once: the forks share its KV and only their own tokens are computed.
+    assert!(
+        computed < question.len() as u64 + u64::from(tokens),
+        "computed {computed} tokens for a {}-token prompt and {tokens} generated",
+        question.len()
+    );
+    // Choice i of a seeded request is what the request alone draws with seed + i.
+    for choice in 0..3u64 {
+        let (alone, _) = generate(&worker, question.clone(), sampled(1, 41 + choice));
+        assert_eq!(three.texts[choice as usize], alone, "choice {choice}");
+    }
+    assert!(three.texts.iter().any(|t| *t != three.texts[0]), "three draws, one text: {:?}", three.texts);
+}
+
+#[test]
+fn log_probabilities_cover_every_token_of_the_text_and_rank_the_best() {
+    let (worker, _) = worker(EngineConfig::default(), 8);
+    let mut asked = submission(16, true);
+    asked.sampling.logprobs = Some(3);
+    let answer = collect_choices(&worker, prompt(None, "What is the capital of France?"), asked);
+    let logged: Vec<_> = answer.pieces.iter().flat_map(|p| p.logprobs.iter()).collect();
+    let bytes: Vec<u8> = logged.iter().flat_map(|t| t.bytes.iter().copied()).collect();
+    assert_eq!(String::from_utf8_lossy(&bytes), answer.texts[0], "one entry per token of the text");
+    let reported = if answer.summary.finish_reason == FinishReason::Stop { 1 } else { 0 };
+    assert_eq!(
+        logged.len() as u32 + reported,
+        answer.summary.completion_tokens,
+        "all but the end of the turn"
+    );
+    for token in logged {
+        assert_eq!(token.top.len(), 3);
+        assert!(token.top.windows(2).all(|w| w[0].1 >= w[1].1), "most likely first: {token:?}");
+        // Greedy decoding takes the most likely token.
+        assert_eq!((&token.top[0].0, token.top[0].1), (&token.bytes, token.logprob));
+        assert!(token.logprob <= 0.0 && token.logprob.is_finite());
+    }
+    assert_eq!(answer.summary.draft_tokens, 0, "a request for log-probabilities does not speculate");
 }
