@@ -1,11 +1,12 @@
 //! The binary form of the Raft log (`mesh.raft.v1.EntryPayload` and `AppendEntriesBody`): what the
-//! write-ahead log stores and what AppendEntries carries. No JSON on this path: an entry is encoded once by
-//! the leader's log store and once for each AppendEntries, in prost's compact form.
+//! write-ahead log stores and what AppendEntries carries; and of InstallSnapshot chunks. No JSON on this
+//! path: an entry is encoded once by the leader's log store and once for each AppendEntries, in prost's
+//! compact form.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use openraft::raft::AppendEntriesRequest;
-use openraft::{BasicNode, EntryPayload, LeaderId, LogId, Membership, Vote};
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest};
+use openraft::{BasicNode, EntryPayload, LeaderId, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
 use prost::Message as _;
 use proto::core as core_pb;
 use proto::inference as inference_pb;
@@ -72,6 +73,58 @@ pub fn decode_append(bytes: &[u8]) -> Result<AppendEntriesRequest<TypeConfig>, C
     })
 }
 
+/// Encodes an InstallSnapshot request (one chunk of a snapshot file).
+pub fn encode_install(request: &InstallSnapshotRequest<TypeConfig>) -> Vec<u8> {
+    let meta = &request.meta;
+    pb::InstallSnapshotBody {
+        vote: Some(vote_to_pb(&request.vote)),
+        last_log_id: meta.last_log_id.as_ref().map(log_id_to_pb),
+        membership: Some(membership_to_pb(meta.last_membership.membership())),
+        membership_log_id: meta.last_membership.log_id().as_ref().map(log_id_to_pb),
+        snapshot_id: meta.snapshot_id.clone(),
+        offset: request.offset,
+        data: request.data.clone(),
+        done: request.done,
+    }
+    .encode_to_vec()
+}
+
+/// Decodes an InstallSnapshot request.
+pub fn decode_install(bytes: &[u8]) -> Result<InstallSnapshotRequest<TypeConfig>, CoreError> {
+    let body = pb::InstallSnapshotBody::decode(bytes)
+        .map_err(|e| CoreError::InvalidArgument(format!("install snapshot does not decode: {e}")))?;
+    let membership = membership_from_pb(body.membership.ok_or_else(|| missing("the snapshot's membership"))?);
+    Ok(InstallSnapshotRequest {
+        vote: vote_from_pb(body.vote.ok_or_else(|| missing("the vote"))?),
+        meta: SnapshotMeta {
+            last_log_id: body.last_log_id.map(log_id_from_pb),
+            last_membership: StoredMembership::new(body.membership_log_id.map(log_id_from_pb), membership),
+            snapshot_id: body.snapshot_id,
+        },
+        offset: body.offset,
+        data: body.data,
+        done: body.done,
+    })
+}
+
+fn membership_to_pb(membership: &Membership<NodeId, BasicNode>) -> pb::Membership {
+    pb::Membership {
+        configs: membership
+            .get_joint_config()
+            .iter()
+            .map(|ids| pb::NodeIds { ids: ids.iter().copied().collect() })
+            .collect(),
+        nodes: membership.nodes().map(|(id, node)| (*id, node.addr.clone())).collect(),
+    }
+}
+
+fn membership_from_pb(m: pb::Membership) -> Membership<NodeId, BasicNode> {
+    let configs: Vec<BTreeSet<NodeId>> = m.configs.into_iter().map(|c| c.ids.into_iter().collect()).collect();
+    let nodes: BTreeMap<NodeId, BasicNode> =
+        m.nodes.into_iter().map(|(id, addr)| (id, BasicNode { addr })).collect();
+    Membership::new(configs, nodes)
+}
+
 fn log_id_to_pb(log_id: &LogId<NodeId>) -> pb::LogId {
     pb::LogId { term: log_id.leader_id.term, node_id: log_id.leader_id.node_id, index: log_id.index }
 }
@@ -100,14 +153,7 @@ fn payload_to_pb(payload: &EntryPayload<TypeConfig>) -> pb::EntryPayload {
             issued_ms: proposal.issued_ms,
             requests: proposal.requests.iter().map(request_to_pb).collect(),
         }),
-        EntryPayload::Membership(membership) => Kind::Membership(pb::Membership {
-            configs: membership
-                .get_joint_config()
-                .iter()
-                .map(|ids| pb::NodeIds { ids: ids.iter().copied().collect() })
-                .collect(),
-            nodes: membership.nodes().map(|(id, node)| (*id, node.addr.clone())).collect(),
-        }),
+        EntryPayload::Membership(membership) => Kind::Membership(membership_to_pb(membership)),
     };
     pb::EntryPayload { kind: Some(kind) }
 }
@@ -120,13 +166,7 @@ fn payload_from_pb(payload: pb::EntryPayload) -> Result<EntryPayload<TypeConfig>
             issued_ms: p.issued_ms,
             requests: p.requests.into_iter().map(request_from_pb).collect::<Result<_, _>>()?,
         }),
-        Kind::Membership(m) => {
-            let configs: Vec<BTreeSet<NodeId>> =
-                m.configs.into_iter().map(|c| c.ids.into_iter().collect()).collect();
-            let nodes: BTreeMap<NodeId, BasicNode> =
-                m.nodes.into_iter().map(|(id, addr)| (id, BasicNode { addr })).collect();
-            EntryPayload::Membership(Membership::new(configs, nodes))
-        }
+        Kind::Membership(m) => EntryPayload::Membership(membership_from_pb(m)),
     })
 }
 

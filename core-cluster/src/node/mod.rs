@@ -22,6 +22,7 @@
 //! - [`log_store`]: the Raft log, vote, committed pointer and purge point in the write-ahead log.
 //! - [`state_machine`]: the sled state machine: apply, reads at log time, digest, sweep candidates,
 //!   the change feed's rows, snapshots.
+//! - [`snapshot_file`]: snapshot files, written and read one framed record at a time.
 //! - [`change_feed`]: the `CoreCache.Watch` stream of the feed, resumable by revision.
 //! - [`convert`]: conversions between protobuf types and domain types, JSON Raft payloads.
 //! - [`peers`]: gRPC channels to other core nodes, shared by replication and forwarding.
@@ -71,6 +72,7 @@ pub mod records;
 pub mod refresher;
 pub mod request_size;
 pub mod server;
+pub mod snapshot_file;
 pub mod state_machine;
 pub mod store_service;
 pub mod ticker;

@@ -264,7 +264,8 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        self.call(Rpc::InstallSnapshot, convert::encode(&rpc), &option).await
+        let payload = RaftPayload { body: log_codec::encode_install(&rpc) };
+        self.call(Rpc::InstallSnapshot, Ok(payload), &option).await
     }
 
     async fn vote(

@@ -1,11 +1,11 @@
-//! The `Raft` gRPC server: hands openraft's messages (AppendEntries in the log's binary form, the rest as
-//! JSON) to the local Raft node, and accepts
+//! The `Raft` gRPC server: hands openraft's messages (AppendEntries and snapshot chunks in binary form,
+//! the rest as JSON) to the local Raft node, and accepts
 //! writes forwarded by followers once they pass the same checks as the store API's writes
 //! ([`validate::request`]).
 
 use std::sync::Arc;
 
-use openraft::raft::{AppendEntriesResponse, InstallSnapshotRequest, VoteRequest};
+use openraft::raft::{AppendEntriesResponse, VoteRequest};
 use proto::raft::raft_server::Raft as RaftRpc;
 use proto::raft::RaftPayload;
 use tonic::{Request, Response, Status};
@@ -16,7 +16,7 @@ use super::group_commit::GroupCommit;
 use super::leader_contact::LeaderContact;
 use super::log_codec;
 use super::metrics::Metrics;
-use super::types::{NodeId, Raft, Request as ClientRequest, TypeConfig};
+use super::types::{NodeId, Raft, Request as ClientRequest};
 use super::validate;
 use super::writer::ForwardReply;
 
@@ -64,7 +64,7 @@ impl RaftRpc for RaftService {
     #[tracing::instrument(level = "debug", name = "raft.install_snapshot", skip_all)]
     async fn install_snapshot(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         self.metrics.rpc_install_snapshot.inc();
-        let req: InstallSnapshotRequest<TypeConfig> = decode(request.get_ref())?;
+        let req = log_codec::decode_install(&request.get_ref().body)?;
         let result = self.raft.install_snapshot(req).await;
         Ok(Response::new(encode(&result)?))
     }

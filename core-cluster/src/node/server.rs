@@ -71,7 +71,7 @@ pub async fn run(
         .await
         .map_err(std::io::Error::other)??;
     let state_db = open_db(config.data_dir.join("sled-state")).await?;
-    let state = StateMachineStore::open(&state_db)?;
+    let state = StateMachineStore::open(&state_db, &config.data_dir.join("snapshots"))?;
 
     let channels = PeerChannels::new(config.source_ip, config.identity.clone());
     let network = Network::new(config.id, channels.clone(), config.identity.clone());

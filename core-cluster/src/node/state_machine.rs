@@ -1,5 +1,6 @@
 //! The replicated state machine in sled: cache entries, tenants, models, applied request ids, the state
-//! machine's clock, the last applied log id, the last membership, and the current snapshot.
+//! machine's clock, the last applied log id, the last membership, and the current snapshot's metadata
+//! (its rows are a file of [`super::snapshot_file`], written and read one row at a time).
 //!
 //! Durability: `apply` writes each batch of log entries atomically (one sled transaction over every tree,
 //! with the new last applied id) without its own fsync; the Raft log is durable and openraft re-applies
@@ -25,13 +26,15 @@
 #![allow(clippy::result_large_err)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use openraft::storage::RaftStateMachine;
 use openraft::{
     EntryPayload, LogId, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageIOError, StoredMembership,
 };
 use serde::de::DeserializeOwned;
+#[cfg(test)]
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
@@ -41,15 +44,16 @@ use super::error::CoreError;
 use super::records::{
     AppliedRequest, FeedRow, ModelState, StoredEntry, TenantState, FEED_RETENTION_MS, REQUEST_ID_RETENTION_MS,
 };
+use super::snapshot_file::{Header, SnapshotDir, SnapshotFile, SnapshotReader};
 use super::tx_tables::{TxTables, FEED_FLOOR};
 use super::types::{Command, Entry, NodeId, ProposalResponse, StorageError, TypeConfig};
+use proto::raft::SnapshotTable;
 use shared::changes::Resync;
 
 const LAST_APPLIED: &[u8] = b"last_applied";
 const LAST_MEMBERSHIP: &[u8] = b"last_membership";
 const CLOCK: &[u8] = b"clock_ms";
 const SNAPSHOT_META: &[u8] = b"meta";
-const SNAPSHOT_DATA: &[u8] = b"data";
 
 /// Membership as stored: the last membership config and the log id that introduced it.
 type Membership = StoredMembership<NodeId, openraft::BasicNode>;
@@ -57,8 +61,8 @@ type Membership = StoredMembership<NodeId, openraft::BasicNode>;
 /// Every tenant and every model, by name.
 type Directory = (BTreeMap<String, TenantState>, BTreeMap<String, ModelState>);
 
-/// What a snapshot is built from: the live state, the last applied log id and the membership.
-type SnapshotState = (SnapshotBody, Option<LogId<NodeId>>, Membership);
+/// A snapshot written to its file: the file, its rows, the last applied log id and the membership.
+type Written = (PathBuf, u64, Option<LogId<NodeId>>, Membership);
 
 /// The cache state machine of one core node.
 ///
@@ -77,15 +81,20 @@ pub struct StateMachineStore {
     requests: sled::Tree,
     /// Last applied log id, last membership and the clock, as JSON.
     meta: sled::Tree,
-    /// The current snapshot's metadata and bytes.
+    /// The current snapshot's metadata.
     snapshot: sled::Tree,
+    /// The snapshot files.
+    snapshots: SnapshotDir,
+    /// The file a snapshot from the leader is being received into.
+    receiving: Arc<Mutex<Option<PathBuf>>>,
     /// [`FeedRow`] JSON by revision (big-endian log index).
     feed: sled::Tree,
     /// The last applied log index, for watchers of the feed.
     applied: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
 }
 
-/// The bytes of a snapshot: the whole state.
+/// The whole state, decoded, for tests that compare replicas.
+#[cfg(test)]
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct SnapshotBody {
     /// The state machine's clock.
@@ -132,8 +141,8 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error> {
 }
 
 impl StateMachineStore {
-    /// Opens (or creates) the state-machine trees in `db`.
-    pub fn open(db: &sled::Db) -> Result<Self, sled::Error> {
+    /// Opens (or creates) the state-machine trees in `db`, with snapshot files in `snapshots`.
+    pub fn open(db: &sled::Db, snapshots: &Path) -> Result<Self, CoreError> {
         let meta = db.open_tree("sm_meta")?;
         let last_applied: Option<LogId<NodeId>> =
             meta.get(LAST_APPLIED)?.and_then(|b| decode(&b).ok()).flatten();
@@ -148,6 +157,8 @@ impl StateMachineStore {
             requests: db.open_tree("sm_requests")?,
             meta: db.open_tree("sm_meta")?,
             snapshot: db.open_tree("sm_snapshot")?,
+            snapshots: SnapshotDir::open(snapshots)?,
+            receiving: Arc::default(),
         })
     }
 
@@ -366,13 +377,48 @@ impl StateMachineStore {
         Ok((last_applied, membership))
     }
 
-    /// Copies the live state, for a snapshot. Called from the state-machine task, so nothing is being
-    /// applied at the same time and the copy is consistent.
-    fn copy_state(&self) -> Result<SnapshotState, StorageIOError<NodeId>> {
+    /// Writes the live state to a new snapshot file, row by row as the tables store them. Called from the
+    /// state-machine task, so nothing is being applied at the same time and the file is consistent.
+    /// Dead entries too: the snapshot is the state, so a replica that installs it equals one that applied
+    /// the log (the sweeps remove dead entries, in the log).
+    fn write_snapshot(&self) -> Result<Written, StorageIOError<NodeId>> {
+        let err = |e: &dyn std::fmt::Display| {
+            StorageIOError::write_snapshot(None, &std::io::Error::other(e.to_string()))
+        };
+        let (last_applied, membership) = self.read_applied()?;
+        let clock_ms = self.clock_ms().map_err(|e| err(&e))?;
+        let feed_floor = self.feed_floor().map_err(|e| err(&e))?;
+        let unique = self.db.generate_id().map_err(|e| err(&e))?;
+        let mut writer = self.snapshots.writer(unique).map_err(|e| err(&e))?;
+        writer.header(clock_ms, feed_floor).map_err(|e| err(&e))?;
+        for (table, tree) in self.tables() {
+            for item in tree.iter() {
+                let (key, value) = item.map_err(|e| err(&e))?;
+                writer.row(table, &key, &value).map_err(|e| err(&e))?;
+            }
+        }
+        let (path, rows) = writer.finish().map_err(|e| err(&e))?;
+        Ok((path, rows, last_applied, membership))
+    }
+
+    /// The tables a snapshot holds, with their snapshot names.
+    fn tables(&self) -> [(SnapshotTable, &sled::Tree); 5] {
+        [
+            (SnapshotTable::Entries, &self.entries),
+            (SnapshotTable::Tenants, &self.tenants),
+            (SnapshotTable::Models, &self.models),
+            (SnapshotTable::Requests, &self.requests),
+            (SnapshotTable::Feed, &self.feed),
+        ]
+    }
+
+    /// Copies the live state, decoded.
+    #[cfg(test)]
+    fn copy_state(&self) -> Result<(SnapshotBody, Option<LogId<NodeId>>), StorageIOError<NodeId>> {
         let err = |e: &dyn std::fmt::Display| {
             StorageIOError::read_state_machine(&std::io::Error::other(e.to_string()))
         };
-        let (last_applied, membership) = self.read_applied()?;
+        let (last_applied, _) = self.read_applied()?;
         let clock_ms = self.clock_ms().map_err(|e| err(&e))?;
         let (tenants, models) = self.directory().map_err(|e| err(&e))?;
         let feed_floor = self.feed_floor().map_err(|e| err(&e))?;
@@ -395,67 +441,53 @@ impl StateMachineStore {
         }
         body.tenants = tenants.into_iter().collect();
         body.models = models.into_iter().collect();
-        Ok((body, last_applied, membership))
+        Ok((body, last_applied))
     }
 
     /// The whole state and the last applied log id as JSON, for tests that compare replicas.
     #[cfg(test)]
     pub fn export(&self) -> serde_json::Value {
-        let (body, applied, _) = self.copy_state().expect("the state is readable");
+        let (body, applied) = self.copy_state().expect("the state is readable");
         serde_json::json!({ "state": body, "applied": applied })
     }
 
-    /// Saves a snapshot as the current one and fsyncs it.
-    async fn save_snapshot(
+    /// Makes the complete snapshot file at `file` the current snapshot, described by `meta`: the file is
+    /// synced and renamed, then the metadata is saved and flushed; older snapshot files are removed.
+    async fn keep_snapshot(
         &self,
         meta: &SnapshotMeta<NodeId, openraft::BasicNode>,
-        data: &[u8],
-    ) -> Result<(), StorageError> {
+        file: &Path,
+    ) -> Result<PathBuf, StorageError> {
         let write_err = |e: &(dyn std::error::Error + 'static)| {
             StorageIOError::write_snapshot(Some(meta.signature()), openraft::AnyError::from_dyn(e, None))
         };
+        let kept = self.snapshots.keep(file, &meta.snapshot_id).map_err(|e| write_err(&e))?;
         let meta_bytes = serde_json::to_vec(meta).map_err(|e| write_err(&e))?;
-        let mut batch = sled::Batch::default();
-        batch.insert(SNAPSHOT_META, meta_bytes);
-        batch.insert(SNAPSHOT_DATA, data);
-        self.snapshot.apply_batch(batch).map_err(|e| write_err(&e))?;
+        self.snapshot.insert(SNAPSHOT_META, meta_bytes).map_err(|e| write_err(&e))?;
         self.db.flush_async().await.map_err(|e| write_err(&e))?;
-        Ok(())
+        Ok(kept)
     }
 
-    /// Replaces the whole state with `body` at `last_applied`, atomically.
-    fn replace_state(
+    /// Replaces the whole state with the rows of a snapshot file at `last_applied`, atomically. The rows
+    /// are read one at a time; sled's transaction then holds them until it commits.
+    fn replace_state<R: std::io::Read>(
         &self,
-        body: &SnapshotBody,
+        file: R,
         last_applied: &Option<LogId<NodeId>>,
         membership: &Membership,
-    ) -> Result<(), StorageIOError<NodeId>> {
+    ) -> Result<u64, StorageIOError<NodeId>> {
         let err = |e: &dyn std::fmt::Display| {
             StorageIOError::write_state_machine(&std::io::Error::other(e.to_string()))
         };
-        let encode_all = |rows: Vec<(&String, Vec<u8>)>| -> Vec<(Vec<u8>, Vec<u8>)> {
-            rows.into_iter().map(|(k, v)| (k.as_bytes().to_vec(), v)).collect()
-        };
-        let mut encoded = Vec::new();
-        for rows in [
-            body.entries
-                .iter()
-                .map(|(k, v)| serde_json::to_vec(v).map(|b| (k, b)))
-                .collect::<Result<Vec<_>, _>>(),
-            body.tenants.iter().map(|(k, v)| serde_json::to_vec(v).map(|b| (k, b))).collect(),
-            body.models.iter().map(|(k, v)| serde_json::to_vec(v).map(|b| (k, b))).collect(),
-            body.requests.iter().map(|(k, v)| serde_json::to_vec(v).map(|b| (k, b))).collect(),
-        ] {
-            encoded.push(encode_all(rows.map_err(|e| err(&e))?));
+        let (header, mut reader) = SnapshotReader::open(file).map_err(|e| err(&e))?;
+        let Header { clock_ms, feed_floor } = header;
+        let mut encoded: [Vec<(Vec<u8>, Vec<u8>)>; 5] = Default::default();
+        let mut rows = 0;
+        while let Some(row) = reader.next_row().map_err(|e| err(&e))? {
+            encoded[row.table as usize].push((row.key, row.value));
+            rows += 1;
         }
-        let feed_rows = body
-            .feed
-            .iter()
-            .map(|(revision, row)| serde_json::to_vec(row).map(|b| (revision.to_be_bytes().to_vec(), b)))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| err(&e))?;
-        encoded.push(feed_rows);
-        let trees = [&self.entries, &self.tenants, &self.models, &self.requests, &self.feed];
+        let trees = self.tables().map(|(_, tree)| tree);
         let mut stale: Vec<Vec<sled::IVec>> = Vec::new();
         for (tree, rows) in trees.iter().zip(&encoded) {
             let keep: BTreeSet<&[u8]> = rows.iter().map(|(k, _)| k.as_slice()).collect();
@@ -470,8 +502,8 @@ impl StateMachineStore {
         }
         let applied = serde_json::to_vec(last_applied).map_err(|e| err(&e))?;
         let membership = serde_json::to_vec(membership).map_err(|e| err(&e))?;
-        let clock = serde_json::to_vec(&body.clock_ms).map_err(|e| err(&e))?;
-        let feed_floor = serde_json::to_vec(&body.feed_floor).map_err(|e| err(&e))?;
+        let clock = serde_json::to_vec(&clock_ms).map_err(|e| err(&e))?;
+        let feed_floor = serde_json::to_vec(&feed_floor).map_err(|e| err(&e))?;
         let result: Result<(), TransactionError<String>> =
             (&self.entries, &self.tenants, &self.models, &self.requests, &self.feed, &self.meta).transaction(
                 |(entries, tenants, models, requests, feed, meta)| {
@@ -492,7 +524,7 @@ impl StateMachineStore {
             );
         result.map_err(|e| StorageIOError::write_state_machine(&tx_error(e)))?;
         self.applied.send_replace(last_applied.as_ref().map_or(0, |id| id.index));
-        Ok(())
+        Ok(rows)
     }
 }
 
@@ -588,24 +620,37 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        SnapshotBuilder { store: self.clone(), state: self.copy_state() }
+        SnapshotBuilder { store: self.clone(), written: Some(self.write_snapshot()) }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotFile>, StorageError> {
+        let err = |e: &dyn std::fmt::Display| {
+            StorageIOError::write_snapshot(None, &std::io::Error::other(e.to_string()))
+        };
+        let unique = self.db.generate_id().map_err(|e| err(&e))?;
+        let (path, file) = self.snapshots.receiving(unique).map_err(|e| err(&e))?;
+        *self.receiving.lock().unwrap_or_else(PoisonError::into_inner) = Some(path);
+        Ok(Box::new(SnapshotFile::from(file)))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<NodeId, openraft::BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<SnapshotFile>,
     ) -> Result<(), StorageError> {
-        let data = snapshot.into_inner();
-        let body: SnapshotBody =
-            decode(&data).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
-        self.replace_state(&body, &meta.last_log_id, &meta.last_membership)?;
-        self.save_snapshot(meta, &data).await?;
-        tracing::info!(snapshot = %meta.snapshot_id, entries = body.entries.len(), "installed snapshot");
+        let read_err = |e: &dyn std::fmt::Display| {
+            StorageIOError::read_snapshot(Some(meta.signature()), &std::io::Error::other(e.to_string()))
+        };
+        let file = snapshot.into_rewound().map_err(|e| read_err(&e))?;
+        let rows = self.replace_state(&file, &meta.last_log_id, &meta.last_membership)?;
+        let received = self.receiving.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let file = match received {
+            Some(path) => path,
+            // Not one this store opened: the state it now holds is written out as the snapshot.
+            None => self.write_snapshot()?.0,
+        };
+        self.keep_snapshot(meta, &file).await?;
+        tracing::info!(snapshot = %meta.snapshot_id, rows, "installed snapshot");
         Ok(())
     }
 
@@ -613,38 +658,42 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let read_err = |e: &(dyn std::error::Error + 'static)| {
             StorageIOError::read_snapshot(None, openraft::AnyError::from_dyn(e, None))
         };
-        let meta = self.snapshot.get(SNAPSHOT_META).map_err(|e| read_err(&e))?;
-        let data = self.snapshot.get(SNAPSHOT_DATA).map_err(|e| read_err(&e))?;
-        let (Some(meta), Some(data)) = (meta, data) else {
+        let Some(meta) = self.snapshot.get(SNAPSHOT_META).map_err(|e| read_err(&e))? else {
             return Ok(None);
         };
-        let meta = decode(&meta).map_err(|e| read_err(&e))?;
-        Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(data.to_vec())) }))
+        let meta: SnapshotMeta<NodeId, openraft::BasicNode> = decode(&meta).map_err(|e| read_err(&e))?;
+        let file = match SnapshotFile::open(&self.snapshots.file_of(&meta.snapshot_id)) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(read_err(&e).into()),
+        };
+        Ok(Some(Snapshot { meta, snapshot: Box::new(file) }))
     }
 }
 
-/// Builds a snapshot from a copy of the state taken when openraft asked for the builder.
+/// Builds a snapshot from the file written when openraft asked for the builder.
 #[derive(Debug)]
 pub struct SnapshotBuilder {
     /// Where the snapshot is saved.
     store: StateMachineStore,
-    /// The copied state, or why it could not be read.
-    state: Result<SnapshotState, StorageIOError<NodeId>>,
+    /// The snapshot's file, or why it could not be written.
+    written: Option<Result<Written, StorageIOError<NodeId>>>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let (body, last_log_id, last_membership) =
-            std::mem::replace(&mut self.state, Ok((SnapshotBody::default(), None, Membership::default())))?;
-        let data = serde_json::to_vec(&body).map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        let written = self.written.take().unwrap_or_else(|| self.store.write_snapshot());
+        let (file, rows, last_log_id, last_membership) = written?;
         let unique = self.store.db.generate_id().map_err(|e| StorageIOError::write_snapshot(None, &e))?;
         let snapshot_id = match &last_log_id {
             Some(id) => format!("{}-{}-{unique}", id.leader_id.term, id.index),
             None => format!("none-{unique}"),
         };
         let meta = SnapshotMeta { last_log_id, last_membership, snapshot_id };
-        self.store.save_snapshot(&meta, &data).await?;
-        tracing::info!(snapshot = %meta.snapshot_id, entries = body.entries.len(), bytes = data.len(), "built snapshot");
-        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+        let kept = self.store.keep_snapshot(&meta, &file).await?;
+        let opened = SnapshotFile::open(&kept)
+            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+        tracing::info!(snapshot = %meta.snapshot_id, rows, "built snapshot");
+        Ok(Snapshot { meta, snapshot: Box::new(opened) })
     }
 }

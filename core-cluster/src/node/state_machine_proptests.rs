@@ -10,8 +10,6 @@
 // openraft's storage error is large, and every trait method returns it.
 #![allow(clippy::result_large_err)]
 
-use std::io::Cursor;
-
 use openraft::storage::RaftStateMachine;
 use openraft::{CommittedLeaderId, EntryPayload, LogId, RaftSnapshotBuilder, Snapshot};
 use proptest::prelude::*;
@@ -179,8 +177,12 @@ struct Replica {
 
 impl Replica {
     fn new() -> Self {
+        static REPLICAS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let db = sled::Config::new().temporary(true).open().expect("temporary sled");
-        Self { store: StateMachineStore::open(&db).expect("trees"), applied: 0, kept: None }
+        let n = REPLICAS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let snapshots = std::env::temp_dir().join(format!("sm-proptest-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&snapshots);
+        Self { store: StateMachineStore::open(&db, &snapshots).expect("trees"), applied: 0, kept: None }
     }
 
     async fn apply(&mut self, log: &[Entry], upto: usize) {
@@ -196,7 +198,7 @@ impl Replica {
     }
 
     async fn install(&mut self, snapshot: &Snapshot<TypeConfig>) {
-        let data = Box::new(Cursor::new(snapshot.snapshot.get_ref().clone()));
+        let data = super::storage_tests::transfer(snapshot, &mut self.store).await;
         self.store.install_snapshot(&snapshot.meta, data).await.expect("install");
         self.applied = snapshot.meta.last_log_id.map_or(0, |id| id.index as usize);
     }

@@ -5,7 +5,6 @@
 // rather than box it only to unbox it at the trait boundary.
 #![allow(clippy::result_large_err)]
 
-use std::io::Cursor;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -51,6 +50,20 @@ impl Drop for TempDir {
     }
 }
 
+/// A snapshot's file copied into a file `store` receives, as openraft copies the chunks it is sent.
+pub(super) async fn transfer(
+    snapshot: &openraft::Snapshot<super::types::TypeConfig>,
+    store: &mut StateMachineStore,
+) -> Box<super::snapshot_file::SnapshotFile> {
+    use tokio::io::{AsyncSeekExt as _, AsyncWriteExt as _};
+    let mut source = snapshot.snapshot.try_clone().expect("the snapshot's file");
+    source.rewind().await.expect("rewind");
+    let mut receiving = store.begin_receiving_snapshot().await.expect("begin");
+    tokio::io::copy(&mut source, &mut *receiving).await.expect("copy");
+    receiving.flush().await.expect("flush");
+    receiving
+}
+
 fn open(path: &std::path::Path) -> Result<(LogStore, StateMachineStore), StorageError> {
     // sled's flusher thread holds the file lock for a moment after the last handle is dropped, so a
     // reopen in the same process may have to wait for it.
@@ -69,7 +82,7 @@ fn open(path: &std::path::Path) -> Result<(LogStore, StateMachineStore), Storage
     Ok((
         LogStore::open(&path.join("wal"), std::time::Duration::from_secs(10))
             .map_err(|e| StorageIOError::write(&e))?,
-        StateMachineStore::open(&db).map_err(|e| StorageIOError::write(&e))?,
+        StateMachineStore::open(&db, &path.join("snapshots")).map_err(|e| StorageIOError::write(&e))?,
     ))
 }
 
@@ -222,8 +235,7 @@ fn snapshots_carry_the_whole_state_and_replace_it() {
 
         let snapshot = leader.get_snapshot_builder().await.build_snapshot().await.expect("build");
         assert_eq!(snapshot.meta.last_log_id, Some(log_id(1, 3)));
-        let mut receiving = follower.begin_receiving_snapshot().await.expect("begin");
-        *receiving = Cursor::new(snapshot.snapshot.into_inner());
+        let receiving = transfer(&snapshot, &mut follower).await;
         follower.install_snapshot(&snapshot.meta, receiving).await.expect("install");
 
         assert!(follower.read("x", "dev").expect("read").is_some());

@@ -4,8 +4,6 @@
 //! with the leader's clock. New command variants may be added; existing ones keep their JSON shape, because
 //! old entries stay in logs and snapshots.
 
-use std::io::Cursor;
-
 use openraft::BasicNode;
 use serde::{Deserialize, Serialize};
 use shared::completion::CachedCompletion;
@@ -15,13 +13,14 @@ use shared::normalize::{Message, Sampling};
 pub type NodeId = u64;
 
 openraft::declare_raft_types!(
-    /// The core cluster's Raft types: entries are [`Proposal`]s, snapshots are JSON bytes in memory.
+    /// The core cluster's Raft types: entries are [`Proposal`]s, snapshots are files
+    /// ([`super::snapshot_file`]).
     pub TypeConfig:
         D = Proposal,
         R = ProposalResponse,
         NodeId = NodeId,
         Node = BasicNode,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = super::snapshot_file::SnapshotFile,
 );
 
 /// A running Raft node of the core cluster.
