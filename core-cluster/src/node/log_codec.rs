@@ -125,19 +125,19 @@ fn membership_from_pb(m: pb::Membership) -> Membership<NodeId, BasicNode> {
     Membership::new(configs, nodes)
 }
 
-fn log_id_to_pb(log_id: &LogId<NodeId>) -> pb::LogId {
+pub(super) fn log_id_to_pb(log_id: &LogId<NodeId>) -> pb::LogId {
     pb::LogId { term: log_id.leader_id.term, node_id: log_id.leader_id.node_id, index: log_id.index }
 }
 
-fn log_id_from_pb(log_id: pb::LogId) -> LogId<NodeId> {
+pub(super) fn log_id_from_pb(log_id: pb::LogId) -> LogId<NodeId> {
     LogId::new(LeaderId::new(log_id.term, log_id.node_id), log_id.index)
 }
 
-fn vote_to_pb(vote: &Vote<NodeId>) -> pb::Vote {
+pub(super) fn vote_to_pb(vote: &Vote<NodeId>) -> pb::Vote {
     pb::Vote { term: vote.leader_id.term, node_id: vote.leader_id.node_id, committed: vote.committed }
 }
 
-fn vote_from_pb(vote: pb::Vote) -> Vote<NodeId> {
+pub(super) fn vote_from_pb(vote: pb::Vote) -> Vote<NodeId> {
     if vote.committed {
         Vote::new_committed(vote.term, vote.node_id)
     } else {

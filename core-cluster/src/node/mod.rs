@@ -18,7 +18,8 @@
 //! - [`tx_tables`]: those tables inside a sled transaction.
 //! - `memory_tables`: those tables in memory (tests), and `state_machine_proptests`, three replicas of
 //!   one random log compared at every index.
-//! - [`log_codec`]: the binary form of log entries and AppendEntries (prost).
+//! - [`log_codec`]: the binary form of log entries, AppendEntries and snapshot chunks (prost).
+//! - [`reply_codec`]: the binary form of votes and of every Raft RPC's reply.
 //! - [`log_store`]: the Raft log, vote, committed pointer and purge point in the write-ahead log.
 //! - [`state_machine`]: the sled state machine: apply, reads at log time, digest, sweep candidates,
 //!   the change feed's rows, snapshots.
@@ -70,6 +71,7 @@ pub mod raft_service;
 pub mod read_barrier;
 pub mod records;
 pub mod refresher;
+pub mod reply_codec;
 pub mod request_size;
 pub mod server;
 pub mod snapshot_file;

@@ -1,5 +1,5 @@
 //! openraft's network over the `Raft` gRPC service: AppendEntries requests travel in the Raft log's binary
-//! form ([`log_codec`]), the other messages and every reply as JSON.
+//! form and snapshot chunks in theirs ([`log_codec`]), votes and every reply in [`reply_codec`]'s.
 //!
 //! A failed call never surfaces as a panic or a fatal error: an unreachable peer becomes
 //! `RPCError::Unreachable` (openraft backs off and retries), a payload that does not parse becomes
@@ -25,14 +25,13 @@ use openraft::raft::{
 use openraft::BasicNode;
 use proto::raft::raft_client::RaftClient;
 use proto::raft::RaftPayload;
-use serde::de::DeserializeOwned;
 use tonic::transport::Channel;
 use tonic::Code;
 
-use super::convert;
 use super::error::CoreError;
 use super::log_codec;
 use super::peers::{PeerChannels, MAX_RAFT_MESSAGE_BYTES};
+use super::reply_codec::{self, Reply};
 use super::types::{NodeId, TypeConfig};
 use proto::TierIdentity;
 
@@ -155,8 +154,8 @@ impl PeerConnection {
         option: &RPCOption,
     ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
     where
-        Resp: DeserializeOwned,
-        E: Error + DeserializeOwned,
+        Resp: Reply<Error = E>,
+        E: Error,
     {
         let payload = payload.map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         if let Rpc::AppendEntries { entries } = rpc {
@@ -174,7 +173,7 @@ impl PeerConnection {
         self.send(rpc, payload, option).await
     }
 
-    /// Sends an encoded request and reads back `Result<Resp, RaftError<E>>` as JSON.
+    /// Sends an encoded request and reads back `Result<Resp, RaftError<E>>`.
     async fn send<Resp, E>(
         &mut self,
         rpc: Rpc,
@@ -182,8 +181,8 @@ impl PeerConnection {
         option: &RPCOption,
     ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
     where
-        Resp: DeserializeOwned,
-        E: Error + DeserializeOwned,
+        Resp: Reply<Error = E>,
+        E: Error,
     {
         let mut client = match &self.client {
             Ok(client) => client.clone(),
@@ -204,8 +203,7 @@ impl PeerConnection {
             Ok(Err(status)) => return Err(status_error(rpc, status)),
             Ok(Ok(reply)) => reply.into_inner(),
         };
-        let result: Result<Resp, RaftError<NodeId, E>> =
-            decode_reply(&reply).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let result = Resp::decode(&reply.body).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result
             .map_err(|e| RPCError::RemoteError(RemoteError::new_with_node(self.target, self.node.clone(), e)))
     }
@@ -217,10 +215,6 @@ impl PeerConnection {
     ) -> RPCError<NodeId, BasicNode, RaftError<NodeId, E>> {
         RPCError::Timeout(Timeout { action: rpc.kind(), id: self.id, target: self.target, timeout: ttl })
     }
-}
-
-fn decode_reply<T: DeserializeOwned>(reply: &RaftPayload) -> Result<T, serde_json::Error> {
-    serde_json::from_slice(&reply.body)
 }
 
 /// A transport or server status of a call to `rpc` as openraft's error. A size refusal of an AppendEntries
@@ -273,7 +267,8 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.call(Rpc::Vote, convert::encode(&rpc), &option).await
+        let payload = RaftPayload { body: reply_codec::encode_vote(&rpc) };
+        self.call(Rpc::Vote, Ok(payload), &option).await
     }
 }
 

@@ -1,11 +1,11 @@
-//! The `Raft` gRPC server: hands openraft's messages (AppendEntries and snapshot chunks in binary form,
-//! the rest as JSON) to the local Raft node, and accepts
+//! The `Raft` gRPC server: hands openraft's messages (binary, with binary replies) to the local Raft node,
+//! and accepts
 //! writes forwarded by followers once they pass the same checks as the store API's writes
 //! ([`validate::request`]).
 
 use std::sync::Arc;
 
-use openraft::raft::{AppendEntriesResponse, VoteRequest};
+use openraft::raft::{AppendEntriesResponse, InstallSnapshotResponse, VoteResponse};
 use proto::raft::raft_server::Raft as RaftRpc;
 use proto::raft::RaftPayload;
 use tonic::{Request, Response, Status};
@@ -16,7 +16,8 @@ use super::group_commit::GroupCommit;
 use super::leader_contact::LeaderContact;
 use super::log_codec;
 use super::metrics::Metrics;
-use super::types::{NodeId, Raft, Request as ClientRequest};
+use super::reply_codec::{self, Reply as _};
+use super::types::{Raft, Request as ClientRequest};
 use super::validate;
 use super::writer::ForwardReply;
 
@@ -50,15 +51,15 @@ impl RaftRpc for RaftService {
         if matches!(result, Ok(AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_))) {
             self.contact.touch();
         }
-        Ok(Response::new(encode(&result)?))
+        Ok(Response::new(RaftPayload { body: AppendEntriesResponse::encode(&result) }))
     }
 
     #[tracing::instrument(level = "debug", name = "raft.vote", skip_all)]
     async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         self.metrics.rpc_vote.inc();
-        let req: VoteRequest<NodeId> = decode(request.get_ref())?;
+        let req = reply_codec::decode_vote(&request.get_ref().body)?;
         let result = self.raft.vote(req).await;
-        Ok(Response::new(encode(&result)?))
+        Ok(Response::new(RaftPayload { body: VoteResponse::encode(&result) }))
     }
 
     #[tracing::instrument(level = "debug", name = "raft.install_snapshot", skip_all)]
@@ -66,7 +67,7 @@ impl RaftRpc for RaftService {
         self.metrics.rpc_install_snapshot.inc();
         let req = log_codec::decode_install(&request.get_ref().body)?;
         let result = self.raft.install_snapshot(req).await;
-        Ok(Response::new(encode(&result)?))
+        Ok(Response::new(RaftPayload { body: InstallSnapshotResponse::encode(&result) }))
     }
 
     #[tracing::instrument(level = "debug", name = "raft.client_write", skip_all)]
