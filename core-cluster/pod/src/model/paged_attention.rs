@@ -1,15 +1,17 @@
 //! Causal grouped-query attention that reads keys and values through block tables.
 //!
 //! One work item is one (row, KV head): the row's `group` query heads that share that KV head
-//! stream the sequence's positions once, a fixed tile at a time (keys, then values, read through the
-//! block table), with an online softmax (as flash attention does): a running maximum and sum per query
-//! head, and the output rescaled whenever the maximum grows, so no scores the length of the context are
-//! kept. Items run
-//! on candle's CPU thread pool, so attention and the matmuls share the same threads.
+//! stream the sequence's positions once, a fixed tile at a time (keys, then values, gathered through
+//! the block table into an `f32` tile), with an online softmax (as flash attention does): a running
+//! maximum and sum per query head, and the output rescaled whenever the maximum grows, so no scores
+//! the length of the context are kept. Within a tile, every key is read once for all the heads, and
+//! each output element is accumulated in a register over the tile's positions. Items run on candle's
+//! CPU thread pool, so attention and the matmuls share the same threads.
 
 use std::cell::RefCell;
 use std::sync::Mutex;
 
+use half::f16;
 use half::slice::HalfFloatSliceExt as _;
 
 use super::kv_pool::{KvGeometry, KvTensor, LayerKv};
@@ -64,44 +66,60 @@ pub fn paged_attention(
 thread_local! {
     /// The per-item buffers, reused across items.
     static SCRATCH: RefCell<Scratch> = const {
-        RefCell::new(Scratch { scores: Vec::new(), block: Vec::new(), maxima: Vec::new(), sums: Vec::new() })
+        RefCell::new(Scratch {
+            partial: Vec::new(),
+            scores: Vec::new(),
+            tile: Vec::new(),
+            scales: [1.0; TILE],
+            maxima: Vec::new(),
+            sums: Vec::new(),
+        })
     };
 }
 
 /// Buffers of one item's attention.
 struct Scratch {
+    /// One tile's dot products of the item's query heads, as eight lanes yet to be summed,
+    /// `[group][TILE]`.
+    partial: Vec<[f32; 8]>,
     /// One tile's scores, then its softmax weights, of the item's query heads, `[group][TILE]`.
     scores: Vec<f32>,
-    /// One run of an `f16` cache widened to `f32`, `[offset][head_dim]`: a tile's keys, then, once its
-    /// scores are done, its values.
-    block: Vec<f32>,
+    /// One tile's keys, then, once its scores are done, its values, as `f32`, `[TILE][head_dim]`.
+    tile: Vec<f32>,
+    /// The int8 scale of each of the tile's vectors.
+    scales: [f32; TILE],
     /// Each query head's largest score so far.
     maxima: Vec<f32>,
     /// Each query head's sum of `e^(score - maximum)` so far.
     sums: Vec<f32>,
 }
 
-impl Scratch {
-    /// The `len` vectors from vector `first` of `tensor` as `f32`s, or `None` for int8.
-    #[inline(always)]
-    fn run<'a>(
-        block: &'a mut Vec<f32>,
-        tensor: &'a KvTensor,
-        first: usize,
-        len: usize,
-        hd: usize,
-    ) -> Option<&'a [f32]> {
-        let range = first * hd..(first + len) * hd;
+/// Copies the vectors of `runs` (as [`segments`] gives them) from `tensor` into `tile`
+/// (`[offset][hd]`, as `f32`) and, for int8, their scales into `scales`. Returns whether `tensor` is
+/// int8, that is whether `scales` apply. The tile is the same whatever the block size.
+#[inline(always)]
+fn gather(
+    tensor: &KvTensor,
+    runs: impl Iterator<Item = (usize, usize, usize)>,
+    hd: usize,
+    tile: &mut [f32],
+    scales: &mut [f32; TILE],
+    widen: impl Fn(&[f16], &mut [f32]),
+) -> bool {
+    for (at, first, len) in runs {
+        let (to, from) = (&mut tile[at * hd..(at + len) * hd], first * hd..(first + len) * hd);
         match tensor {
-            KvTensor::F32(data) => Some(&data[range]),
-            KvTensor::F16(data) => {
-                block.resize(len * hd, 0.0);
-                data[range].convert_to_f32_slice(block);
-                Some(block)
+            KvTensor::F32(data) => to.copy_from_slice(&data[from]),
+            KvTensor::F16(data) => widen(&data[from], to),
+            KvTensor::Int8 { data, scales: s } => {
+                for (t, &v) in to.iter_mut().zip(&data[from]) {
+                    *t = f32::from(v);
+                }
+                scales[at..at + len].copy_from_slice(&s[first..first + len]);
             }
-            KvTensor::Int8 { .. } => None,
         }
     }
+    matches!(tensor, KvTensor::Int8 { .. })
 }
 
 /// The per-item kernel's signature.
@@ -110,7 +128,10 @@ type Kernel = fn(&LayerKv, AttentionShape, AttentionRow<'_>, usize, &[f32], &mut
 /// The widest kernel this CPU runs.
 fn kernel() -> Kernel {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+    if std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("f16c")
+    {
         return attend_avx2;
     }
     attend_portable
@@ -126,7 +147,7 @@ fn attend_avx2(
     out: &mut [f32],
     scratch: &mut Scratch,
 ) {
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn with_avx2(
         layer: &LayerKv,
         shape: AttentionShape,
@@ -136,9 +157,33 @@ fn attend_avx2(
         out: &mut [f32],
         scratch: &mut Scratch,
     ) {
-        attend(layer, shape, row, head, query, out, scratch)
+        use std::arch::x86_64::{_mm256_castps_si256, _mm256_cvtph_ps, _mm256_extract_epi32, _mm_set_epi16};
+        // One `vcvtph2ps` per eight values, where `half`'s slice conversion calls a function. The
+        // closure inherits `with_avx2`'s features, under which these intrinsics are safe, and the
+        // compiler turns the lane-by-lane `set` and `extract`s into a plain load and store.
+        let widen = |from: &[f16], to: &mut [f32]| {
+            let ((from8, from_rest), (to8, to_rest)) = (from.as_chunks::<8>(), to.as_chunks_mut::<8>());
+            for (h, f) in from8.iter().zip(to8) {
+                let h = h.map(|x| x.to_bits() as i16);
+                let v = _mm256_cvtph_ps(_mm_set_epi16(h[7], h[6], h[5], h[4], h[3], h[2], h[1], h[0]));
+                let v = _mm256_castps_si256(v);
+                *f = [
+                    _mm256_extract_epi32::<0>(v),
+                    _mm256_extract_epi32::<1>(v),
+                    _mm256_extract_epi32::<2>(v),
+                    _mm256_extract_epi32::<3>(v),
+                    _mm256_extract_epi32::<4>(v),
+                    _mm256_extract_epi32::<5>(v),
+                    _mm256_extract_epi32::<6>(v),
+                    _mm256_extract_epi32::<7>(v),
+                ]
+                .map(|bits| f32::from_bits(bits as u32));
+            }
+            from_rest.convert_to_f32_slice(to_rest);
+        };
+        attend::<true>(layer, shape, row, head, query, out, scratch, widen)
     }
-    // SAFETY: `kernel()` hands out this function only after detecting AVX2 and FMA at run time,
+    // SAFETY: `kernel()` hands out this function only after detecting AVX2, FMA and F16C at run time,
     // which is the one requirement of a `target_feature` function.
     #[allow(unsafe_code)]
     unsafe {
@@ -155,7 +200,8 @@ fn attend_portable(
     out: &mut [f32],
     scratch: &mut Scratch,
 ) {
-    attend(layer, shape, row, head, query, out, scratch)
+    let widen = |from: &[f16], to: &mut [f32]| from.convert_to_f32_slice(to);
+    attend::<false>(layer, shape, row, head, query, out, scratch, widen)
 }
 
 /// Positions per step of the online softmax. Fixed, not the KV block size, so the order of the
@@ -188,9 +234,12 @@ fn segments(
 
 /// Attention of `group` query heads over one KV head, [`TILE`] positions at a time with an online
 /// softmax: each tile's weights are taken against the running maximum, and what was accumulated
-/// against a smaller one is rescaled when the maximum grows.
+/// against a smaller one is rescaled when the maximum grows. Within a tile the order of the
+/// arithmetic depends on positions only, never on where the block table puts them; `FUSED` (the
+/// AVX2 kernel) rounds each multiply-add once, so that kernel's last bits differ from the portable one's.
 #[inline(always)]
-fn attend(
+#[allow(clippy::too_many_arguments)]
+fn attend<const FUSED: bool>(
     layer: &LayerKv,
     shape: AttentionShape,
     row: AttentionRow<'_>,
@@ -198,12 +247,15 @@ fn attend(
     query: &[f32],
     out: &mut [f32],
     scratch: &mut Scratch,
+    widen: impl Fn(&[f16], &mut [f32]) + Copy,
 ) {
-    let Scratch { scores, block: widened, maxima, sums } = scratch;
+    let Scratch { partial, scores, tile, scales, maxima, sums } = scratch;
     let g = shape.geometry;
     let (hd, group) = (g.head_dim, shape.group);
     let context = row.position + 1;
+    partial.resize(group * TILE, [0.0; 8]);
     scores.resize(group * TILE, 0.0);
+    tile.resize(TILE * hd, 0.0);
     maxima.clear();
     maxima.resize(group, f32::NEG_INFINITY);
     sums.clear();
@@ -212,22 +264,46 @@ fn attend(
 
     for tile_start in (0..context).step_by(TILE) {
         let tile_len = TILE.min(context - tile_start);
+        let runs = || segments(g, row.table, head, tile_start, tile_len);
 
-        for (at, first, len) in segments(g, row.table, head, tile_start, tile_len) {
-            let run = Scratch::run(widened, &layer.keys, first, len, hd);
-            for offset in 0..len {
-                let vector = first + offset;
-                for j in 0..group {
-                    let q = &query[j * hd..(j + 1) * hd];
-                    let score = match (run, &layer.keys) {
-                        (Some(keys), _) => dot(q, &keys[offset * hd..(offset + 1) * hd]),
-                        (None, KvTensor::Int8 { data, scales }) => {
-                            dot_i8(q, &data[vector * hd..(vector + 1) * hd]) * scales[vector]
-                        }
-                        (None, _) => unreachable!("only int8 has no f32 run"),
-                    };
-                    scores[j * TILE + at + offset] = score * shape.scale;
+        let int8 = gather(&layer.keys, runs(), hd, tile, scales, widen);
+        let mut j0 = 0;
+        while j0 < group {
+            // Runs of up to four heads, whose accumulators fit in registers.
+            let heads = (group - j0).min(4);
+            match heads {
+                1 => partial_scores::<FUSED, 1>(query, j0, tile, tile_len, hd, partial),
+                2 => partial_scores::<FUSED, 2>(query, j0, tile, tile_len, hd, partial),
+                3 => partial_scores::<FUSED, 3>(query, j0, tile, tile_len, hd, partial),
+                _ => partial_scores::<FUSED, 4>(query, j0, tile, tile_len, hd, partial),
+            }
+            j0 += heads;
+        }
+        let whole = hd / 8 * 8;
+        for j in 0..group {
+            let (partial, scores) = (&partial[j * TILE..][..tile_len], &mut scores[j * TILE..][..tile_len]);
+            // Eight at a time: the compiler sums eight positions' lanes in one transpose.
+            let ((partial8, partial_rest), (scores8, scores_rest)) =
+                (partial.as_chunks::<8>(), scores.as_chunks_mut::<8>());
+            for (s, lanes) in scores8.iter_mut().zip(partial8) {
+                *s = lanes.each_ref().map(pairwise);
+            }
+            for (s, lanes) in scores_rest.iter_mut().zip(partial_rest) {
+                *s = pairwise(lanes);
+            }
+            if whole < hd {
+                let q = &query[j * hd + whole..(j + 1) * hd];
+                for (p, s) in scores.iter_mut().enumerate() {
+                    *s += q.iter().zip(&tile[p * hd + whole..(p + 1) * hd]).map(|(x, k)| x * k).sum::<f32>();
                 }
+            }
+            if int8 {
+                for (s, &k) in scores.iter_mut().zip(scales.iter()) {
+                    *s *= k;
+                }
+            }
+            for s in scores.iter_mut() {
+                *s *= shape.scale;
             }
         }
 
@@ -253,22 +329,17 @@ fn attend(
             sums[j] += total(weights);
         }
 
-        for (at, first, len) in segments(g, row.table, head, tile_start, tile_len) {
-            let run = Scratch::run(widened, &layer.values, first, len, hd);
-            for offset in 0..len {
-                let vector = first + offset;
-                for j in 0..group {
-                    let weight = scores[j * TILE + at + offset];
-                    let o = &mut out[j * hd..(j + 1) * hd];
-                    match (run, &layer.values) {
-                        (Some(values), _) => axpy(o, weight, &values[offset * hd..(offset + 1) * hd]),
-                        (None, KvTensor::Int8 { data, scales }) => {
-                            axpy_i8(o, weight * scales[vector], &data[vector * hd..(vector + 1) * hd])
-                        }
-                        (None, _) => unreachable!("only int8 has no f32 run"),
-                    }
+        if gather(&layer.values, runs(), hd, tile, scales, widen) {
+            // Int8: `weight * scale` multiplies the integers, as a scaled vector would.
+            for j in 0..group {
+                for (w, &s) in scores[j * TILE..j * TILE + tile_len].iter_mut().zip(scales.iter()) {
+                    *w *= s;
                 }
             }
+        }
+        for j in 0..group {
+            let weights = &scores[j * TILE..j * TILE + tile_len];
+            accumulate::<FUSED, 8>(&mut out[j * hd..(j + 1) * hd], weights, tile, hd);
         }
     }
 
@@ -280,50 +351,102 @@ fn attend(
     }
 }
 
-/// Dot product with eight independent lanes, so the compiler keeps it in vector registers.
+/// The eight-lane partial dot products of query heads `j0..j0 + G` with each of the tile's `len`
+/// keys (their first `hd / 8 * 8` dimensions), into `partial[j][p]` (`[group][TILE]`): every key
+/// chunk is read once for all `G` heads, whose lanes are independent chains. The lanes are summed
+/// afterwards: summing them here leads the compiler to vectorise this loop badly.
 #[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    for (x, y) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
-        for i in 0..8 {
-            lanes[i] += x[i] * y[i];
+fn partial_scores<const FUSED: bool, const G: usize>(
+    query: &[f32],
+    j0: usize,
+    keys: &[f32],
+    len: usize,
+    hd: usize,
+    partial: &mut [[f32; 8]],
+) {
+    let q: [&[[f32; 8]]; G] = std::array::from_fn(|j| query[(j0 + j) * hd..(j0 + j + 1) * hd].as_chunks().0);
+    for p in 0..len {
+        let mut lanes = [[0.0f32; 8]; G];
+        for (c, k) in keys[p * hd..(p + 1) * hd].as_chunks::<8>().0.iter().enumerate() {
+            for j in 0..G {
+                for i in 0..8 {
+                    lanes[j][i] = mul_add::<FUSED>(q[j][c][i], k[i], lanes[j][i]);
+                }
+            }
+        }
+        for (j, lanes) in lanes.iter().enumerate() {
+            partial[(j0 + j) * TILE + p] = *lanes;
         }
     }
-    let tail: f32 =
-        a.chunks_exact(8).remainder().iter().zip(b.chunks_exact(8).remainder()).map(|(x, y)| x * y).sum();
-    lanes.iter().sum::<f32>() + tail
 }
 
+/// `out += Σ_p weights[p] * values[p]` over the tile's positions, for one query head: `8 * C`
+/// dimensions at a time, kept in registers across the tile (independent chains, one load and store of
+/// `out` per tile). Each element adds the positions in order, so the split changes no bit.
 #[inline(always)]
-fn dot_i8(a: &[f32], b: &[i8]) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    for (x, y) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
-        for i in 0..8 {
-            lanes[i] += x[i] * f32::from(y[i]);
+fn accumulate<const FUSED: bool, const C: usize>(
+    out: &mut [f32],
+    weights: &[f32],
+    values: &[f32],
+    hd: usize,
+) {
+    let mut d = 0;
+    while d + 8 * C <= hd {
+        accumulate_strip::<FUSED, C>(&mut out[d..d + 8 * C], weights, &values[d..], hd);
+        d += 8 * C;
+    }
+    while d + 8 <= hd {
+        accumulate_strip::<FUSED, 1>(&mut out[d..d + 8], weights, &values[d..], hd);
+        d += 8;
+    }
+    for (e, o) in out.iter_mut().enumerate().skip(d) {
+        for (p, &w) in weights.iter().enumerate() {
+            *o = mul_add::<FUSED>(w, values[p * hd + e], *o);
         }
     }
-    let tail: f32 = a
-        .chunks_exact(8)
-        .remainder()
-        .iter()
-        .zip(b.chunks_exact(8).remainder())
-        .map(|(x, y)| x * f32::from(*y))
-        .sum();
-    lanes.iter().sum::<f32>() + tail
 }
 
+/// [`accumulate`] for the `8 * C` elements of `out`, from the first `8 * C` of each `hd` values.
 #[inline(always)]
-fn axpy(out: &mut [f32], weight: f32, x: &[f32]) {
-    for (o, v) in out.iter_mut().zip(x) {
-        *o += weight * v;
+fn accumulate_strip<const FUSED: bool, const C: usize>(
+    out: &mut [f32],
+    weights: &[f32],
+    values: &[f32],
+    hd: usize,
+) {
+    // Index loops over fixed sizes: the compiler unrolls them and keeps `acc` in registers.
+    let mut acc = [[0.0f32; 8]; C];
+    for (c, lanes) in acc.iter_mut().enumerate() {
+        lanes.copy_from_slice(&out[8 * c..8 * c + 8]);
+    }
+    for (p, &w) in weights.iter().enumerate() {
+        let v = &values[p * hd..p * hd + 8 * C];
+        for c in 0..C {
+            for i in 0..8 {
+                acc[c][i] = mul_add::<FUSED>(w, v[8 * c + i], acc[c][i]);
+            }
+        }
+    }
+    for (c, lanes) in acc.iter().enumerate() {
+        out[8 * c..8 * c + 8].copy_from_slice(lanes);
     }
 }
 
+/// `a * b + c`, rounded once (an FMA instruction) if `FUSED`, else twice.
 #[inline(always)]
-fn axpy_i8(out: &mut [f32], weight: f32, x: &[i8]) {
-    for (o, v) in out.iter_mut().zip(x) {
-        *o += weight * f32::from(*v);
+fn mul_add<const FUSED: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FUSED {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
     }
+}
+
+/// The sum of eight lanes, pairwise: `((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7))`, the
+/// order of horizontal adds.
+#[inline(always)]
+fn pairwise(x: &[f32; 8]) -> f32 {
+    ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7]))
 }
 
 /// The largest value, `-inf` if none, NaN ignored. A comparison per lane vectorises; a chain of
@@ -548,5 +671,68 @@ mod tests {
         for block_size in [4, 8, 32, 48] {
             assert!(run_long(KvPrecision::F32, block_size) == sixteen, "block size {block_size}");
         }
+    }
+
+    /// On a CPU with AVX2, the tests above check that kernel; the portable one, which differs in its
+    /// rounding (no FMA) and its `f16` widening, must agree too, at the real head size.
+    #[test]
+    fn the_portable_kernel_agrees_with_the_detected_one() {
+        let s = ModelShape { hidden: 576, heads: 9, kv_heads: 3, head_dim: 64, context: 128, ..shape() };
+        let table = [3u32, 0, 6, 1, 7, 2, 5];
+        for precision in [KvPrecision::F32, KvPrecision::F16, KvPrecision::Int8] {
+            let mut pool = KvPool::new(&s, 8, 16, precision);
+            for t in 0..100 {
+                let (k, v) = (values(t as u64, s.kv_width()), values(500 + t as u64, s.kv_width()));
+                pool.write(0, table[t / 16] as usize * 16 + t % 16, &k, &v);
+            }
+            let query = values(7, s.hidden);
+            let attention = AttentionShape { geometry: pool.geometry(), group: 3, scale: 0.125 };
+            let row = AttentionRow { position: 99, table: &table };
+            let attend = |kernel: Kernel| {
+                let mut out = vec![0.0; 192];
+                SCRATCH.with(|scratch| {
+                    kernel(
+                        pool.layer(0),
+                        attention,
+                        row,
+                        1,
+                        &query[192..384],
+                        &mut out,
+                        &mut scratch.borrow_mut(),
+                    )
+                });
+                out
+            };
+            for (a, b) in attend(attend_portable).iter().zip(attend(kernel())) {
+                assert!((a - b).abs() <= 1e-6, "{precision:?}: {a} vs {b}");
+            }
+        }
+    }
+
+    /// Times one decode row behind 1,072 positions with SmolLM2-135M's attention shapes.
+    #[test]
+    #[ignore = "a timing, not a check"]
+    fn attention_speed() {
+        let s = ModelShape { hidden: 576, heads: 9, kv_heads: 3, head_dim: 64, context: 2048, ..shape() };
+        let (block_size, position) = (16usize, 1071usize);
+        let blocks = (position + 1).div_ceil(block_size);
+        let table: Vec<u32> = (0..blocks).map(|i| ((i * 7 + 3) % (blocks + 2)) as u32).collect();
+        let mut pool = KvPool::new(&s, blocks + 2, block_size, KvPrecision::F16);
+        for t in 0..=position {
+            let slot = table[t / block_size] as usize * block_size + t % block_size;
+            pool.write(0, slot, &values(t as u64, s.kv_width()), &values(9000 + t as u64, s.kv_width()));
+        }
+        let query = values(7, s.hidden);
+        let rows = [AttentionRow { position, table: &table }];
+        let attention = AttentionShape { geometry: pool.geometry(), group: s.group(), scale: 0.125 };
+        let mut out = vec![0.0; s.hidden];
+        let calls = 2000;
+        paged_attention(pool.layer(0), attention, &rows, &query, &mut out);
+        let start = std::time::Instant::now();
+        for _ in 0..calls {
+            paged_attention(pool.layer(0), attention, &rows, &query, &mut out);
+        }
+        let ns = start.elapsed().as_nanos() / calls;
+        println!("attention_speed: {ns} ns per call");
     }
 }
