@@ -13,11 +13,11 @@ use tracing_subscriber::EnvFilter;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     if std::env::args().nth(1).as_deref() == Some("admin") {
         let args = AdminArgs::parse_from(std::env::args().skip(1));
-        admin_cli::run(args).await?;
+        let runtime = tokio::runtime::Runtime::new()?;
+        runtime.block_on(admin_cli::run(args))?;
         return Ok(());
     }
     let filter =
@@ -30,6 +30,14 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let args = parsed.settings;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(usize::from(args.worker_threads))
+        .enable_all()
+        .build()?;
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: NodeArgs) -> anyhow::Result<()> {
     let listen = args.listen;
     let config = args.into_config()?;
     let listener = TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
