@@ -124,11 +124,13 @@ pub struct Ticket<'a> {
     _tenant_permit: Option<OwnedSemaphorePermit>,
 }
 
-/// The predicted cost of generating an answer to `request`, in decode-token units.
+/// The predicted cost of generating an answer to `request`, in decode-token units: every choice the pod
+/// generates decodes, and the prompt is computed once.
 pub fn predicted_cost(request: &NormalizedRequest) -> u64 {
     let prompt_chars: u64 = request.messages.iter().map(|m| m.content.len() as u64 + 16).sum();
     let prompt_tokens = prompt_chars.div_ceil(CHARS_PER_TOKEN);
-    u64::from(request.sampling.max_tokens) + prompt_tokens.div_ceil(PROMPT_TOKENS_PER_UNIT)
+    let decoded = u64::from(request.sampling.max_tokens) * u64::from(request.sampling.generated_choices());
+    decoded + prompt_tokens.div_ceil(PROMPT_TOKENS_PER_UNIT)
 }
 
 impl Admission {
@@ -288,6 +290,22 @@ impl Drop for Ticket<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_generated_choice_counts_and_greedy_copies_do_not() {
+        use shared::normalize::{Message, Role, Sampling};
+        let request = |sampling: Sampling| NormalizedRequest {
+            model: shared::models::ModelRef { name: "m".into(), version: 1 },
+            messages: vec![Message { role: Role::User, content: "x".repeat(40) }],
+            sampling,
+            delivery: shared::openai::Delivery::Whole,
+        };
+        let one = predicted_cost(&request(Sampling { temperature: 0.8, ..Sampling::greedy(100) }));
+        let four = predicted_cost(&request(Sampling { temperature: 0.8, n: 4, ..Sampling::greedy(100) }));
+        let copies = predicted_cost(&request(Sampling { n: 4, ..Sampling::greedy(100) }));
+        assert_eq!(four - one, 300, "three more choices of 100 tokens");
+        assert_eq!(copies, one, "greedy choices are one generation");
+    }
 
     fn admission(budget: u64, queue: usize, wait_ms: u64) -> Admission {
         Admission::new(AdmissionLimits {

@@ -295,14 +295,18 @@ impl StepLoop {
                 forks.push(id);
                 continue;
             }
-            let Some(sequence) = self.scheduler.sequence(parent) else { continue };
+            let Some(sequence) = self.scheduler.sequence(parent) else {
+                child.fail(InferenceError::Internal("the request's sequence is gone".into()));
+                continue;
+            };
             let (salt, priority) = (sequence.salt(), sequence.priority());
             let prompt = sequence.tokens()[..sequence.prompt_len()].to_vec();
             match self.scheduler.add(id, salt, prompt, priority) {
                 Ok(()) => {
                     self.generations.insert(id, child);
                 }
-                Err(e) => child.fail(InferenceError::InvalidRequest(e.to_string())),
+                Err(SchedulerError::QueueFull { waiting }) => child.fail(InferenceError::QueueFull(waiting)),
+                Err(e) => child.fail(InferenceError::Internal(e.to_string())),
             }
         }
         forks

@@ -33,6 +33,9 @@ use crate::wal::{Done, Wal, WalOptions};
 #[derive(Clone, Debug)]
 pub struct LogStore {
     wal: Arc<Wal>,
+    /// The last log index a durable snapshot covers, when purges must wait for one
+    /// ([`LogStore::purge_behind`]).
+    durable_snapshot: Option<tokio::sync::watch::Receiver<u64>>,
 }
 
 impl LogStore {
@@ -40,7 +43,16 @@ impl LogStore {
     /// to let go of it.
     pub fn open(path: &Path, lock_wait: Duration) -> io::Result<Self> {
         let dir = OsDir::open(path, lock_wait)?;
-        Ok(Self { wal: Arc::new(Wal::open(Arc::new(dir), WalOptions::default())?) })
+        Ok(Self { wal: Arc::new(Wal::open(Arc::new(dir), WalOptions::default())?), durable_snapshot: None })
+    }
+
+    /// Makes every purge wait until `durable_snapshot` (the last index the state machine's durable
+    /// snapshot covers) reaches the purge point. openraft purges the log as soon as it installs a snapshot
+    /// from the leader, on another task than the install; without this, a crash between the purge and
+    /// the installed state reaching the disk would leave entries that are neither in the log nor durable.
+    pub fn purge_behind(mut self, durable_snapshot: tokio::sync::watch::Receiver<u64>) -> Self {
+        self.durable_snapshot = Some(durable_snapshot);
+        self
     }
 
     /// The log's syncs so far and the writes they covered.
@@ -143,6 +155,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError> {
+        if let Some(durable) = self.durable_snapshot.as_mut() {
+            durable
+                .wait_for(|&covered| covered >= log_id.index)
+                .await
+                .map_err(|e| StorageIOError::write_logs(&io::Error::other(e)))?;
+        }
         let (done, rx) = durable();
         self.wal.purge(&log_id, done).map_err(|e| StorageIOError::write_logs(&e))?;
         synced(rx).await.map_err(|e| StorageIOError::write_logs(&e))?;

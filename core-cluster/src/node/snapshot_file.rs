@@ -56,15 +56,17 @@ impl SnapshotDir {
         Ok(SnapshotWriter { out: BufWriter::new(file), path, rows: 0 })
     }
 
-    /// A new file for a snapshot a leader sends, readable and writable at any offset.
-    pub fn receiving(&self, unique: u64) -> io::Result<(PathBuf, File)> {
+    /// A new file for a snapshot a leader sends, readable and writable at any offset; it remembers its
+    /// path ([`SnapshotFile::received`]).
+    pub fn receiving(&self, unique: u64) -> io::Result<SnapshotFile> {
         let path = self.path.join(format!("{RECEIVING}{unique}{SUFFIX}"));
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path)?;
-        Ok((path, file))
+        Ok(SnapshotFile { file, seeked: None, received: Some(path) })
     }
 
     /// Makes the complete file at `from` the snapshot `id`: syncs it, renames it, syncs the directory, and
-    /// removes every other snapshot file. Returns its path.
+    /// removes the other complete snapshots (never a file still being written or received). Returns its
+    /// path. Callers serialise their calls.
     pub fn keep(&self, from: &Path, id: &str) -> io::Result<PathBuf> {
         File::open(from)?.sync_all()?;
         let to = self.file_of(id);
@@ -72,11 +74,22 @@ impl SnapshotDir {
         File::open(&self.path)?.sync_all()?;
         for item in fs::read_dir(&self.path)? {
             let other = item?.path();
-            if other != to && other.extension().is_some_and(|e| e == &SUFFIX[1..]) {
-                fs::remove_file(other)?;
+            let name = other.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let complete =
+                name.ends_with(SUFFIX) && !name.starts_with(PARTIAL) && !name.starts_with(RECEIVING);
+            if other != to && complete {
+                match fs::remove_file(&other) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
             }
         }
         Ok(to)
+    }
+
+    /// Removes a file that will not become a snapshot (it may be gone already).
+    pub fn discard(&self, file: &Path) {
+        let _ = fs::remove_file(file);
     }
 }
 
@@ -125,12 +138,19 @@ pub struct SnapshotFile {
     file: File,
     /// The result of the last `start_seek`, for `poll_complete`.
     seeked: Option<io::Result<u64>>,
+    /// Where a snapshot received from a leader is being written.
+    received: Option<PathBuf>,
 }
 
 impl SnapshotFile {
     /// Opens the snapshot at `path` for reading.
     pub fn open(path: &Path) -> io::Result<Self> {
         Ok(Self::from(File::open(path)?))
+    }
+
+    /// The path of a file [`SnapshotDir::receiving`] opened.
+    pub fn received(&self) -> Option<&Path> {
+        self.received.as_deref()
     }
 
     /// The file, positioned at its start.
@@ -147,7 +167,7 @@ impl SnapshotFile {
 
 impl From<File> for SnapshotFile {
     fn from(file: File) -> Self {
-        Self { file, seeked: None }
+        Self { file, seeked: None, received: None }
     }
 }
 
@@ -331,10 +351,14 @@ mod tests {
         assert_eq!(header, Header { clock_ms: 42, feed_floor: 7 });
         assert_eq!(rows.len(), 2);
         assert_eq!((rows[0].table, rows[0].key.as_slice()), (SnapshotTable::Entries, &b"k1"[..]));
-        // A crash's leftovers go at the next start; the current snapshot stays.
-        let (leftover, _) = dir.receiving(3).expect("receiving");
+        // Keeping a snapshot leaves files being written or received alone; a crash's leftovers go at the
+        // next start, and the current snapshot stays.
+        let leftover = dir.receiving(3).expect("receiving").received().expect("a path").to_owned();
+        let partial = dir.writer(4).expect("writer").finish().expect("finish").0;
+        let kept = dir.keep(&written(&dir), "3-12-newest").expect("keep");
+        assert!(leftover.exists() && partial.exists(), "files in progress survive a keep");
         SnapshotDir::open(&tmp).expect("reopen");
-        assert!(!leftover.exists() && kept.exists());
+        assert!(!leftover.exists() && !partial.exists() && kept.exists());
         let _ = fs::remove_dir_all(&tmp);
     }
 

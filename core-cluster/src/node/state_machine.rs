@@ -27,7 +27,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use openraft::storage::RaftStateMachine;
 use openraft::{
@@ -85,8 +85,10 @@ pub struct StateMachineStore {
     snapshot: sled::Tree,
     /// The snapshot files.
     snapshots: SnapshotDir,
-    /// The file a snapshot from the leader is being received into.
-    receiving: Arc<Mutex<Option<PathBuf>>>,
+    /// Held while a snapshot becomes the current one (builds and installs run on different tasks).
+    keeping: Arc<tokio::sync::Mutex<()>>,
+    /// The last log index the current (durable) snapshot covers.
+    durable_snapshot: Arc<tokio::sync::watch::Sender<u64>>,
     /// [`FeedRow`] JSON by revision (big-endian log index).
     feed: sled::Tree,
     /// The last applied log index, for watchers of the feed.
@@ -147,6 +149,12 @@ impl StateMachineStore {
         let last_applied: Option<LogId<NodeId>> =
             meta.get(LAST_APPLIED)?.and_then(|b| decode(&b).ok()).flatten();
         let applied = tokio::sync::watch::Sender::new(last_applied.map_or(0, |id| id.index));
+        let snapshot = db.open_tree("sm_snapshot")?;
+        let covered = snapshot
+            .get(SNAPSHOT_META)?
+            .and_then(|b| decode::<SnapshotMeta<NodeId, openraft::BasicNode>>(&b).ok())
+            .and_then(|m| m.last_log_id)
+            .map_or(0, |id| id.index);
         Ok(Self {
             feed: db.open_tree("sm_feed")?,
             applied: std::sync::Arc::new(applied),
@@ -156,9 +164,10 @@ impl StateMachineStore {
             models: db.open_tree("sm_models")?,
             requests: db.open_tree("sm_requests")?,
             meta: db.open_tree("sm_meta")?,
-            snapshot: db.open_tree("sm_snapshot")?,
+            snapshot,
             snapshots: SnapshotDir::open(snapshots)?,
-            receiving: Arc::default(),
+            keeping: Arc::default(),
+            durable_snapshot: Arc::new(tokio::sync::watch::Sender::new(covered)),
         })
     }
 
@@ -452,20 +461,70 @@ impl StateMachineStore {
     }
 
     /// Makes the complete snapshot file at `file` the current snapshot, described by `meta`: the file is
-    /// synced and renamed, then the metadata is saved and flushed; older snapshot files are removed.
+    /// synced and renamed, then the metadata is saved and flushed; older snapshot files are removed. A
+    /// snapshot older than the current one (a build that finished after an install) is discarded instead:
+    /// `None`.
     async fn keep_snapshot(
         &self,
         meta: &SnapshotMeta<NodeId, openraft::BasicNode>,
         file: &Path,
-    ) -> Result<PathBuf, StorageError> {
+    ) -> Result<Option<PathBuf>, StorageError> {
         let write_err = |e: &(dyn std::error::Error + 'static)| {
             StorageIOError::write_snapshot(Some(meta.signature()), openraft::AnyError::from_dyn(e, None))
         };
-        let kept = self.snapshots.keep(file, &meta.snapshot_id).map_err(|e| write_err(&e))?;
+        let _keeping = self.keeping.lock().await;
+        if self.current_meta()?.is_some_and(|current| current.last_log_id > meta.last_log_id) {
+            self.snapshots.discard(file);
+            return Ok(None);
+        }
+        let (snapshots, file_owned, id) = (self.snapshots.clone(), file.to_owned(), meta.snapshot_id.clone());
+        let kept = blocking(move || snapshots.keep(&file_owned, &id))
+            .await
+            .and_then(|kept| kept)
+            .map_err(|e| write_err(&e))?;
         let meta_bytes = serde_json::to_vec(meta).map_err(|e| write_err(&e))?;
         self.snapshot.insert(SNAPSHOT_META, meta_bytes).map_err(|e| write_err(&e))?;
         self.db.flush_async().await.map_err(|e| write_err(&e))?;
-        Ok(kept)
+        let covered = meta.last_log_id.map_or(0, |id| id.index);
+        self.durable_snapshot.send_if_modified(|current| std::mem::replace(current, covered) != covered);
+        Ok(Some(kept))
+    }
+
+    /// The last log index the current snapshot covers, as it becomes durable (for
+    /// [`super::log_store::LogStore::purge_behind`]).
+    pub fn durable_snapshot(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.durable_snapshot.subscribe()
+    }
+
+    /// The current snapshot's metadata.
+    fn current_meta(&self) -> Result<Option<SnapshotMeta<NodeId, openraft::BasicNode>>, StorageError> {
+        let read_err = |e: &(dyn std::error::Error + 'static)| {
+            StorageIOError::read_snapshot(None, openraft::AnyError::from_dyn(e, None))
+        };
+        let Some(meta) = self.snapshot.get(SNAPSHOT_META).map_err(|e| read_err(&e))? else {
+            return Ok(None);
+        };
+        Ok(Some(decode(&meta).map_err(|e| read_err(&e))?))
+    }
+
+    /// The current snapshot, opened.
+    fn current_snapshot(&self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        let Some(meta) = self.current_meta()? else { return Ok(None) };
+        let file = match SnapshotFile::open(&self.snapshots.file_of(&meta.snapshot_id)) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(StorageIOError::read_snapshot(Some(meta.signature()), &e).into()),
+        };
+        Ok(Some(Snapshot { meta, snapshot: Box::new(file) }))
+    }
+
+    /// [`StateMachineStore::write_snapshot`] off the runtime's threads (the caller, the state-machine
+    /// task, waits, so nothing is applied meanwhile).
+    async fn write_snapshot_blocking(&self) -> Result<Written, StorageIOError<NodeId>> {
+        let store = self.clone();
+        blocking(move || store.write_snapshot())
+            .await
+            .unwrap_or_else(|e| Err(StorageIOError::write_snapshot(None, &e)))
     }
 
     /// Replaces the whole state with the rows of a snapshot file at `last_applied`, atomically. The rows
@@ -526,6 +585,12 @@ impl StateMachineStore {
         self.applied.send_replace(last_applied.as_ref().map_or(0, |id| id.index));
         Ok(rows)
     }
+}
+
+/// Runs blocking file and database work on tokio's blocking pool: a core node's runtime has one worker
+/// by default, which the Raft messages and heartbeats need meanwhile.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, std::io::Error> {
+    tokio::task::spawn_blocking(work).await.map_err(std::io::Error::other)
 }
 
 /// The revision a feed key stands for (keys are big-endian log indexes).
@@ -620,7 +685,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        SnapshotBuilder { store: self.clone(), written: Some(self.write_snapshot()) }
+        SnapshotBuilder { store: self.clone(), written: Some(self.write_snapshot_blocking().await) }
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotFile>, StorageError> {
@@ -628,9 +693,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             StorageIOError::write_snapshot(None, &std::io::Error::other(e.to_string()))
         };
         let unique = self.db.generate_id().map_err(|e| err(&e))?;
-        let (path, file) = self.snapshots.receiving(unique).map_err(|e| err(&e))?;
-        *self.receiving.lock().unwrap_or_else(PoisonError::into_inner) = Some(path);
-        Ok(Box::new(SnapshotFile::from(file)))
+        Ok(Box::new(self.snapshots.receiving(unique).map_err(|e| err(&e))?))
     }
 
     async fn install_snapshot(
@@ -641,13 +704,16 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let read_err = |e: &dyn std::fmt::Display| {
             StorageIOError::read_snapshot(Some(meta.signature()), &std::io::Error::other(e.to_string()))
         };
+        let received = snapshot.received().map(Path::to_owned);
         let file = snapshot.into_rewound().map_err(|e| read_err(&e))?;
-        let rows = self.replace_state(&file, &meta.last_log_id, &meta.last_membership)?;
-        let received = self.receiving.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let (store, last, membership) = (self.clone(), meta.last_log_id, meta.last_membership.clone());
+        let rows = blocking(move || store.replace_state(&file, &last, &membership))
+            .await
+            .map_err(|e| read_err(&e))??;
         let file = match received {
             Some(path) => path,
             // Not one this store opened: the state it now holds is written out as the snapshot.
-            None => self.write_snapshot()?.0,
+            None => self.write_snapshot_blocking().await?.0,
         };
         self.keep_snapshot(meta, &file).await?;
         tracing::info!(snapshot = %meta.snapshot_id, rows, "installed snapshot");
@@ -655,19 +721,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        let read_err = |e: &(dyn std::error::Error + 'static)| {
-            StorageIOError::read_snapshot(None, openraft::AnyError::from_dyn(e, None))
-        };
-        let Some(meta) = self.snapshot.get(SNAPSHOT_META).map_err(|e| read_err(&e))? else {
-            return Ok(None);
-        };
-        let meta: SnapshotMeta<NodeId, openraft::BasicNode> = decode(&meta).map_err(|e| read_err(&e))?;
-        let file = match SnapshotFile::open(&self.snapshots.file_of(&meta.snapshot_id)) {
-            Ok(file) => file,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(read_err(&e).into()),
-        };
-        Ok(Some(Snapshot { meta, snapshot: Box::new(file) }))
+        self.current_snapshot()
     }
 }
 
@@ -682,7 +736,10 @@ pub struct SnapshotBuilder {
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let written = self.written.take().unwrap_or_else(|| self.store.write_snapshot());
+        let written = match self.written.take() {
+            Some(written) => written,
+            None => self.store.write_snapshot_blocking().await,
+        };
         let (file, rows, last_log_id, last_membership) = written?;
         let unique = self.store.db.generate_id().map_err(|e| StorageIOError::write_snapshot(None, &e))?;
         let snapshot_id = match &last_log_id {
@@ -690,7 +747,14 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             None => format!("none-{unique}"),
         };
         let meta = SnapshotMeta { last_log_id, last_membership, snapshot_id };
-        let kept = self.store.keep_snapshot(&meta, &file).await?;
+        let Some(kept) = self.store.keep_snapshot(&meta, &file).await? else {
+            // An install made a newer snapshot current meanwhile: that one is the snapshot.
+            tracing::info!(snapshot = %meta.snapshot_id, "built snapshot superseded by an installed one");
+            let current = self.store.current_snapshot()?;
+            return current.ok_or_else(|| {
+                StorageIOError::read_snapshot(None, &std::io::Error::other("no snapshot")).into()
+            });
+        };
         let opened = SnapshotFile::open(&kept)
             .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
         tracing::info!(snapshot = %meta.snapshot_id, rows, "built snapshot");

@@ -140,21 +140,34 @@ impl GeneratedEntry {
 }
 
 impl From<pb::TokenLogprob> for shared::openai::TokenLogprob {
+    /// A log-probability of `-inf` (a token the model rules out) is OpenAI's `-9999.0`: JSON has no
+    /// infinity.
     fn from(t: pb::TokenLogprob) -> Self {
         Self {
             token: t.token,
-            logprob: t.logprob,
+            logprob: finite_logprob(t.logprob),
             bytes: t.bytes,
             top_logprobs: t
                 .top
                 .into_iter()
                 .map(|top| shared::openai::TopLogprob {
                     token: top.token,
-                    logprob: top.logprob,
+                    logprob: finite_logprob(top.logprob),
                     bytes: top.bytes,
                 })
                 .collect(),
         }
+    }
+}
+
+/// The log-probability OpenAI reports for a token the model rules out.
+const RULED_OUT_LOGPROB: f32 = -9999.0;
+
+fn finite_logprob(logprob: f32) -> f32 {
+    if logprob.is_nan() {
+        RULED_OUT_LOGPROB
+    } else {
+        logprob.max(RULED_OUT_LOGPROB)
     }
 }
 
@@ -206,6 +219,18 @@ mod tests {
         assert_eq!(wire.key, key.as_str());
         assert_eq!((wire.model_version, wire.ttl_s, wire.content_class.as_str()), (3, 86_400, "stable"));
         assert_eq!(wire.generate.map(|g| g.request_id), Some(key.completion_id()));
+    }
+
+    #[test]
+    fn ruled_out_tokens_get_a_finite_log_probability() {
+        let token = pb::TokenLogprob {
+            token: "x".into(),
+            bytes: b"x".to_vec(),
+            logprob: f32::NEG_INFINITY,
+            top: vec![pb::TopLogprob { token: "y".into(), bytes: b"y".to_vec(), logprob: -0.5 }],
+        };
+        let rendered = shared::openai::TokenLogprob::from(token);
+        assert_eq!((rendered.logprob, rendered.top_logprobs[0].logprob), (-9999.0, -0.5));
     }
 
     #[test]

@@ -153,7 +153,12 @@ impl Reply<'_> {
             return Ok(with_headers(StatusCode::OK, "application/json", Body::from(body), headers));
         };
         let first = match subscription.next().await {
-            Some(FlightItem::Landed(outcome)) => return Ok(self.outcome_response(&outcome?, coalesced)),
+            Some(FlightItem::Landed(Err(error))) => return Err(error.into()),
+            // An answer that is its entry, whole at once (a hit); an answer of several choices or with
+            // log-probabilities goes through the relay even when nothing was generated before it landed.
+            Some(FlightItem::Landed(Ok(outcome))) if self.shape.is_entry() => {
+                return Ok(self.outcome_response(&outcome, coalesced));
+            }
             Some(item) => item,
             None => return Err(RequestError::upstream(502, "the answer's flight ended without one").into()),
         };

@@ -183,6 +183,12 @@ fn attend_avx2(
         };
         attend::<true>(layer, shape, row, head, query, out, scratch, widen)
     }
+    debug_assert!(
+        std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c"),
+        "attend_avx2 is only for CPUs with AVX2, FMA and F16C"
+    );
     // SAFETY: `kernel()` hands out this function only after detecting AVX2, FMA and F16C at run time,
     // which is the one requirement of a `target_feature` function.
     #[allow(unsafe_code)]
