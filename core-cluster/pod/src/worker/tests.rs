@@ -236,6 +236,22 @@ fn several_choices_fork_one_prompt_and_draw_as_their_seeds_say() {
 }
 
 #[test]
+fn choices_that_find_the_batch_full_start_on_their_own_and_still_finish() {
+    // Two sequences at most in the batch: of four choices, one forks and two wait for a place (their
+    // prompt then comes from the prefix cache).
+    let (worker, _) =
+        worker(EngineConfig { max_running: 2, speculative: false, ..EngineConfig::default() }, 8);
+    let mut asked = submission(8, false);
+    asked.sampling = SamplingParams { temperature: 1.0, seed: Some(5), n: 4, ..SamplingParams::greedy(8) };
+    let four = collect_choices(&worker, prompt(None, "Name a fruit."), asked);
+    let mut ended: Vec<u32> = four.done.iter().map(|&(choice, _, _)| choice).collect();
+    ended.sort_unstable();
+    assert_eq!(ended, [0, 1, 2, 3], "every choice ends once");
+    let tokens: u32 = four.done.iter().map(|&(_, _, tokens)| tokens).sum();
+    assert_eq!(four.summary.completion_tokens, tokens);
+}
+
+#[test]
 fn log_probabilities_cover_every_token_of_the_text_and_rank_the_best() {
     let (worker, _) = worker(EngineConfig::default(), 8);
     let mut asked = submission(16, true);
