@@ -41,10 +41,19 @@ pub fn decode_vote(bytes: &[u8]) -> Result<VoteRequest<NodeId>, CoreError> {
     })
 }
 
+/// The API error an RPC may answer, in a `RaftFailure`.
+pub trait ApiError: Sized {
+    /// The error's message.
+    fn to_pb(&self) -> pb::RaftFailure;
+
+    /// The error in `failure`, if it is one.
+    fn from_pb(failure: pb::raft_failure::Kind) -> Result<Self, CoreError>;
+}
+
 /// A response type of the Raft service, with its binary reply.
 pub trait Reply: Sized {
     /// The API error its RPC may answer.
-    type Error;
+    type Error: ApiError;
 
     /// The reply's message.
     fn to_pb(&self) -> pb::raft_reply::Result;
@@ -52,17 +61,11 @@ pub trait Reply: Sized {
     /// The response in `result`, if it is this RPC's.
     fn from_pb(result: pb::raft_reply::Result) -> Result<Self, CoreError>;
 
-    /// The API error's message.
-    fn error_to_pb(error: &Self::Error) -> pb::RaftFailure;
-
-    /// The API error in `failure`, if it is one.
-    fn error_from_pb(failure: pb::raft_failure::Kind) -> Result<Self::Error, CoreError>;
-
     /// Encodes what a node answered.
     fn encode(result: &RpcResult<Self, Self::Error>) -> Vec<u8> {
         let result = match result {
             Ok(response) => response.to_pb(),
-            Err(RaftError::APIError(error)) => pb::raft_reply::Result::Failure(Self::error_to_pb(error)),
+            Err(RaftError::APIError(error)) => pb::raft_reply::Result::Failure(error.to_pb()),
             Err(RaftError::Fatal(fatal)) => pb::raft_reply::Result::Failure(pb::RaftFailure {
                 kind: Some(pb::raft_failure::Kind::Fatal(fatal.to_string())),
             }),
@@ -78,7 +81,7 @@ pub trait Reply: Sized {
             pb::raft_reply::Result::Failure(failure) => {
                 match failure.kind.ok_or_else(|| missing("the failure"))? {
                     pb::raft_failure::Kind::Fatal(text) => Ok(Err(RaftError::Fatal(fatal_from(&text)))),
-                    kind => Ok(Err(RaftError::APIError(Self::error_from_pb(kind)?))),
+                    kind => Ok(Err(RaftError::APIError(Self::Error::from_pb(kind)?))),
                 }
             }
             result => Self::from_pb(result).map(Ok),
@@ -129,14 +132,6 @@ impl Reply for AppendEntriesResponse<NodeId> {
             R::HigherVote(vote) => Self::HigherVote(vote_from_pb(vote)),
         })
     }
-
-    fn error_to_pb(error: &Infallible) -> pb::RaftFailure {
-        match *error {}
-    }
-
-    fn error_from_pb(kind: pb::raft_failure::Kind) -> Result<Infallible, CoreError> {
-        Err(not_an_api_error(kind))
-    }
 }
 
 impl Reply for VoteResponse<NodeId> {
@@ -158,14 +153,6 @@ impl Reply for VoteResponse<NodeId> {
             last_log_id: reply.last_log_id.map(log_id_from_pb),
         })
     }
-
-    fn error_to_pb(error: &Infallible) -> pb::RaftFailure {
-        match *error {}
-    }
-
-    fn error_from_pb(kind: pb::raft_failure::Kind) -> Result<Infallible, CoreError> {
-        Err(not_an_api_error(kind))
-    }
 }
 
 impl Reply for InstallSnapshotResponse<NodeId> {
@@ -179,9 +166,22 @@ impl Reply for InstallSnapshotResponse<NodeId> {
         let pb::raft_reply::Result::Install(reply) = result else { return Err(wrong_reply(result)) };
         Ok(Self { vote: vote_from_pb(reply.vote.ok_or_else(|| missing("the vote"))?) })
     }
+}
 
-    fn error_to_pb(error: &InstallSnapshotError) -> pb::RaftFailure {
-        let InstallSnapshotError::SnapshotMismatch(SnapshotMismatch { expect, got }) = error;
+/// AppendEntries and Vote answer no API error.
+impl ApiError for Infallible {
+    fn to_pb(&self) -> pb::RaftFailure {
+        match *self {}
+    }
+
+    fn from_pb(kind: pb::raft_failure::Kind) -> Result<Self, CoreError> {
+        Err(not_an_api_error(kind))
+    }
+}
+
+impl ApiError for InstallSnapshotError {
+    fn to_pb(&self) -> pb::RaftFailure {
+        let InstallSnapshotError::SnapshotMismatch(SnapshotMismatch { expect, got }) = self;
         pb::RaftFailure {
             kind: Some(pb::raft_failure::Kind::SnapshotMismatch(pb::SnapshotMismatch {
                 expect_id: expect.id.clone(),
@@ -192,7 +192,7 @@ impl Reply for InstallSnapshotResponse<NodeId> {
         }
     }
 
-    fn error_from_pb(kind: pb::raft_failure::Kind) -> Result<InstallSnapshotError, CoreError> {
+    fn from_pb(kind: pb::raft_failure::Kind) -> Result<Self, CoreError> {
         let pb::raft_failure::Kind::SnapshotMismatch(m) = kind else { return Err(not_an_api_error(kind)) };
         Ok(InstallSnapshotError::SnapshotMismatch(SnapshotMismatch {
             expect: SnapshotSegmentId { id: m.expect_id, offset: m.expect_offset },

@@ -1,0 +1,229 @@
+//! The state machine's snapshots: written to a file from the live tables, made current, installed
+//! from a file, and the builder openraft drives. File and database work runs on the blocking pool.
+
+#![allow(clippy::result_large_err)]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use openraft::{LogId, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageIOError};
+use proto::raft::SnapshotTable;
+use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
+
+use super::{
+    decode, tx_error, Membership, StateMachineStore, Written, CLOCK, LAST_APPLIED, LAST_MEMBERSHIP,
+    SNAPSHOT_META,
+};
+use crate::node::snapshot_file::{Header, SnapshotFile, SnapshotReader};
+use crate::node::tx_tables::FEED_FLOOR;
+use crate::node::types::{NodeId, StorageError, TypeConfig};
+
+impl StateMachineStore {
+    /// Writes the live state to a new snapshot file, row by row as the tables store them. Called from the
+    /// state-machine task, so nothing is being applied at the same time and the file is consistent.
+    /// Dead entries too: the snapshot is the state, so a replica that installs it equals one that applied
+    /// the log (the sweeps remove dead entries, in the log).
+    pub(super) fn write_snapshot(&self) -> Result<Written, StorageIOError<NodeId>> {
+        let err = |e: &dyn std::fmt::Display| {
+            StorageIOError::write_snapshot(None, &std::io::Error::other(e.to_string()))
+        };
+        let (last_applied, membership) = self.read_applied()?;
+        let clock_ms = self.clock_ms().map_err(|e| err(&e))?;
+        let feed_floor = self.feed_floor().map_err(|e| err(&e))?;
+        let unique = self.db.generate_id().map_err(|e| err(&e))?;
+        let mut writer = self.snapshots.writer(unique).map_err(|e| err(&e))?;
+        writer.header(clock_ms, feed_floor).map_err(|e| err(&e))?;
+        for (table, tree) in self.tables() {
+            for item in tree.iter() {
+                let (key, value) = item.map_err(|e| err(&e))?;
+                writer.row(table, &key, &value).map_err(|e| err(&e))?;
+            }
+        }
+        let (path, rows) = writer.finish().map_err(|e| err(&e))?;
+        Ok((path, rows, last_applied, membership))
+    }
+
+    /// The tables a snapshot holds, with their snapshot names.
+    pub(super) fn tables(&self) -> [(SnapshotTable, &sled::Tree); 5] {
+        [
+            (SnapshotTable::Entries, &self.entries),
+            (SnapshotTable::Tenants, &self.tenants),
+            (SnapshotTable::Models, &self.models),
+            (SnapshotTable::Requests, &self.requests),
+            (SnapshotTable::Feed, &self.feed),
+        ]
+    }
+
+    /// Makes the complete snapshot file at `file` the current snapshot, described by `meta`: the file is
+    /// synced and renamed, then the metadata is saved and flushed; older snapshot files are removed. A
+    /// snapshot older than the current one (a build that finished after an install) is discarded instead:
+    /// `None`.
+    pub(super) async fn keep_snapshot(
+        &self,
+        meta: &SnapshotMeta<NodeId, openraft::BasicNode>,
+        file: &Path,
+    ) -> Result<Option<PathBuf>, StorageError> {
+        let write_err = |e: &(dyn std::error::Error + 'static)| {
+            StorageIOError::write_snapshot(Some(meta.signature()), openraft::AnyError::from_dyn(e, None))
+        };
+        let _keeping = self.keeping.lock().await;
+        if self.current_meta()?.is_some_and(|current| current.last_log_id > meta.last_log_id) {
+            self.snapshots.discard(file);
+            return Ok(None);
+        }
+        let (snapshots, file_owned, id) = (self.snapshots.clone(), file.to_owned(), meta.snapshot_id.clone());
+        let kept = blocking(move || snapshots.keep(&file_owned, &id))
+            .await
+            .and_then(|kept| kept)
+            .map_err(|e| write_err(&e))?;
+        let meta_bytes = serde_json::to_vec(meta).map_err(|e| write_err(&e))?;
+        self.snapshot.insert(SNAPSHOT_META, meta_bytes).map_err(|e| write_err(&e))?;
+        self.db.flush_async().await.map_err(|e| write_err(&e))?;
+        let covered = meta.last_log_id.map_or(0, |id| id.index);
+        self.durable_snapshot.send_if_modified(|current| std::mem::replace(current, covered) != covered);
+        Ok(Some(kept))
+    }
+
+    /// The last log index the current snapshot covers, as it becomes durable (for
+    /// [`super::log_store::LogStore::purge_behind`]).
+    pub fn durable_snapshot(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.durable_snapshot.subscribe()
+    }
+
+    /// The current snapshot's metadata.
+    pub(super) fn current_meta(
+        &self,
+    ) -> Result<Option<SnapshotMeta<NodeId, openraft::BasicNode>>, StorageError> {
+        let read_err = |e: &(dyn std::error::Error + 'static)| {
+            StorageIOError::read_snapshot(None, openraft::AnyError::from_dyn(e, None))
+        };
+        let Some(meta) = self.snapshot.get(SNAPSHOT_META).map_err(|e| read_err(&e))? else {
+            return Ok(None);
+        };
+        Ok(Some(decode(&meta).map_err(|e| read_err(&e))?))
+    }
+
+    /// The current snapshot, opened.
+    pub(super) fn current_snapshot(&self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        let Some(meta) = self.current_meta()? else { return Ok(None) };
+        let file = match SnapshotFile::open(&self.snapshots.file_of(&meta.snapshot_id)) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(StorageIOError::read_snapshot(Some(meta.signature()), &e).into()),
+        };
+        Ok(Some(Snapshot { meta, snapshot: Box::new(file) }))
+    }
+
+    /// [`StateMachineStore::write_snapshot`] off the runtime's threads (the caller, the state-machine
+    /// task, waits, so nothing is applied meanwhile).
+    pub(super) async fn write_snapshot_blocking(&self) -> Result<Written, StorageIOError<NodeId>> {
+        let store = self.clone();
+        blocking(move || store.write_snapshot())
+            .await
+            .unwrap_or_else(|e| Err(StorageIOError::write_snapshot(None, &e)))
+    }
+
+    /// Replaces the whole state with the rows of a snapshot file at `last_applied`, atomically. The rows
+    /// are read one at a time; sled's transaction then holds them until it commits.
+    pub(super) fn replace_state<R: std::io::Read>(
+        &self,
+        file: R,
+        last_applied: &Option<LogId<NodeId>>,
+        membership: &Membership,
+    ) -> Result<u64, StorageIOError<NodeId>> {
+        let err = |e: &dyn std::fmt::Display| {
+            StorageIOError::write_state_machine(&std::io::Error::other(e.to_string()))
+        };
+        let (header, mut reader) = SnapshotReader::open(file).map_err(|e| err(&e))?;
+        let Header { clock_ms, feed_floor } = header;
+        let mut encoded: [Vec<(Vec<u8>, Vec<u8>)>; 5] = Default::default();
+        let mut rows = 0;
+        while let Some(row) = reader.next_row().map_err(|e| err(&e))? {
+            encoded[row.table as usize].push((row.key, row.value));
+            rows += 1;
+        }
+        let trees = self.tables().map(|(_, tree)| tree);
+        let mut stale: Vec<Vec<sled::IVec>> = Vec::new();
+        for (tree, rows) in trees.iter().zip(&encoded) {
+            let keep: BTreeSet<&[u8]> = rows.iter().map(|(k, _)| k.as_slice()).collect();
+            let mut gone = Vec::new();
+            for key in tree.iter().keys() {
+                let key = key.map_err(|e| err(&e))?;
+                if !keep.contains(key.as_ref()) {
+                    gone.push(key);
+                }
+            }
+            stale.push(gone);
+        }
+        let applied = serde_json::to_vec(last_applied).map_err(|e| err(&e))?;
+        let membership = serde_json::to_vec(membership).map_err(|e| err(&e))?;
+        let clock = serde_json::to_vec(&clock_ms).map_err(|e| err(&e))?;
+        let feed_floor = serde_json::to_vec(&feed_floor).map_err(|e| err(&e))?;
+        let result: Result<(), TransactionError<String>> =
+            (&self.entries, &self.tenants, &self.models, &self.requests, &self.feed, &self.meta).transaction(
+                |(entries, tenants, models, requests, feed, meta)| {
+                    for (i, tree) in [entries, tenants, models, requests, feed].into_iter().enumerate() {
+                        for key in &stale[i] {
+                            tree.remove(key.clone())?;
+                        }
+                        for (key, value) in &encoded[i] {
+                            tree.insert(key.as_slice(), value.as_slice())?;
+                        }
+                    }
+                    meta.insert(LAST_APPLIED, applied.as_slice())?;
+                    meta.insert(LAST_MEMBERSHIP, membership.as_slice())?;
+                    meta.insert(CLOCK, clock.as_slice())?;
+                    meta.insert(FEED_FLOOR, feed_floor.as_slice())?;
+                    Ok::<(), ConflictableTransactionError<String>>(())
+                },
+            );
+        result.map_err(|e| StorageIOError::write_state_machine(&tx_error(e)))?;
+        self.applied.send_replace(last_applied.as_ref().map_or(0, |id| id.index));
+        Ok(rows)
+    }
+}
+
+/// Runs blocking file and database work on tokio's blocking pool: a core node's runtime has one worker
+/// by default, which the Raft messages and heartbeats need meanwhile.
+pub(super) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, std::io::Error> {
+    tokio::task::spawn_blocking(work).await.map_err(std::io::Error::other)
+}
+
+/// Builds a snapshot from the file written when openraft asked for the builder.
+#[derive(Debug)]
+pub struct SnapshotBuilder {
+    /// Where the snapshot is saved.
+    pub(super) store: StateMachineStore,
+    /// The snapshot's file, or why it could not be written.
+    pub(super) written: Option<Result<Written, StorageIOError<NodeId>>>,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let written = match self.written.take() {
+            Some(written) => written,
+            None => self.store.write_snapshot_blocking().await,
+        };
+        let (file, rows, last_log_id, last_membership) = written?;
+        let unique = self.store.db.generate_id().map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        let snapshot_id = match &last_log_id {
+            Some(id) => format!("{}-{}-{unique}", id.leader_id.term, id.index),
+            None => format!("none-{unique}"),
+        };
+        let meta = SnapshotMeta { last_log_id, last_membership, snapshot_id };
+        let Some(kept) = self.store.keep_snapshot(&meta, &file).await? else {
+            // An install made a newer snapshot current meanwhile: that one is the snapshot.
+            tracing::info!(snapshot = %meta.snapshot_id, "built snapshot superseded by an installed one");
+            let current = self.store.current_snapshot()?;
+            return current.ok_or_else(|| {
+                StorageIOError::read_snapshot(None, &std::io::Error::other("no snapshot")).into()
+            });
+        };
+        let opened = SnapshotFile::open(&kept)
+            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+        tracing::info!(snapshot = %meta.snapshot_id, rows, "built snapshot");
+        Ok(Snapshot { meta, snapshot: Box::new(opened) })
+    }
+}
