@@ -74,6 +74,10 @@ pub struct RegionalConfig {
     /// Cosine similarity a cached question needs to answer a `stable` one.
     #[arg(long, env = "MESH_SEMANTIC_THRESHOLD_STABLE", default_value_t = 0.80)]
     pub semantic_threshold_stable: f32,
+    /// Longest question, in words, the semantic tier embeds and matches; a longer one is answered by the
+    /// exact tiers only (its misses then skip the MiniLM forward).
+    #[arg(long, env = "MESH_SEMANTIC_MAX_WORDS", default_value_t = 48)]
+    pub semantic_max_words: usize,
     /// Share of semantic hits audited online (0..=1): the question as asked is generated again, fresh
     /// and stored nowhere, and compared with the answer served; 0 turns the audit off.
     #[arg(long, env = "MESH_SEMANTIC_AUDIT_FRACTION", default_value_t = 0.05)]

@@ -24,6 +24,8 @@ pub struct SemanticTier {
     cache: SemanticCache,
     thresholds: SemanticThresholds,
     audit: SemanticAudit,
+    /// Longest question, in words, the tier embeds, indexes and looks up.
+    max_words: usize,
 }
 
 impl fmt::Debug for SemanticTier {
@@ -64,7 +66,20 @@ impl SemanticTier {
         audit: AuditSettings,
     ) -> Self {
         let cache = SemanticCache::new(limits, small.as_ref().map(|s| s.dims()));
-        Self { embedder, small, cache, thresholds, audit: SemanticAudit::new(audit) }
+        Self { embedder, small, cache, thresholds, audit: SemanticAudit::new(audit), max_words: usize::MAX }
+    }
+
+    /// Leaves questions of more than `words` words to the exact tiers: a long prompt (a document to
+    /// summarise, code to fix) is seldom asked again in other words, and embedding it costs every miss
+    /// a MiniLM forward over its length.
+    pub fn with_max_words(mut self, words: usize) -> Self {
+        self.max_words = words;
+        self
+    }
+
+    /// Whether the tier embeds, indexes and looks up `question` (at most the tier's word limit).
+    pub fn covers(&self, question: &str) -> bool {
+        at_most_words(question, self.max_words)
     }
 
     /// The small-embedding table, when the tier has one.
@@ -80,6 +95,9 @@ impl SemanticTier {
         tenant: &str,
         class: ContentClass,
     ) -> Option<SemanticHit> {
+        if !self.covers(query.question) {
+            return None;
+        }
         let small = self.small.as_ref()?.embed(query.question)?;
         let threshold = self.raised(SemanticThresholds::SMALL_EMBEDDING.of(class), tenant, class)?;
         self.cache.lookup(query, Space::Small, &small, threshold)
@@ -162,5 +180,23 @@ impl SemanticTier {
     /// Whether nothing is indexed.
     pub fn is_empty(&self) -> bool {
         self.cache.is_empty()
+    }
+}
+
+/// Whether `text` has at most `limit` whitespace-separated words.
+fn at_most_words(text: &str, limit: usize) -> bool {
+    text.split_whitespace().nth(limit).is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::at_most_words;
+
+    #[test]
+    fn the_word_limit_counts_whitespace_separated_words() {
+        assert!(at_most_words("how do I  sort\na list", 6));
+        assert!(!at_most_words("how do I sort a list", 4));
+        assert!(at_most_words("", 0) && !at_most_words("hi", 0));
+        assert!(at_most_words(&"word ".repeat(1000), usize::MAX));
     }
 }

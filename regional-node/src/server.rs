@@ -128,7 +128,9 @@ pub fn path_parts(settings: &Settings) -> Result<PathParts, RegionalError> {
             // The edge's table also finds paraphrases here before MiniLM is run.
             let small = load_edge_table(settings)?;
             let thresholds = config.semantic_thresholds();
-            Some(Arc::new(SemanticTier::new(embedder, small, limits, thresholds, audit)))
+            let tier = SemanticTier::new(embedder, small, limits, thresholds, audit)
+                .with_max_words(config.semantic_max_words);
+            Some(Arc::new(tier))
         }
         None => None,
     };

@@ -22,7 +22,10 @@ use shared::small_embedding::SmallEmbedder;
 )]
 struct Args {
     /// Labelled pair files (JSON lines: id, a, b, label, kind), each reported on its own.
-    #[arg(long, default_values = ["shared/data/semantic_pairs.jsonl", "shared/data/pairs_written_a.jsonl"])]
+    #[arg(
+        long,
+        default_values = ["shared/data/semantic_pairs.jsonl", "shared/data/pairs_written_a.jsonl", "shared/data/pairs_written_b.jsonl"]
+    )]
     pairs: Vec<PathBuf>,
     /// Score the frozen test set instead, and log the look (`<file>.looks.tsv`).
     #[arg(long, conflicts_with = "split")]

@@ -70,7 +70,7 @@ impl RequestPath {
     async fn embedded_question(&self, admitted: &Admitted) -> Option<EmbeddedQuestion> {
         let tier = self.semantic.as_ref()?;
         tier.threshold_for(&admitted.tenant, admitted.class.class).filter(|_| admitted.caching.lookup)?;
-        let query = admitted.query()?;
+        let query = admitted.query().filter(|q| tier.covers(q.question))?;
         match tier.embed(&query).await {
             Ok(question) => Some(question),
             Err(error) => {

@@ -335,6 +335,9 @@ impl RequestPath {
     /// and paraphrased in another is a semantic hit within the replication delay).
     fn index_replicated(&self, entry: &CachedCompletion) {
         let (Some(tier), Some(question)) = (self.semantic.clone(), entry.question.clone()) else { return };
+        if !tier.covers(&question.text) {
+            return;
+        }
         let (key, tenant) = (entry.key.clone(), entry.tenant.clone());
         tokio::spawn(async move {
             let query =

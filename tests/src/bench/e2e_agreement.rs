@@ -42,21 +42,63 @@ pub fn audit(fresh: &Endpoint, turns: &[&Turn], sample: usize, max_tokens: u32) 
     let semantic: Vec<&&Turn> =
         turns.iter().filter(|t| t.status == 200 && t.hit.is_some() && t.first_ask).collect();
     let step = (semantic.len() as f64 / sample.max(1) as f64).max(1.0);
-    let client = ChatClient::new(&fresh.base_url, fresh.api_key.as_deref());
-    let headers: Vec<(&str, &str)> = fresh.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let answer = FreshAnswers::new(fresh, max_tokens);
     let mut agreement = Agreement::default();
     for i in 0..semantic.len().min(sample) {
         let turn = semantic[(i as f64 * step) as usize];
-        let body =
-            json!({"model": MODEL, "temperature": 0, "max_tokens": max_tokens, "messages": turn.messages});
-        let reply = client.chat_with_headers(&body, &headers)?;
-        anyhow::ensure!(reply.status == 200, "a fresh answer: {} {}", reply.status, reply.body);
-        let fresh_answer = reply.content().unwrap_or_default();
-        agreement.sampled += 1;
-        agreement.exact += usize::from(normalize(&fresh_answer) == normalize(&turn.answer));
-        agreement.similar += usize::from(rouge_l_f1(&fresh_answer, &turn.answer) >= SIMILAR);
+        agreement.add(&answer.to(&turn.messages)?, &turn.answer);
     }
     Ok(agreement)
+}
+
+/// The most a semantic hit can agree under [`audit`]'s rules with this model: fresh greedy answers to
+/// both wordings of up to `sample` labelled paraphrases (`(question, rewrite)`), compared the same way.
+/// A small model words its answers to two wordings differently even when both are right, so a cache
+/// serving only true paraphrases scores this, not 1.
+pub fn paraphrase_ceiling(
+    fresh: &Endpoint,
+    paraphrases: &[(String, String)],
+    sample: usize,
+    max_tokens: u32,
+) -> anyhow::Result<Agreement> {
+    let answer = FreshAnswers::new(fresh, max_tokens);
+    let mut agreement = Agreement::default();
+    for (question, rewrite) in paraphrases.iter().take(sample) {
+        let ask = |text: &str| answer.to(&[json!({"role": "user", "content": text})]);
+        agreement.add(&ask(rewrite)?, &ask(question)?);
+    }
+    Ok(agreement)
+}
+
+impl Agreement {
+    /// Counts one served answer against the fresh one.
+    fn add(&mut self, fresh: &str, served: &str) {
+        self.sampled += 1;
+        self.exact += usize::from(normalize(fresh) == normalize(served));
+        self.similar += usize::from(rouge_l_f1(fresh, served) >= SIMILAR);
+    }
+}
+
+/// Greedy answers generated with the cache bypassed.
+struct FreshAnswers<'a> {
+    client: ChatClient,
+    headers: Vec<(&'a str, &'a str)>,
+    max_tokens: u32,
+}
+
+impl<'a> FreshAnswers<'a> {
+    fn new(fresh: &'a Endpoint, max_tokens: u32) -> Self {
+        let headers = fresh.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Self { client: ChatClient::new(&fresh.base_url, fresh.api_key.as_deref()), headers, max_tokens }
+    }
+
+    fn to(&self, messages: &[serde_json::Value]) -> anyhow::Result<String> {
+        let body =
+            json!({"model": MODEL, "temperature": 0, "max_tokens": self.max_tokens, "messages": messages});
+        let reply = self.client.chat_with_headers(&body, &self.headers)?;
+        anyhow::ensure!(reply.status == 200, "a fresh answer: {} {}", reply.status, reply.body);
+        Ok(reply.content().unwrap_or_default())
+    }
 }
 
 /// ROUGE-L F1: the longest common subsequence of lowercase words against both lengths.

@@ -8,18 +8,21 @@
 //! 3. GPTCache in front of llama-server on the same GGUF and threads ([`e2e_peer`](super::e2e_peer)).
 //!
 //! Each system gets, per mix: a warm-up (the mix's first conversations at 8 clients), then one phase
-//! per concurrency step from fixed offsets of the mix (the same requests for every system), then the
-//! agreement audit of a sample of its semantic hits ([`e2e_agreement`](super::e2e_agreement)).
+//! per concurrency step, then the agreement audit of a sample of its semantic hits
+//! ([`e2e_agreement`](super::e2e_agreement)). Every system gets the same requests: a popular step runs
+//! for a fixed time from a fixed offset; a natural step replays a fixed number of conversations per
+//! client, each step where the last one ended, so that the mix's repeats and rewrites meet the
+//! questions they repeat.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::e2e_agreement::{audit, Agreement};
+use super::e2e_agreement::{audit, paraphrase_ceiling, Agreement};
 use super::e2e_driver::{learn_generated, Endpoint, Phase, StepFigures, Turn, Until};
 use super::e2e_peer::GptCacheStack;
-use super::e2e_workload::{Mix, Workload, WorkloadSpec};
+use super::e2e_workload::{sharegpt_pairs, Mix, Workload, WorkloadSpec};
 use super::llama_cpp::LlamaCpp;
 use super::report::{cpu_model, Better, Machine, Report, Row};
 use super::scratch::ScratchDir;
@@ -48,6 +51,10 @@ pub struct E2eBenchOptions {
     pub length: usize,
     /// Distinct first turns the popular mix draws from.
     pub popular_pool: usize,
+    /// Conversations each client replays in a natural step.
+    pub natural_per_client: usize,
+    /// A labelled pair is woven into the natural mix every this many conversations (0: none).
+    pub pair_every: usize,
     /// Longest user turn sent, in characters.
     pub max_prompt_chars: usize,
     /// The time-to-first-token p99 each system should hold; the report gives the highest step holding it.
@@ -99,11 +106,16 @@ fn run_in(options: &E2eBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Rep
     let log_dir = scratch.path().join("logs");
     let llama = LlamaCpp::locate(options.llama_bin_dir.as_deref(), options.install, &log_dir, options.stop)?;
     let peers_dir = super::gptcache::locate(options.install)?;
+    let labelled = sharegpt_pairs(&paths::repo_root().join("shared/data/semantic_pairs.jsonl"))?;
+    let paraphrases: Vec<(String, String)> =
+        labelled.iter().filter(|p| p.paraphrase).map(|p| (p.question.clone(), p.rewrite.clone())).collect();
     let spec = WorkloadSpec {
         length: options.length,
         popular_pool: options.popular_pool,
         max_chars: options.max_prompt_chars,
         seed: 2026,
+        pairs: labelled.iter().map(|p| (p.question.clone(), p.rewrite.clone())).collect(),
+        pair_every: options.pair_every,
     };
     let workloads: Vec<Workload> =
         spec.build(&paths::sharegpt_json())?.into_iter().filter(|w| options.mixes.contains(&w.mix)).collect();
@@ -120,6 +132,7 @@ fn run_in(options: &E2eBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Rep
 
     let names = [CACHE_OFF, "mesh", PEER_STACK];
     let mut results: Vec<Vec<MixResult>> = Vec::new();
+    let mut ceiling = Agreement::default();
     for (s, name) in names.iter().enumerate() {
         eprintln!("\n== {name}: starting");
         let running = match s {
@@ -145,10 +158,29 @@ fn run_in(options: &E2eBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Rep
             per_mix.push(run_mix(options, name, &running, workload)?);
             anyhow::ensure!(!options.stop.load(Ordering::Relaxed), "interrupted");
         }
+        if s == 0 {
+            ceiling = paraphrase_ceiling(
+                &running.fresh,
+                &paraphrases,
+                options.agreement_samples,
+                options.max_tokens,
+            )?;
+            eprintln!(
+                "   fresh answers to both wordings of {} labelled paraphrases: {} equal, {} similar (the ceiling of hit agreement)",
+                ceiling.sampled, ceiling.exact, ceiling.similar
+            );
+        }
         results.push(per_mix);
     }
     print_steps(&names, &workloads, &results, options);
-    Ok(Report { suite: "e2e".into(), machine: Machine::current(), rows: rows(&workloads, &results, options) })
+    println!(
+        "fresh answers to both wordings of {} labelled paraphrases: {:.2} equal, {:.2} similar: the most a semantic hit can agree with this model",
+        ceiling.sampled,
+        ceiling.exact_rate(),
+        ceiling.similar_rate()
+    );
+    let rows = rows(&workloads, &results, options, &ceiling);
+    Ok(Report { suite: "e2e".into(), machine: Machine::current(), rows })
 }
 
 fn start_mesh(dir: std::path::PathBuf, cache_off: bool) -> anyhow::Result<Running> {
@@ -189,13 +221,19 @@ fn run_mix(
     }
     let stride = workload.conversations.len().saturating_sub(options.warmup) / options.concurrency.len();
     let mut runs = Vec::new();
+    let mut natural_offset = options.warmup;
     for (i, clients) in options.concurrency.iter().enumerate() {
-        let run = phase(
-            options.warmup + i * stride,
-            *clients,
-            Until::Elapsed(Duration::from_secs(options.seconds)),
-        )
-        .run(&asked);
+        let (offset, until) = match workload.mix {
+            Mix::Popular => {
+                (options.warmup + i * stride, Until::Elapsed(Duration::from_secs(options.seconds)))
+            }
+            Mix::Natural => {
+                let count = clients * options.natural_per_client;
+                natural_offset += count;
+                (natural_offset - count, Until::Conversations(count))
+            }
+        };
+        let run = phase(offset, *clients, until).run(&asked);
         learn_generated(&run.turns, &mut generated);
         let figures = run.figures(&generated);
         eprintln!("   {} c={clients}: {}", workload.mix.name(), summary(&figures));
@@ -304,7 +342,14 @@ fn highest_holding(steps: &[StepFigures], target_ms: u64) -> f64 {
         .unwrap_or(0) as f64
 }
 
-fn rows(workloads: &[Workload], results: &[Vec<MixResult>], options: &E2eBenchOptions) -> Vec<Row> {
+/// The report's rows; `ceiling` is the agreement of fresh answers to two wordings of one question, the
+/// limit of the hit-agreement rows.
+fn rows(
+    workloads: &[Workload],
+    results: &[Vec<MixResult>],
+    options: &E2eBenchOptions,
+    ceiling: &Agreement,
+) -> Vec<Row> {
     let at = options.concurrency.iter().copied().filter(|c| *c <= 32).max().unwrap_or(options.concurrency[0]);
     let step = |s: usize, m: usize| -> &StepFigures {
         let steps = &results[s][m].steps;
@@ -388,22 +433,29 @@ fn rows(workloads: &[Workload], results: &[Vec<MixResult>], options: &E2eBenchOp
             // Without an audited semantic hit of ours there is nothing to compare (the table above
             // prints every system's count).
             if s == 2 && a.sampled > 0 {
-                rows.push(row(
-                    format!("{mix}_hit_agreement_similar"),
-                    "share",
-                    Better::Higher,
-                    a.similar_rate(),
-                    b.similar_rate(),
-                    Some(1.0),
-                ));
-                rows.push(row(
-                    format!("{mix}_hit_agreement_equal"),
-                    "share",
-                    Better::Higher,
-                    a.exact_rate(),
-                    b.exact_rate(),
-                    None,
-                ));
+                let limit = |rate: f64| (ceiling.sampled > 0).then_some(rate);
+                rows.push(Row {
+                    limit: limit(ceiling.similar_rate()),
+                    ..row(
+                        format!("{mix}_hit_agreement_similar"),
+                        "share",
+                        Better::Higher,
+                        a.similar_rate(),
+                        b.similar_rate(),
+                        Some(1.0),
+                    )
+                });
+                rows.push(Row {
+                    limit: limit(ceiling.exact_rate()),
+                    ..row(
+                        format!("{mix}_hit_agreement_equal"),
+                        "share",
+                        Better::Higher,
+                        a.exact_rate(),
+                        b.exact_rate(),
+                        None,
+                    )
+                });
             }
         }
     }

@@ -1,5 +1,8 @@
 //! The end-to-end suite's traffic, from ShareGPT: the *natural* mix replays conversations in the
-//! dataset's own order (its repeats included, and a second user turn where the conversation has one);
+//! dataset's own order (its repeats included, and a second user turn where the conversation has one),
+//! with labelled pairs woven in: a ShareGPT question, then some conversations later a rewrite of it,
+//! either a paraphrase or a near miss (`shared/data/semantic_pairs.jsonl`), so that semantic hits, right
+//! and wrong, happen at a known rate;
 //! the *popular* mix draws distinct first turns with a Zipf distribution (exponent 1.0), the popularity
 //! skew of production assistant traffic. Both are a fixed sequence every system replays from the same
 //! offsets.
@@ -42,7 +45,7 @@ pub struct Workload {
 }
 
 /// How the mixes are drawn.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct WorkloadSpec {
     /// Conversations of each mix's sequence.
     pub length: usize,
@@ -52,7 +55,14 @@ pub struct WorkloadSpec {
     pub max_chars: usize,
     /// Seed of the Zipf draws.
     pub seed: u64,
+    /// Labelled pairs `(question, rewrite)` woven into the natural mix.
+    pub pairs: Vec<(String, String)>,
+    /// One pair starts every this many natural conversations (0: none).
+    pub pair_every: usize,
 }
+
+/// Conversations between a pair's question and its rewrite.
+const PAIR_GAP: usize = 24;
 
 /// Shortest user turn kept, in characters.
 const MIN_CHARS: usize = 4;
@@ -68,7 +78,7 @@ impl WorkloadSpec {
             MIN_CHARS..=self.max_chars,
         )?;
         let (natural, rest) = all.split_at(self.length.min(all.len()));
-        let natural = Workload { mix: Mix::Natural, conversations: natural.to_vec() };
+        let natural = Workload { mix: Mix::Natural, conversations: self.weave_pairs(natural) };
         let mut seen: HashSet<String> = natural.conversations.iter().map(|c| normalize(&c[0])).collect();
         let pool: Vec<String> = rest
             .iter()
@@ -82,6 +92,59 @@ impl WorkloadSpec {
         let popular = (0..self.length).map(|_| vec![pool[zipf.sample(rng.unit())].clone()]).collect();
         Ok([natural, Workload { mix: Mix::Popular, conversations: popular }])
     }
+}
+
+impl WorkloadSpec {
+    /// `conversations` with a pair's question before every [`Self::pair_every`]th one and its rewrite
+    /// [`PAIR_GAP`] conversations later.
+    fn weave_pairs(&self, conversations: &[Conversation]) -> Vec<Conversation> {
+        let mut pairs = self.pairs.iter().filter(|_| self.pair_every > 0);
+        let mut rewrites: std::collections::BTreeMap<usize, Vec<String>> = Default::default();
+        let mut out = Vec::with_capacity(conversations.len() * 5 / 4);
+        for (i, conversation) in conversations.iter().enumerate() {
+            if i % self.pair_every.max(1) == 0 {
+                if let Some((question, rewrite)) = pairs.next() {
+                    out.push(vec![question.clone()]);
+                    rewrites.entry(i + PAIR_GAP).or_default().push(rewrite.clone());
+                }
+            }
+            for rewrite in rewrites.remove(&i).unwrap_or_default() {
+                out.push(vec![rewrite]);
+            }
+            out.push(conversation.clone());
+        }
+        out
+    }
+}
+
+/// A labelled pair: a question and its rewrite, a paraphrase or a near miss.
+#[derive(Clone, Debug)]
+pub struct LabelledRewrite {
+    /// The question (a ShareGPT first turn).
+    pub question: String,
+    /// Its rewrite.
+    pub rewrite: String,
+    /// Whether the rewrite asks what the question asks (labelled `hit`).
+    pub paraphrase: bool,
+}
+
+/// The labelled pairs of `path` (JSON lines with `a`, `b`, `label` and `source`) whose question is a
+/// ShareGPT first turn, paraphrases and near misses alike, in file order.
+pub fn sharegpt_pairs(path: &Path) -> anyhow::Result<Vec<LabelledRewrite>> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+    let mut pairs = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let pair: serde_json::Value = serde_json::from_str(line)?;
+        let field = |name: &str| pair.get(name).and_then(|v| v.as_str()).map(str::to_owned);
+        if field("source").as_deref() == Some("sharegpt") {
+            if let (Some(question), Some(rewrite)) = (field("a"), field("b")) {
+                let paraphrase = field("label").as_deref() == Some("hit");
+                pairs.push(LabelledRewrite { question, rewrite, paraphrase });
+            }
+        }
+    }
+    Ok(pairs)
 }
 
 impl Workload {
@@ -158,5 +221,24 @@ mod tests {
             conversations: vec![vec!["Hi there".into()], vec!["hi  THERE".into()]],
         };
         assert_eq!(workload.repeat_share(), 0.5);
+    }
+
+    #[test]
+    fn a_pairs_rewrite_follows_its_question_after_the_gap() {
+        let spec = WorkloadSpec {
+            length: 0,
+            popular_pool: 0,
+            max_chars: 100,
+            seed: 1,
+            pairs: vec![("q1".into(), "r1".into()), ("q2".into(), "r2".into())],
+            pair_every: 10,
+        };
+        let conversations: Vec<Conversation> = (0..40).map(|i| vec![format!("c{i}")]).collect();
+        let woven: Vec<String> = spec.weave_pairs(&conversations).into_iter().map(|c| c[0].clone()).collect();
+        let at = |t: &str| woven.iter().position(|w| w == t).expect(t);
+        assert_eq!(woven.len(), 44);
+        assert!(at("q1") < at("c0") && at("q2") < at("c10") && at("c9") < at("q2"));
+        assert!(at("c23") < at("r1") && at("r1") < at("c24"), "{woven:?}");
+        assert!(at("c33") < at("r2") && at("r2") < at("c34"));
     }
 }

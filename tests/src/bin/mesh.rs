@@ -232,6 +232,13 @@ enum BenchSuite {
         /// Distinct first turns the popular mix draws from.
         #[arg(long, default_value_t = 1000)]
         popular_pool: usize,
+        /// Conversations each client replays in a natural step (steps run back to back through the mix).
+        #[arg(long, default_value_t = 6)]
+        natural_per_client: usize,
+        /// A labelled ShareGPT question and, 24 conversations later, its paraphrase or near miss are woven
+        /// into the natural mix every this many conversations (0: none).
+        #[arg(long, default_value_t = 10)]
+        pair_every: usize,
         /// Longest user turn sent, in characters.
         #[arg(long, default_value_t = 600)]
         max_prompt_chars: usize,
@@ -412,6 +419,8 @@ fn main() -> anyhow::Result<()> {
                     warmup,
                     length,
                     popular_pool,
+                    natural_per_client,
+                    pair_every,
                     max_prompt_chars,
                     ttft_target_ms,
                     agreement_samples,
@@ -438,6 +447,8 @@ fn main() -> anyhow::Result<()> {
                 warmup,
                 length,
                 popular_pool,
+                natural_per_client,
+                pair_every,
                 max_prompt_chars,
                 ttft_target_ms,
                 agreement_samples,
