@@ -78,6 +78,12 @@ pub struct RegionalConfig {
     /// exact tiers only (its misses then skip the MiniLM forward).
     #[arg(long, env = "MESH_SEMANTIC_MAX_WORDS", default_value_t = 48)]
     pub semantic_max_words: usize,
+    /// Also embed every looked-up question with MiniLM and search that space when the small embedding
+    /// (`--edge-table`) finds nothing: a little more recall for a MiniLM forward on every miss. Without
+    /// it (and with the table) the tier matches by the small embedding alone; without the table MiniLM is
+    /// the only embedding and always runs.
+    #[arg(long, env = "MESH_SEMANTIC_MINILM_LOOKUPS")]
+    pub semantic_minilm_lookups: bool,
     /// Share of semantic hits audited online (0..=1): the question as asked is generated again, fresh
     /// and stored nowhere, and compared with the answer served; 0 turns the audit off.
     #[arg(long, env = "MESH_SEMANTIC_AUDIT_FRACTION", default_value_t = 0.05)]

@@ -139,17 +139,18 @@ impl SemanticCache {
         })
     }
 
-    /// Indexes `query`'s question of `tenant`, answered by the entry `key` (by its small embedding too,
-    /// when given and the tier indexes them).
+    /// Indexes `query`'s question of `tenant`, answered by the entry `key`, by its MiniLM embedding
+    /// and its small embedding, whichever are given (the small one when the tier indexes them); at
+    /// least one must be.
     pub fn insert(
         &self,
         query: &SemanticQuery<'_>,
         tenant: &str,
-        embedding: &[f32],
+        embedding: Option<&[f32]>,
         small: Option<&[f32]>,
         key: &str,
     ) -> Result<(), RegionalError> {
-        if embedding.len() != EMBEDDING_DIM || embedding.iter().any(|v| !v.is_finite()) {
+        if embedding.is_some_and(|e| e.len() != EMBEDDING_DIM || e.iter().any(|v| !v.is_finite())) {
             return Err(RegionalError::Embedding("an embedding must be 384 finite values".into()));
         }
         let small = match (small, self.small_dims) {
@@ -158,6 +159,9 @@ impl SemanticCache {
             }
             _ => None,
         };
+        if embedding.is_none() && small.is_none() {
+            return Err(RegionalError::Embedding("no embedding of the question to index".into()));
+        }
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.clock += 1;
         let clock = state.clock;
@@ -217,7 +221,7 @@ impl Partition {
 
     fn add(
         &mut self,
-        embedding: &[f32],
+        embedding: Option<&[f32]>,
         small: Option<&[f32]>,
         key: &str,
         question: &str,
@@ -238,7 +242,9 @@ impl Partition {
         }
         let label = self.next_label;
         self.next_label += 1;
-        self.index.add(label, embedding).map_err(usearch_error)?;
+        if let Some(embedding) = embedding {
+            self.index.add(label, embedding).map_err(usearch_error)?;
+        }
         if let (Some(small_index), Some(small)) = (&self.small_index, small) {
             small_index.add(label, small).map_err(usearch_error)?;
         }
@@ -284,7 +290,7 @@ mod tests {
         let cache =
             SemanticCache::new(SemanticLimits { per_partition: 8, partitions: 4, tenant_share: 1.0 }, None);
         let cached = query("p", "How can I purchase a car?");
-        cache.insert(&cached, "t", &vector(0, 1.0), None, "v1:car").expect("insert");
+        cache.insert(&cached, "t", Some(&vector(0, 1.0)), None, "v1:car").expect("insert");
         let hit = cache
             .lookup(&query("p", "How can I buy a car?"), Space::Full, &vector(0, 0.99), 0.95)
             .expect("a hit");
@@ -317,7 +323,7 @@ mod tests {
             Some(8),
         );
         let cached = query("p", "How can I purchase a car?");
-        cache.insert(&cached, "t", &vector(0, 1.0), Some(&small(0, 1.0)), "v1:car").expect("insert");
+        cache.insert(&cached, "t", Some(&vector(0, 1.0)), Some(&small(0, 1.0)), "v1:car").expect("insert");
         let asked = query("p", "How can I buy a car?");
         let hit =
             cache.lookup(&asked, Space::Small, &small(0, 0.98), 0.9).expect("a hit by the small embedding");
@@ -325,7 +331,7 @@ mod tests {
         assert_eq!(cache.lookup(&asked, Space::Small, &small(1, 1.0), 0.9), None, "not similar");
         // A wrong-length small embedding indexes the question in the full space only.
         cache
-            .insert(&query("p", "What is rust?"), "t", &vector(1, 1.0), Some(&[1.0; 3]), "v1:rust")
+            .insert(&query("p", "What is rust?"), "t", Some(&vector(1, 1.0)), Some(&[1.0; 3]), "v1:rust")
             .expect("insert");
         assert_eq!(
             cache.lookup(&asked, Space::Small, &small(0, 0.98), 0.9),
@@ -335,7 +341,7 @@ mod tests {
         assert!(cache.lookup(&query("p", "What is rust?"), Space::Full, &vector(1, 1.0), 0.9).is_some());
         let no_small =
             SemanticCache::new(SemanticLimits { per_partition: 1, partitions: 4, tenant_share: 1.0 }, None);
-        no_small.insert(&cached, "t", &vector(0, 1.0), Some(&small(0, 1.0)), "v1:car").expect("insert");
+        no_small.insert(&cached, "t", Some(&vector(0, 1.0)), Some(&small(0, 1.0)), "v1:car").expect("insert");
         assert_eq!(no_small.lookup(&asked, Space::Small, &small(0, 1.0), 0.9), None);
     }
 
@@ -345,7 +351,13 @@ mod tests {
             SemanticCache::new(SemanticLimits { per_partition: 2, partitions: 2, tenant_share: 1.0 }, None);
         for (i, partition) in ["a", "a", "a", "b", "c"].iter().enumerate() {
             cache
-                .insert(&query(partition, "What is rust?"), "t", &vector(i, 1.0), None, &format!("k{i}"))
+                .insert(
+                    &query(partition, "What is rust?"),
+                    "t",
+                    Some(&vector(i, 1.0)),
+                    None,
+                    &format!("k{i}"),
+                )
                 .expect("insert");
         }
         // "a" kept its 2 newest, then was the least recently used when "c" came.
@@ -359,13 +371,13 @@ mod tests {
         let cache =
             SemanticCache::new(SemanticLimits { per_partition: 4, partitions: 4, tenant_share: 0.5 }, None);
         cache
-            .insert(&query("quiet", "What is rust?"), "quiet", &vector(0, 1.0), None, "k-quiet")
+            .insert(&query("quiet", "What is rust?"), "quiet", Some(&vector(0, 1.0)), None, "k-quiet")
             .expect("insert");
         // One system prompt after another: a new partition each time, far more than its share.
         for i in 1..20 {
             let partition = format!("flood-{i}");
             cache
-                .insert(&query(&partition, "What is rust?"), "flood", &vector(i, 1.0), None, "k")
+                .insert(&query(&partition, "What is rust?"), "flood", Some(&vector(i, 1.0)), None, "k")
                 .expect("insert");
         }
         let hit = cache.lookup(&query("quiet", "What is rust?"), Space::Full, &vector(0, 1.0), 0.9);
@@ -379,8 +391,37 @@ mod tests {
             SemanticCache::new(SemanticLimits { per_partition: 2, partitions: 2, tenant_share: 1.0 }, None);
         let mut nan = vector(0, 1.0);
         nan[3] = f32::NAN;
-        assert!(cache.insert(&query("a", "q"), "t", &nan, None, "k").is_err());
-        assert!(cache.insert(&query("a", "q"), "t", &[1.0; 3], None, "k").is_err());
+        assert!(cache.insert(&query("a", "q"), "t", Some(&nan), None, "k").is_err());
+        assert!(cache.insert(&query("a", "q"), "t", Some(&[1.0; 3]), None, "k").is_err());
+        assert!(cache.insert(&query("a", "q"), "t", None, None, "k").is_err(), "nothing to index");
         assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn a_question_indexed_by_its_small_embedding_alone_is_found_in_that_space_only() {
+        let small = |axis: usize| {
+            let mut v = vec![0.0; 8];
+            v[axis] = 1.0;
+            v
+        };
+        let cache = SemanticCache::new(
+            SemanticLimits { per_partition: 2, partitions: 2, tenant_share: 1.0 },
+            Some(8),
+        );
+        let cached = query("p", "How can I purchase a car?");
+        cache.insert(&cached, "t", None, Some(&small(0)), "v1:car").expect("insert");
+        let asked = query("p", "How can I buy a car?");
+        assert_eq!(
+            cache.lookup(&asked, Space::Small, &small(0), 0.9).map(|h| h.key).as_deref(),
+            Some("v1:car")
+        );
+        assert_eq!(cache.lookup(&asked, Space::Full, &vector(0, 1.0), 0.5), None);
+        // The oldest leaves both spaces, though it was in one.
+        cache
+            .insert(&query("p", "What is rust?"), "t", Some(&vector(1, 1.0)), Some(&small(1)), "k1")
+            .expect("insert");
+        cache.insert(&query("p", "What is go?"), "t", None, Some(&small(2)), "k2").expect("insert");
+        assert_eq!(cache.lookup(&asked, Space::Small, &small(0), 0.9), None);
+        assert_eq!(cache.len(), 2);
     }
 }

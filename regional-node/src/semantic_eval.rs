@@ -157,11 +157,24 @@ pub fn score(
     Ok(scored)
 }
 
-/// The decision a regional node makes with its default settings: the verifier, and the asked
-/// question's class threshold ([`SemanticThresholds`], `None` for a class that never hits) met by
-/// the MiniLM similarity or, when the pairs were scored with the small table, by the small
-/// embedding's similarity at [`SemanticThresholds::SMALL_EMBEDDING`] (the node tries that first).
+/// The decision a regional node makes with its default settings: with the small table (pairs scored
+/// with it), the small embedding's similarity at [`SemanticThresholds::SMALL_ONLY`] of the asked
+/// question's class, then the verifier; without it, MiniLM's at `thresholds` (`None` for a class
+/// that never hits), then the verifier.
 pub fn deployed(pairs: &[ScoredPair], thresholds: &SemanticThresholds) -> Counts {
+    count(pairs, |p| {
+        let class = classify_text(&p.pair.b);
+        let similar = match p.small_similarity {
+            Some(small) => SemanticThresholds::SMALL_ONLY.of(class).is_some_and(|t| small >= t),
+            None => thresholds.of(class).is_some_and(|t| p.similarity >= t),
+        };
+        similar && p.verdict.is_ok()
+    })
+}
+
+/// The decision of a node with `--semantic-minilm-lookups`: the small embedding at
+/// [`SemanticThresholds::SMALL_EMBEDDING`] first, else MiniLM at `thresholds`; then the verifier.
+pub fn with_minilm_lookups(pairs: &[ScoredPair], thresholds: &SemanticThresholds) -> Counts {
     count(pairs, |p| {
         let class = classify_text(&p.pair.b);
         let full = thresholds.of(class).is_some_and(|t| p.similarity >= t);
@@ -184,16 +197,37 @@ pub fn report(
     use std::fmt::Write as _;
     let mut out = String::new();
     let decided = deployed(pairs, classes);
+    let small = SemanticThresholds::SMALL_ONLY;
+    let how = if pairs.iter().any(|p| p.small_similarity.is_some()) {
+        format!(
+            "small embedding alone, class thresholds {:.2}/{:.2}/{:.2}",
+            small.volatile, small.default, small.stable
+        )
+    } else {
+        format!(
+            "MiniLM, class thresholds {:.2}/{:.2}/{:.2}",
+            classes.volatile, classes.default, classes.stable
+        )
+    };
     let _ = writeln!(
         out,
-        "deployed decision (small embedding first, then class thresholds {:.2}/{:.2}/{:.2}; + verifier): precision {:.3} ({} wrong of {} hits), recall {:.3}",
-        classes.volatile,
-        classes.default,
-        classes.stable,
+        "deployed decision ({how}; + verifier): precision {:.3} ({} wrong of {} hits), recall {:.3}",
         decided.precision(),
         decided.false_hits,
         decided.true_hits + decided.false_hits,
         decided.recall()
+    );
+    let both = with_minilm_lookups(pairs, classes);
+    let _ = writeln!(
+        out,
+        "with --semantic-minilm-lookups (small embedding first, then MiniLM at {:.2}/{:.2}/{:.2}; + verifier): precision {:.3} ({} wrong of {} hits), recall {:.3}",
+        classes.volatile,
+        classes.default,
+        classes.stable,
+        both.precision(),
+        both.false_hits,
+        both.true_hits + both.false_hits,
+        both.recall()
     );
     let misses = pairs.iter().filter(|p| !p.pair.should_hit()).count();
     let _ =

@@ -26,6 +26,8 @@ pub struct SemanticTier {
     audit: SemanticAudit,
     /// Longest question, in words, the tier embeds, indexes and looks up.
     max_words: usize,
+    /// Whether questions are embedded with MiniLM too when the small table is there.
+    minilm_lookups: bool,
 }
 
 impl fmt::Debug for SemanticTier {
@@ -44,8 +46,8 @@ pub struct EmbeddedQuestion {
     pub partition: String,
     /// The last user turn.
     pub question: String,
-    /// Its embedding.
-    pub embedding: Vec<f32>,
+    /// Its MiniLM embedding, unless the tier matches by the small embedding alone.
+    pub embedding: Option<Vec<f32>>,
     /// Its small embedding, when the tier has the table.
     pub small: Option<Vec<f32>>,
 }
@@ -66,7 +68,29 @@ impl SemanticTier {
         audit: AuditSettings,
     ) -> Self {
         let cache = SemanticCache::new(limits, small.as_ref().map(|s| s.dims()));
-        Self { embedder, small, cache, thresholds, audit: SemanticAudit::new(audit), max_words: usize::MAX }
+        Self {
+            embedder,
+            small,
+            cache,
+            thresholds,
+            audit: SemanticAudit::new(audit),
+            max_words: usize::MAX,
+            minilm_lookups: true,
+        }
+    }
+
+    /// With `false` and the small table, questions are embedded, indexed and matched by the small
+    /// embedding alone (at [`SemanticThresholds::SMALL_ONLY`]): a miss then costs microseconds instead
+    /// of a MiniLM forward, and MiniLM runs only for the audit. With `true` (or without the table)
+    /// MiniLM is searched when the small embedding finds nothing.
+    pub fn with_minilm_lookups(mut self, on: bool) -> Self {
+        self.minilm_lookups = on;
+        self
+    }
+
+    /// Whether requests' questions are embedded with MiniLM.
+    fn embeds_with_minilm(&self) -> bool {
+        self.minilm_lookups || self.small.is_none()
     }
 
     /// Leaves questions of more than `words` words to the exact tiers: a long prompt (a document to
@@ -99,7 +123,12 @@ impl SemanticTier {
             return None;
         }
         let small = self.small.as_ref()?.embed(query.question)?;
-        let threshold = self.raised(SemanticThresholds::SMALL_EMBEDDING.of(class), tenant, class)?;
+        let thresholds = if self.embeds_with_minilm() {
+            SemanticThresholds::SMALL_EMBEDDING
+        } else {
+            SemanticThresholds::SMALL_ONLY
+        };
+        let threshold = self.raised(thresholds.of(class), tenant, class)?;
         self.cache.lookup(query, Space::Small, &small, threshold)
     }
 
@@ -149,12 +178,15 @@ impl SemanticTier {
         let question = query.question.to_string();
         let partition = query.partition.clone();
         tokio::task::spawn_blocking(move || {
-            let mut embeddings = tier
-                .embedder
-                .embed(&[question.as_str()])
-                .map_err(|e| RegionalError::Embedding(e.to_string()))?;
-            let embedding =
-                embeddings.pop().ok_or_else(|| RegionalError::Embedding("no embedding".into()))?;
+            let embedding = if tier.embeds_with_minilm() {
+                let mut embeddings = tier
+                    .embedder
+                    .embed(&[question.as_str()])
+                    .map_err(|e| RegionalError::Embedding(e.to_string()))?;
+                Some(embeddings.pop().ok_or_else(|| RegionalError::Embedding("no embedding".into()))?)
+            } else {
+                None
+            };
             let small = tier.small.as_ref().and_then(|s| s.embed(&question));
             Ok(EmbeddedQuestion { partition, question, embedding, small })
         })
@@ -162,14 +194,21 @@ impl SemanticTier {
         .map_err(|e| RegionalError::Embedding(format!("embedding task: {e}")))?
     }
 
-    /// The best verified match of `question` at `threshold`.
+    /// The best verified match of `question` by its MiniLM embedding at `threshold`; `None` when the
+    /// tier matches by the small embedding alone.
     pub fn lookup(&self, question: &EmbeddedQuestion, threshold: f32) -> Option<SemanticHit> {
-        self.cache.lookup(&question.query(), Space::Full, &question.embedding, threshold)
+        self.cache.lookup(&question.query(), Space::Full, question.embedding.as_ref()?, threshold)
     }
 
     /// Indexes `question` as answered by the entry `key`.
     pub fn insert(&self, question: &EmbeddedQuestion, tenant: &str, key: &str) -> Result<(), RegionalError> {
-        self.cache.insert(&question.query(), tenant, &question.embedding, question.small.as_deref(), key)
+        self.cache.insert(
+            &question.query(),
+            tenant,
+            question.embedding.as_deref(),
+            question.small.as_deref(),
+            key,
+        )
     }
 
     /// Questions indexed.

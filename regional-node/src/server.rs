@@ -129,7 +129,8 @@ pub fn path_parts(settings: &Settings) -> Result<PathParts, RegionalError> {
             let small = load_edge_table(settings)?;
             let thresholds = config.semantic_thresholds();
             let tier = SemanticTier::new(embedder, small, limits, thresholds, audit)
-                .with_max_words(config.semantic_max_words);
+                .with_max_words(config.semantic_max_words)
+                .with_minilm_lookups(config.semantic_minilm_lookups);
             Some(Arc::new(tier))
         }
         None => None,

@@ -56,6 +56,8 @@ pub struct MeshSpec {
     /// nodes also admit the local edge by the insecure secret, since `wrangler dev` cannot present a
     /// client certificate. Without it the mesh runs in insecure development mode.
     pub tls: bool,
+    /// CPU threads of the pod's kernels (its default, 1, when `None`).
+    pub pod_threads: Option<usize>,
 }
 
 impl MeshSpec {
@@ -77,6 +79,7 @@ impl MeshSpec {
             regional_args: Vec::new(),
             edge_vars: Vec::new(),
             tls: false,
+            pod_threads: None,
         }
     }
 }
@@ -544,10 +547,13 @@ impl Mesh {
     }
 
     fn spawn_pod(&self) -> anyhow::Result<ManagedProcess> {
-        let config = DaemonConfig::new()
+        let mut config = DaemonConfig::new()
             .set("listen", format!("127.0.0.1:{}", self.ports.pod))
-            .path("model_path", &paths::smollm2_gguf())
-            .write(&self.config_path("inference-pod"))?;
+            .path("model_path", &paths::smollm2_gguf());
+        if let Some(threads) = self.spec.pod_threads {
+            config = config.set("threads", threads as i64);
+        }
+        let config = config.write(&self.config_path("inference-pod"))?;
         let mut command = Command::new(paths::binary("inference-pod"));
         command.arg("--config").arg(config);
         self.give_identity(&mut command, "inference-pod");

@@ -61,7 +61,7 @@ pub struct E2eBenchOptions {
     pub ttft_target_ms: u64,
     /// Semantic hits audited per system and mix.
     pub agreement_samples: usize,
-    /// CPU threads of llama-server.
+    /// CPU threads of llama-server and of the mesh's pod.
     pub threads: usize,
     /// Which mixes (default both).
     pub mixes: Vec<Mix>,
@@ -136,7 +136,7 @@ fn run_in(options: &E2eBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Rep
     for (s, name) in names.iter().enumerate() {
         eprintln!("\n== {name}: starting");
         let running = match s {
-            0 | 1 => start_mesh(scratch.path().join(format!("mesh-{s}")), s == 0)?,
+            0 | 1 => start_mesh(scratch.path().join(format!("mesh-{s}")), s == 0, options.threads)?,
             _ => {
                 let slots = options.concurrency.iter().copied().max().unwrap_or(1);
                 let stack = GptCacheStack::start(&llama, &peers_dir, options.threads, slots, scratch.path())?;
@@ -183,8 +183,9 @@ fn run_in(options: &E2eBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Rep
     Ok(Report { suite: "e2e".into(), machine: Machine::current(), rows })
 }
 
-fn start_mesh(dir: std::path::PathBuf, cache_off: bool) -> anyhow::Result<Running> {
-    let mesh = Mesh::start(MeshSpec { tls: true, ..MeshSpec::local(dir) })?;
+/// The `make up` mesh, its pod on `threads` threads (as many as llama-server gets).
+fn start_mesh(dir: std::path::PathBuf, cache_off: bool, threads: usize) -> anyhow::Result<Running> {
+    let mesh = Mesh::start(MeshSpec { tls: true, pod_threads: Some(threads), ..MeshSpec::local(dir) })?;
     let edge = mesh.edge_url().expect("the mesh runs its edge");
     let key = Some(mesh.api_key().to_owned());
     let bypass = vec![("cache-control".to_owned(), "no-cache, no-store".to_owned())];

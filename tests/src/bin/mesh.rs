@@ -248,7 +248,7 @@ enum BenchSuite {
         /// Semantic hits audited against fresh answers, per system and mix.
         #[arg(long, default_value_t = 40)]
         agreement_samples: usize,
-        /// CPU threads of llama-server.
+        /// CPU threads of llama-server and of the mesh's pod.
         #[arg(long, default_value_t = 2)]
         threads: usize,
         /// Which mixes (natural, popular; comma-separated).
