@@ -5,7 +5,8 @@
 //! openraft only after the log's group commit has `fdatasync`ed them; `save_vote`, `truncate` and `purge`
 //! return only after theirs. The committed pointer is written without waiting: it may lag after a crash,
 //! which only means that openraft re-applies fewer entries at startup before the leader tells it more.
-//! Entries are stored in the binary form of [`log_codec`](super::log_codec).
+//! Entries are stored in the binary form of [`log_codec`](super::log_codec); the newest are also kept
+//! decoded ([`RecentEntries`]), since the leader reads each one again for every follower and to apply it.
 
 // openraft's storage error is large, and every trait method returns it; the private helpers return it too
 // rather than box it only to unbox it at the trait boundary.
@@ -23,6 +24,7 @@ use openraft::{LogId, LogState, OptionalSend, RaftLogReader, StorageIOError, Vot
 use tokio::sync::oneshot;
 
 use super::log_codec;
+use super::recent_entries::RecentEntries;
 use super::types::{Entry, NodeId, StorageError, TypeConfig};
 use crate::wal::fs::OsDir;
 use crate::wal::{Done, Wal, WalOptions};
@@ -33,6 +35,8 @@ use crate::wal::{Done, Wal, WalOptions};
 #[derive(Clone, Debug)]
 pub struct LogStore {
     wal: Arc<Wal>,
+    /// The newest entries, decoded.
+    recent: Arc<RecentEntries>,
     /// The last log index a durable snapshot covers, when purges must wait for one
     /// ([`LogStore::purge_behind`]).
     durable_snapshot: Option<tokio::sync::watch::Receiver<u64>>,
@@ -43,7 +47,8 @@ impl LogStore {
     /// to let go of it.
     pub fn open(path: &Path, lock_wait: Duration) -> io::Result<Self> {
         let dir = OsDir::open(path, lock_wait)?;
-        Ok(Self { wal: Arc::new(Wal::open(Arc::new(dir), WalOptions::default())?), durable_snapshot: None })
+        let wal = Arc::new(Wal::open(Arc::new(dir), WalOptions::default())?);
+        Ok(Self { wal, recent: Arc::new(RecentEntries::new(RECENT_BYTES)), durable_snapshot: None })
     }
 
     /// Makes every purge wait until `durable_snapshot` (the last index the state machine's durable
@@ -72,6 +77,9 @@ async fn synced(rx: oneshot::Receiver<io::Result<()>>) -> io::Result<()> {
     rx.await.unwrap_or_else(|_| Err(io::Error::other("the write-ahead log stopped")))
 }
 
+/// Encoded bytes of the newest entries kept decoded ([`RecentEntries`]).
+const RECENT_BYTES: usize = 16 << 20;
+
 fn index_bound(bound: Bound<&u64>, start: bool) -> u64 {
     match (bound, start) {
         (Bound::Included(i), true) => *i,
@@ -90,6 +98,9 @@ impl RaftLogReader<TypeConfig> for LogStore {
     ) -> Result<Vec<Entry>, StorageError> {
         let start = index_bound(range.start_bound(), true);
         let end = index_bound(range.end_bound(), false);
+        if let Some(entries) = self.recent.get(start, end) {
+            return Ok(entries);
+        }
         let stored = self.wal.read(start, end).map_err(|e| StorageIOError::read_logs(&e))?;
         stored
             .into_iter()
@@ -138,16 +149,21 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let encoded: Vec<_> = entries
-            .into_iter()
-            .map(|entry| (entry.log_id, log_codec::encode_payload(&entry.payload)))
-            .collect();
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let encoded: Vec<_> =
+            entries.iter().map(|entry| (entry.log_id, log_codec::encode_payload(&entry.payload))).collect();
+        let sizes: Vec<usize> = encoded.iter().map(|(_, bytes)| bytes.len()).collect();
         let done: Done = Box::new(move |result| callback.log_io_completed(result));
         self.wal.append(encoded, done).map_err(|e| StorageIOError::write_logs(&e))?;
+        // Readable from here on, as from the log itself.
+        for (entry, size) in entries.into_iter().zip(sizes) {
+            self.recent.push(entry, size);
+        }
         Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError> {
+        self.recent.truncate(log_id.index);
         let (done, rx) = durable();
         self.wal.truncate(log_id.index, done).map_err(|e| StorageIOError::write_logs(&e))?;
         synced(rx).await.map_err(|e| StorageIOError::write_logs(&e))?;
@@ -161,6 +177,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 .await
                 .map_err(|e| StorageIOError::write_logs(&io::Error::other(e)))?;
         }
+        self.recent.purge(log_id.index);
         let (done, rx) = durable();
         self.wal.purge(&log_id, done).map_err(|e| StorageIOError::write_logs(&e))?;
         synced(rx).await.map_err(|e| StorageIOError::write_logs(&e))?;

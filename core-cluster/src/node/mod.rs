@@ -69,6 +69,7 @@ pub mod peers;
 pub mod pods;
 pub mod raft_service;
 pub mod read_barrier;
+pub mod recent_entries;
 pub mod records;
 pub mod refresher;
 pub mod reply_codec;
