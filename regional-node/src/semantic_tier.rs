@@ -101,35 +101,38 @@ impl SemanticTier {
         self
     }
 
-    /// Whether the tier embeds, indexes and looks up `question` (at most the tier's word limit).
-    pub fn covers(&self, question: &str) -> bool {
-        at_most_words(question, self.max_words)
-    }
-
     /// The small-embedding table, when the tier has one.
     pub fn small_table(&self) -> Option<&Arc<SmallEmbedder>> {
         self.small.as_ref()
     }
 
-    /// The best verified match of `query` found by its small embedding (microseconds, no MiniLM),
-    /// at the small embedding's threshold of `class` for `tenant`; `None` without the table.
+    /// `query`'s question with its small embedding (microseconds, no MiniLM), or `None` when the tier
+    /// leaves it to the exact tiers (more than its word limit).
+    pub fn question(&self, query: &SemanticQuery<'_>) -> Option<EmbeddedQuestion> {
+        at_most_words(query.question, self.max_words).then(|| EmbeddedQuestion {
+            partition: query.partition.clone(),
+            question: query.question.to_owned(),
+            embedding: None,
+            small: self.small.as_ref().and_then(|s| s.embed(query.question)),
+        })
+    }
+
+    /// The best verified match of `question` found by its small embedding, at the small embedding's
+    /// threshold of `class` for `tenant`; `None` without the table.
     pub fn quick_lookup(
         &self,
-        query: &SemanticQuery<'_>,
+        question: &EmbeddedQuestion,
         tenant: &str,
         class: ContentClass,
     ) -> Option<SemanticHit> {
-        if !self.covers(query.question) {
-            return None;
-        }
-        let small = self.small.as_ref()?.embed(query.question)?;
+        let small = question.small.as_ref()?;
         let thresholds = if self.embeds_with_minilm() {
             SemanticThresholds::SMALL_EMBEDDING
         } else {
             SemanticThresholds::SMALL_ONLY
         };
         let threshold = self.raised(thresholds.of(class), tenant, class)?;
-        self.cache.lookup(query, Space::Small, &small, threshold)
+        self.cache.lookup(&question.query(), Space::Small, small, threshold)
     }
 
     /// The threshold of `class`, `None` when that class never hits semantically.
@@ -169,26 +172,24 @@ impl SemanticTier {
         .map_err(|e| RegionalError::Embedding(format!("embedding task: {e}")))?
     }
 
-    /// Embeds the query's question on a blocking thread (a MiniLM forward takes milliseconds).
-    pub async fn embed(
+    /// `question` with its MiniLM embedding added on a blocking thread (a forward takes milliseconds),
+    /// when the tier embeds with MiniLM; as it is otherwise.
+    pub async fn with_minilm(
         self: &Arc<Self>,
-        query: &SemanticQuery<'_>,
+        mut question: EmbeddedQuestion,
     ) -> Result<EmbeddedQuestion, RegionalError> {
+        if !self.embeds_with_minilm() || question.embedding.is_some() {
+            return Ok(question);
+        }
         let tier = Arc::clone(self);
-        let question = query.question.to_string();
-        let partition = query.partition.clone();
         tokio::task::spawn_blocking(move || {
-            let embedding = if tier.embeds_with_minilm() {
-                let mut embeddings = tier
-                    .embedder
-                    .embed(&[question.as_str()])
-                    .map_err(|e| RegionalError::Embedding(e.to_string()))?;
-                Some(embeddings.pop().ok_or_else(|| RegionalError::Embedding("no embedding".into()))?)
-            } else {
-                None
-            };
-            let small = tier.small.as_ref().and_then(|s| s.embed(&question));
-            Ok(EmbeddedQuestion { partition, question, embedding, small })
+            let mut embeddings = tier
+                .embedder
+                .embed(&[question.question.as_str()])
+                .map_err(|e| RegionalError::Embedding(e.to_string()))?;
+            question.embedding =
+                Some(embeddings.pop().ok_or_else(|| RegionalError::Embedding("no embedding".into()))?);
+            Ok(question)
         })
         .await
         .map_err(|e| RegionalError::Embedding(format!("embedding task: {e}")))?

@@ -42,18 +42,18 @@ impl RequestPath {
             let outcome = Outcome { entry: Arc::new(entry), x_cache: X_CACHE_CORE, timing, semantic: None };
             return Ok((Some(outcome), None));
         }
+        let Some(question) = self.semantic_question(admitted) else { return Ok((None, None)) };
         // A paraphrase found by the small embedding is served without running MiniLM at all.
-        let quick = match self.quick_hit(admitted) {
+        let quick = match self.quick_hit(admitted, &question) {
             Some(hit) => self.entry_of(admitted, hit).await?,
             None => None,
         };
         let (found, question) = match quick {
             Some(found) => (Some(found), None),
-            None => {
-                let question = self.embedded_question(admitted).await;
-                let Some(embedded) = &question else { return Ok((None, None)) };
-                (self.semantic_hit(admitted, embedded).await?, question)
-            }
+            None => match self.with_minilm(question).await {
+                Some(embedded) => (self.semantic_hit(admitted, &embedded).await?, Some(embedded)),
+                None => return Ok((None, None)),
+            },
         };
         let found = found.map(|(entry, hit)| {
             self.audit_hit(admitted, &entry);
@@ -65,13 +65,18 @@ impl RequestPath {
         Ok((found, question))
     }
 
-    /// The request's last user turn, embedded, when the semantic tier is on and the request may be
-    /// answered semantically; an embedding failure only skips the tier.
-    async fn embedded_question(&self, admitted: &Admitted) -> Option<EmbeddedQuestion> {
+    /// The request's last user turn with its small embedding, when the semantic tier is on, the request
+    /// may be answered semantically and the tier covers the question.
+    fn semantic_question(&self, admitted: &Admitted) -> Option<EmbeddedQuestion> {
         let tier = self.semantic.as_ref()?;
         tier.threshold_for(&admitted.tenant, admitted.class.class).filter(|_| admitted.caching.lookup)?;
-        let query = admitted.query().filter(|q| tier.covers(q.question))?;
-        match tier.embed(&query).await {
+        tier.question(&admitted.query()?)
+    }
+
+    /// `question` with its MiniLM embedding when the tier uses one; an embedding failure only skips
+    /// the tier.
+    async fn with_minilm(&self, question: EmbeddedQuestion) -> Option<EmbeddedQuestion> {
+        match self.semantic.as_ref()?.with_minilm(question).await {
             Ok(question) => Some(question),
             Err(error) => {
                 tracing::warn!(%error, "semantic tier skipped");
@@ -80,11 +85,9 @@ impl RequestPath {
         }
     }
 
-    /// A cached paraphrase found by the request's small embedding that the verifier accepts.
-    fn quick_hit(&self, admitted: &Admitted) -> Option<SemanticHit> {
-        let tier = self.semantic.as_ref()?;
-        tier.threshold_for(&admitted.tenant, admitted.class.class)?;
-        tier.quick_lookup(&admitted.query()?, &admitted.tenant, admitted.class.class)
+    /// A cached paraphrase found by the question's small embedding that the verifier accepts.
+    fn quick_hit(&self, admitted: &Admitted, question: &EmbeddedQuestion) -> Option<SemanticHit> {
+        self.semantic.as_ref()?.quick_lookup(question, &admitted.tenant, admitted.class.class)
     }
 
     /// The live entry of a cached paraphrase that passes the class's threshold and the verifier (from

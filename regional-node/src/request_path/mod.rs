@@ -335,14 +335,12 @@ impl RequestPath {
     /// and paraphrased in another is a semantic hit within the replication delay).
     fn index_replicated(&self, entry: &CachedCompletion) {
         let (Some(tier), Some(question)) = (self.semantic.clone(), entry.question.clone()) else { return };
-        if !tier.covers(&question.text) {
-            return;
-        }
+        let query =
+            shared::cache_key::SemanticQuery { partition: question.partition, question: &question.text };
+        let Some(question) = tier.question(&query) else { return };
         let (key, tenant) = (entry.key.clone(), entry.tenant.clone());
         tokio::spawn(async move {
-            let query =
-                shared::cache_key::SemanticQuery { partition: question.partition, question: &question.text };
-            let indexed = match tier.embed(&query).await {
+            let indexed = match tier.with_minilm(question).await {
                 Ok(embedded) => tier.insert(&embedded, &tenant, &key),
                 Err(error) => Err(error),
             };

@@ -8,7 +8,7 @@
 use serde_json::json;
 
 use super::e2e_driver::{Endpoint, Turn, MODEL};
-use super::e2e_workload::normalize;
+use super::e2e_workload::{normalize, LabelledRewrite};
 use crate::client::ChatClient;
 
 /// The ROUGE-L F1 at or above which two answers count as the same answer.
@@ -52,20 +52,20 @@ pub fn audit(fresh: &Endpoint, turns: &[&Turn], sample: usize, max_tokens: u32) 
 }
 
 /// The most a semantic hit can agree under [`audit`]'s rules with this model: fresh greedy answers to
-/// both wordings of up to `sample` labelled paraphrases (`(question, rewrite)`), compared the same way.
+/// both wordings of up to `sample` of the labelled paraphrases among `pairs`, compared the same way.
 /// A small model words its answers to two wordings differently even when both are right, so a cache
 /// serving only true paraphrases scores this, not 1.
 pub fn paraphrase_ceiling(
     fresh: &Endpoint,
-    paraphrases: &[(String, String)],
+    pairs: &[LabelledRewrite],
     sample: usize,
     max_tokens: u32,
 ) -> anyhow::Result<Agreement> {
     let answer = FreshAnswers::new(fresh, max_tokens);
     let mut agreement = Agreement::default();
-    for (question, rewrite) in paraphrases.iter().take(sample) {
+    for pair in pairs.iter().filter(|p| p.paraphrase).take(sample) {
         let ask = |text: &str| answer.to(&[json!({"role": "user", "content": text})]);
-        agreement.add(&ask(rewrite)?, &ask(question)?);
+        agreement.add(&ask(&pair.rewrite)?, &ask(&pair.question)?);
     }
     Ok(agreement)
 }

@@ -107,14 +107,12 @@ fn run_in(options: &E2eBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Rep
     let llama = LlamaCpp::locate(options.llama_bin_dir.as_deref(), options.install, &log_dir, options.stop)?;
     let peers_dir = super::gptcache::locate(options.install)?;
     let labelled = sharegpt_pairs(&paths::repo_root().join("shared/data/semantic_pairs.jsonl"))?;
-    let paraphrases: Vec<(String, String)> =
-        labelled.iter().filter(|p| p.paraphrase).map(|p| (p.question.clone(), p.rewrite.clone())).collect();
     let spec = WorkloadSpec {
         length: options.length,
         popular_pool: options.popular_pool,
         max_chars: options.max_prompt_chars,
         seed: 2026,
-        pairs: labelled.iter().map(|p| (p.question.clone(), p.rewrite.clone())).collect(),
+        pairs: labelled.clone(),
         pair_every: options.pair_every,
     };
     let workloads: Vec<Workload> =
@@ -159,12 +157,8 @@ fn run_in(options: &E2eBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Rep
             anyhow::ensure!(!options.stop.load(Ordering::Relaxed), "interrupted");
         }
         if s == 0 {
-            ceiling = paraphrase_ceiling(
-                &running.fresh,
-                &paraphrases,
-                options.agreement_samples,
-                options.max_tokens,
-            )?;
+            ceiling =
+                paraphrase_ceiling(&running.fresh, &labelled, options.agreement_samples, options.max_tokens)?;
             eprintln!(
                 "   fresh answers to both wordings of {} labelled paraphrases: {} equal, {} similar (the ceiling of hit agreement)",
                 ceiling.sampled, ceiling.exact, ceiling.similar

@@ -55,8 +55,8 @@ pub struct WorkloadSpec {
     pub max_chars: usize,
     /// Seed of the Zipf draws.
     pub seed: u64,
-    /// Labelled pairs `(question, rewrite)` woven into the natural mix.
-    pub pairs: Vec<(String, String)>,
+    /// Labelled pairs woven into the natural mix.
+    pub pairs: Vec<LabelledRewrite>,
     /// One pair starts every this many natural conversations (0: none).
     pub pair_every: usize,
 }
@@ -98,14 +98,17 @@ impl WorkloadSpec {
     /// `conversations` with a pair's question before every [`Self::pair_every`]th one and its rewrite
     /// [`PAIR_GAP`] conversations later.
     fn weave_pairs(&self, conversations: &[Conversation]) -> Vec<Conversation> {
-        let mut pairs = self.pairs.iter().filter(|_| self.pair_every > 0);
+        if self.pair_every == 0 {
+            return conversations.to_vec();
+        }
+        let mut pairs = self.pairs.iter();
         let mut rewrites: std::collections::BTreeMap<usize, Vec<String>> = Default::default();
         let mut out = Vec::with_capacity(conversations.len() * 5 / 4);
         for (i, conversation) in conversations.iter().enumerate() {
-            if i % self.pair_every.max(1) == 0 {
-                if let Some((question, rewrite)) = pairs.next() {
-                    out.push(vec![question.clone()]);
-                    rewrites.entry(i + PAIR_GAP).or_default().push(rewrite.clone());
+            if i % self.pair_every == 0 {
+                if let Some(pair) = pairs.next() {
+                    out.push(vec![pair.question.clone()]);
+                    rewrites.entry(i + PAIR_GAP).or_default().push(pair.rewrite.clone());
                 }
             }
             for rewrite in rewrites.remove(&i).unwrap_or_default() {
@@ -230,7 +233,13 @@ mod tests {
             popular_pool: 0,
             max_chars: 100,
             seed: 1,
-            pairs: vec![("q1".into(), "r1".into()), ("q2".into(), "r2".into())],
+            pairs: ["1", "2"]
+                .map(|n| LabelledRewrite {
+                    question: format!("q{n}"),
+                    rewrite: format!("r{n}"),
+                    paraphrase: true,
+                })
+                .to_vec(),
             pair_every: 10,
         };
         let conversations: Vec<Conversation> = (0..40).map(|i| vec![format!("c{i}")]).collect();

@@ -140,6 +140,24 @@ pub struct StateDigest {
     pub entries: u64,
 }
 
+/// The keys of `tree` whose rows `stale` picks, at most [`SWEEP_LIMIT`] of them.
+fn sweepable<T: DeserializeOwned>(
+    tree: &sled::Tree,
+    stale: impl Fn(&T) -> bool,
+) -> Result<Vec<String>, CoreError> {
+    let mut keys = Vec::new();
+    for item in tree.iter() {
+        let (key, bytes) = item?;
+        if stale(&decode(&bytes)?) {
+            keys.push(String::from_utf8_lossy(&key).into_owned());
+            if keys.len() == SWEEP_LIMIT {
+                break;
+            }
+        }
+    }
+    Ok(keys)
+}
+
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error> {
     serde_json::from_slice(bytes)
 }
@@ -288,28 +306,12 @@ impl StateMachineStore {
     pub fn sweep_candidates(&self) -> Result<Command, CoreError> {
         let clock = self.clock_ms()?;
         let (tenants, models) = self.directory()?;
-        let mut entries = Vec::new();
-        for item in self.entries.iter() {
-            let (key, bytes) = item?;
-            let stored: StoredEntry = decode(&bytes)?;
-            if !stored.is_live(tenants.get(&stored.entry.tenant), models.get(&stored.entry.model), clock) {
-                entries.push(String::from_utf8_lossy(&key).into_owned());
-                if entries.len() == SWEEP_LIMIT {
-                    break;
-                }
-            }
-        }
-        let mut requests = Vec::new();
-        for item in self.requests.iter() {
-            let (id, bytes) = item?;
-            let request: AppliedRequest = decode(&bytes)?;
-            if request.issued_ms.saturating_add(REQUEST_ID_RETENTION_MS) < clock {
-                requests.push(String::from_utf8_lossy(&id).into_owned());
-                if requests.len() == SWEEP_LIMIT {
-                    break;
-                }
-            }
-        }
+        let entries = sweepable(&self.entries, |stored: &StoredEntry| {
+            !stored.is_live(tenants.get(&stored.entry.tenant), models.get(&stored.entry.model), clock)
+        })?;
+        let requests = sweepable(&self.requests, |request: &AppliedRequest| {
+            request.issued_ms.saturating_add(REQUEST_ID_RETENTION_MS) < clock
+        })?;
         let mut feed = Vec::new();
         for item in self.feed.iter() {
             let (revision, bytes) = item?;
