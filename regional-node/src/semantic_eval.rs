@@ -162,14 +162,17 @@ pub fn score(
 /// question's class, then the verifier; without it, MiniLM's at `thresholds` (`None` for a class
 /// that never hits), then the verifier.
 pub fn deployed(pairs: &[ScoredPair], thresholds: &SemanticThresholds) -> Counts {
-    count(pairs, |p| {
-        let class = classify_text(&p.pair.b);
-        let similar = match p.small_similarity {
-            Some(small) => SemanticThresholds::SMALL_ONLY.of(class).is_some_and(|t| small >= t),
-            None => thresholds.of(class).is_some_and(|t| p.similarity >= t),
-        };
-        similar && p.verdict.is_ok()
-    })
+    count(pairs, |p| deployed_hits(p, thresholds))
+}
+
+/// Whether the deployed decision serves `p`'s cached answer (see [`deployed`]).
+fn deployed_hits(p: &ScoredPair, thresholds: &SemanticThresholds) -> bool {
+    let class = classify_text(&p.pair.b);
+    let similar = match p.small_similarity {
+        Some(small) => SemanticThresholds::SMALL_ONLY.of(class).is_some_and(|t| small >= t),
+        None => thresholds.of(class).is_some_and(|t| p.similarity >= t),
+    };
+    similar && p.verdict.is_ok()
 }
 
 /// The decision of a node with `--semantic-minilm-lookups`: the small embedding at
@@ -217,6 +220,9 @@ pub fn report(
         decided.true_hits + decided.false_hits,
         decided.recall()
     );
+    for p in pairs.iter().filter(|p| !p.pair.should_hit() && deployed_hits(p, classes)) {
+        let _ = writeln!(out, "  wrong: #{} {}: {:?} / {:?}", p.pair.id, p.pair.kind, p.pair.a, p.pair.b);
+    }
     let both = with_minilm_lookups(pairs, classes);
     let _ = writeln!(
         out,

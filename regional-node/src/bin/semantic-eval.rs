@@ -24,7 +24,12 @@ struct Args {
     /// Labelled pair files (JSON lines: id, a, b, label, kind), each reported on its own.
     #[arg(
         long,
-        default_values = ["shared/data/semantic_pairs.jsonl", "shared/data/pairs_written_a.jsonl", "shared/data/pairs_written_b.jsonl"]
+        default_values = [
+            "shared/data/semantic_pairs.jsonl",
+            "shared/data/pairs_written_a.jsonl",
+            "shared/data/pairs_written_b.jsonl",
+            "shared/data/pairs_written_c.jsonl"
+        ]
     )]
     pairs: Vec<PathBuf>,
     /// Score the frozen test set instead, and log the look (`<file>.looks.tsv`).
@@ -82,7 +87,8 @@ fn main() -> anyhow::Result<()> {
         // Only the totals: the wrong hits and refusals of the frozen set are not listed, so that no
         // change is written against them.
         let table = report(&scored, &args.thresholds, args.threshold, false, &classes);
-        for line in table.lines().take_while(|l| !l.starts_with("wrong hits")) {
+        let totals = table.lines().take_while(|l| !l.starts_with("wrong hits"));
+        for line in totals.filter(|l| !l.trim_start().starts_with("wrong:")) {
             println!("{line}");
         }
         return Ok(());

@@ -96,6 +96,19 @@ const GROUPS: &[&[&str]] = &[
     &["discoverer", "discover"],
 ];
 
+/// Phrases that frame a question the way a single word does: `number of days` asks `how many days`.
+pub const FRAME_PHRASES: &[(&str, &str)] = &[
+    ("number of", "many"),
+    ("amount of", "much"),
+    ("stand for", "abbreviation"),
+    ("stands for", "abbreviation"),
+    ("short for", "abbreviation"),
+    ("abbreviation of", "abbreviation"),
+    ("abbreviation for", "abbreviation"),
+    ("make up", "make"),
+    ("makes up", "make"),
+];
+
 /// Phrases that state a quantity in words, and the same quantity in digits.
 pub const QUANTITY_PHRASES: &[(&str, &str)] = &[
     ("half an hour", "30 minutes"),
@@ -140,6 +153,7 @@ pub fn multiword_names() -> &'static [Rewrite] {
                     .filter(|name| name.contains(' '))
                     .map(|name| (name.split(' ').collect(), vec![group[0]]))
             })
+            .chain(FRAME_PHRASES.iter().map(|(phrase, word)| (phrase.split(' ').collect(), vec![*word])))
             .chain(
                 QUANTITY_PHRASES
                     .iter()

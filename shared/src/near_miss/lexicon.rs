@@ -8,6 +8,64 @@ use std::sync::OnceLock;
 /// The lexicon file, as `scripts/build-lexicon.py` writes it.
 const LEXICON_TSV: &str = include_str!("../../data/lexicon.tsv");
 
+/// Units of measure (lemmas): an answer in one is wrong in another.
+const UNITS: &[&str] = &[
+    "nanosecond",
+    "microsecond",
+    "millisecond",
+    "second",
+    "minute",
+    "hour",
+    "day",
+    "week",
+    "month",
+    "year",
+    "decade",
+    "century",
+    "millennium",
+    "millimeter",
+    "centimeter",
+    "meter",
+    "kilometer",
+    "inch",
+    "foot",
+    "yard",
+    "mile",
+    "milligram",
+    "gram",
+    "kilogram",
+    "ounce",
+    "pound",
+    "stone",
+    "ton",
+    "tonne",
+    "milliliter",
+    "liter",
+    "teaspoon",
+    "tablespoon",
+    "cup",
+    "pint",
+    "quart",
+    "gallon",
+    "bit",
+    "byte",
+    "kilobyte",
+    "megabyte",
+    "gigabyte",
+    "terabyte",
+    "celsius",
+    "fahrenheit",
+    "kelvin",
+    "calorie",
+    "joule",
+    "watt",
+    "kilowatt",
+    "volt",
+    "ampere",
+    "acre",
+    "hectare",
+];
+
 /// Prefixes that negate or reverse a word (`illegal`, `unsafe`, `disable`, `nonzero`, `decompress`).
 const NEGATIVE_PREFIXES: [&str; 8] = ["un", "in", "im", "il", "ir", "dis", "non", "de"];
 
@@ -121,8 +179,12 @@ impl Lexicon {
         self.derived.contains(&(a, b))
     }
 
-    /// Whether two lemmas share a sense.
+    /// Whether two lemmas share a sense. Two different units of measure never do, though WordNet
+    /// puts `minute` and `second` in one sense (a short time).
     pub fn synonyms(&self, a: &str, b: &str) -> bool {
+        if a != b && UNITS.contains(&a) && UNITS.contains(&b) {
+            return false;
+        }
         match (self.synsets.get(a), self.synsets.get(b)) {
             (Some(x), Some(y)) => x.iter().any(|s| y.contains(s)),
             _ => false,

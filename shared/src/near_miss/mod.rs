@@ -16,6 +16,14 @@
 //!   celsius`), unless a phrase moved with its preposition (`in Python, how do I ...` / `how do I
 //!   ... in Python`) or the two are coordinated (`A and B` / `B and A`).
 //!
+//! - `by` on one side only with the words still in order (`banks bought by other banks` / `banks that
+//!   bought other banks`).
+//!
+//! Symbols count as words: `17 + 28` is `17 plus 28`, `20%` is a quantity other than `20`, a capital
+//! `A` inside a sentence is a letter, `US` in capitals is the country, and a grammar word in quotes
+//! (`a comma before "which"`) is what the question is about. Two different units of measure never
+//! align, though WordNet puts some in one sense (`minute` / `second`).
+//!
 //! Words align when their lemmas are equal, WordNet puts them in one synset, or they are names of one
 //! thing ([`equivalents`]: `js` / `javascript`, `half an hour` / `30 minutes`). Function words
 //! (articles, pronouns, auxiliaries, question words, politeness) are ignored, so rewording a
@@ -67,7 +75,15 @@ impl fmt::Display for NearMiss {
 /// reason otherwise. Symmetric.
 pub fn verify(cached: &str, asked: &str) -> Result<(), NearMiss> {
     let lexicon = Lexicon::get();
-    let (a, b) = (Side::new(cached, lexicon), Side::new(asked, lexicon));
+    let (mut a, mut b) = (Side::new(cached, lexicon), Side::new(asked, lexicon));
+    if a.compares && b.compares {
+        // `the difference between A and B` asks what `A vs B` asks.
+        for side in [&mut a, &mut b] {
+            for word in &mut side.content {
+                word.optional |= COMPARISON_CUES.contains(&word.text.as_str());
+            }
+        }
+    }
     if a.numbers != b.numbers {
         return Err(NearMiss::Numbers(a.numbers, b.numbers));
     }
@@ -88,7 +104,35 @@ pub fn verify(cached: &str, asked: &str) -> Result<(), NearMiss> {
         check_order(&alignment)?;
         check_swaps(&a, &b, &alignment)?;
     }
-    check_roles(&a, &b, &alignment)
+    check_roles(&a, &b, &alignment)?;
+    check_agent(&a, &b, &alignment)?;
+    check_agent(&b, &a, &flipped(&alignment))
+}
+
+/// The alignment seen from the other side.
+fn flipped(alignment: &[(usize, usize)]) -> Vec<(usize, usize)> {
+    alignment.iter().map(|&(i, j)| (j, i)).collect()
+}
+
+/// `by` on one side only: `banks bought by other banks` / `banks that bought other banks` keep the
+/// words in order and reverse who acts. A passive turned active moves the agent before its verb
+/// (`plays written by Shakespeare` / `plays Shakespeare wrote`), which is the same question.
+fn check_agent(a: &Side, b: &Side, alignment: &[(usize, usize)]) -> Result<(), NearMiss> {
+    if b.objects.iter().any(|(marker, _)| marker == "by") {
+        return Ok(());
+    }
+    let in_b = |i: usize| alignment.iter().find(|&&(x, _)| x == i).map(|&(_, y)| y);
+    for &(_, agent) in a.objects.iter().filter(|(marker, _)| marker == "by") {
+        let Some(verb) = agent.checked_sub(1) else { continue };
+        if let (Some(verb_in_b), Some(agent_in_b)) = (in_b(verb), in_b(agent)) {
+            if verb_in_b < agent_in_b {
+                return Err(NearMiss::Relation(
+                    "\"by\" on one side only, the words in the same order".into(),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Words that make a question a comparison of two things.
@@ -153,6 +197,16 @@ impl Side {
                 WordKind::Content => {
                     let before = std::mem::take(&mut between);
                     let forms = lexicon.lemmas(&word.text);
+                    // In `which Asian country`, the category is the last word; the words before it
+                    // narrow it and must match (`which Asian country` / `which country`).
+                    let head_of_category =
+                        before.is_empty() && side.content.last().is_some_and(|c| c.optional);
+                    if head_of_category {
+                        if let Some(modifier) = side.content.last_mut() {
+                            modifier.optional = false;
+                        }
+                    }
+                    let optional = optional || head_of_category;
                     side.content.push(Content { text: word.text.clone(), forms, before, optional });
                     continue;
                 }

@@ -122,3 +122,69 @@ fn short_names_quantities_in_words_and_named_categories_align() {
     refused("How many teaspoons in a cup?", "How many tablespoons in a cup?");
     refused("Boil the eggs for half an hour?", "Boil the eggs for 20 minutes?");
 }
+
+#[test]
+fn the_country_us_is_not_the_pronoun() {
+    refused(
+        "How much is 100 Canadian dollars in US dollars?",
+        "How much is 100 US dollars in Canadian dollars?",
+    );
+    refused("Can a US citizen travel to Cuba?", "Can a Cuban citizen travel to the US?");
+    accepted("What is the population of the US?", "What is the population of the United States?");
+}
+
+#[test]
+fn a_percentage_is_not_the_plain_number() {
+    let why = refused("What is 20% of 50?", "What percentage of 50 is 20?");
+    assert!(matches!(why, NearMiss::Numbers(..)), "{why}");
+    accepted("What is 20 percent of 50?", "What's 20% of 50?");
+}
+
+#[test]
+fn opposite_particles_are_refused() {
+    refused("How do I zoom in on a Mac?", "How do I zoom out on a Mac?");
+}
+
+#[test]
+fn a_narrowed_category_is_refused() {
+    refused(
+        "Which country has won the most Olympic gold medals overall?",
+        "Which Asian country has won the most Olympic gold medals overall?",
+    );
+    accepted("Which city is the capital of France?", "What is the capital of France?");
+}
+
+#[test]
+fn an_agent_lost_in_place_is_refused_but_a_passive_turned_active_is_not() {
+    let why = refused("Which banks were bought by other banks?", "Which banks bought other banks?");
+    assert!(matches!(why, NearMiss::Relation(_)), "{why}");
+    accepted("Which novels were published by Penguin?", "Which novels did Penguin publish?");
+}
+
+#[test]
+fn a_quoted_grammar_word_is_what_the_question_is_about() {
+    refused("Should there be a comma before \"which\"?", "Should there be a comma before \"that\"?");
+    accepted("When do I use 'whom'?", "When should I use 'whom'?");
+}
+
+#[test]
+fn question_frames_that_ask_the_same_thing_hit() {
+    accepted("How many days are in a leap year?", "number of days in a leap year");
+    accepted("What is photosynthesis?", "define photosynthesis please");
+    accepted(
+        "What is the difference between an LLC and a sole proprietorship?",
+        "LLC vs sole proprietorship",
+    );
+    refused("What is the difference between cats and dogs?", "cats and dogs");
+}
+
+#[test]
+fn symbols_units_and_numbers_in_words_are_compared() {
+    refused("Sort a column from A to Z in Google Sheets", "Sort a column from Z to A in Google Sheets");
+    refused("how many minutes are in a day", "how many seconds are in a day");
+    refused("what's 17 + 28", "what's 17 - 28");
+    accepted("what's 17 + 28", "what is 17 plus 28");
+    accepted("Is 91 a prime number?", "is ninety-one a prime number");
+    accepted("convert 2.5 hours to minutes", "convert two and a half hours to minutes");
+    accepted("What does DNS stand for?", "DNS is short for what?");
+}

@@ -32,9 +32,13 @@ pub struct Word {
 /// The words of `text`, in order.
 pub fn words(text: &str) -> Vec<Word> {
     let mut out = Vec::new();
-    let pieces: Vec<String> =
-        raw_tokens(&text.to_lowercase()).iter().flat_map(|raw| expand_contraction(raw)).collect();
-    for piece in rewrite_phrases(pieces) {
+    let pieces: Vec<String> = raw_tokens(text)
+        .iter()
+        .enumerate()
+        .map(|(i, raw)| lowercase(raw, i == 0))
+        .flat_map(|raw| expand_contraction(&raw))
+        .collect();
+    for piece in join_percents(join_number_words(rewrite_phrases(pieces))) {
         {
             let kind = classify(&piece);
             let text = if kind == WordKind::Marker && (piece == "into" || piece == "onto") {
@@ -44,6 +48,68 @@ pub fn words(text: &str) -> Vec<Word> {
             };
             out.push(Word { text, kind });
         }
+    }
+    out
+}
+
+/// A token lowercased, except that `US` and `U.S.` in capitals name the country, not the pronoun `us`,
+/// and a capital letter inside a sentence is a symbol (`from A to Z`, `plan B`), not the article.
+fn lowercase(token: &str, first: bool) -> String {
+    match token {
+        "US" | "U.S" => "usa".into(),
+        "A" if !first => "\"a\"".into(),
+        other => other.to_lowercase(),
+    }
+}
+
+/// Numbers written in several words become one: `ninety-one` and `ninety one` are `91`, `two and a
+/// half` is `2.5`.
+fn join_number_words(pieces: Vec<String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(pieces.len());
+    let mut i = 0;
+    while i < pieces.len() {
+        let piece = &pieces[i];
+        let tens = TENS.iter().position(|&w| w == piece).map(|k| 20 + 10 * k as u64);
+        let unit = pieces.get(i + 1).and_then(|next| CARDINALS[1..10].iter().position(|&w| w == next));
+        if let (Some(tens), Some(unit)) = (tens, unit) {
+            out.push((tens + unit as u64 + 1).to_string());
+            i += 2;
+            continue;
+        }
+        let and_a_half = pieces.get(i + 1..i + 4).is_some_and(|rest| rest == ["and", "a", "half"]);
+        if let (true, Some(whole)) = (and_a_half, number(piece).and_then(|n| n.parse::<u64>().ok())) {
+            out.push(format!("{whole}.5"));
+            i += 4;
+            continue;
+        }
+        out.push(match tens {
+            Some(tens) => tens.to_string(),
+            None => piece.clone(),
+        });
+        i += 1;
+    }
+    out
+}
+
+/// Multiples of ten from twenty on.
+const TENS: [&str; 8] = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"];
+
+/// Words that turn the number before them into a percentage.
+const PERCENT_WORDS: [&str; 3] = ["%", "percent", "pct"];
+
+/// `20 percent` and `20%` are one quantity, `20%`, which is not the plain `20` of `20 is what
+/// percent of 80`.
+fn join_percents(pieces: Vec<String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(pieces.len());
+    for piece in pieces {
+        let quantity = out.last().and_then(|last| number(last)).filter(|n| !n.ends_with('%'));
+        if let (Some(n), true) = (quantity, PERCENT_WORDS.contains(&piece.as_str())) {
+            if let Some(last) = out.last_mut() {
+                *last = format!("{n}%");
+            }
+            continue;
+        }
+        out.push(if piece == "%" { "percent".into() } else { piece });
     }
     out
 }
@@ -80,6 +146,7 @@ fn raw_tokens(text: &str) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     let mut tokens = Vec::new();
     let mut current = String::new();
+    let mut start = 0;
     for (i, &c) in chars.iter().enumerate() {
         let between = |allowed: bool| {
             allowed
@@ -87,6 +154,24 @@ fn raw_tokens(text: &str) -> Vec<String> {
                 && chars[i - 1].is_alphanumeric()
                 && chars.get(i + 1).is_some_and(|n| n.is_alphanumeric())
         };
+        let after_digit =
+            chars[..i].iter().rev().find(|p| !p.is_whitespace()).is_some_and(char::is_ascii_digit);
+        let before_digit =
+            chars[i + 1..].iter().find(|n| !n.is_whitespace()).is_some_and(char::is_ascii_digit);
+        let symbol = match c {
+            '%' if after_digit => Some("%"),
+            // `3-4` is as often a range as a difference; `3 - 4` is a difference.
+            '-' if !chars.get(i + 1).is_some_and(|n| n.is_whitespace()) => None,
+            _ if after_digit && before_digit => operator(c),
+            _ => None,
+        };
+        if let Some(symbol) = symbol {
+            if !current.is_empty() {
+                tokens.push(std::mem::take(&mut current));
+            }
+            tokens.push(symbol.into());
+            continue;
+        }
         let keep = c.is_alphanumeric()
             || ((c == '+' || c == '#') && !current.is_empty())
             || between(c == '\'' || c == '’')
@@ -97,11 +182,16 @@ fn raw_tokens(text: &str) -> Vec<String> {
             && !is_ordinal_suffix(&chars[i..]);
         if keep && unit_after_number {
             tokens.push(std::mem::take(&mut current));
+            start = i;
             current.push(c);
         } else if keep {
+            if current.is_empty() {
+                start = i;
+            }
             current.push(if c == '’' { '\'' } else { c });
         } else if !current.is_empty() {
-            tokens.push(std::mem::take(&mut current));
+            let quoted = start > 0 && QUOTES.contains(&chars[start - 1]) && QUOTES.contains(&c);
+            tokens.push(mentioned(std::mem::take(&mut current), quoted));
         }
     }
     if !current.is_empty() {
@@ -110,9 +200,36 @@ fn raw_tokens(text: &str) -> Vec<String> {
     tokens
 }
 
+/// The word an arithmetic operator between two numbers is read as (`17 + 28` is `17 plus 28`).
+fn operator(c: char) -> Option<&'static str> {
+    match c {
+        '+' => Some("plus"),
+        '-' | '−' => Some("minus"),
+        '*' | '×' => Some("times"),
+        '÷' => Some("divided"),
+        '^' => Some("power"),
+        _ => None,
+    }
+}
+
+/// Quotation marks around a word that is mentioned rather than used.
+const QUOTES: [char; 6] = ['"', '\'', '`', '“', '”', '‘'];
+
+/// A grammar word in quotes is the subject of the question (`a comma before "which"` / `... before
+/// "that"`), so it is kept in its quotes, which make it a content word.
+fn mentioned(token: String, quoted: bool) -> String {
+    let lower = token.to_lowercase();
+    let grammar = [FUNCTION_WORDS, MARKERS, NEGATORS].iter().any(|list| list.contains(&lower.as_str()));
+    if quoted && grammar {
+        format!("\"{token}\"")
+    } else {
+        token
+    }
+}
+
 /// Whether the letters at the start of `rest` are an ordinal's suffix (`3rd`, `10th`).
 fn is_ordinal_suffix(rest: &[char]) -> bool {
-    let letters: String = rest.iter().take_while(|c| c.is_alphabetic()).collect();
+    let letters: String = rest.iter().take_while(|c| c.is_alphabetic()).collect::<String>().to_lowercase();
     matches!(letters.as_str(), "st" | "nd" | "rd" | "th")
 }
 
@@ -341,7 +458,6 @@ const FUNCTION_WORDS: &[&str] = &[
     "versus",
     "between",
     "against",
-    "out",
     "write",
     "provide",
     "make",
@@ -365,6 +481,9 @@ const FUNCTION_WORDS: &[&str] = &[
     "really",
     "explain",
     "describe",
+    "define",
+    "definition",
+    "concept",
 ];
 
 #[cfg(test)]
@@ -393,6 +512,15 @@ mod tests {
         assert_eq!(number("3rd"), number("third"));
         assert_eq!(number("seven"), "7");
         assert_eq!(number("3.5"), "3.5");
+    }
+
+    #[test]
+    fn operators_between_numbers_and_percents_are_words() {
+        let texts: Vec<String> =
+            words("17 + 28 - 3 * 2, 20 % of 5, 40 percent").into_iter().map(|w| w.text).collect();
+        assert_eq!(texts, ["17", "plus", "28", "minus", "3", "times", "2", "20%", "of", "5", "40%"]);
+        let texts: Vec<String> = words("a 12-day trip, pages 3-4").into_iter().map(|w| w.text).collect();
+        assert_eq!(texts, ["a", "12", "day", "trip", "pages", "3", "4"]);
     }
 
     #[test]
