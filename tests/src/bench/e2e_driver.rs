@@ -1,6 +1,6 @@
-//! Driving one system of the end-to-end suite: clients in a closed loop, each replaying the next
-//! conversation of the mix turn by turn over the OpenAI streaming API (the system's own answers become
-//! the assistant turns), and what each turn did.
+//! Driving one system of the end-to-end suite: conversations of the mix replayed turn by turn over the
+//! OpenAI streaming API (the system's own answers become the assistant turns), by clients in a closed
+//! loop or at Poisson arrivals (an open loop), and what each turn did.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::e2e_workload::{normalize, Workload};
+use super::e2e_workload::{normalize, SplitMix, Workload};
 use super::load::percentile;
 use crate::client::ChatClient;
 
@@ -68,7 +68,33 @@ pub enum Until {
     Conversations(usize),
 }
 
-/// One phase: `clients` in a closed loop over the workload from `offset`.
+/// How conversations arrive in a phase.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Load {
+    /// This many clients in a closed loop: each starts its next conversation when its last one ends, so
+    /// a slower system is sent less.
+    Closed(usize),
+    /// Conversations start at Poisson arrivals at this mean rate per second, however many are still in
+    /// flight (an open loop: what users of a service do).
+    Open(f64),
+}
+
+impl Default for Load {
+    fn default() -> Self {
+        Self::Closed(0)
+    }
+}
+
+impl std::fmt::Display for Load {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Closed(clients) => write!(f, "c={clients}"),
+            Self::Open(per_s) => write!(f, "{per_s}/s"),
+        }
+    }
+}
+
+/// One phase: conversations of the workload from `offset`, arriving as `load` says.
 pub struct Phase<'a> {
     /// The system.
     pub endpoint: &'a Endpoint,
@@ -76,8 +102,8 @@ pub struct Phase<'a> {
     pub workload: &'a Workload,
     /// Index of the first conversation.
     pub offset: usize,
-    /// Concurrent clients.
-    pub clients: usize,
+    /// How conversations arrive.
+    pub load: Load,
     /// When to stop starting conversations.
     pub until: Until,
     /// `max_tokens` of every request.
@@ -88,8 +114,8 @@ pub struct Phase<'a> {
 
 /// Every turn of a phase and how long it took.
 pub struct PhaseRun {
-    /// Clients of the phase.
-    pub clients: usize,
+    /// How conversations arrived.
+    pub load: Load,
     /// Every turn, in no particular order.
     pub turns: Vec<Turn>,
     /// From the start until the last turn ended.
@@ -102,32 +128,65 @@ impl Phase<'_> {
     /// Runs the phase; `asked` holds the normalised messages this system has been sent so far.
     pub fn run(&self, asked: &Mutex<HashSet<String>>) -> PhaseRun {
         let started = Instant::now();
-        let next = AtomicUsize::new(0);
         let first_error = Mutex::new(None);
+        let next = AtomicUsize::new(0);
+        // One conversation, its turns added to `turns`.
+        let converse = |client: &ChatClient, index: usize, turns: &mut Vec<Turn>| {
+            let conversation = &self.workload.conversations[index % self.workload.conversations.len()];
+            if let Err(error) = self.replay(client, conversation, asked, turns) {
+                first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(format!("{error:#}"));
+            }
+        };
         let turns: Vec<Turn> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..self.clients)
-                .map(|_| {
-                    scope.spawn(|| {
-                        let client = self.endpoint.client();
-                        let mut turns = Vec::new();
-                        while let Some(index) = self.claim(&next, started) {
-                            let conversation =
-                                &self.workload.conversations[index % self.workload.conversations.len()];
-                            if let Err(error) = self.replay(&client, conversation, asked, &mut turns) {
-                                first_error
-                                    .lock()
-                                    .unwrap_or_else(|p| p.into_inner())
-                                    .get_or_insert(format!("{error:#}"));
-                            }
-                        }
-                        turns
-                    })
-                })
-                .collect();
+            let handles: Vec<_> = match self.load {
+                Load::Closed(clients) => {
+                    let next = &next;
+                    (0..clients)
+                        .map(|_| {
+                            scope.spawn(move || {
+                                let client = self.endpoint.client();
+                                let mut turns = Vec::new();
+                                while let Some(index) = self.claim(next, started) {
+                                    converse(&client, index, &mut turns);
+                                }
+                                turns
+                            })
+                        })
+                        .collect()
+                }
+                Load::Open(per_s) => {
+                    let mut handles = Vec::new();
+                    let mut gaps = poisson_gaps(2026 ^ self.offset as u64, per_s);
+                    let mut at = Duration::ZERO;
+                    while let Some(index) = self.arrival(handles.len(), at) {
+                        std::thread::sleep((started + at).saturating_duration_since(Instant::now()));
+                        handles.push(scope.spawn(move || {
+                            let mut turns = Vec::new();
+                            converse(&self.endpoint.client(), index, &mut turns);
+                            turns
+                        }));
+                        at += gaps.next().unwrap_or(Duration::MAX);
+                    }
+                    handles
+                }
+            };
             handles.into_iter().filter_map(|h| h.join().ok()).flatten().collect()
         });
         let first_error = first_error.into_inner().unwrap_or_else(|p| p.into_inner());
-        PhaseRun { clients: self.clients, turns, elapsed: started.elapsed(), first_error }
+        PhaseRun { load: self.load, turns, elapsed: started.elapsed(), first_error }
+    }
+
+    /// The conversation of the open loop's arrival number `n`, due `at` after the start, if the phase
+    /// is not over by then.
+    fn arrival(&self, n: usize, at: Duration) -> Option<usize> {
+        if self.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        let more = match self.until {
+            Until::Elapsed(window) => at < window,
+            Until::Conversations(count) => n < count,
+        };
+        more.then_some(self.offset + n)
     }
 
     fn claim(&self, next: &AtomicUsize, started: Instant) -> Option<usize> {
@@ -184,11 +243,17 @@ impl Phase<'_> {
     }
 }
 
+/// The gaps between the arrivals of a Poisson process at `per_s` a second: exponential, seeded.
+fn poisson_gaps(seed: u64, per_s: f64) -> impl Iterator<Item = Duration> {
+    let mut draws = SplitMix(seed);
+    std::iter::repeat_with(move || Duration::from_secs_f64(-(1.0 - draws.unit()).ln() / per_s.max(1e-3)))
+}
+
 /// One phase's figures.
 #[derive(Clone, Debug, Default)]
 pub struct StepFigures {
-    /// Clients of the phase.
-    pub clients: usize,
+    /// How conversations arrived.
+    pub load: Load,
     /// Turns answered in full (200, stream finished).
     pub answered: usize,
     /// Refused with 429 (admission).
@@ -244,7 +309,7 @@ impl PhaseRun {
         }
         let hits = answered.iter().filter(|t| t.hit.is_some()).count();
         StepFigures {
-            clients: self.clients,
+            load: self.load,
             answered: answered.len(),
             shed: self.turns.iter().filter(|t| t.status == 429).count(),
             failed: self.turns.iter().filter(|t| t.status != 200 && t.status != 429).count(),
@@ -269,5 +334,20 @@ impl PhaseRun {
 pub fn learn_generated(turns: &[Turn], generated: &mut HashMap<String, usize>) {
     for turn in turns.iter().filter(|t| t.status == 200 && t.hit.is_none()) {
         generated.insert(turn.answer.clone(), turn.chunks);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poisson_gaps_average_the_inverse_rate_and_vary() {
+        let gaps: Vec<Duration> = poisson_gaps(7, 4.0).take(20_000).collect();
+        let mean = gaps.iter().sum::<Duration>().as_secs_f64() / gaps.len() as f64;
+        assert!((mean - 0.25).abs() < 0.01, "mean gap {mean}");
+        // Exponential: about e^-1 of the gaps are longer than the mean.
+        let long = gaps.iter().filter(|g| g.as_secs_f64() > 0.25).count() as f64 / gaps.len() as f64;
+        assert!((long - (-1.0f64).exp()).abs() < 0.02, "{long}");
     }
 }

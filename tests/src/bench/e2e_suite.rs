@@ -8,7 +8,9 @@
 //! 3. GPTCache in front of llama-server on the same GGUF and threads ([`e2e_peer`](super::e2e_peer)).
 //!
 //! Each system gets, per mix: a warm-up (the mix's first conversations at 8 clients), then one phase
-//! per concurrency step, then the agreement audit of a sample of its semantic hits
+//! per concurrency step (a closed loop), then one per arrival rate (an open loop: conversations start at
+//! Poisson arrivals whatever is in flight, so a system that falls behind queues, as a service does), then
+//! the agreement audit of a sample of its semantic hits
 //! ([`e2e_agreement`](super::e2e_agreement)). Every system gets the same requests: a popular step runs
 //! for a fixed time from a fixed offset; a natural step replays a fixed number of conversations per
 //! client, each step where the last one ended, so that the mix's repeats and rewrites meet the
@@ -20,7 +22,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::e2e_agreement::{audit, paraphrase_ceiling, Agreement};
-use super::e2e_driver::{learn_generated, Endpoint, Phase, StepFigures, Turn, Until};
+use super::e2e_driver::{learn_generated, Endpoint, Load, Phase, StepFigures, Turn, Until};
 use super::e2e_peer::GptCacheStack;
 use super::e2e_workload::{sharegpt_pairs, Mix, Workload, WorkloadSpec};
 use super::llama_cpp::LlamaCpp;
@@ -43,6 +45,8 @@ pub struct E2eBenchOptions {
     pub seconds: u64,
     /// The concurrency steps.
     pub concurrency: Vec<usize>,
+    /// The arrival-rate steps, in conversations per second (open loop; none by default).
+    pub rates: Vec<f64>,
     /// Most tokens of every answer.
     pub max_tokens: u32,
     /// Conversations of the warm-up.
@@ -200,38 +204,42 @@ fn run_mix(
 ) -> anyhow::Result<MixResult> {
     let asked = Mutex::new(HashSet::new());
     let mut generated = HashMap::new();
-    let phase = |offset, clients, until| Phase {
+    let phase = |offset, load, until| Phase {
         endpoint: &running.endpoint,
         workload,
         offset,
-        clients,
+        load,
         until,
         max_tokens: options.max_tokens,
         stop: options.stop,
     };
-    let warm = phase(0, WARMUP_CLIENTS, Until::Conversations(options.warmup)).run(&asked);
+    let warm = phase(0, Load::Closed(WARMUP_CLIENTS), Until::Conversations(options.warmup)).run(&asked);
     learn_generated(&warm.turns, &mut generated);
     if let Some(error) = &warm.first_error {
         anyhow::bail!("{name}, warm-up: {error}");
     }
-    let stride = workload.conversations.len().saturating_sub(options.warmup) / options.concurrency.len();
+    let loads = steps(options);
+    let stride = workload.conversations.len().saturating_sub(options.warmup) / loads.len();
     let mut runs = Vec::new();
     let mut natural_offset = options.warmup;
-    for (i, clients) in options.concurrency.iter().enumerate() {
+    for (i, load) in loads.into_iter().enumerate() {
         let (offset, until) = match workload.mix {
             Mix::Popular => {
                 (options.warmup + i * stride, Until::Elapsed(Duration::from_secs(options.seconds)))
             }
             Mix::Natural => {
-                let count = clients * options.natural_per_client;
+                let count = match load {
+                    Load::Closed(clients) => clients * options.natural_per_client,
+                    Load::Open(per_s) => (per_s * options.seconds as f64).round().max(1.0) as usize,
+                };
                 natural_offset += count;
                 (natural_offset - count, Until::Conversations(count))
             }
         };
-        let run = phase(offset, *clients, until).run(&asked);
+        let run = phase(offset, load, until).run(&asked);
         learn_generated(&run.turns, &mut generated);
         let figures = run.figures(&generated);
-        eprintln!("   {} c={clients}: {}", workload.mix.name(), summary(&figures));
+        eprintln!("   {} {load}: {}", workload.mix.name(), summary(&figures));
         if let Some(error) = &run.first_error {
             eprintln!("     first error: {error}");
         }
@@ -250,6 +258,12 @@ fn run_mix(
     Ok(MixResult { steps, agreement })
 }
 
+/// Every step of a mix, in order: the concurrency steps, then the arrival rates.
+fn steps(options: &E2eBenchOptions) -> Vec<Load> {
+    let closed = options.concurrency.iter().map(|&c| Load::Closed(c));
+    closed.chain(options.rates.iter().map(|&r| Load::Open(r))).collect()
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -258,7 +272,7 @@ fn ms(d: Duration) -> f64 {
 /// avoided, shed, failed, answers by tier.
 fn cells(f: &StepFigures) -> [String; 12] {
     [
-        f.clients.to_string(),
+        f.load.to_string(),
         format!("{:.2}", f.per_s),
         format!("{:.0} ms", ms(f.ttft_p50)),
         format!("{:.0} ms", ms(f.ttft_p99)),
@@ -275,7 +289,7 @@ fn cells(f: &StepFigures) -> [String; 12] {
 
 /// The columns of [`cells`].
 const COLUMNS: [&str; 12] = [
-    "clients",
+    "load",
     "req/s",
     "TTFT p50",
     "TTFT p99",
@@ -332,7 +346,10 @@ fn highest_holding(steps: &[StepFigures], target_ms: u64) -> f64 {
     steps
         .iter()
         .filter(|f| f.answered > 0 && ms(f.ttft_p99) <= target_ms as f64)
-        .map(|f| f.clients)
+        .filter_map(|f| match f.load {
+            Load::Closed(clients) => Some(clients),
+            Load::Open(_) => None,
+        })
         .max()
         .unwrap_or(0) as f64
 }
@@ -348,7 +365,7 @@ fn rows(
     let at = options.concurrency.iter().copied().filter(|c| *c <= 32).max().unwrap_or(options.concurrency[0]);
     let step = |s: usize, m: usize| -> &StepFigures {
         let steps = &results[s][m].steps;
-        steps.iter().find(|f| f.clients == at).unwrap_or(&steps[0])
+        steps.iter().find(|f| f.load == Load::Closed(at)).unwrap_or(&steps[0])
     };
     let mut rows = Vec::new();
     for (m, workload) in workloads.iter().enumerate() {
@@ -415,6 +432,15 @@ fn rows(
                 theirs.tokens_avoided,
                 None,
             ));
+            for &rate in &options.rates {
+                let at_rate = |s: usize| results[s][m].steps.iter().find(|f| f.load == Load::Open(rate));
+                let (Some(ours), Some(theirs)) = (at_rate(1), at_rate(s)) else { continue };
+                let p99s = [("e2e", ours.e2e_p99, theirs.e2e_p99), ("ttft", ours.ttft_p99, theirs.ttft_p99)];
+                for (what, ours, theirs) in p99s {
+                    let metric = format!("{mix}_{what}_p99_at_{rate}_per_s");
+                    rows.push(row(metric, "ms", Better::Lower, ms(ours), ms(theirs), None));
+                }
+            }
             let target = options.ttft_target_ms;
             rows.push(row(
                 format!("{mix}_max_clients_ttft_p99_le_{target}ms"),

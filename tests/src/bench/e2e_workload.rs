@@ -189,10 +189,11 @@ impl Zipf {
 }
 
 /// SplitMix64: a small seeded generator (the draws only need to be reproducible, not secure).
-struct SplitMix(u64);
+pub(super) struct SplitMix(pub(super) u64);
 
 impl SplitMix {
-    fn unit(&mut self) -> f64 {
+    /// A uniform draw in [0, 1).
+    pub(super) fn unit(&mut self) -> f64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

@@ -220,6 +220,10 @@ enum BenchSuite {
         /// The concurrency steps (comma-separated).
         #[arg(long, value_delimiter = ',', default_value = "1,8,32,64")]
         concurrency: Vec<usize>,
+        /// Arrival-rate steps after the concurrency steps, in conversations per second (comma-separated):
+        /// conversations start at Poisson arrivals, however many are in flight (an open loop).
+        #[arg(long, value_delimiter = ',')]
+        rates: Vec<f64>,
         /// Most tokens of every answer.
         #[arg(long, default_value_t = 32)]
         max_tokens: u32,
@@ -415,6 +419,7 @@ fn main() -> anyhow::Result<()> {
                     json,
                     seconds,
                     concurrency,
+                    rates,
                     max_tokens,
                     warmup,
                     length,
@@ -443,6 +448,7 @@ fn main() -> anyhow::Result<()> {
             let options = E2eBenchOptions {
                 seconds,
                 concurrency,
+                rates,
                 max_tokens,
                 warmup,
                 length,
