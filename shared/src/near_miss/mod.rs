@@ -19,6 +19,10 @@
 //! - `by` on one side only with the words still in order (`banks bought by other banks` / `banks that
 //!   bought other banks`).
 //!
+//! A question put in the passive (`who painted the Mona Lisa` / `the Mona Lisa was painted by whom`),
+//! a superlative said of a noun or put before it (`which ocean is the largest` / `the largest ocean`)
+//! and a superlative's whole-world scope (`on Earth`, `in the world`) ask the same.
+//!
 //! Symbols count as words: `17 + 28` is `17 plus 28`, `20%` is a quantity other than `20`, a capital
 //! `A` inside a sentence is a letter, `US` in capitals is the country, and a grammar word in quotes
 //! (`a comma before "which"`) is what the question is about. Two different units of measure never
@@ -214,9 +218,30 @@ impl Side {
             between.push(word.text.clone());
         }
         side.numbers.sort();
+        // `the largest ocean on Earth` asks what `the largest ocean` asks: a superlative's scope that
+        // names the whole world adds nothing (another scope, `on Mars`, still differs).
+        let superlative = words.iter().any(|w| matches!(w.text.as_str(), "most" | "least"))
+            || side.content.iter().any(is_superlative);
+        if superlative {
+            for content in &mut side.content {
+                let placed = content.before.iter().any(|w| w == "in" || w == "on");
+                content.optional |= placed && WHOLE_WORLD.contains(&content.text.as_str());
+            }
+        }
         side
     }
 }
+
+/// Words that link a subject to what is said of it.
+const COPULA: [&str; 5] = ["is", "are", "was", "were", "the"];
+
+/// Whether a content word is a superlative (`largest`, `best`: an `-est` form of a shorter lemma).
+fn is_superlative(word: &Content) -> bool {
+    word.text.ends_with("est") && word.forms.iter().any(|f| *f != word.text)
+}
+
+/// Names of the whole world, the widest scope a superlative can have.
+const WHOLE_WORLD: [&str; 4] = ["world", "earth", "planet", "globe"];
 
 /// Pairs every content word of one side with one of the other: equal forms first, then (after
 /// refusing antonyms) synonyms, derivations and misspellings. Returns `(a index, b index)` pairs.
@@ -408,6 +433,26 @@ fn check_swaps(a: &Side, b: &Side, alignment: &[(usize, usize)]) -> Result<(), N
         here.iter().any(|w| PREPOSITIONS.contains(&w.as_str()) && !there.contains(w))
     };
     if moved(between_in_a, between_in_b) || moved(between_in_b, between_in_a) {
+        return Ok(());
+    }
+    // `who painted the Mona Lisa` / `the Mona Lisa was painted by whom`: the verb and its object trade
+    // places, and `by` follows the verb on the passive side only.
+    let end = middle + (in_b[start] - start);
+    let by_right_after =
+        |side: &Side, word: usize| side.objects.iter().any(|(m, at)| m == "by" && *at == word + 1);
+    let has_by = |side: &Side| side.objects.iter().any(|(m, _)| m == "by");
+    let passive_in_a = by_right_after(a, by_a[end - 1].0) && !has_by(b);
+    let passive_in_b = by_right_after(b, by_a[middle - 1].1) && !has_by(a);
+    if passive_in_a || passive_in_b {
+        return Ok(());
+    }
+    // `which ocean is the largest` / `the largest ocean`: a superlative said of a noun or put before it.
+    let (x, y) = (&a.content[by_a[start].0], &a.content[by_a[middle].0]);
+    let copula = |words: &[String]| words.iter().all(|w| COPULA.contains(&w.as_str()));
+    if middle - start == 1
+        && (is_superlative(x) || is_superlative(y))
+        && (copula(between_in_a) || copula(between_in_b))
+    {
         return Ok(());
     }
     Err(NearMiss::Relation(format!(

@@ -188,3 +188,17 @@ fn symbols_units_and_numbers_in_words_are_compared() {
     accepted("convert 2.5 hours to minutes", "convert two and a half hours to minutes");
     accepted("What does DNS stand for?", "DNS is short for what?");
 }
+
+#[test]
+fn the_whole_world_as_a_superlative_scope_adds_nothing() {
+    accepted("Which ocean is the largest?", "largest ocean on Earth");
+    refused("What is the largest city on Earth?", "What is the largest city on Mars?");
+    refused("What is the population of the world?", "What is the population?");
+}
+
+#[test]
+fn a_question_put_in_the_passive_asks_the_same() {
+    accepted("Who directed Jurassic Park?", "Jurassic Park was directed by whom?");
+    accepted("Who discovered penicillin?", "penicillin was discovered by whom");
+    refused("Who conquered the Spanish?", "Who was conquered by the Spanish?");
+}
