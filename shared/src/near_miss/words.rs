@@ -154,16 +154,16 @@ fn raw_tokens(text: &str) -> Vec<String> {
                 && chars[i - 1].is_alphanumeric()
                 && chars.get(i + 1).is_some_and(|n| n.is_alphanumeric())
         };
+        // Looked for only around a symbol, so that splitting stays linear in the text.
         let after_digit =
-            chars[..i].iter().rev().find(|p| !p.is_whitespace()).is_some_and(char::is_ascii_digit);
+            || chars[..i].iter().rev().find(|p| !p.is_whitespace()).is_some_and(char::is_ascii_digit);
         let before_digit =
-            chars[i + 1..].iter().find(|n| !n.is_whitespace()).is_some_and(char::is_ascii_digit);
+            || chars[i + 1..].iter().find(|n| !n.is_whitespace()).is_some_and(char::is_ascii_digit);
         let symbol = match c {
-            '%' if after_digit => Some("%"),
+            '%' if after_digit() => Some("%"),
             // `3-4` is as often a range as a difference; `3 - 4` is a difference.
             '-' if !chars.get(i + 1).is_some_and(|n| n.is_whitespace()) => None,
-            _ if after_digit && before_digit => operator(c),
-            _ => None,
+            _ => operator(c).filter(|_| after_digit() && before_digit()),
         };
         if let Some(symbol) = symbol {
             if !current.is_empty() {
@@ -218,9 +218,12 @@ const QUOTES: [char; 6] = ['"', '\'', '`', '“', '”', '‘'];
 /// A grammar word in quotes is the subject of the question (`a comma before "which"` / `... before
 /// "that"`), so it is kept in its quotes, which make it a content word.
 fn mentioned(token: String, quoted: bool) -> String {
+    if !quoted {
+        return token;
+    }
     let lower = token.to_lowercase();
     let grammar = [FUNCTION_WORDS, MARKERS, NEGATORS].iter().any(|list| list.contains(&lower.as_str()));
-    if quoted && grammar {
+    if grammar {
         format!("\"{token}\"")
     } else {
         token
