@@ -165,7 +165,7 @@ impl Phase<'_> {
                             converse(&self.endpoint.client(), index, &mut turns);
                             turns
                         }));
-                        at += gaps.next().unwrap_or(Duration::MAX);
+                        at = at.saturating_add(gaps.next().unwrap_or(Duration::MAX));
                     }
                     handles
                 }
