@@ -188,13 +188,25 @@ pub fn with_minilm_lookups(pairs: &[ScoredPair], thresholds: &SemanticThresholds
     })
 }
 
-/// The printed report: the deployed decision, precision and recall by threshold, then what still
-/// hits wrongly and why labelled hits were refused, at `threshold`.
+/// How much of a set the report shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listing {
+    /// Totals only, no pair (the frozen set: nothing is written against its errors).
+    Totals,
+    /// The totals, the near misses served by kind, and every wrong hit.
+    WrongHits,
+    /// As [`Listing::WrongHits`], and every labelled hit the verifier refused, with the reason.
+    Refusals,
+}
+
+/// The printed report: the deployed decision, precision and recall by threshold, then (unless
+/// `listing` is [`Listing::Totals`]) what still hits wrongly and why labelled hits were refused, at
+/// `threshold`.
 pub fn report(
     pairs: &[ScoredPair],
     thresholds: &[f32],
     threshold: f32,
-    list_refused: bool,
+    listing: Listing,
     classes: &SemanticThresholds,
 ) -> String {
     use std::fmt::Write as _;
@@ -220,7 +232,8 @@ pub fn report(
         decided.true_hits + decided.false_hits,
         decided.recall()
     );
-    for p in pairs.iter().filter(|p| !p.pair.should_hit() && deployed_hits(p, classes)) {
+    let wrong = pairs.iter().filter(|p| !p.pair.should_hit() && deployed_hits(p, classes));
+    for p in wrong.filter(|_| listing != Listing::Totals) {
         let _ = writeln!(out, "  wrong: #{} {}: {:?} / {:?}", p.pair.id, p.pair.kind, p.pair.a, p.pair.b);
     }
     let both = with_minilm_lookups(pairs, classes);
@@ -268,6 +281,9 @@ pub fn report(
         alone.false_hits,
         alone.recall()
     );
+    if listing == Listing::Totals {
+        return out;
+    }
 
     let mut by_kind: BTreeMap<&str, (usize, usize, usize)> = BTreeMap::new();
     for p in pairs.iter().filter(|p| !p.pair.should_hit()) {
@@ -292,7 +308,7 @@ pub fn report(
     for p in pairs.iter().filter(|p| p.pair.should_hit() && p.similarity >= threshold) {
         if let Err(why) = &p.verdict {
             let reason = format!("{why}");
-            if list_refused {
+            if listing == Listing::Refusals {
                 let _ = writeln!(
                     out,
                     "  refused #{} {:.3} ({reason}): {:?} / {:?}",

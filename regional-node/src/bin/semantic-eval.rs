@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use regional_node::embedding::SentenceEmbedder;
-use regional_node::semantic_eval::{deployed, read_pairs, report, score, Split};
+use regional_node::semantic_eval::{deployed, read_pairs, report, score, Listing, Split};
 use shared::content_class::SemanticThresholds;
 use shared::small_embedding::SmallEmbedder;
 
@@ -84,13 +84,7 @@ fn main() -> anyhow::Result<()> {
         let decided = deployed(&scored, &classes);
         let looks = log_look(&args.frozen_pairs, decided.precision(), decided.recall(), decided.false_hits)?;
         println!("== {} (frozen; look number {looks})", args.frozen_pairs.display());
-        // Only the totals: the wrong hits and refusals of the frozen set are not listed, so that no
-        // change is written against them.
-        let table = report(&scored, &args.thresholds, args.threshold, false, &classes);
-        let totals = table.lines().take_while(|l| !l.starts_with("wrong hits"));
-        for line in totals.filter(|l| !l.trim_start().starts_with("wrong:")) {
-            println!("{line}");
-        }
+        print!("{}", report(&scored, &args.thresholds, args.threshold, Listing::Totals, &classes));
         return Ok(());
     }
     if let Some(count) = args.time {
@@ -103,7 +97,8 @@ fn main() -> anyhow::Result<()> {
         let pairs: Vec<_> = read_pairs(path)?.into_iter().filter(|p| split.keeps(p)).collect();
         let scored = score(&embedder, small.as_ref(), pairs)?;
         println!("== {}", path.display());
-        print!("{}", report(&scored, &args.thresholds, args.threshold, args.list_refused, &classes));
+        let listing = if args.list_refused { Listing::Refusals } else { Listing::WrongHits };
+        print!("{}", report(&scored, &args.thresholds, args.threshold, listing, &classes));
     }
     Ok(())
 }

@@ -57,7 +57,7 @@ pub fn words(text: &str) -> Vec<Word> {
 fn lowercase(token: &str, first: bool) -> String {
     match token {
         "US" | "U.S" => "usa".into(),
-        "A" if !first => "\"a\"".into(),
+        "A" if !first => as_symbol("a"),
         other => other.to_lowercase(),
     }
 }
@@ -224,10 +224,16 @@ fn mentioned(token: String, quoted: bool) -> String {
     let lower = token.to_lowercase();
     let grammar = [FUNCTION_WORDS, MARKERS, NEGATORS].iter().any(|list| list.contains(&lower.as_str()));
     if grammar {
-        format!("\"{token}\"")
+        as_symbol(&token)
     } else {
         token
     }
+}
+
+/// A word kept as a symbol: in quotes, which no word list holds, so it is a content word that aligns only
+/// with itself.
+fn as_symbol(word: &str) -> String {
+    format!("\"{word}\"")
 }
 
 /// Whether the letters at the start of `rest` are an ordinal's suffix (`3rd`, `10th`).
