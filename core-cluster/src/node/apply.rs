@@ -1,5 +1,6 @@
 //! Applying one proposal's requests to the state machine's tables: the rules of every command, written
-//! against the [`Tables`] trait so that the same code runs inside a sled transaction and in unit tests.
+//! against the [`Tables`] trait so that the same code runs over sled (through the state machine's overlay of a batch's
+//! writes) and in unit tests.
 //!
 //! Applying never fails for a reason the command carries: a command that breaks a rule (unknown tenant,
 //! oversized value, stale version) becomes an [`Outcome::Rejected`] and changes nothing. Only the storage

@@ -15,7 +15,6 @@
 //! - [`records`]: what the state machine stores per entry, tenant, model and request id; liveness.
 //! - [`hot_prompts`]: the replicated top-k of each model's hottest keys.
 //! - [`apply`]: the rules of every command, over the [`apply::Tables`] trait.
-//! - [`tx_tables`]: those tables inside a sled transaction.
 //! - `memory_tables`: those tables in memory (tests), and `state_machine_proptests`, three replicas of
 //!   one random log compared at every index.
 //! - [`log_codec`]: the binary form of log entries, AppendEntries and snapshot chunks (prost).
@@ -79,7 +78,6 @@ pub mod snapshot_file;
 pub mod state_machine;
 pub mod store_service;
 pub mod ticker;
-pub mod tx_tables;
 pub mod types;
 pub mod validate;
 pub mod writer;

@@ -2,9 +2,9 @@
 //! machine's clock, the last applied log id, the last membership, and the current snapshot's metadata
 //! (its rows are a file of [`super::snapshot_file`], written and read one row at a time).
 //!
-//! Durability: `apply` writes each batch of log entries atomically (one sled transaction over every tree,
-//! with the new last applied id) without its own fsync; the Raft log is durable and openraft re-applies
-//! committed entries after a crash. Snapshots are fsynced before they are reported, and openraft purges the
+//! Durability: `apply` writes each batch of log entries atomically (a redo record, then every tree, the new
+//! last applied id last; see [`redo`]) without its own fsync; the Raft log is durable and openraft
+//! re-applies committed entries after a crash. Snapshots are fsynced before they are reported, and openraft purges the
 //! log only up to a snapshot, so every purged entry is covered by durable state.
 //!
 //! Time: the state machine's clock is the largest `issued_ms` of the proposals applied so far (the leader's
@@ -35,8 +35,9 @@ use serde::de::DeserializeOwned;
 #[cfg(test)]
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
+use sled::transaction::TransactionError;
 
+mod redo;
 mod snapshots;
 
 use snapshots::blocking;
@@ -48,7 +49,6 @@ use super::records::{
     AppliedRequest, FeedRow, ModelState, StoredEntry, TenantState, FEED_RETENTION_MS, REQUEST_ID_RETENTION_MS,
 };
 use super::snapshot_file::{SnapshotDir, SnapshotFile};
-use super::tx_tables::{TxTables, FEED_FLOOR};
 use super::types::{Command, Entry, NodeId, ProposalResponse, StorageError, TypeConfig};
 use shared::changes::Resync;
 
@@ -56,6 +56,8 @@ const LAST_APPLIED: &[u8] = b"last_applied";
 const LAST_MEMBERSHIP: &[u8] = b"last_membership";
 const CLOCK: &[u8] = b"clock_ms";
 const SNAPSHOT_META: &[u8] = b"meta";
+/// The meta key of the highest revision compacted out of the change feed.
+pub(crate) const FEED_FLOOR: &[u8] = b"feed_floor";
 
 /// Membership as stored: the last membership config and the log id that introduced it.
 type Membership = StoredMembership<NodeId, openraft::BasicNode>;
@@ -93,6 +95,8 @@ pub struct StateMachineStore {
     durable_snapshot: Arc<tokio::sync::watch::Sender<u64>>,
     /// [`FeedRow`] JSON by revision (big-endian log index).
     feed: sled::Tree,
+    /// The last applied batch's redo record.
+    redo: sled::Tree,
     /// The last applied log index, for watchers of the feed.
     applied: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
 }
@@ -166,8 +170,25 @@ impl StateMachineStore {
     /// Opens (or creates) the state-machine trees in `db`, with snapshot files in `snapshots`.
     pub fn open(db: &sled::Db, snapshots: &Path) -> Result<Self, CoreError> {
         let meta = db.open_tree("sm_meta")?;
-        let last_applied: Option<LogId<NodeId>> =
-            meta.get(LAST_APPLIED)?.and_then(|b| decode(&b).ok()).flatten();
+        let redo = db.open_tree("sm_redo")?;
+        let entries = db.open_tree("sm_entries")?;
+        let tenants = db.open_tree("sm_tenants")?;
+        let models = db.open_tree("sm_models")?;
+        let requests = db.open_tree("sm_requests")?;
+        let feed = db.open_tree("sm_feed")?;
+        let applied_id = |meta: &sled::Tree| -> Result<Option<LogId<NodeId>>, CoreError> {
+            Ok(meta.get(LAST_APPLIED)?.map(|b| decode(&b)).transpose()?.flatten())
+        };
+        let trees = [&entries, &tenants, &models, &requests, &feed, &meta];
+        let before = applied_id(&meta)?.map(|id| id.index);
+        let redone = redo::recover(&redo, trees, before, LAST_APPLIED)?;
+        if let Some(index) = redone {
+            tracing::info!(
+                index,
+                "state machine: the last applied batch was written again from its redo record"
+            );
+        }
+        let last_applied = applied_id(&meta)?;
         let applied = tokio::sync::watch::Sender::new(last_applied.map_or(0, |id| id.index));
         let snapshot = db.open_tree("sm_snapshot")?;
         let covered = snapshot
@@ -176,14 +197,15 @@ impl StateMachineStore {
             .and_then(|m| m.last_log_id)
             .map_or(0, |id| id.index);
         Ok(Self {
-            feed: db.open_tree("sm_feed")?,
+            feed,
+            redo,
             applied: std::sync::Arc::new(applied),
             db: db.clone(),
-            entries: db.open_tree("sm_entries")?,
-            tenants: db.open_tree("sm_tenants")?,
-            models: db.open_tree("sm_models")?,
-            requests: db.open_tree("sm_requests")?,
-            meta: db.open_tree("sm_meta")?,
+            entries,
+            tenants,
+            models,
+            requests,
+            meta,
             snapshot,
             snapshots: SnapshotDir::open(snapshots)?,
             keeping: Arc::default(),
@@ -479,44 +501,33 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             Some(m) => Some(serde_json::to_vec(&m).map_err(|e| StorageIOError::apply(last, &e))?),
             None => None,
         };
-        let result: Result<Vec<ProposalResponse>, TransactionError<String>> =
-            (&self.entries, &self.tenants, &self.models, &self.requests, &self.feed, &self.meta).transaction(
-                |(tx_entries, tx_tenants, tx_models, tx_requests, tx_feed, tx_meta)| {
-                    let mut tables = TxTables {
-                        entries: tx_entries,
-                        tenants: tx_tenants,
-                        models: tx_models,
-                        requests: tx_requests,
-                        feed: tx_feed,
-                        meta: tx_meta,
-                    };
-                    let mut clock = start_clock;
-                    let mut responses = Vec::with_capacity(entries.len());
-                    for entry in &entries {
-                        match &entry.payload {
-                            EntryPayload::Normal(proposal) => {
-                                clock = clock.max(proposal.issued_ms);
-                                let revision = entry.log_id.index;
-                                let applied =
-                                    apply_proposal(&mut tables, revision, clock, &proposal.requests)?;
-                                responses.push(ProposalResponse { applied });
-                            }
-                            EntryPayload::Blank | EntryPayload::Membership(_) => {
-                                responses.push(ProposalResponse::default())
-                            }
-                        }
-                    }
-                    let clock_bytes = serde_json::to_vec(&clock)
-                        .map_err(|e| ConflictableTransactionError::Abort(e.to_string()))?;
-                    tx_meta.insert(CLOCK, clock_bytes)?;
-                    tx_meta.insert(LAST_APPLIED, applied.as_slice())?;
-                    if let Some(m) = &membership {
-                        tx_meta.insert(LAST_MEMBERSHIP, m.as_slice())?;
-                    }
-                    Ok(responses)
-                },
-            );
-        let responses = result.map_err(|e| StorageIOError::apply(last, &tx_error(e)))?;
+        let trees = [&self.entries, &self.tenants, &self.models, &self.requests, &self.feed, &self.meta];
+        let mut overlay = redo::Overlay::new(trees);
+        let mut clock = start_clock;
+        let mut responses = Vec::with_capacity(entries.len());
+        let apply_err = |e: std::io::Error| StorageIOError::apply(last, &e);
+        for entry in &entries {
+            match &entry.payload {
+                EntryPayload::Normal(proposal) => {
+                    clock = clock.max(proposal.issued_ms);
+                    let revision = entry.log_id.index;
+                    let applied = apply_proposal(&mut overlay, revision, clock, &proposal.requests)
+                        .map_err(apply_err)?;
+                    responses.push(ProposalResponse { applied });
+                }
+                EntryPayload::Blank | EntryPayload::Membership(_) => {
+                    responses.push(ProposalResponse::default())
+                }
+            }
+        }
+        let clock_bytes = serde_json::to_vec(&clock).map_err(|e| StorageIOError::apply(last, &e))?;
+        overlay.set_raw(redo::Table::Meta, CLOCK, Some(clock_bytes));
+        overlay.set_raw(redo::Table::Meta, LAST_APPLIED, Some(applied));
+        if let Some(m) = membership {
+            overlay.set_raw(redo::Table::Meta, LAST_MEMBERSHIP, Some(m));
+        }
+        let writes = overlay.into_writes();
+        redo::commit(&self.redo, trees, last.index, &writes, LAST_APPLIED).map_err(apply_err)?;
         self.applied.send_replace(last.index);
         Ok(responses)
     }

@@ -11,11 +11,10 @@ use proto::raft::SnapshotTable;
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
 use super::{
-    decode, tx_error, Membership, StateMachineStore, Written, CLOCK, LAST_APPLIED, LAST_MEMBERSHIP,
-    SNAPSHOT_META,
+    decode, tx_error, Membership, StateMachineStore, Written, CLOCK, FEED_FLOOR, LAST_APPLIED,
+    LAST_MEMBERSHIP, SNAPSHOT_META,
 };
 use crate::node::snapshot_file::{Header, SnapshotFile, SnapshotReader};
-use crate::node::tx_tables::FEED_FLOOR;
 use crate::node::types::{NodeId, StorageError, TypeConfig};
 
 impl StateMachineStore {

@@ -1,0 +1,395 @@
+//! Applying a batch of log entries atomically without a sled transaction.
+//!
+//! sled 0.34 rolls its log buffer twice for every transaction (and every `apply_batch`), and its I/O
+//! threads write each rolled buffer and wait for it with `sync_file_range`: two small disk writes per
+//! applied batch on every node, each waking all of sled's seven I/O threads, and all of it on the same
+//! disk as the write-ahead log's `fdatasync`. So a batch is applied in three steps instead:
+//! 1. its commands run against an [`Overlay`], where reads see the batch's own writes and writes are
+//!    collected as the final value (or removal) of each key;
+//! 2. those writes are stored as one redo record in their own tree: chunks, then a header naming the
+//!    batch's last log index;
+//! 3. they are written to their trees, the meta tree's last, and the last applied log id last of all.
+//!
+//! sled recovers a prefix of its writes in order (it replays its log up to the first record that is not
+//! all there), so after a crash either the header is missing, and with it every write of the batch, or it
+//! is there with all its chunks, and [`recover`] writes the batch again. Every write is a final value, so
+//! writing it twice leaves what writing it once does.
+
+use std::collections::BTreeMap;
+use std::io;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::super::apply::Tables;
+use super::super::records::{AppliedRequest, FeedRow, ModelState, StoredEntry, TenantState};
+use super::FEED_FLOOR;
+
+/// The state machine's trees, in the order a write names them by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Table {
+    /// Cache entries by key.
+    Entries = 0,
+    /// Tenants by name.
+    Tenants = 1,
+    /// Models by name.
+    Models = 2,
+    /// Applied request ids.
+    Requests = 3,
+    /// Change-feed rows by revision (big-endian).
+    Feed = 4,
+    /// The meta tree; written after the others.
+    Meta = 5,
+}
+
+impl Table {
+    const ALL: [Table; 6] =
+        [Table::Entries, Table::Tenants, Table::Models, Table::Requests, Table::Feed, Table::Meta];
+
+    fn from_byte(byte: u8) -> Option<Table> {
+        Table::ALL.get(usize::from(byte)).copied()
+    }
+}
+
+/// The trees a batch reads and writes, indexed by [`Table`].
+pub type Trees<'a> = [&'a sled::Tree; 6];
+
+/// The meta key whose write ends a batch (the last applied log id).
+pub type LastKey = &'static [u8];
+
+/// Final values (`None`: removed) by table and key.
+pub type Writes = BTreeMap<(Table, Vec<u8>), Option<Vec<u8>>>;
+
+/// The redo record's header key in its tree: the batch's last log index, its chunk count and length.
+const HEADER: &[u8] = b"header";
+/// Bytes per chunk of the record: well under sled's largest inline value (a quarter of its 512 KiB
+/// segment), so no chunk becomes a blob file of its own.
+const CHUNK: usize = 32 * 1024;
+
+fn sled_err(e: sled::Error) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+fn codec_err(what: &dyn std::fmt::Debug, e: serde_json::Error) -> io::Error {
+    io::Error::other(format!("{what:?}: {e}"))
+}
+
+/// The trees as a batch sees them: sled's values under the batch's own writes.
+pub struct Overlay<'a> {
+    trees: Trees<'a>,
+    writes: Writes,
+}
+
+impl<'a> Overlay<'a> {
+    /// An overlay with no writes yet.
+    pub fn new(trees: Trees<'a>) -> Self {
+        Self { trees, writes: BTreeMap::new() }
+    }
+
+    /// The value under `key`, the batch's own write first.
+    pub fn get_raw(&self, table: Table, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
+        if let Some(value) = self.writes.get(&(table, key.to_vec())) {
+            return Ok(value.clone());
+        }
+        Ok(self.trees[table as usize].get(key).map_err(sled_err)?.map(|v| v.to_vec()))
+    }
+
+    /// Sets (or, with `None`, removes) the value under `key`.
+    pub fn set_raw(&mut self, table: Table, key: &[u8], value: Option<Vec<u8>>) {
+        self.writes.insert((table, key.to_vec()), value);
+    }
+
+    fn get<T: DeserializeOwned>(&self, table: Table, key: &[u8]) -> io::Result<Option<T>> {
+        self.get_raw(table, key)?
+            .map(|bytes| {
+                serde_json::from_slice(&bytes).map_err(|e| codec_err(&String::from_utf8_lossy(key), e))
+            })
+            .transpose()
+    }
+
+    fn put<T: Serialize>(&mut self, table: Table, key: &[u8], value: &T) -> io::Result<()> {
+        let bytes = serde_json::to_vec(value).map_err(|e| codec_err(&String::from_utf8_lossy(key), e))?;
+        self.set_raw(table, key, Some(bytes));
+        Ok(())
+    }
+
+    /// The batch's writes.
+    pub fn into_writes(self) -> Writes {
+        self.writes
+    }
+}
+
+impl Tables for Overlay<'_> {
+    type Error = io::Error;
+
+    fn entry(&mut self, key: &str) -> io::Result<Option<StoredEntry>> {
+        self.get(Table::Entries, key.as_bytes())
+    }
+    fn put_entry(&mut self, key: &str, entry: &StoredEntry) -> io::Result<()> {
+        self.put(Table::Entries, key.as_bytes(), entry)
+    }
+    fn remove_entry(&mut self, key: &str) -> io::Result<()> {
+        self.set_raw(Table::Entries, key.as_bytes(), None);
+        Ok(())
+    }
+    fn tenant(&mut self, name: &str) -> io::Result<Option<TenantState>> {
+        self.get(Table::Tenants, name.as_bytes())
+    }
+    fn put_tenant(&mut self, name: &str, tenant: &TenantState) -> io::Result<()> {
+        self.put(Table::Tenants, name.as_bytes(), tenant)
+    }
+    fn model(&mut self, name: &str) -> io::Result<Option<ModelState>> {
+        self.get(Table::Models, name.as_bytes())
+    }
+    fn put_model(&mut self, name: &str, model: &ModelState) -> io::Result<()> {
+        self.put(Table::Models, name.as_bytes(), model)
+    }
+    fn request(&mut self, id: &str) -> io::Result<Option<AppliedRequest>> {
+        self.get(Table::Requests, id.as_bytes())
+    }
+    fn put_request(&mut self, id: &str, request: &AppliedRequest) -> io::Result<()> {
+        self.put(Table::Requests, id.as_bytes(), request)
+    }
+    fn remove_request(&mut self, id: &str) -> io::Result<()> {
+        self.set_raw(Table::Requests, id.as_bytes(), None);
+        Ok(())
+    }
+    fn feed_row(&mut self, revision: u64) -> io::Result<Option<FeedRow>> {
+        self.get(Table::Feed, &revision.to_be_bytes())
+    }
+    fn put_feed_row(&mut self, revision: u64, row: &FeedRow) -> io::Result<()> {
+        self.put(Table::Feed, &revision.to_be_bytes(), row)
+    }
+    fn remove_feed_row(&mut self, revision: u64) -> io::Result<()> {
+        self.set_raw(Table::Feed, &revision.to_be_bytes(), None);
+        Ok(())
+    }
+    fn feed_floor(&mut self) -> io::Result<u64> {
+        Ok(self.get(Table::Meta, FEED_FLOOR)?.unwrap_or(0))
+    }
+    fn set_feed_floor(&mut self, revision: u64) -> io::Result<()> {
+        self.put(Table::Meta, FEED_FLOOR, &revision)
+    }
+}
+
+/// Makes `writes` durable as a batch ending at log index `index` (see the module's comment): the redo
+/// record in `redo`, then every write, with the meta tree's `last` key written last of all.
+pub fn commit(
+    redo: &sled::Tree,
+    trees: Trees<'_>,
+    index: u64,
+    writes: &Writes,
+    last: LastKey,
+) -> io::Result<()> {
+    let record = encode(writes);
+    let chunks = record.chunks(CHUNK).enumerate();
+    let mut count = 0u32;
+    for (i, chunk) in chunks {
+        let i = u32::try_from(i).map_err(io::Error::other)?;
+        redo.insert(i.to_be_bytes(), chunk).map_err(sled_err)?;
+        count = i + 1;
+    }
+    let mut header = Vec::with_capacity(20);
+    header.extend_from_slice(&index.to_le_bytes());
+    header.extend_from_slice(&count.to_le_bytes());
+    header.extend_from_slice(&(record.len() as u64).to_le_bytes());
+    redo.insert(HEADER, header).map_err(sled_err)?;
+    write(trees, writes, last)
+}
+
+/// Writes a batch to its trees: the meta tree after the others, its `last` key last.
+fn write(trees: Trees<'_>, writes: &Writes, last: LastKey) -> io::Result<()> {
+    let mut final_write = None;
+    for ((table, key), value) in writes {
+        if *table == Table::Meta && key.as_slice() == last {
+            final_write = Some(value);
+            continue;
+        }
+        let tree = trees[*table as usize];
+        match value {
+            Some(value) => tree.insert(key.as_slice(), value.as_slice()).map(drop),
+            None => tree.remove(key.as_slice()).map(drop),
+        }
+        .map_err(sled_err)?;
+    }
+    if let Some(value) = final_write {
+        let meta = trees[Table::Meta as usize];
+        match value {
+            Some(value) => meta.insert(last, value.as_slice()).map(drop),
+            None => meta.remove(last).map(drop),
+        }
+        .map_err(sled_err)?;
+    }
+    Ok(())
+}
+
+/// After a restart: writes the last batch again if its redo record is complete and `applied` (the last
+/// applied index the trees hold) is below it. Returns the index redone, if any.
+pub fn recover(
+    redo: &sled::Tree,
+    trees: Trees<'_>,
+    applied: Option<u64>,
+    last: LastKey,
+) -> io::Result<Option<u64>> {
+    let Some(header) = redo.get(HEADER).map_err(sled_err)? else { return Ok(None) };
+    let corrupt = |why: &str| io::Error::new(io::ErrorKind::InvalidData, format!("redo record: {why}"));
+    if header.len() != 20 {
+        return Err(corrupt("header of the wrong size"));
+    }
+    let index = u64::from_le_bytes(header[0..8].try_into().expect("8 bytes"));
+    let count = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
+    let length = u64::from_le_bytes(header[12..20].try_into().expect("8 bytes"));
+    if applied.is_some_and(|applied| applied >= index) {
+        return Ok(None);
+    }
+    let mut record = Vec::new();
+    for i in 0..count {
+        let chunk =
+            redo.get(i.to_be_bytes()).map_err(sled_err)?.ok_or_else(|| corrupt("a chunk is missing"))?;
+        record.extend_from_slice(&chunk);
+    }
+    if record.len() as u64 != length {
+        return Err(corrupt("chunks of the wrong length"));
+    }
+    let writes = decode(&record).ok_or_else(|| corrupt("undecodable"))?;
+    write(trees, &writes, last)?;
+    Ok(Some(index))
+}
+
+/// A batch's writes as bytes: per write, its table, the key's length and key, then 1 and the value's
+/// length and value, or 0 for a removal (lengths little-endian `u32`).
+fn encode(writes: &Writes) -> Vec<u8> {
+    let size: usize = writes.iter().map(|((_, k), v)| 10 + k.len() + v.as_ref().map_or(0, Vec::len)).sum();
+    let mut out = Vec::with_capacity(size);
+    for ((table, key), value) in writes {
+        out.push(*table as u8);
+        out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        out.extend_from_slice(key);
+        match value {
+            Some(value) => {
+                out.push(1);
+                out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+                out.extend_from_slice(value);
+            }
+            None => out.push(0),
+        }
+    }
+    out
+}
+
+fn decode(mut bytes: &[u8]) -> Option<Writes> {
+    fn take<'b>(bytes: &mut &'b [u8], n: usize) -> Option<&'b [u8]> {
+        let (head, rest) = (bytes.get(..n)?, bytes.get(n..)?);
+        *bytes = rest;
+        Some(head)
+    }
+    fn length(bytes: &mut &[u8]) -> Option<usize> {
+        Some(u32::from_le_bytes(take(bytes, 4)?.try_into().ok()?) as usize)
+    }
+    let mut writes = Writes::new();
+    while !bytes.is_empty() {
+        let table = Table::from_byte(take(&mut bytes, 1)?[0])?;
+        let key_len = length(&mut bytes)?;
+        let key = take(&mut bytes, key_len)?.to_vec();
+        let value = match take(&mut bytes, 1)?[0] {
+            0 => None,
+            1 => {
+                let len = length(&mut bytes)?;
+                Some(take(&mut bytes, len)?.to_vec())
+            }
+            _ => return None,
+        };
+        writes.insert((table, key), value);
+    }
+    Some(writes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LAST: &[u8] = b"last_applied";
+
+    fn open() -> (sled::Db, Vec<sled::Tree>, sled::Tree) {
+        let db = sled::Config::new().temporary(true).open().expect("sled");
+        let trees = (0..6).map(|i| db.open_tree(format!("t{i}")).expect("tree")).collect();
+        let redo = db.open_tree("redo").expect("tree");
+        (db, trees, redo)
+    }
+
+    fn trees(t: &[sled::Tree]) -> Trees<'_> {
+        [&t[0], &t[1], &t[2], &t[3], &t[4], &t[5]]
+    }
+
+    fn batch(t: &[sled::Tree], index: u64, big: usize) -> Writes {
+        let mut overlay = Overlay::new(trees(t));
+        overlay.set_raw(Table::Entries, b"a", Some(vec![7; big]));
+        overlay.set_raw(Table::Entries, b"gone", None);
+        overlay.set_raw(Table::Requests, b"r1", Some(b"{}".to_vec()));
+        overlay.set_raw(Table::Meta, LAST, Some(index.to_le_bytes().to_vec()));
+        overlay.into_writes()
+    }
+
+    #[test]
+    fn reads_see_the_batch_own_writes_over_the_trees() {
+        let (_db, t, _redo) = open();
+        t[0].insert(b"k", b"old".to_vec()).expect("insert");
+        t[0].insert(b"x", b"kept".to_vec()).expect("insert");
+        let mut overlay = Overlay::new(trees(&t));
+        overlay.set_raw(Table::Entries, b"k", Some(b"new".to_vec()));
+        overlay.set_raw(Table::Entries, b"x", None);
+        assert_eq!(overlay.get_raw(Table::Entries, b"k").expect("get"), Some(b"new".to_vec()));
+        assert_eq!(overlay.get_raw(Table::Entries, b"x").expect("get"), None);
+        assert_eq!(overlay.get_raw(Table::Tenants, b"k").expect("get"), None);
+        assert_eq!(
+            t[0].get(b"k").expect("get").as_deref(),
+            Some(&b"old"[..]),
+            "nothing written before commit"
+        );
+    }
+
+    #[test]
+    fn records_round_trip_and_garbage_is_refused() {
+        let (_db, t, _redo) = open();
+        let writes = batch(&t, 3, 100);
+        assert_eq!(decode(&encode(&writes)), Some(writes.clone()));
+        let bytes = encode(&writes);
+        assert_eq!(decode(&bytes[..bytes.len() - 1]), None);
+        assert_eq!(decode(&[9, 0, 0, 0, 0, 0]), None);
+    }
+
+    #[test]
+    fn a_batch_lost_after_its_record_is_written_again_on_recovery() {
+        let (_db, t, redo) = open();
+        t[0].insert(b"gone", b"x".to_vec()).expect("insert");
+        // A record larger than one chunk, as if the node stopped right after writing it.
+        let writes = batch(&t, 5, 3 * CHUNK + 17);
+        commit(&redo, trees(&t), 5, &writes, LAST).expect("commit");
+        for tree in &t {
+            tree.clear().expect("clear");
+        }
+        t[0].insert(b"gone", b"x".to_vec()).expect("insert");
+        t[5].insert(LAST, 4u64.to_le_bytes().to_vec()).expect("insert");
+        assert_eq!(recover(&redo, trees(&t), Some(4), LAST).expect("recover"), Some(5));
+        assert_eq!(t[0].get(b"a").expect("get").map(|v| v.len()), Some(3 * CHUNK + 17));
+        assert_eq!(t[0].get(b"gone").expect("get"), None);
+        assert_eq!(t[3].get(b"r1").expect("get").as_deref(), Some(&b"{}"[..]));
+        assert_eq!(t[5].get(LAST).expect("get").as_deref(), Some(&5u64.to_le_bytes()[..]));
+        // Applied already: nothing to redo.
+        assert_eq!(recover(&redo, trees(&t), Some(5), LAST).expect("recover"), None);
+    }
+
+    #[test]
+    fn a_record_with_a_missing_chunk_is_refused() {
+        let (_db, t, redo) = open();
+        let writes = batch(&t, 2, 2 * CHUNK);
+        commit(&redo, trees(&t), 2, &writes, LAST).expect("commit");
+        redo.remove(1u32.to_be_bytes()).expect("remove");
+        assert!(recover(&redo, trees(&t), Some(1), LAST).is_err());
+        assert_eq!(
+            recover(&redo, trees(&t), None, LAST).map_err(|e| e.kind()),
+            Err(io::ErrorKind::InvalidData)
+        );
+    }
+}
