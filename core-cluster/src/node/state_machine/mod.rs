@@ -2,8 +2,8 @@
 //! machine's clock, the last applied log id, the last membership, and the current snapshot's metadata
 //! (its rows are a file of [`super::snapshot_file`], written and read one row at a time).
 //!
-//! Durability: `apply` writes each batch of log entries atomically (a redo record, then every tree, the new
-//! last applied id last; see [`redo`]) without its own fsync; the Raft log is durable and openraft
+//! Durability: `apply` writes each batch of log entries atomically across a crash (a redo record, then
+//! every tree, the new last applied id last; see `redo.rs`) without its own fsync; the Raft log is durable and openraft
 //! re-applies committed entries after a crash. Snapshots are fsynced before they are reported, and openraft purges the
 //! log only up to a snapshot, so every purged entry is covered by durable state.
 //!
@@ -357,6 +357,10 @@ impl StateMachineStore {
         for item in self.feed.range(revision.saturating_add(1).to_be_bytes()..).take(limit) {
             let (key, bytes) = item?;
             rows.push((revision_of(&key), decode(&bytes)?));
+        }
+        // A sweep applied meanwhile may have removed rows after `revision` (it raises the floor first).
+        if revision < self.feed_floor()? {
+            return Ok(FeedRead::Compacted);
         }
         Ok(FeedRead::Rows(rows))
     }

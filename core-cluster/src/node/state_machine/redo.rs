@@ -8,12 +8,17 @@
 //!    collected as the final value (or removal) of each key;
 //! 2. those writes are stored as one redo record in their own tree: chunks, then a header naming the
 //!    batch's last log index;
-//! 3. they are written to their trees, the meta tree's last, and the last applied log id last of all.
+//! 3. they are written to their trees: the meta tree's first (the change feed's floor rises before the rows
+//!    under it go), then the others', and the last applied log id last of all.
 //!
 //! sled recovers a prefix of its writes in order (it replays its log up to the first record that is not
 //! all there), so after a crash either the header is missing, and with it every write of the batch, or it
 //! is there with all its chunks, and [`recover`] writes the batch again. Every write is a final value, so
 //! writing it twice leaves what writing it once does.
+//!
+//! A batch is atomic across a crash, not for readers meanwhile: a read may see some of a batch's writes
+//! and not others, as a read of two keys could between two transactions before. Reads that need one
+//! applied index wait for it (`read_barrier`), and the change feed checks its floor again after a scan.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -61,10 +66,11 @@ pub type LastKey = &'static [u8];
 /// Final values (`None`: removed) by table and key.
 pub type Writes = BTreeMap<(Table, Vec<u8>), Option<Vec<u8>>>;
 
-/// The redo record's header key in its tree: the batch's last log index, its chunk count and length.
+/// The redo record's header key in its tree.
 const HEADER: &[u8] = b"header";
 /// Bytes per chunk of the record: well under sled's largest inline value (a quarter of its 512 KiB
-/// segment), so no chunk becomes a blob file of its own.
+/// segment), so writing a chunk never writes a blob file (a node of several chunks may become one when
+/// sled consolidates it, as a node of large entries does).
 const CHUNK: usize = 32 * 1024;
 
 fn sled_err(e: sled::Error) -> io::Error {
@@ -173,6 +179,66 @@ impl Tables for Overlay<'_> {
     }
 }
 
+/// Where a step of a commit writes: the redo record's tree, or one of the state machine's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    Redo,
+    Table(Table),
+}
+
+/// One single-key write of a commit, in the order sled must recover them.
+#[derive(Clone, Debug)]
+struct Step {
+    target: Target,
+    key: Vec<u8>,
+    value: Option<Vec<u8>>,
+}
+
+/// The redo record's header: the batch's last log index, its chunk count, length and checksum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Header {
+    index: u64,
+    chunks: u32,
+    length: u64,
+    crc: u32,
+}
+
+impl Header {
+    const LEN: usize = 24;
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(Self::LEN);
+        out.extend_from_slice(&self.index.to_le_bytes());
+        out.extend_from_slice(&self.chunks.to_le_bytes());
+        out.extend_from_slice(&self.length.to_le_bytes());
+        out.extend_from_slice(&self.crc.to_le_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Header> {
+        if bytes.len() != Self::LEN {
+            return None;
+        }
+        Some(Header {
+            index: u64::from_le_bytes(bytes[0..8].try_into().ok()?),
+            chunks: u32::from_le_bytes(bytes[8..12].try_into().ok()?),
+            length: u64::from_le_bytes(bytes[12..20].try_into().ok()?),
+            crc: u32::from_le_bytes(bytes[20..24].try_into().ok()?),
+        })
+    }
+}
+
+fn corrupt(why: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("redo record: {why}"))
+}
+
+fn read_header(redo: &sled::Tree) -> io::Result<Option<Header>> {
+    match redo.get(HEADER).map_err(sled_err)? {
+        None => Ok(None),
+        Some(bytes) => Header::decode(&bytes).map(Some).ok_or_else(|| corrupt("header of the wrong size")),
+    }
+}
+
 /// Makes `writes` durable as a batch ending at log index `index` (see the module's comment): the redo
 /// record in `redo`, then every write, with the meta tree's `last` key written last of all.
 pub fn commit(
@@ -182,42 +248,57 @@ pub fn commit(
     writes: &Writes,
     last: LastKey,
 ) -> io::Result<()> {
-    let record = encode(writes);
-    let chunks = record.chunks(CHUNK).enumerate();
-    let mut count = 0u32;
-    for (i, chunk) in chunks {
-        let i = u32::try_from(i).map_err(io::Error::other)?;
-        redo.insert(i.to_be_bytes(), chunk).map_err(sled_err)?;
-        count = i + 1;
-    }
-    let mut header = Vec::with_capacity(20);
-    header.extend_from_slice(&index.to_le_bytes());
-    header.extend_from_slice(&count.to_le_bytes());
-    header.extend_from_slice(&(record.len() as u64).to_le_bytes());
-    redo.insert(HEADER, header).map_err(sled_err)?;
-    write(trees, writes, last)
+    let previous_chunks = read_header(redo)?.map_or(0, |h| h.chunks);
+    run(redo, trees, &commit_steps(index, writes, last, previous_chunks))
 }
 
-/// Writes a batch to its trees: the meta tree after the others, its `last` key last.
-fn write(trees: Trees<'_>, writes: &Writes, last: LastKey) -> io::Result<()> {
-    let mut final_write = None;
-    for ((table, key), value) in writes {
-        if *table == Table::Meta && key.as_slice() == last {
-            final_write = Some(value);
-            continue;
-        }
-        let tree = trees[*table as usize];
-        match value {
-            Some(value) => tree.insert(key.as_slice(), value.as_slice()).map(drop),
-            None => tree.remove(key.as_slice()).map(drop),
-        }
-        .map_err(sled_err)?;
+/// The steps of a commit: the record's chunks, its header, the removal of chunks an earlier, longer record
+/// left, then the writes.
+fn commit_steps(index: u64, writes: &Writes, last: LastKey, previous_chunks: u32) -> Vec<Step> {
+    let record = encode(writes);
+    let mut steps: Vec<Step> = record
+        .chunks(CHUNK)
+        .enumerate()
+        .map(|(i, chunk)| Step { target: Target::Redo, key: chunk_key(i), value: Some(chunk.to_vec()) })
+        .collect();
+    let chunks = steps.len() as u32;
+    let header = Header { index, chunks, length: record.len() as u64, crc: crc32fast::hash(&record) };
+    steps.push(Step { target: Target::Redo, key: HEADER.to_vec(), value: Some(header.encode()) });
+    for stale in chunks..previous_chunks {
+        steps.push(Step { target: Target::Redo, key: chunk_key(stale as usize), value: None });
     }
-    if let Some(value) = final_write {
-        let meta = trees[Table::Meta as usize];
-        match value {
-            Some(value) => meta.insert(last, value.as_slice()).map(drop),
-            None => meta.remove(last).map(drop),
+    steps.extend(write_steps(writes, last));
+    steps
+}
+
+fn chunk_key(i: usize) -> Vec<u8> {
+    (i as u32).to_be_bytes().to_vec()
+}
+
+/// A batch's writes in the order they are made: the meta tree's first (so the change feed's floor rises
+/// before the rows under it go), then the other trees', then the meta tree's `last` key.
+fn write_steps(writes: &Writes, last: LastKey) -> Vec<Step> {
+    let step = |((table, key), value): (&(Table, Vec<u8>), &Option<Vec<u8>>)| Step {
+        target: Target::Table(*table),
+        key: key.clone(),
+        value: value.clone(),
+    };
+    let is_last = |table: Table, key: &[u8]| table == Table::Meta && key == last;
+    let meta = writes.iter().filter(|((t, k), _)| *t == Table::Meta && !is_last(*t, k));
+    let others = writes.iter().filter(|((t, _), _)| *t != Table::Meta);
+    let final_write = writes.iter().filter(|((t, k), _)| is_last(*t, k));
+    meta.chain(others).chain(final_write).map(step).collect()
+}
+
+fn run(redo: &sled::Tree, trees: Trees<'_>, steps: &[Step]) -> io::Result<()> {
+    for step in steps {
+        let tree = match step.target {
+            Target::Redo => redo,
+            Target::Table(table) => trees[table as usize],
+        };
+        match &step.value {
+            Some(value) => tree.insert(step.key.as_slice(), value.as_slice()).map(drop),
+            None => tree.remove(step.key.as_slice()).map(drop),
         }
         .map_err(sled_err)?;
     }
@@ -232,29 +313,29 @@ pub fn recover(
     applied: Option<u64>,
     last: LastKey,
 ) -> io::Result<Option<u64>> {
-    let Some(header) = redo.get(HEADER).map_err(sled_err)? else { return Ok(None) };
-    let corrupt = |why: &str| io::Error::new(io::ErrorKind::InvalidData, format!("redo record: {why}"));
-    if header.len() != 20 {
-        return Err(corrupt("header of the wrong size"));
-    }
-    let index = u64::from_le_bytes(header[0..8].try_into().expect("8 bytes"));
-    let count = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
-    let length = u64::from_le_bytes(header[12..20].try_into().expect("8 bytes"));
-    if applied.is_some_and(|applied| applied >= index) {
+    let Some(header) = read_header(redo)? else { return Ok(None) };
+    if applied.is_some_and(|applied| applied >= header.index) {
         return Ok(None);
     }
     let mut record = Vec::new();
-    for i in 0..count {
-        let chunk =
-            redo.get(i.to_be_bytes()).map_err(sled_err)?.ok_or_else(|| corrupt("a chunk is missing"))?;
+    for i in 0..header.chunks {
+        let chunk = redo
+            .get(chunk_key(i as usize))
+            .map_err(sled_err)?
+            .ok_or_else(|| corrupt("a chunk is missing"))?;
         record.extend_from_slice(&chunk);
     }
-    if record.len() as u64 != length {
-        return Err(corrupt("chunks of the wrong length"));
+    if record.len() as u64 != header.length || crc32fast::hash(&record) != header.crc {
+        return Err(corrupt("its chunks do not match its header"));
     }
     let writes = decode(&record).ok_or_else(|| corrupt("undecodable"))?;
-    write(trees, &writes, last)?;
-    Ok(Some(index))
+    run(redo, trees, &write_steps(&writes, last))?;
+    Ok(Some(header.index))
+}
+
+/// Forgets the redo record, for a snapshot installed over the whole state.
+pub fn clear(redo: &sled::Tree) -> io::Result<()> {
+    redo.remove(HEADER).map(drop).map_err(sled_err)
 }
 
 /// A batch's writes as bytes: per write, its table, the key's length and key, then 1 and the value's
@@ -378,6 +459,58 @@ mod tests {
         assert_eq!(t[5].get(LAST).expect("get").as_deref(), Some(&5u64.to_le_bytes()[..]));
         // Applied already: nothing to redo.
         assert_eq!(recover(&redo, trees(&t), Some(5), LAST).expect("recover"), None);
+    }
+
+    /// Every tree's rows, in order.
+    fn state(t: &[sled::Tree]) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
+        t.iter()
+            .map(|tree| {
+                tree.iter().map(|kv| kv.map(|(k, v)| (k.to_vec(), v.to_vec())).expect("row")).collect()
+            })
+            .collect()
+    }
+
+    fn applied(t: &[sled::Tree]) -> Option<u64> {
+        t[5].get(LAST).expect("get").map(|v| u64::from_le_bytes(v.as_ref().try_into().expect("8 bytes")))
+    }
+
+    #[test]
+    fn a_crash_after_any_step_of_a_commit_recovers_the_state_before_or_after_the_batch() {
+        let prepare = || {
+            let (db, t, redo) = open();
+            t[0].insert(b"gone", b"x".to_vec()).expect("insert");
+            // An earlier, longer batch, fully committed: its extra chunks must not confuse the next one.
+            commit(&redo, trees(&t), 4, &batch(&t, 4, 3 * CHUNK), LAST).expect("commit");
+            t[0].insert(b"gone", b"x".to_vec()).expect("insert");
+            t[4].insert(b"feed-7", b"row".to_vec()).expect("insert");
+            (db, t, redo)
+        };
+        let next = |t: &[sled::Tree]| {
+            let mut overlay = Overlay::new(trees(t));
+            overlay.set_raw(Table::Entries, b"a", Some(b"short".to_vec()));
+            overlay.set_raw(Table::Entries, b"gone", None);
+            overlay.set_raw(Table::Feed, b"feed-7", None);
+            overlay.set_raw(Table::Meta, b"feed_floor", Some(b"7".to_vec()));
+            overlay.set_raw(Table::Meta, LAST, Some(5u64.to_le_bytes().to_vec()));
+            overlay.into_writes()
+        };
+        let (_db, t, redo) = prepare();
+        let before = state(&t);
+        let writes = next(&t);
+        let steps = commit_steps(5, &writes, LAST, read_header(&redo).expect("header").expect("some").chunks);
+        run(&redo, trees(&t), &steps).expect("run");
+        let after = state(&t);
+        assert_ne!(before, after);
+        for k in 0..=steps.len() {
+            let (_db, t, redo) = prepare();
+            run(&redo, trees(&t), &steps[..k]).expect("run");
+            let row_gone = t[4].get(b"feed-7").expect("get").is_none();
+            let floor_risen = t[5].get(b"feed_floor").expect("get").is_some();
+            assert!(floor_risen || !row_gone, "after {k} steps a feed row went before the floor rose");
+            recover(&redo, trees(&t), applied(&t), LAST).expect("recover");
+            let recovered = state(&t);
+            assert!(recovered == before || recovered == after, "a crash after {k} of {} steps", steps.len());
+        }
     }
 
     #[test]

@@ -158,6 +158,8 @@ impl StateMachineStore {
         let membership = serde_json::to_vec(membership).map_err(|e| err(&e))?;
         let clock = serde_json::to_vec(&clock_ms).map_err(|e| err(&e))?;
         let feed_floor = serde_json::to_vec(&feed_floor).map_err(|e| err(&e))?;
+        // The last batch's redo record describes state this replaces: it must never be written again.
+        super::redo::clear(&self.redo).map_err(|e| err(&e))?;
         let result: Result<(), TransactionError<String>> =
             (&self.entries, &self.tenants, &self.models, &self.requests, &self.feed, &self.meta).transaction(
                 |(entries, tenants, models, requests, feed, meta)| {
