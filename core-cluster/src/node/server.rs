@@ -72,7 +72,7 @@ pub async fn run(
         .map_err(std::io::Error::other)??;
     let state_db = open_db(config.data_dir.join("sled-state")).await?;
     let state = StateMachineStore::open(&state_db, &config.data_dir.join("snapshots"))?;
-    let log_store = log_store.purge_behind(state.durable_snapshot());
+    let log_store = log_store.purge_behind(state.durable_snapshot()).syncing_followed_entries(config.id);
 
     let channels = PeerChannels::new(config.source_ip, config.identity.clone());
     let network = Network::new(config.id, channels.clone(), config.identity.clone());

@@ -22,6 +22,9 @@ pub struct SyncStats {
     pub syncs: AtomicU64,
     /// Writers those syncs covered.
     pub writers: AtomicU64,
+    /// Callbacks queued and not yet called: a writer may sync on its own thread only when none are, so
+    /// that callbacks still run in the order their records were written.
+    pub queued: AtomicU64,
 }
 
 /// Starts the flusher of `state`; it ends when every sender of its queue is dropped.
@@ -55,8 +58,10 @@ fn run(state: &Mutex<State>, waiting: &Receiver<Done>, stats: &SyncStats) {
         }
         stats.syncs.fetch_add(1, Ordering::Relaxed);
         stats.writers.fetch_add(round.len() as u64, Ordering::Relaxed);
+        let called = round.len() as u64;
         for done in round {
             done(result.clone().map_err(io::Error::other));
         }
+        stats.queued.fetch_sub(called, Ordering::Release);
     }
 }

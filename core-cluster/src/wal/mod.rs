@@ -133,16 +133,38 @@ impl Wal {
         entries: impl IntoIterator<Item = (LogId<NodeId>, Vec<u8>)>,
         done: Done,
     ) -> io::Result<()> {
-        let records = entries
-            .into_iter()
-            .map(|(log_id, bytes)| {
-                let mut payload = Vec::with_capacity(state::ENTRY_PREFIX + bytes.len());
-                meta::put_log_id(&mut payload, &log_id);
-                payload.extend_from_slice(&bytes);
-                (Kind::Entry, payload)
-            })
-            .collect();
-        self.write(records, Some(done))
+        self.write(entry_records(entries), Some(done))
+    }
+
+    /// Appends entries like [`Wal::append`], but syncs them on the calling thread when no other writer
+    /// waits for the flusher, and then calls `done` before returning. A follower appends one leader's
+    /// message at a time and can answer nothing before it is durable, so handing the sync to the flusher
+    /// thread and back only adds two thread wake-ups (on 2 busy cores, each can take a few hundred µs).
+    pub fn append_and_sync(
+        &self,
+        entries: impl IntoIterator<Item = (LogId<NodeId>, Vec<u8>)>,
+        done: Done,
+    ) -> io::Result<()> {
+        let records = entry_records(entries);
+        let mut state = self.lock();
+        if self.stats.queued.load(Ordering::Acquire) > 0 {
+            drop(state);
+            return self.write(records, Some(done));
+        }
+        if let Some(why) = &state.failed {
+            return Err(io::Error::other(format!("the write-ahead log failed earlier: {why}")));
+        }
+        let result =
+            self.write_locked(&mut state, records).and_then(|()| state.tail_segment().file.sync_data());
+        if let Err(e) = &result {
+            state.failed.get_or_insert(e.to_string());
+            tracing::error!(error = %e, "write-ahead log: write or sync failed; the log accepts no more writes");
+        }
+        self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+        self.stats.writers.fetch_add(1, Ordering::Relaxed);
+        // Called under the lock, so no later writer's callback can run first.
+        done(result.as_ref().map(|_| ()).map_err(|e| io::Error::new(e.kind(), e.to_string())));
+        result
     }
 
     /// Saves a vote; it is durable when `done` is called.
@@ -224,7 +246,11 @@ impl Wal {
         result?;
         if let Some(done) = done {
             // Queued under the lock, so callbacks run in the order the records were written.
-            self.flusher.send(done).map_err(|_| io::Error::other("the write-ahead log's flusher stopped"))?;
+            self.stats.queued.fetch_add(1, Ordering::Release);
+            if self.flusher.send(done).is_err() {
+                self.stats.queued.fetch_sub(1, Ordering::Release);
+                return Err(io::Error::other("the write-ahead log's flusher stopped"));
+            }
         }
         Ok(())
     }
@@ -297,4 +323,17 @@ fn meta_payload(meta: &Meta) -> Vec<u8> {
     let mut payload = Vec::new();
     meta::put_meta(&mut payload, meta);
     payload
+}
+
+/// Entries (log id and encoded entry) as the write-ahead log's records.
+fn entry_records(entries: impl IntoIterator<Item = (LogId<NodeId>, Vec<u8>)>) -> Vec<(Kind, Vec<u8>)> {
+    entries
+        .into_iter()
+        .map(|(log_id, bytes)| {
+            let mut payload = Vec::with_capacity(state::ENTRY_PREFIX + bytes.len());
+            meta::put_log_id(&mut payload, &log_id);
+            payload.extend_from_slice(&bytes);
+            (Kind::Entry, payload)
+        })
+        .collect()
 }

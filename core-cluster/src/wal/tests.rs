@@ -69,8 +69,11 @@ fn write_until_crash(wal: &Wal, acked: &Mutex<Acked>, seed: u64, stop: &AtomicBo
             }
             next += batch.len() as u64;
             let (done, rx) = done_channel();
-            // Appends are pipelined: this one is waited for only now and then.
-            (wal.append(batch, done), (rng.below(4) == 0).then_some(rx))
+            // Appends are pipelined: this one is waited for only now and then. Some are synced on this
+            // thread, as a follower's are, while callbacks of others may still be queued.
+            let appended =
+                if rng.below(3) == 0 { wal.append_and_sync(batch, done) } else { wal.append(batch, done) };
+            (appended, (rng.below(4) == 0).then_some(rx))
         } else if roll < 88 {
             term += 1;
             vote = Vote::new(term, 1 + rng.below(3));
@@ -214,6 +217,20 @@ fn segments(path: &std::path::Path) -> Vec<std::path::PathBuf> {
         .collect();
     names.sort();
     names.into_iter().map(|n| path.join(n)).collect()
+}
+
+#[test]
+fn an_append_synced_on_its_own_thread_is_durable_when_it_returns() {
+    let fs = CrashFs::new();
+    let wal = Wal::open(Arc::new(fs.clone()), small()).expect("open");
+    let (done, rx) = done_channel();
+    wal.append_and_sync(vec![(log_id(1, 1), content(1, 1))], done).expect("append");
+    assert!(matches!(rx.try_recv(), Ok(Ok(()))), "the callback ran before the append returned");
+    let mut rng = Rng(7);
+    let crashed = fs.crash(true, &mut rng);
+    drop(wal);
+    let wal = Wal::open(Arc::new(crashed), small()).expect("reopen");
+    assert_eq!(wal.read(1, 2).expect("read"), vec![(log_id(1, 1), content(1, 1))]);
 }
 
 #[test]
