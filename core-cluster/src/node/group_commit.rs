@@ -5,6 +5,15 @@
 //! proposals are in Raft at once, and each carries up to [`MAX_BATCH`] requests and [`MAX_BATCH_BYTES`]
 //! bytes of them, so that one log entry stays small enough to replicate in one message. A lone request is
 //! proposed at once (no timer), so a single client pays no batching delay.
+//!
+//! Under load, the slot frees up the moment a large batch commits, before its clients have had their
+//! answers, so only the few requests that came in meanwhile are queued. Proposed at once, they would take
+//! a whole round for themselves while the next large batch waits: at 64 clients the rounds alternated
+//! between about 60 requests and 1. So when the queue holds less than seven eighths of the last batch,
+//! the batch waits for more ([`top_up`]), at most half the last round's time. The rounds then carry about
+//! 30 requests each; `mesh bench core` at 64 clients gave 6,093 and 5,949 puts/s with this, 5,417 and
+//! 5,712 without (p99 20.3 and 23.3 ms against 24.0 and 24.5). One client never waits: its batch of one
+//! is all of the last.
 
 use std::sync::Arc;
 
@@ -28,6 +37,8 @@ pub const MAX_BATCH_BYTES: usize = 1024 * 1024;
 pub const MAX_IN_FLIGHT: usize = 1;
 /// Requests queued before submitters wait.
 const QUEUE: usize = 4096;
+/// The longest a batch waits for the clients of the last one ([`top_up`]).
+const MAX_LINGER: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// A request committed and applied.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -104,6 +115,8 @@ async fn run(id: NodeId, raft: Raft, mut rx: mpsc::Receiver<Pending>, metrics: A
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     // The request that did not fit in the last batch: it opens the next one.
     let mut carried: Option<Pending> = None;
+    // The last batch's size and how long its round took.
+    let last = Arc::new(std::sync::Mutex::new((0usize, std::time::Duration::ZERO)));
     loop {
         let first = match carried.take() {
             Some(first) => first,
@@ -113,15 +126,25 @@ async fn run(id: NodeId, raft: Raft, mut rx: mpsc::Receiver<Pending>, metrics: A
             },
         };
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
-        let (batch, rest) = gather(first, &mut rx, LIMITS);
+        let (mut batch, mut rest) = gather(first, &mut rx, LIMITS);
+        let (last_len, last_round) = *last.lock().expect("never poisoned");
+        let target = last_len - last_len / 8;
+        if rest.is_none() && batch.len() < target {
+            let linger = (last_round / 2).min(MAX_LINGER);
+            rest = top_up(&mut batch, &mut rx, LIMITS, target, linger).await;
+        }
         carried = rest;
         metrics.proposal_requests.observe(batch.len() as f64);
         let raft = raft.clone();
+        let last = Arc::clone(&last);
         tokio::spawn(async move {
+            let len = batch.len();
             let (requests, replies): (Vec<Request>, Vec<_>) =
                 batch.into_iter().map(|p| (p.request, p.reply)).unzip();
             let proposal = Proposal { issued_ms: now_ms(), requests };
+            let started = std::time::Instant::now();
             let result = raft.client_write(proposal).await;
+            *last.lock().expect("never poisoned") = (len, started.elapsed());
             drop(slot);
             match result {
                 Ok(response) => {
@@ -175,6 +198,29 @@ fn gather(
     (batch, None)
 }
 
+/// Adds requests to `batch` as they arrive, within `limits`, until it holds `target` of them or `linger`
+/// has passed. Returns the request that would have taken it past the byte limit, if any.
+async fn top_up(
+    batch: &mut Vec<Pending>,
+    rx: &mut mpsc::Receiver<Pending>,
+    limits: BatchLimits,
+    target: usize,
+    linger: std::time::Duration,
+) -> Option<Pending> {
+    let deadline = tokio::time::Instant::now() + linger;
+    let mut bytes: usize = batch.iter().map(|p| p.request.approx_bytes()).sum();
+    while batch.len() < target.min(limits.requests) {
+        let Ok(Some(next)) = tokio::time::timeout_at(deadline, rx.recv()).await else { break };
+        let size = next.request.approx_bytes();
+        if bytes.saturating_add(size) > limits.bytes {
+            return Some(next);
+        }
+        bytes += size;
+        batch.push(next);
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::types::Command;
@@ -225,6 +271,38 @@ mod tests {
         assert_eq!(sizes(&batch), vec![1]);
         let (batch, rest) = gather(rest.expect("the large one waits"), &mut rx, limits);
         assert_eq!((sizes(&batch), rest.is_none()), (vec![500], true));
+    }
+
+    #[tokio::test]
+    async fn a_batch_waits_for_late_requests_until_its_target_or_its_linger() {
+        let limits = BatchLimits { requests: 10, bytes: 100 };
+        let (tx, mut rx) = mpsc::channel(8);
+        let sender = tokio::spawn(async move {
+            for bytes in [2, 3, 4] {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                tx.send(pending(bytes)).await.unwrap_or_else(|_| panic!("the queue is open"));
+            }
+            tx
+        });
+        let mut batch = vec![pending(1)];
+        let linger = std::time::Duration::from_secs(5);
+        let rest = top_up(&mut batch, &mut rx, limits, 3, linger).await;
+        assert_eq!((sizes(&batch), rest.is_none()), (vec![1, 2, 3], true), "it stops at its target");
+        let _tx = sender.await.expect("sender");
+        let started = std::time::Instant::now();
+        let mut batch = vec![pending(1)];
+        let rest = top_up(&mut batch, &mut rx, limits, 5, std::time::Duration::from_millis(30)).await;
+        assert_eq!(
+            (sizes(&batch), rest.is_none()),
+            (vec![1, 4], true),
+            "what came before the linger ran out"
+        );
+        assert!(started.elapsed() >= std::time::Duration::from_millis(30));
+        let (tx, mut rx) = mpsc::channel(1);
+        tx.try_send(pending(90)).unwrap_or_else(|_| panic!("the queue has room"));
+        let mut batch = vec![pending(20)];
+        let rest = top_up(&mut batch, &mut rx, limits, 5, linger).await;
+        assert_eq!(rest.map(|p| p.request.approx_bytes()), Some(90), "the byte limit still holds");
     }
 
     #[test]

@@ -234,6 +234,24 @@ fn an_append_synced_on_its_own_thread_is_durable_when_it_returns() {
 }
 
 #[test]
+fn the_committed_id_rides_on_the_next_record() {
+    let fs = CrashFs::new();
+    let wal = Wal::open(Arc::new(fs.clone()), small()).expect("open");
+    let (done, rx) = done_channel();
+    wal.append(vec![(log_id(1, 1), content(1, 1))], done).expect("append");
+    wait(&rx).expect("synced");
+    wal.save_committed(Some(&log_id(1, 1))).expect("committed");
+    assert_eq!(wal.meta().committed, Some(log_id(1, 1)), "read back at once");
+    let (done, rx) = done_channel();
+    wal.append(vec![(log_id(1, 2), content(2, 1))], done).expect("append");
+    wait(&rx).expect("synced");
+    let crashed = fs.crash(true, &mut Rng(3));
+    drop(wal);
+    let wal = Wal::open(Arc::new(crashed), small()).expect("reopen");
+    assert_eq!(wal.meta().committed, Some(log_id(1, 1)), "durable with the append after it");
+}
+
+#[test]
 fn a_torn_tail_is_cut_and_writing_resumes_after_it() {
     let path = temp_dir("torn");
     fill(&path, 30);
