@@ -151,14 +151,11 @@ impl Wal {
             drop(state);
             return self.write(records, Some(done));
         }
-        if let Some(why) = &state.failed {
-            return Err(io::Error::other(format!("the write-ahead log failed earlier: {why}")));
-        }
-        let result =
-            self.write_locked(&mut state, records).and_then(|()| state.tail_segment().file.sync_data());
+        self.write_held(&mut state, records)?;
+        let result = state.tail_segment().file.sync_data();
         if let Err(e) = &result {
             state.failed.get_or_insert(e.to_string());
-            tracing::error!(error = %e, "write-ahead log: write or sync failed; the log accepts no more writes");
+            tracing::error!(error = %e, "write-ahead log: sync failed; the log accepts no more writes");
         }
         self.stats.syncs.fetch_add(1, Ordering::Relaxed);
         self.stats.writers.fetch_add(1, Ordering::Relaxed);
@@ -239,14 +236,7 @@ impl Wal {
     /// Writes `records` after the last one, applies them in memory, and queues `done` for the next sync.
     fn write(&self, records: Vec<(Kind, Vec<u8>)>, done: Option<Done>) -> io::Result<()> {
         let mut state = self.lock();
-        if let Some(why) = &state.failed {
-            return Err(io::Error::other(format!("the write-ahead log failed earlier: {why}")));
-        }
-        let result = self.write_locked(&mut state, records);
-        if let Err(e) = &result {
-            state.failed.get_or_insert(e.to_string());
-        }
-        result?;
+        self.write_held(&mut state, records)?;
         if let Some(done) = done {
             // Queued under the lock, so callbacks run in the order the records were written.
             self.stats.queued.fetch_add(1, Ordering::Release);
@@ -256,6 +246,18 @@ impl Wal {
             }
         }
         Ok(())
+    }
+
+    /// Writes `records` under the held lock; a failure fails the log for good.
+    fn write_held(&self, state: &mut State, records: Vec<(Kind, Vec<u8>)>) -> io::Result<()> {
+        if let Some(why) = &state.failed {
+            return Err(io::Error::other(format!("the write-ahead log failed earlier: {why}")));
+        }
+        let result = self.write_locked(state, records);
+        if let Err(e) = &result {
+            state.failed.get_or_insert(e.to_string());
+        }
+        result
     }
 
     fn write_locked(&self, state: &mut State, mut records: Vec<(Kind, Vec<u8>)>) -> io::Result<()> {

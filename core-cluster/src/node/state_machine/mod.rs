@@ -2,10 +2,11 @@
 //! machine's clock, the last applied log id, the last membership, and the current snapshot's metadata
 //! (its rows are a file of [`super::snapshot_file`], written and read one row at a time).
 //!
-//! Durability: `apply` writes each batch of log entries atomically across a crash (a redo record, then
-//! every tree, the new last applied id last; see `redo.rs`) without its own fsync; the Raft log is durable and openraft
-//! re-applies committed entries after a crash. Snapshots are fsynced before they are reported, and openraft purges the
-//! log only up to a snapshot, so every purged entry is covered by durable state.
+//! Durability: `apply` writes each batch of log entries atomically across a crash (`applying.rs`: a redo
+//! record, then every tree, the new last applied id last; see `redo.rs`) without its own fsync; the Raft
+//! log is durable and openraft re-applies committed entries after a crash. Snapshots are fsynced before
+//! they are reported, and openraft purges the log only up to a snapshot, so every purged entry is covered
+//! by durable state.
 //!
 //! Time: the state machine's clock is the largest `issued_ms` of the proposals applied so far (the leader's
 //! clock, never the replica's), so every replica stamps the same creation times and agrees on what had
@@ -37,13 +38,13 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sled::transaction::TransactionError;
 
+mod applying;
 mod redo;
 mod snapshots;
 
 use snapshots::blocking;
 pub use snapshots::SnapshotBuilder;
 
-use super::apply::apply_proposal;
 use super::error::CoreError;
 use super::records::{
     AppliedRequest, FeedRow, ModelState, StoredEntry, TenantState, FEED_RETENTION_MS, REQUEST_ID_RETENTION_MS,
@@ -131,12 +132,6 @@ pub enum FeedRead {
     /// The rows after it (up to a limit), in revision order.
     Rows(Vec<(u64, FeedRow)>),
 }
-
-/// Batches of at least this many requests are applied on tokio's blocking pool, so that the node's runtime
-/// (one thread by default) meanwhile sends and answers Raft messages: at 64 clients the leader's apply
-/// held back the next AppendEntries, and a follower's its answer to the next heartbeat, by 1-2 ms a round.
-/// Smaller ones are applied in place, where a thread hand-off would cost more than it saves.
-const APPLY_ON_BLOCKING_POOL: usize = 8;
 
 /// Sweeps list at most this many items of each kind.
 const SWEEP_LIMIT: usize = 1_000;
@@ -454,56 +449,6 @@ impl StateMachineStore {
         Ok((body, last_applied))
     }
 
-    /// Applies `entries` (at least one) on this thread: their commands through an overlay, then the
-    /// batch's writes through its redo record.
-    fn apply_now(&self, entries: &[Entry]) -> Result<Vec<ProposalResponse>, StorageIOError<NodeId>> {
-        let Some(last) = entries.last().map(|e| e.log_id) else {
-            return Ok(Vec::new());
-        };
-        let start_clock = self
-            .clock_ms()
-            .map_err(|e| StorageIOError::apply(last, &std::io::Error::other(e.to_string())))?;
-        let mut membership = None;
-        for entry in entries {
-            if let EntryPayload::Membership(m) = &entry.payload {
-                membership = Some(Membership::new(Some(entry.log_id), m.clone()));
-            }
-        }
-        let applied = serde_json::to_vec(&Some(last)).map_err(|e| StorageIOError::apply(last, &e))?;
-        let membership = match membership {
-            Some(m) => Some(serde_json::to_vec(&m).map_err(|e| StorageIOError::apply(last, &e))?),
-            None => None,
-        };
-        let trees = [&self.entries, &self.tenants, &self.models, &self.requests, &self.feed, &self.meta];
-        let mut overlay = redo::Overlay::new(trees);
-        let mut clock = start_clock;
-        let mut responses = Vec::with_capacity(entries.len());
-        let apply_err = |e: std::io::Error| StorageIOError::apply(last, &e);
-        for entry in entries {
-            match &entry.payload {
-                EntryPayload::Normal(proposal) => {
-                    clock = clock.max(proposal.issued_ms);
-                    let revision = entry.log_id.index;
-                    let applied = apply_proposal(&mut overlay, revision, clock, &proposal.requests)
-                        .map_err(apply_err)?;
-                    responses.push(ProposalResponse { applied });
-                }
-                EntryPayload::Blank | EntryPayload::Membership(_) => {
-                    responses.push(ProposalResponse::default())
-                }
-            }
-        }
-        let clock_bytes = serde_json::to_vec(&clock).map_err(|e| StorageIOError::apply(last, &e))?;
-        overlay.set_raw(redo::Table::Meta, CLOCK, Some(clock_bytes));
-        overlay.set_raw(redo::Table::Meta, LAST_APPLIED, Some(applied));
-        if let Some(m) = membership {
-            overlay.set_raw(redo::Table::Meta, LAST_MEMBERSHIP, Some(m));
-        }
-        let writes = overlay.into_writes();
-        redo::commit(&self.redo, trees, last.index, &writes, LAST_APPLIED).map_err(apply_err)?;
-        Ok(responses)
-    }
-
     /// The whole state and the last applied log id as JSON, for tests that compare replicas.
     #[cfg(test)]
     pub fn export(&self) -> serde_json::Value {
@@ -554,7 +499,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 _ => 0,
             })
             .sum();
-        let responses = if requests < APPLY_ON_BLOCKING_POOL {
+        let responses = if requests < applying::APPLY_ON_BLOCKING_POOL {
             self.apply_now(&entries)?
         } else {
             let store = self.clone();

@@ -63,8 +63,15 @@ pub type Trees<'a> = [&'a sled::Tree; 6];
 /// The meta key whose write ends a batch (the last applied log id).
 pub type LastKey = &'static [u8];
 
-/// Final values (`None`: removed) by table and key.
-pub type Writes = BTreeMap<(Table, Vec<u8>), Option<Vec<u8>>>;
+/// Final values (`None`: removed) by key, one map per table (indexed by [`Table`]).
+pub type Writes = [BTreeMap<Vec<u8>, Option<Vec<u8>>>; 6];
+
+/// Every write of a batch, table by table.
+fn each(writes: &Writes) -> impl Iterator<Item = (Table, &Vec<u8>, &Option<Vec<u8>>)> {
+    Table::ALL
+        .into_iter()
+        .flat_map(move |table| writes[table as usize].iter().map(move |(k, v)| (table, k, v)))
+}
 
 /// The redo record's header key in its tree.
 const HEADER: &[u8] = b"header";
@@ -90,12 +97,12 @@ pub struct Overlay<'a> {
 impl<'a> Overlay<'a> {
     /// An overlay with no writes yet.
     pub fn new(trees: Trees<'a>) -> Self {
-        Self { trees, writes: BTreeMap::new() }
+        Self { trees, writes: Writes::default() }
     }
 
     /// The value under `key`, the batch's own write first.
     pub fn get_raw(&self, table: Table, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
-        if let Some(value) = self.writes.get(&(table, key.to_vec())) {
+        if let Some(value) = self.writes[table as usize].get(key) {
             return Ok(value.clone());
         }
         Ok(self.trees[table as usize].get(key).map_err(sled_err)?.map(|v| v.to_vec()))
@@ -103,7 +110,7 @@ impl<'a> Overlay<'a> {
 
     /// Sets (or, with `None`, removes) the value under `key`.
     pub fn set_raw(&mut self, table: Table, key: &[u8], value: Option<Vec<u8>>) {
-        self.writes.insert((table, key.to_vec()), value);
+        self.writes[table as usize].insert(key.to_vec(), value);
     }
 
     fn get<T: DeserializeOwned>(&self, table: Table, key: &[u8]) -> io::Result<Option<T>> {
@@ -278,15 +285,15 @@ fn chunk_key(i: usize) -> Vec<u8> {
 /// A batch's writes in the order they are made: the meta tree's first (so the change feed's floor rises
 /// before the rows under it go), then the other trees', then the meta tree's `last` key.
 fn write_steps(writes: &Writes, last: LastKey) -> Vec<Step> {
-    let step = |((table, key), value): (&(Table, Vec<u8>), &Option<Vec<u8>>)| Step {
-        target: Target::Table(*table),
+    let step = |(table, key, value): (Table, &Vec<u8>, &Option<Vec<u8>>)| Step {
+        target: Target::Table(table),
         key: key.clone(),
         value: value.clone(),
     };
     let is_last = |table: Table, key: &[u8]| table == Table::Meta && key == last;
-    let meta = writes.iter().filter(|((t, k), _)| *t == Table::Meta && !is_last(*t, k));
-    let others = writes.iter().filter(|((t, _), _)| *t != Table::Meta);
-    let final_write = writes.iter().filter(|((t, k), _)| is_last(*t, k));
+    let meta = each(writes).filter(|&(t, k, _)| t == Table::Meta && !is_last(t, k));
+    let others = each(writes).filter(|&(t, _, _)| t != Table::Meta);
+    let final_write = each(writes).filter(|&(t, k, _)| is_last(t, k));
     meta.chain(others).chain(final_write).map(step).collect()
 }
 
@@ -341,10 +348,10 @@ pub fn clear(redo: &sled::Tree) -> io::Result<()> {
 /// A batch's writes as bytes: per write, its table, the key's length and key, then 1 and the value's
 /// length and value, or 0 for a removal (lengths little-endian `u32`).
 fn encode(writes: &Writes) -> Vec<u8> {
-    let size: usize = writes.iter().map(|((_, k), v)| 10 + k.len() + v.as_ref().map_or(0, Vec::len)).sum();
+    let size: usize = each(writes).map(|(_, k, v)| 10 + k.len() + v.as_ref().map_or(0, Vec::len)).sum();
     let mut out = Vec::with_capacity(size);
-    for ((table, key), value) in writes {
-        out.push(*table as u8);
+    for (table, key, value) in each(writes) {
+        out.push(table as u8);
         out.extend_from_slice(&(key.len() as u32).to_le_bytes());
         out.extend_from_slice(key);
         match value {
@@ -368,7 +375,7 @@ fn decode(mut bytes: &[u8]) -> Option<Writes> {
     fn length(bytes: &mut &[u8]) -> Option<usize> {
         Some(u32::from_le_bytes(take(bytes, 4)?.try_into().ok()?) as usize)
     }
-    let mut writes = Writes::new();
+    let mut writes = Writes::default();
     while !bytes.is_empty() {
         let table = Table::from_byte(take(&mut bytes, 1)?[0])?;
         let key_len = length(&mut bytes)?;
@@ -381,7 +388,7 @@ fn decode(mut bytes: &[u8]) -> Option<Writes> {
             }
             _ => return None,
         };
-        writes.insert((table, key), value);
+        writes[table as usize].insert(key, value);
     }
     Some(writes)
 }
