@@ -188,14 +188,23 @@ fn gather(
     let mut batch = vec![first];
     while batch.len() < limits.requests {
         let Ok(next) = rx.try_recv() else { break };
-        let size = next.request.approx_bytes();
-        if bytes.saturating_add(size) > limits.bytes {
-            return (batch, Some(next));
+        if let Some(over) = admit(&mut batch, &mut bytes, next, limits) {
+            return (batch, Some(over));
         }
-        bytes += size;
-        batch.push(next);
     }
     (batch, None)
+}
+
+/// Adds `next` to `batch` (of `bytes` bytes so far) if it stays within the byte limit; otherwise hands it
+/// back (it opens the next batch).
+fn admit(batch: &mut Vec<Pending>, bytes: &mut usize, next: Pending, limits: BatchLimits) -> Option<Pending> {
+    let size = next.request.approx_bytes();
+    if bytes.saturating_add(size) > limits.bytes {
+        return Some(next);
+    }
+    *bytes += size;
+    batch.push(next);
+    None
 }
 
 /// Adds requests to `batch` as they arrive, within `limits`, until it holds `target` of them or `linger`
@@ -211,12 +220,9 @@ async fn top_up(
     let mut bytes: usize = batch.iter().map(|p| p.request.approx_bytes()).sum();
     while batch.len() < target.min(limits.requests) {
         let Ok(Some(next)) = tokio::time::timeout_at(deadline, rx.recv()).await else { break };
-        let size = next.request.approx_bytes();
-        if bytes.saturating_add(size) > limits.bytes {
-            return Some(next);
+        if let Some(over) = admit(batch, &mut bytes, next, limits) {
+            return Some(over);
         }
-        bytes += size;
-        batch.push(next);
     }
     None
 }

@@ -219,24 +219,33 @@ fn segments(path: &std::path::Path) -> Vec<std::path::PathBuf> {
     names.into_iter().map(|n| path.join(n)).collect()
 }
 
-#[test]
-fn an_append_synced_on_its_own_thread_is_durable_when_it_returns() {
+/// A log of small segments over a fresh crash-simulating file layer.
+fn crash_wal() -> (CrashFs, Wal) {
     let fs = CrashFs::new();
     let wal = Wal::open(Arc::new(fs.clone()), small()).expect("open");
+    (fs, wal)
+}
+
+/// `wal` reopened after a power loss of `fs` (seeded by `seed`): only what a completed sync covers is left.
+fn reopen_after_crash(fs: &CrashFs, wal: Wal, seed: u64) -> Wal {
+    let crashed = fs.crash(true, &mut Rng(seed));
+    drop(wal);
+    Wal::open(Arc::new(crashed), small()).expect("reopen")
+}
+
+#[test]
+fn an_append_synced_on_its_own_thread_is_durable_when_it_returns() {
+    let (fs, wal) = crash_wal();
     let (done, rx) = done_channel();
     wal.append_and_sync(vec![(log_id(1, 1), content(1, 1))], done).expect("append");
     assert!(matches!(rx.try_recv(), Ok(Ok(()))), "the callback ran before the append returned");
-    let mut rng = Rng(7);
-    let crashed = fs.crash(true, &mut rng);
-    drop(wal);
-    let wal = Wal::open(Arc::new(crashed), small()).expect("reopen");
+    let wal = reopen_after_crash(&fs, wal, 7);
     assert_eq!(wal.read(1, 2).expect("read"), vec![(log_id(1, 1), content(1, 1))]);
 }
 
 #[test]
 fn the_committed_id_rides_on_the_next_record() {
-    let fs = CrashFs::new();
-    let wal = Wal::open(Arc::new(fs.clone()), small()).expect("open");
+    let (fs, wal) = crash_wal();
     let (done, rx) = done_channel();
     wal.append(vec![(log_id(1, 1), content(1, 1))], done).expect("append");
     wait(&rx).expect("synced");
@@ -245,9 +254,7 @@ fn the_committed_id_rides_on_the_next_record() {
     let (done, rx) = done_channel();
     wal.append(vec![(log_id(1, 2), content(2, 1))], done).expect("append");
     wait(&rx).expect("synced");
-    let crashed = fs.crash(true, &mut Rng(3));
-    drop(wal);
-    let wal = Wal::open(Arc::new(crashed), small()).expect("reopen");
+    let wal = reopen_after_crash(&fs, wal, 3);
     assert_eq!(wal.meta().committed, Some(log_id(1, 1)), "durable with the append after it");
 }
 
