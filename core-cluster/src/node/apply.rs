@@ -67,7 +67,8 @@ pub fn apply_proposal<T: Tables>(
     clock_ms: i64,
     requests: &[Request],
 ) -> Result<Vec<Applied>, T::Error> {
-    let mut applier = Applier { tables, clock_ms, models: BTreeMap::new(), changes: Vec::new() };
+    let mut applier =
+        Applier { tables, clock_ms, tenants: BTreeMap::new(), models: BTreeMap::new(), changes: Vec::new() };
     let mut applied = Vec::with_capacity(requests.len());
     for request in requests {
         applied.push(applier.apply(request)?);
@@ -88,6 +89,9 @@ pub fn apply_proposal<T: Tables>(
 struct Applier<'a, T> {
     tables: &'a mut T,
     clock_ms: i64,
+    /// Tenants read so far (`None`: unknown), kept as written: a proposal of many puts for one tenant
+    /// reads and decodes it once.
+    tenants: BTreeMap<String, Option<TenantState>>,
     /// Models read so far (`None`: not registered), written back at the end.
     models: BTreeMap<String, Option<ModelState>>,
     /// What this proposal changed that the tiers in front of the core must learn of.
@@ -113,6 +117,21 @@ impl<T: Tables> Applier<'_, T> {
         Ok(Applied { outcome, duplicate: false })
     }
 
+    fn tenant(&mut self, name: &str) -> Result<Option<TenantState>, T::Error> {
+        if let Some(tenant) = self.tenants.get(name) {
+            return Ok(tenant.clone());
+        }
+        let tenant = self.tables.tenant(name)?;
+        self.tenants.insert(name.to_owned(), tenant.clone());
+        Ok(tenant)
+    }
+
+    fn put_tenant(&mut self, name: &str, tenant: TenantState) -> Result<(), T::Error> {
+        self.tables.put_tenant(name, &tenant)?;
+        self.tenants.insert(name.to_owned(), Some(tenant));
+        Ok(())
+    }
+
     fn model(&mut self, name: &str) -> Result<Option<&mut ModelState>, T::Error> {
         if !self.models.contains_key(name) {
             let model = self.tables.model(name)?;
@@ -124,7 +143,7 @@ impl<T: Tables> Applier<'_, T> {
     fn command(&mut self, command: &Command) -> Result<Outcome, T::Error> {
         match command {
             Command::Put { entry, content_class, prompt } => {
-                let Some(tenant) = self.tables.tenant(&entry.tenant)? else {
+                let Some(tenant) = self.tenant(&entry.tenant)? else {
                     return Ok(rejected(
                         Rejection::UnknownTenant,
                         format!("unknown tenant {:?}", entry.tenant),
@@ -210,7 +229,7 @@ impl<T: Tables> Applier<'_, T> {
                 let mut refresh = Vec::new();
                 for (key, _) in model.hot.hottest(REFRESH_TOP) {
                     let Some(stored) = self.tables.entry(&key)? else { continue };
-                    let tenant = self.tables.tenant(&stored.entry.tenant)?;
+                    let tenant = self.tenant(&stored.entry.tenant)?;
                     let Some(prompt) = stored.prompt.clone() else { continue };
                     if stored.is_live(tenant.as_ref(), Some(&model), i64::MIN) {
                         refresh.push(RefreshJob {
@@ -254,12 +273,13 @@ impl<T: Tables> Applier<'_, T> {
                 Ok(Outcome::ModelRegistered { model: name.clone(), version: *version })
             }
             Command::SetTenantPolicy { tenant: name, policy } => {
-                let mut tenant = self.tables.tenant(name)?.unwrap_or_default();
+                let mut tenant = self.tenant(name)?.unwrap_or_default();
                 tenant.policy = policy.clone();
-                self.tables.put_tenant(name, &tenant)?;
+                let epoch = tenant.epoch;
+                self.put_tenant(name, tenant)?;
                 let cache_sampled = policy.cache_sampled;
                 self.changes.push(Change::TenantSettings { tenant: name.clone(), cache_sampled });
-                Ok(Outcome::TenantPolicySet { tenant: name.clone(), epoch: tenant.epoch })
+                Ok(Outcome::TenantPolicySet { tenant: name.clone(), epoch })
             }
             Command::RecordHits { hits } => {
                 for (key, count) in hits {
@@ -283,7 +303,7 @@ impl<T: Tables> Applier<'_, T> {
         let mut removed = (0, 0, 0);
         for key in entries {
             let Some(stored) = self.tables.entry(key)? else { continue };
-            let tenant = self.tables.tenant(&stored.entry.tenant)?;
+            let tenant = self.tenant(&stored.entry.tenant)?;
             let model = self.model(&stored.entry.model)?.cloned();
             if stored.is_live(tenant.as_ref(), model.as_ref(), clock) {
                 continue;
@@ -339,11 +359,11 @@ impl<T: Tables> Applier<'_, T> {
                 Ok(Outcome::Invalidated { removed, at_ms: self.clock_ms })
             }
             InvalidateScope::Tenant { tenant: name } => {
-                let Some(mut tenant) = self.tables.tenant(name)? else {
+                let Some(mut tenant) = self.tenant(name)? else {
                     return Ok(rejected(Rejection::UnknownTenant, format!("unknown tenant {name:?}")));
                 };
                 tenant.epoch += 1;
-                self.tables.put_tenant(name, &tenant)?;
+                self.put_tenant(name, tenant)?;
                 self.changes.push(Change::Tenant { tenant: name.clone() });
                 Ok(Outcome::Invalidated { removed: 0, at_ms: self.clock_ms })
             }
@@ -424,6 +444,26 @@ mod tests {
         let tenant = t.tenants.get(&stored.entry.tenant).cloned();
         let model = t.models.get(&stored.entry.model).cloned();
         stored.is_live(tenant.as_ref(), model.as_ref(), now)
+    }
+
+    #[test]
+    fn a_put_sees_the_tenant_as_written_earlier_in_its_proposal() {
+        let mut t = seeded();
+        let strict = TenantPolicy { max_value_bytes: 3, ..TenantPolicy::default() };
+        let requests = [
+            req("", Command::SetTenantPolicy { tenant: "a".into(), policy: strict }),
+            req("", put("k1", "a", 1)),
+            req("", Command::Invalidate { scope: InvalidateScope::Tenant { tenant: "b".into() } }),
+            req("", put("k2", "b", 1)),
+        ];
+        let applied = apply_proposal(&mut t, 2, 2, &requests).expect("in memory");
+        assert!(
+            matches!(&applied[1].outcome, Outcome::Rejected { reason: Rejection::ValueTooLarge, .. }),
+            "the stricter policy applies to the put after it: {applied:?}"
+        );
+        let stored = t.entry("k2").expect("in memory").expect("stored");
+        let tenant = t.tenant("b").expect("in memory").expect("known");
+        assert_eq!((stored.tenant_epoch, tenant.epoch), (1, 1), "the put carries the epoch raised before it");
     }
 
     #[test]

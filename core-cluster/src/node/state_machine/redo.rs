@@ -20,6 +20,7 @@
 //! and not others, as a read of two keys could between two transactions before. Reads that need one
 //! applied index wait for it (`read_barrier`), and the change feed checks its floor again after a scan.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io;
 
@@ -193,12 +194,13 @@ enum Target {
     Table(Table),
 }
 
-/// One single-key write of a commit, in the order sled must recover them.
+/// One single-key write of a commit, in the order sled must recover them. A write of the batch borrows
+/// its key and value from the batch's [`Writes`]; the record's own steps own theirs.
 #[derive(Clone, Debug)]
-struct Step {
+struct Step<'a> {
     target: Target,
-    key: Vec<u8>,
-    value: Option<Vec<u8>>,
+    key: Cow<'a, [u8]>,
+    value: Option<Cow<'a, [u8]>>,
 }
 
 /// The redo record's header: the batch's last log index, its chunk count, length and checksum.
@@ -261,18 +263,22 @@ pub fn commit(
 
 /// The steps of a commit: the record's chunks, its header, the removal of chunks an earlier, longer record
 /// left, then the writes.
-fn commit_steps(index: u64, writes: &Writes, last: LastKey, previous_chunks: u32) -> Vec<Step> {
+fn commit_steps(index: u64, writes: &Writes, last: LastKey, previous_chunks: u32) -> Vec<Step<'_>> {
     let record = encode(writes);
     let mut steps: Vec<Step> = record
         .chunks(CHUNK)
         .enumerate()
-        .map(|(i, chunk)| Step { target: Target::Redo, key: chunk_key(i), value: Some(chunk.to_vec()) })
+        .map(|(i, chunk)| Step {
+            target: Target::Redo,
+            key: chunk_key(i).into(),
+            value: Some(chunk.to_vec().into()),
+        })
         .collect();
     let chunks = steps.len() as u32;
     let header = Header { index, chunks, length: record.len() as u64, crc: crc32fast::hash(&record) };
-    steps.push(Step { target: Target::Redo, key: HEADER.to_vec(), value: Some(header.encode()) });
+    steps.push(Step { target: Target::Redo, key: HEADER.into(), value: Some(header.encode().into()) });
     for stale in chunks..previous_chunks {
-        steps.push(Step { target: Target::Redo, key: chunk_key(stale as usize), value: None });
+        steps.push(Step { target: Target::Redo, key: chunk_key(stale as usize).into(), value: None });
     }
     steps.extend(write_steps(writes, last));
     steps
@@ -284,12 +290,14 @@ fn chunk_key(i: usize) -> Vec<u8> {
 
 /// A batch's writes in the order they are made: the meta tree's first (so the change feed's floor rises
 /// before the rows under it go), then the other trees', then the meta tree's `last` key.
-fn write_steps(writes: &Writes, last: LastKey) -> Vec<Step> {
-    let step = |(table, key, value): (Table, &Vec<u8>, &Option<Vec<u8>>)| Step {
-        target: Target::Table(table),
-        key: key.clone(),
-        value: value.clone(),
-    };
+fn write_steps(writes: &Writes, last: LastKey) -> Vec<Step<'_>> {
+    fn step<'a>((table, key, value): (Table, &'a Vec<u8>, &'a Option<Vec<u8>>)) -> Step<'a> {
+        Step {
+            target: Target::Table(table),
+            key: Cow::Borrowed(key),
+            value: value.as_deref().map(Cow::Borrowed),
+        }
+    }
     let is_last = |table: Table, key: &[u8]| table == Table::Meta && key == last;
     let meta = each(writes).filter(|&(t, k, _)| t == Table::Meta && !is_last(t, k));
     let others = each(writes).filter(|&(t, _, _)| t != Table::Meta);
@@ -304,8 +312,8 @@ fn run(redo: &sled::Tree, trees: Trees<'_>, steps: &[Step]) -> io::Result<()> {
             Target::Table(table) => trees[table as usize],
         };
         match &step.value {
-            Some(value) => tree.insert(step.key.as_slice(), value.as_slice()).map(drop),
-            None => tree.remove(step.key.as_slice()).map(drop),
+            Some(value) => tree.insert(&*step.key, &**value).map(drop),
+            None => tree.remove(&*step.key).map(drop),
         }
         .map_err(sled_err)?;
     }
