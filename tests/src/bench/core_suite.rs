@@ -41,6 +41,9 @@ pub struct CoreBenchOptions {
     pub clients: Vec<usize>,
     /// Bytes of each value (etcd) or completion content (ours).
     pub value_bytes: usize,
+    /// Rounds: in each, both systems run every phase, the first to go alternating; the report gives each
+    /// figure's median over the rounds.
+    pub rounds: usize,
     /// Parent of the run's scratch directory (cluster data, logs, the fsync file).
     pub dir: PathBuf,
     /// Set (by a signal handler) to end the run early; every process is still stopped.
@@ -54,6 +57,7 @@ pub fn run(options: &CoreBenchOptions) -> anyhow::Result<Report> {
         !options.clients.is_empty() && !options.clients.contains(&0),
         "--clients needs counts of at least 1"
     );
+    anyhow::ensure!(options.rounds > 0, "--rounds must be at least 1");
     let mut scratch = ScratchDir::create(&options.dir, "core")?;
     let result = run_in(options, &scratch);
     if result.is_err() {
@@ -65,11 +69,12 @@ pub fn run(options: &CoreBenchOptions) -> anyhow::Result<Report> {
 
 fn run_in(options: &CoreBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Report> {
     let duration = Duration::from_secs(options.seconds);
-    let workload = Workload {
+    let workload = |round| Workload {
         duration,
         put_clients: options.clients.clone(),
         read_clients: options.clients.iter().copied().max().unwrap_or(GOAL_CLIENTS),
         stop: options.stop,
+        round,
     };
     // Two workers, like the runtime `CoreCluster` drives its clients on.
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -82,33 +87,146 @@ fn run_in(options: &CoreBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Re
 
     let peer = etcd_version()?;
     eprintln!("{peer}: starting {MEMBERS} members");
-    let etcd = {
-        let cluster = EtcdCluster::start(MEMBERS, &scratch.path().join("etcd"), &log_dir)?;
-        runtime.block_on(async {
-            let leader = cluster.leader_url(Duration::from_secs(20)).await?;
-            let target = EtcdTarget::connect(&leader, options.value_bytes).await?;
-            drive(Arc::new(target), &workload).await
-        })?
-    };
-    print_figures(&etcd);
-    interrupted(options)?;
-
+    let etcd_cluster = EtcdCluster::start(MEMBERS, &scratch.path().join("etcd"), &log_dir)?;
+    let etcd = Arc::new(runtime.block_on(async {
+        let leader = etcd_cluster.leader_url(Duration::from_secs(20)).await?;
+        EtcdTarget::connect(&leader, options.value_bytes).await
+    })?);
     eprintln!("core: starting {MEMBERS} nodes");
-    let ours = {
-        // Raft traffic goes straight between the nodes, as etcd's does (no fault proxy in the way).
-        let spec = CoreClusterSpec {
-            direct_peers: true,
-            ..CoreClusterSpec::new(MEMBERS as u64, scratch.path().join("core"))
-        };
-        let cluster = CoreCluster::start_with(spec)?;
-        let target = CoreTarget::new(cluster.client()?, options.value_bytes);
-        // On the cluster's own client runtime, where the client's channels run (the same shape of runtime
-        // as the one etcd's client ran on).
-        cluster.block_on(drive(Arc::new(target), &workload))?
+    // Raft traffic goes straight between the nodes, as etcd's does (no fault proxy in the way).
+    let spec = CoreClusterSpec {
+        direct_peers: true,
+        ..CoreClusterSpec::new(MEMBERS as u64, scratch.path().join("core"))
     };
-    print_figures(&ours);
+    let cluster = CoreCluster::start_with(spec)?;
+    let ours = Arc::new(CoreTarget::new(cluster.client()?, options.value_bytes));
 
+    // Both clusters stay up for the whole run and take turns, the first to go alternating by round: a
+    // machine whose speed drifts over minutes then slows both alike, and the medians say what held.
+    let mut rounds = Vec::new();
+    for round in 0..options.rounds {
+        let turn = |system: System| -> anyhow::Result<KvFigures> {
+            let figures = match system {
+                System::Etcd => runtime.block_on(drive(Arc::clone(&etcd), &workload(round)))?,
+                // On the cluster's own client runtime, where the client's channels run (the same shape of
+                // runtime as the one etcd's client runs on).
+                System::Ours => cluster.block_on(drive(Arc::clone(&ours), &workload(round)))?,
+            };
+            eprintln!("round {} of {}, {}:", round + 1, options.rounds, system.name(&peer));
+            print_figures(&figures);
+            interrupted(options)?;
+            Ok(figures)
+        };
+        let (etcd_figures, our_figures) = if round % 2 == 0 {
+            let e = turn(System::Etcd)?;
+            (e, turn(System::Ours)?)
+        } else {
+            let o = turn(System::Ours)?;
+            (turn(System::Etcd)?, o)
+        };
+        rounds.push((our_figures, etcd_figures));
+    }
+    print_round_ratios(&rounds);
+    let ours = Summary::median(rounds.iter().map(|(o, _)| o));
+    let etcd = Summary::median(rounds.iter().map(|(_, e)| e));
     Ok(Report { suite: "core".into(), machine: Machine::current(), rows: rows(&ours, &etcd, &floor, &peer) })
+}
+
+/// The two systems of a round.
+#[derive(Clone, Copy)]
+enum System {
+    Etcd,
+    Ours,
+}
+
+impl System {
+    fn name(self, peer: &str) -> String {
+        match self {
+            System::Etcd => peer.to_owned(),
+            System::Ours => "core".to_owned(),
+        }
+    }
+}
+
+/// One phase's figures: throughput and latency percentiles.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct PhaseFigures {
+    clients: usize,
+    ops_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+impl PhaseFigures {
+    fn of(result: &LoadResult) -> Self {
+        Self {
+            clients: result.clients,
+            ops_per_s: result.ops_per_s(),
+            p50_ms: result.percentile_ms(0.5),
+            p99_ms: result.percentile_ms(0.99),
+        }
+    }
+
+    /// Each figure's median over `phases` (of one client count), taken figure by figure.
+    fn median(phases: &[PhaseFigures]) -> Self {
+        let of = |figure: fn(&PhaseFigures) -> f64| median(phases.iter().map(figure).collect());
+        Self {
+            clients: phases.first().map_or(0, |p| p.clients),
+            ops_per_s: of(|p| p.ops_per_s),
+            p50_ms: of(|p| p.p50_ms),
+            p99_ms: of(|p| p.p99_ms),
+        }
+    }
+}
+
+/// One system's figures over every round: the median of each.
+#[derive(Clone, Debug, PartialEq)]
+struct Summary {
+    puts: Vec<PhaseFigures>,
+    reads: PhaseFigures,
+}
+
+impl Summary {
+    fn median<'a>(rounds: impl Iterator<Item = &'a KvFigures>) -> Self {
+        let rounds: Vec<&KvFigures> = rounds.collect();
+        let phases = rounds.first().map_or(0, |r| r.puts.len());
+        let puts = (0..phases)
+            .map(|i| {
+                let phase: Vec<PhaseFigures> = rounds.iter().map(|r| PhaseFigures::of(&r.puts[i])).collect();
+                PhaseFigures::median(&phase)
+            })
+            .collect();
+        let reads: Vec<PhaseFigures> = rounds.iter().map(|r| PhaseFigures::of(&r.reads)).collect();
+        Self { puts, reads: PhaseFigures::median(&reads) }
+    }
+}
+
+/// The middle value (the mean of the two middle ones for an even count); 0 for none.
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// Each round's throughput ratios (ours / etcd), so that the spread behind the medians shows.
+fn print_round_ratios(rounds: &[(KvFigures, KvFigures)]) {
+    for (i, (ours, etcd)) in rounds.iter().enumerate() {
+        let mut ratios: Vec<String> = ours
+            .puts
+            .iter()
+            .zip(&etcd.puts)
+            .map(|(o, e)| format!("puts c{} {:.2}", o.clients, o.ops_per_s() / e.ops_per_s()))
+            .collect();
+        ratios.push(format!(
+            "reads c{} {:.2}",
+            ours.reads.clients,
+            ours.reads.ops_per_s() / etcd.reads.ops_per_s()
+        ));
+        eprintln!("round {}: ours/etcd {}", i + 1, ratios.join(", "));
+    }
 }
 
 fn interrupted(options: &CoreBenchOptions) -> anyhow::Result<()> {
@@ -137,8 +255,9 @@ fn print_figures(figures: &KvFigures) {
     eprintln!("  reads {}", figures.reads.summary());
 }
 
-/// The compared rows: puts/s, p50 and p99 per client count (the floor as the limit), then reads.
-fn rows(ours: &KvFigures, etcd: &KvFigures, floor: &LoadResult, peer: &str) -> Vec<Row> {
+/// The compared rows (medians over the rounds): puts/s, p50 and p99 per client count (the floor as the
+/// limit), then reads.
+fn rows(ours: &Summary, etcd: &Summary, floor: &LoadResult, peer: &str) -> Vec<Row> {
     let row = |metric: String, unit: &str, better, ours: f64, peer_value: f64, goal, limit| Row {
         metric,
         unit: unit.into(),
@@ -161,18 +280,20 @@ fn rows(ours: &KvFigures, etcd: &KvFigures, floor: &LoadResult, peer: &str) -> V
             format!("puts_per_s_c{c}"),
             "puts/s",
             Better::Higher,
-            o.ops_per_s(),
-            e.ops_per_s(),
+            o.ops_per_s,
+            e.ops_per_s,
             goal,
             Some(floor.ops_per_s()),
         ));
-        for (name, q) in [("p50", 0.5), ("p99", 0.99)] {
+        for (name, q, ours_ms, etcd_ms) in
+            [("p50", 0.5, o.p50_ms, e.p50_ms), ("p99", 0.99, o.p99_ms, e.p99_ms)]
+        {
             rows.push(row(
                 format!("put_{name}_ms_c{c}"),
                 "ms",
                 Better::Lower,
-                o.percentile_ms(q),
-                e.percentile_ms(q),
+                ours_ms,
+                etcd_ms,
                 (c == GOAL_CLIENTS && name == "p99").then_some(GOAL_PUT_P99_MANY),
                 Some(floor.percentile_ms(q)),
             ));
@@ -184,21 +305,37 @@ fn rows(ours: &KvFigures, etcd: &KvFigures, floor: &LoadResult, peer: &str) -> V
         format!("lin_reads_per_s_c{c}"),
         "reads/s",
         Better::Higher,
-        o.ops_per_s(),
-        e.ops_per_s(),
+        o.ops_per_s,
+        e.ops_per_s,
         Some(GOAL_READS),
         None,
     ));
-    for (name, q) in [("p50", 0.5), ("p99", 0.99)] {
-        rows.push(row(
-            format!("lin_read_{name}_ms_c{c}"),
-            "ms",
-            Better::Lower,
-            o.percentile_ms(q),
-            e.percentile_ms(q),
-            None,
-            None,
-        ));
+    for (name, ours_ms, etcd_ms) in [("p50", o.p50_ms, e.p50_ms), ("p99", o.p99_ms, e.p99_ms)] {
+        rows.push(row(format!("lin_read_{name}_ms_c{c}"), "ms", Better::Lower, ours_ms, etcd_ms, None, None));
     }
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_is_the_middle_value_or_the_mean_of_the_middle_two() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(vec![7.0]), 7.0);
+        assert_eq!(median(Vec::new()), 0.0);
+    }
+
+    #[test]
+    fn a_phase_median_is_taken_figure_by_figure() {
+        let phase = |ops_per_s, p50_ms, p99_ms| PhaseFigures { clients: 64, ops_per_s, p50_ms, p99_ms };
+        let median = PhaseFigures::median(&[
+            phase(100.0, 9.0, 30.0),
+            phase(300.0, 1.0, 10.0),
+            phase(200.0, 5.0, 50.0),
+        ]);
+        assert_eq!(median, phase(200.0, 5.0, 30.0));
+    }
 }

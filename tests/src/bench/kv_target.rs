@@ -32,6 +32,9 @@ pub struct Workload {
     pub read_clients: usize,
     /// Set to end the run early (Ctrl-C): the current phase ends and the run fails.
     pub stop: &'static AtomicBool,
+    /// Which round of a run this is: each round writes keys of its own, so that a later round inserts
+    /// as the first did rather than overwriting.
+    pub round: usize,
 }
 
 /// What one system did under the workload.
@@ -55,21 +58,23 @@ pub fn bench_key(phase: &str, client: usize, seq: u64) -> String {
 pub async fn drive<T: KvTarget>(target: Arc<T>, workload: &Workload) -> anyhow::Result<KvFigures> {
     let warm_clients = workload.put_clients.iter().copied().max().unwrap_or(1);
     let warm_up = workload.duration.min(Duration::from_secs(1));
-    put_phase(&target, "warm", warm_clients, warm_up, workload.stop).await;
+    let round = workload.round;
+    put_phase(&target, &format!("r{round}/warm"), warm_clients, warm_up, workload.stop).await;
     let mut puts = Vec::new();
     for &clients in &workload.put_clients {
-        let result =
-            put_phase(&target, &format!("c{clients}"), clients, workload.duration, workload.stop).await;
+        let phase = format!("r{round}/c{clients}");
+        let result = put_phase(&target, &phase, clients, workload.duration, workload.stop).await;
         check(&result, &format!("puts at {clients} clients"), workload.stop)?;
         puts.push(result);
     }
+    let read_phase = format!("r{round}/read");
     for i in 0..READ_KEYS {
-        target.put(bench_key("read", i, 0)).await?;
+        target.put(bench_key(&read_phase, i, 0)).await?;
     }
     let reader = Arc::clone(&target);
     let reads = closed_loop(workload.read_clients, workload.duration, workload.stop, move |client, seq| {
         let target = Arc::clone(&reader);
-        let key = bench_key("read", (client + seq as usize) % READ_KEYS, 0);
+        let key = bench_key(&read_phase, (client + seq as usize) % READ_KEYS, 0);
         async move {
             match target.read(key).await {
                 Ok(true) => Ok(()),

@@ -109,6 +109,10 @@ enum BenchSuite {
         /// Bytes of each value (etcd) and of each completion's content (ours).
         #[arg(long, default_value_t = 1024)]
         value_bytes: usize,
+        /// Rounds in which both systems run every phase, taking turns; each figure reported is the
+        /// median over the rounds (this machine's speed drifts between minutes).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
         /// Where the run keeps cluster data and logs (removed after a successful run).
         #[arg(long, env = "MESH_BENCH_DIR", default_value = ".cache/bench")]
         dir: PathBuf,
@@ -338,9 +342,9 @@ fn main() -> anyhow::Result<()> {
             dashboard(listen, &targets, &certs, interval)
         }
         Command::Certs { dir, nodes } => certs(&dir, &nodes),
-        Command::Bench { suite: BenchSuite::Core { json, seconds, clients, value_bytes, dir } } => {
+        Command::Bench { suite: BenchSuite::Core { json, seconds, clients, value_bytes, rounds, dir } } => {
             install_stop_handlers()?;
-            let options = CoreBenchOptions { seconds, clients, value_bytes, dir, stop: &STOP };
+            let options = CoreBenchOptions { seconds, clients, value_bytes, rounds, dir, stop: &STOP };
             print_report(&bench::core_suite::run(&options)?, json)
         }
         Command::Bench {
