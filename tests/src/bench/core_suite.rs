@@ -14,7 +14,7 @@ use super::etcd::{EtcdCluster, EtcdTarget};
 use super::floor::write_fsync_floor;
 use super::kv_target::{drive, KvFigures, Workload};
 use super::load::LoadResult;
-use super::report::{Better, Machine, Report, Row};
+use super::report::{cpu_model, Better, Machine, Report, Row};
 use super::scratch::ScratchDir;
 use crate::core_cluster::{CoreCluster, CoreClusterSpec};
 
@@ -80,6 +80,7 @@ fn run_in(options: &CoreBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Re
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let log_dir = scratch.path().join("logs");
 
+    eprintln!("CPU: {}", cpu_model());
     eprintln!("floor: write+fsync of {FLOOR_RECORD_BYTES} B records for {}s", options.seconds);
     let floor = write_fsync_floor(scratch.path(), FLOOR_RECORD_BYTES, duration, options.stop)?;
     eprintln!("  {}", floor.summary());
