@@ -12,6 +12,7 @@ use anyhow::Context as _;
 use super::core::CoreTarget;
 use super::etcd::{EtcdCluster, EtcdTarget};
 use super::floor::write_fsync_floor;
+use super::gen_phases::median;
 use super::kv_target::{drive, KvFigures, Workload};
 use super::load::LoadResult;
 use super::report::{cpu_model, Better, Machine, Report, Row};
@@ -170,7 +171,7 @@ impl PhaseFigures {
 
     /// Each figure's median over `phases` (of one client count), taken figure by figure.
     fn median(phases: &[PhaseFigures]) -> Self {
-        let of = |figure: fn(&PhaseFigures) -> f64| median(phases.iter().map(figure).collect());
+        let of = |figure: fn(&PhaseFigures) -> f64| median(phases.iter().map(figure));
         Self {
             clients: phases.first().map_or(0, |p| p.clients),
             ops_per_s: of(|p| p.ops_per_s),
@@ -199,16 +200,6 @@ impl Summary {
             .collect();
         let reads: Vec<PhaseFigures> = rounds.iter().map(|r| PhaseFigures::of(&r.reads)).collect();
         Self { puts, reads: PhaseFigures::median(&reads) }
-    }
-}
-
-/// The middle value (the mean of the two middle ones for an even count); 0 for none.
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
     }
 }
 
@@ -320,14 +311,6 @@ fn rows(ours: &Summary, etcd: &Summary, floor: &LoadResult, peer: &str) -> Vec<R
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_median_is_the_middle_value_or_the_mean_of_the_middle_two() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert_eq!(median(vec![7.0]), 7.0);
-        assert_eq!(median(Vec::new()), 0.0);
-    }
 
     #[test]
     fn a_phase_median_is_taken_figure_by_figure() {

@@ -1,0 +1,199 @@
+//! The rules of every command, over the in-memory tables.
+
+use super::*;
+use crate::node::memory_tables::Memory;
+use crate::node::types::{Prompt, TenantPolicy};
+use shared::completion::CachedCompletion;
+use shared::normalize::{Message, Role, Sampling};
+
+fn entry(key: &str, tenant: &str, version: u64, content: &str) -> CachedCompletion {
+    CachedCompletion {
+        key: key.into(),
+        tenant: tenant.into(),
+        model: "m".into(),
+        model_version: version,
+        content: content.into(),
+        finish_reason: "stop".into(),
+        prompt_tokens: 1,
+        completion_tokens: 1,
+        etag: CachedCompletion::etag_of(content, "stop"),
+        created_ms: 0,
+        ttl_s: 0,
+        question: None,
+    }
+}
+
+fn put(key: &str, tenant: &str, version: u64) -> Command {
+    let prompt = Prompt {
+        messages: vec![Message { role: Role::User, content: format!("q {key}") }],
+        sampling: Sampling::greedy(8),
+    };
+    Command::Put {
+        entry: entry(key, tenant, version, "answer"),
+        content_class: "default".into(),
+        prompt: Some(prompt),
+    }
+}
+
+fn req(id: &str, command: Command) -> Request {
+    Request { id: id.into(), command }
+}
+
+fn one(tables: &mut Memory, clock: i64, request: Request) -> Applied {
+    let mut applied = apply_proposal(tables, 1, clock, &[request]).expect("in memory");
+    applied.remove(0)
+}
+
+fn seeded() -> Memory {
+    let mut t = Memory::default();
+    let setup = [
+        req("", Command::RegisterModel { model: "m".into(), version: 1 }),
+        req("", Command::SetTenantPolicy { tenant: "a".into(), policy: TenantPolicy::default() }),
+        req("", Command::SetTenantPolicy { tenant: "b".into(), policy: TenantPolicy::default() }),
+    ];
+    apply_proposal(&mut t, 1, 1, &setup).expect("in memory");
+    t
+}
+
+fn live(t: &mut Memory, key: &str, now: i64) -> bool {
+    let Some(stored) = t.entries.get(key).cloned() else { return false };
+    let tenant = t.tenants.get(&stored.entry.tenant).cloned();
+    let model = t.models.get(&stored.entry.model).cloned();
+    stored.is_live(tenant.as_ref(), model.as_ref(), now)
+}
+
+#[test]
+fn a_put_sees_the_tenant_as_written_earlier_in_its_proposal() {
+    let mut t = seeded();
+    let strict = TenantPolicy { max_value_bytes: 3, ..TenantPolicy::default() };
+    let requests = [
+        req("", Command::SetTenantPolicy { tenant: "a".into(), policy: strict }),
+        req("", put("k1", "a", 1)),
+        req("", Command::Invalidate { scope: InvalidateScope::Tenant { tenant: "b".into() } }),
+        req("", put("k2", "b", 1)),
+    ];
+    let applied = apply_proposal(&mut t, 2, 2, &requests).expect("in memory");
+    assert!(
+        matches!(&applied[1].outcome, Outcome::Rejected { reason: Rejection::ValueTooLarge, .. }),
+        "the stricter policy applies to the put after it: {applied:?}"
+    );
+    let stored = t.entry("k2").expect("in memory").expect("stored");
+    let tenant = t.tenant("b").expect("in memory").expect("known");
+    assert_eq!((stored.tenant_epoch, tenant.epoch), (1, 1), "the put carries the epoch raised before it");
+}
+
+#[test]
+fn puts_take_the_leader_clock_and_dedupe_by_request_id() {
+    let mut t = seeded();
+    let first = one(&mut t, 1000, req("r1", put("k1", "a", 1)));
+    assert!(matches!(first.outcome, Outcome::Stored { created_ms: 1000, .. }));
+    assert!(!first.duplicate);
+    let again = one(&mut t, 2000, req("r1", put("k1", "a", 1)));
+    assert!(again.duplicate);
+    assert_eq!(again.outcome, first.outcome);
+    assert_eq!(t.entries["k1"].entry.created_ms, 1000);
+}
+
+#[test]
+fn rejects_unknown_tenants_models_versions_and_big_values() {
+    let mut t = seeded();
+    let reason = |a: Applied| match a.outcome {
+        Outcome::Rejected { reason, .. } => Some(reason),
+        _ => None,
+    };
+    assert_eq!(reason(one(&mut t, 5, req("", put("k", "nobody", 1)))), Some(Rejection::UnknownTenant));
+    let mut other_model = put("k", "a", 1);
+    if let Command::Put { entry, .. } = &mut other_model {
+        entry.model = "x".into();
+    }
+    assert_eq!(reason(one(&mut t, 5, req("", other_model))), Some(Rejection::UnknownModel));
+    assert_eq!(reason(one(&mut t, 5, req("", put("k", "a", 2)))), Some(Rejection::Conflict));
+    let small = TenantPolicy { max_value_bytes: 3, ..Default::default() };
+    one(&mut t, 5, req("", Command::SetTenantPolicy { tenant: "a".into(), policy: small }));
+    assert_eq!(reason(one(&mut t, 5, req("", put("k", "a", 1)))), Some(Rejection::ValueTooLarge));
+    assert!(t.entries.is_empty(), "nothing stored by a rejected put");
+}
+
+#[test]
+fn ttl_comes_from_the_policy_and_expiry_from_the_put_clock() {
+    let mut t = seeded();
+    let policy = TenantPolicy { default_ttl_s: 10, max_ttl_s: 60, ..Default::default() };
+    one(&mut t, 5, req("", Command::SetTenantPolicy { tenant: "a".into(), policy }));
+    one(&mut t, 1_000, req("", put("k", "a", 1)));
+    assert_eq!(t.entries["k"].entry.ttl_s, 10);
+    assert!(live(&mut t, "k", 10_999));
+    assert!(!live(&mut t, "k", 11_000));
+    let mut long = put("k2", "a", 1);
+    if let Command::Put { entry, .. } = &mut long {
+        entry.ttl_s = 3600;
+    }
+    one(&mut t, 1_000, req("", long));
+    assert_eq!(t.entries["k2"].entry.ttl_s, 60);
+}
+
+#[test]
+fn invalidation_by_key_tenant_and_model_version() {
+    let mut t = seeded();
+    for (k, tenant) in [("k1", "a"), ("k2", "a"), ("k3", "b")] {
+        one(&mut t, 10, req("", put(k, tenant, 1)));
+    }
+    let wrong = one(
+        &mut t,
+        11,
+        req("", Command::Invalidate { scope: InvalidateScope::Key { tenant: "b".into(), key: "k1".into() } }),
+    );
+    // Indistinguishable from a key nobody holds, and the owner's entry stays.
+    assert!(matches!(wrong.outcome, Outcome::Invalidated { removed: 0, .. }), "{:?}", wrong.outcome);
+    assert!(t.entries.contains_key("k1"));
+    let absent = one(
+        &mut t,
+        11,
+        req("", Command::Invalidate { scope: InvalidateScope::Key { tenant: "b".into(), key: "k9".into() } }),
+    );
+    assert!(matches!(absent.outcome, Outcome::Invalidated { removed: 0, .. }));
+    one(
+        &mut t,
+        11,
+        req("", Command::Invalidate { scope: InvalidateScope::Key { tenant: "a".into(), key: "k1".into() } }),
+    );
+    assert!(!t.entries.contains_key("k1"));
+    one(&mut t, 12, req("", Command::Invalidate { scope: InvalidateScope::Tenant { tenant: "a".into() } }));
+    assert!(!live(&mut t, "k2", 13));
+    assert!(live(&mut t, "k3", 13));
+    one(&mut t, 14, req("", put("k2", "a", 1)));
+    assert!(live(&mut t, "k2", 15), "a put after the invalidation is live");
+    one(
+        &mut t,
+        16,
+        req(
+            "",
+            Command::Invalidate { scope: InvalidateScope::ModelVersion { model: "m".into(), version: 1 } },
+        ),
+    );
+    assert!(!live(&mut t, "k2", 17) && !live(&mut t, "k3", 17));
+}
+
+#[test]
+fn a_version_bump_stales_everything_and_lists_the_hottest_prompts() {
+    let mut t = seeded();
+    for k in ["k1", "k2", "k3"] {
+        one(&mut t, 10, req("", put(k, "a", 1)));
+    }
+    one(
+        &mut t,
+        11,
+        req("", Command::RecordHits { hits: vec![("k2".into(), 50), ("k3".into(), 5), ("gone".into(), 9)] }),
+    );
+    let bump = one(&mut t, 12, req("", Command::BumpModelVersion { model: "m".into(), version: 0 }));
+    let Outcome::ModelVersion { previous, version, refresh, .. } = bump.outcome else {
+        panic!("bump failed: {bump:?}");
+    };
+    assert_eq!((previous, version), (1, 2));
+    let order: Vec<&str> = refresh.iter().map(|j| j.prompt.messages[0].content.as_str()).collect();
+    assert_eq!(order, vec!["q k2", "q k3", "q k1"]);
+    assert!(!live(&mut t, "k1", 13));
+    let stale = one(&mut t, 13, req("", put("k9", "a", 1)));
+    assert!(matches!(stale.outcome, Outcome::Rejected { reason: Rejection::StaleModelVersion, .. }));
+    let back = one(&mut t, 13, req("", Command::BumpModelVersion { model: "m".into(), version: 2 }));
+    assert!(matches!(back.outcome, Outcome::Rejected { reason: Rejection::Conflict, .. }));
+}
