@@ -98,6 +98,14 @@ impl CrashFs {
         CrashFs { disk: Arc::clone(&self.disk), generation: disk.generation }
     }
 
+    /// Kills the process but not the machine: every byte written stays (the page cache survives).
+    /// Returns the directory the restarted process sees.
+    pub fn kill(&self) -> CrashFs {
+        let mut disk = self.disk.lock().expect("never poisoned");
+        disk.generation += 1;
+        CrashFs { disk: Arc::clone(&self.disk), generation: disk.generation }
+    }
+
     /// Flips one bit of a file as the disk holds it (damage no crash explains).
     pub fn flip_bit(&self, name: &str, offset: usize) {
         let mut disk = self.disk.lock().expect("never poisoned");

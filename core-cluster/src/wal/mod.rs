@@ -171,14 +171,15 @@ impl Wal {
         self.write(vec![(Kind::Vote, payload)], Some(done))
     }
 
-    /// Saves the committed log id without waiting for it to be durable (a lost one is learned again): it
-    /// rides on the next record written, so that a commit costs no write of its own (the leader's is on
-    /// the path of every reply).
+    /// Saves the committed log id without waiting for it to be durable (a lost one is learned again from
+    /// the leader). The record is written at once, before openraft applies and answers, so a process
+    /// killed after acknowledging a write restarts with that write committed and applies it again from
+    /// its own log; only a power loss can drop the id, and then the entries stay in the log to be
+    /// committed again.
     pub fn save_committed(&self, committed: Option<&LogId<NodeId>>) -> io::Result<()> {
-        let mut state = self.lock();
-        state.meta.committed = committed.copied();
-        state.committed_unwritten = true;
-        Ok(())
+        let mut payload = Vec::new();
+        meta::put_optional_log_id(&mut payload, committed);
+        self.write(vec![(Kind::Committed, payload)], None)
     }
 
     /// Voids every entry from index `from` on; durable when `done` is called.
@@ -260,12 +261,7 @@ impl Wal {
         result
     }
 
-    fn write_locked(&self, state: &mut State, mut records: Vec<(Kind, Vec<u8>)>) -> io::Result<()> {
-        if std::mem::take(&mut state.committed_unwritten) {
-            let mut payload = Vec::new();
-            meta::put_optional_log_id(&mut payload, state.meta.committed.as_ref());
-            records.insert(0, (Kind::Committed, payload));
-        }
+    fn write_locked(&self, state: &mut State, records: Vec<(Kind, Vec<u8>)>) -> io::Result<()> {
         let mut buf = Vec::new();
         let mut placed = Vec::with_capacity(records.len());
         for (kind, payload) in records {

@@ -65,8 +65,6 @@ pub struct State {
     pub meta: Meta,
     /// Set when a sync failed: nothing written since can be trusted, so nothing more is accepted.
     pub failed: Option<String>,
-    /// Whether `meta.committed` changed since a record last carried it: the next write does.
-    pub committed_unwritten: bool,
 }
 
 impl State {

@@ -244,18 +244,23 @@ fn an_append_synced_on_its_own_thread_is_durable_when_it_returns() {
 }
 
 #[test]
-fn the_committed_id_rides_on_the_next_record() {
+fn the_committed_id_is_written_at_once_and_made_durable_by_the_next_sync() {
     let (fs, wal) = crash_wal();
     let (done, rx) = done_channel();
     wal.append(vec![(log_id(1, 1), content(1, 1))], done).expect("append");
     wait(&rx).expect("synced");
     wal.save_committed(Some(&log_id(1, 1))).expect("committed");
     assert_eq!(wal.meta().committed, Some(log_id(1, 1)), "read back at once");
+    // A process kill keeps what was written, synced or not.
+    let killed = fs.kill();
+    drop(wal);
+    let wal = Wal::open(Arc::new(killed.clone()), small()).expect("reopen");
+    assert_eq!(wal.meta().committed, Some(log_id(1, 1)), "kept over a process kill");
     let (done, rx) = done_channel();
     wal.append(vec![(log_id(1, 2), content(2, 1))], done).expect("append");
     wait(&rx).expect("synced");
-    let wal = reopen_after_crash(&fs, wal, 3);
-    assert_eq!(wal.meta().committed, Some(log_id(1, 1)), "durable with the append after it");
+    let wal = reopen_after_crash(&killed, wal, 3);
+    assert_eq!(wal.meta().committed, Some(log_id(1, 1)), "durable once a later sync covers it");
 }
 
 #[test]
