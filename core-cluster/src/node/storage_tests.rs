@@ -280,3 +280,47 @@ fn snapshots_carry_the_whole_state_and_replace_it() {
         assert_eq!(current.meta, snapshot.meta);
     });
 }
+
+/// A put of `key` under request id `id`, as entry `index`.
+fn put_with_id(index: u64, issued_ms: i64, id: &str, key: &str) -> Entry {
+    let command =
+        Command::Put { entry: completion(key, "dev", 600), content_class: "stable".into(), prompt: None };
+    let requests = vec![Request { id: id.into(), command }];
+    Entry { log_id: log_id(1, index), payload: EntryPayload::Normal(Proposal { issued_ms, requests }) }
+}
+
+fn duplicate(response: &ProposalResponse) -> bool {
+    response.applied.first().is_some_and(|a| a.duplicate)
+}
+
+#[test]
+fn request_ids_are_remembered_over_a_restart_and_a_snapshot_install() {
+    let (a, b) = (TempDir::new("ids-a"), TempDir::new("ids-b"));
+    runtime().block_on(async {
+        let now = now_ms();
+        {
+            let (_, mut sm) = open(&a.0).expect("open");
+            let replies = sm
+                .apply(vec![seed(), put_with_id(2, now, "r1", "x"), put_with_id(3, now, "r2", "y")])
+                .await
+                .expect("apply");
+            assert!(!replies.iter().any(duplicate), "first time for every id");
+            let retry = sm.apply(vec![put_with_id(4, now, "r1", "x")]).await.expect("apply");
+            assert!(duplicate(&retry[0]), "a retry in a later batch is a duplicate");
+        }
+        let (_, mut leader) = open(&a.0).expect("reopen");
+        let retry = leader.apply(vec![put_with_id(5, now, "r2", "y")]).await.expect("apply");
+        assert!(duplicate(&retry[0]), "remembered over a restart");
+
+        let (_, mut follower) = open(&b.0).expect("open");
+        let snapshot = leader.get_snapshot_builder().await.build_snapshot().await.expect("build");
+        let receiving = transfer(&snapshot, &mut follower).await;
+        follower.install_snapshot(&snapshot.meta, receiving).await.expect("install");
+        let replies = follower
+            .apply(vec![put_with_id(6, now, "r1", "x"), put_with_id(7, now, "r3", "z")])
+            .await
+            .expect("apply");
+        assert!(duplicate(&replies[0]), "remembered over a snapshot install");
+        assert!(!duplicate(&replies[1]), "a new id is new");
+    });
+}

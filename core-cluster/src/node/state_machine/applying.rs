@@ -38,7 +38,10 @@ impl StateMachineStore {
             None => None,
         };
         let trees = [&self.entries, &self.tenants, &self.models, &self.requests, &self.feed, &self.meta];
-        let mut overlay = redo::Overlay::new(trees);
+        // Only openraft's state-machine task applies, one batch at a time: the lock is never contended.
+        let mut request_index =
+            self.request_index.lock().expect("the request index's lock is never poisoned");
+        let mut overlay = redo::Overlay::new(trees, &request_index);
         let mut clock = start_clock;
         let mut responses = Vec::with_capacity(entries.len());
         let apply_err = |e: std::io::Error| StorageIOError::apply(last, &e);
@@ -47,6 +50,7 @@ impl StateMachineStore {
                 EntryPayload::Normal(proposal) => {
                     clock = clock.max(proposal.issued_ms);
                     let revision = entry.log_id.index;
+                    overlay.begin_proposal(revision);
                     let applied = apply_proposal(&mut overlay, revision, clock, &proposal.requests)
                         .map_err(apply_err)?;
                     responses.push(ProposalResponse { applied });
@@ -62,8 +66,9 @@ impl StateMachineStore {
         if let Some(m) = membership {
             overlay.set_raw(redo::Table::Meta, LAST_MEMBERSHIP, Some(m));
         }
-        let writes = overlay.into_writes();
+        let (writes, index_changes) = overlay.into_writes().map_err(apply_err)?;
         redo::commit(&self.redo, trees, last.index, &writes, LAST_APPLIED).map_err(apply_err)?;
+        request_index.apply(index_changes);
         Ok(responses)
     }
 }

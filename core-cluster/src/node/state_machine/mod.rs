@@ -40,14 +40,17 @@ use sled::transaction::TransactionError;
 
 mod applying;
 mod redo;
+mod request_rows;
 mod snapshots;
 
 use snapshots::blocking;
 pub use snapshots::SnapshotBuilder;
 
 use super::error::CoreError;
+#[cfg(test)]
+use super::records::AppliedRequest;
 use super::records::{
-    AppliedRequest, FeedRow, ModelState, StoredEntry, TenantState, FEED_RETENTION_MS, REQUEST_ID_RETENTION_MS,
+    FeedRow, ModelState, StoredEntry, TenantState, FEED_RETENTION_MS, REQUEST_ID_RETENTION_MS,
 };
 use super::snapshot_file::{SnapshotDir, SnapshotFile};
 use super::types::{Command, Entry, NodeId, ProposalResponse, StorageError, TypeConfig};
@@ -82,8 +85,10 @@ pub struct StateMachineStore {
     tenants: sled::Tree,
     /// [`ModelState`] JSON by model name.
     models: sled::Tree,
-    /// [`AppliedRequest`] JSON by request id.
+    /// Applied request ids, a row per proposal ([`request_rows`]).
     requests: sled::Tree,
+    /// Which row holds each applied request id; changed only with the rows.
+    request_index: Arc<std::sync::Mutex<request_rows::RequestIndex>>,
     /// Last applied log id, last membership and the clock, as JSON.
     meta: sled::Tree,
     /// The current snapshot's metadata.
@@ -175,7 +180,7 @@ impl StateMachineStore {
         let entries = db.open_tree("sm_entries")?;
         let tenants = db.open_tree("sm_tenants")?;
         let models = db.open_tree("sm_models")?;
-        let requests = db.open_tree("sm_requests")?;
+        let requests = db.open_tree("sm_request_rows")?;
         let feed = db.open_tree("sm_feed")?;
         let applied_id = |meta: &sled::Tree| -> Result<Option<LogId<NodeId>>, CoreError> {
             Ok(meta.get(LAST_APPLIED)?.map(|b| decode(&b)).transpose()?.flatten())
@@ -190,6 +195,13 @@ impl StateMachineStore {
             );
         }
         let last_applied = applied_id(&meta)?;
+        let legacy = db.open_tree("sm_requests")?;
+        let applied_index = last_applied.map_or(0, |id| id.index);
+        let moved = request_rows::migrate_legacy(&legacy, &requests, applied_index)?;
+        if moved > 0 {
+            tracing::info!(moved, "state machine: request ids of the older layout moved into one row");
+        }
+        let request_index = request_rows::RequestIndex::build(&requests)?;
         let applied = tokio::sync::watch::Sender::new(last_applied.map_or(0, |id| id.index));
         let snapshot = db.open_tree("sm_snapshot")?;
         let covered = snapshot
@@ -206,6 +218,7 @@ impl StateMachineStore {
             tenants,
             models,
             requests,
+            request_index: Arc::new(std::sync::Mutex::new(request_index)),
             meta,
             snapshot,
             snapshots: SnapshotDir::open(snapshots)?,
@@ -332,9 +345,17 @@ impl StateMachineStore {
         let entries = sweepable(&self.entries, |stored: &StoredEntry| {
             !stored.is_live(tenants.get(&stored.entry.tenant), models.get(&stored.entry.model), clock)
         })?;
-        let requests = sweepable(&self.requests, |request: &AppliedRequest| {
-            request.issued_ms.saturating_add(REQUEST_ID_RETENTION_MS) < clock
-        })?;
+        let mut requests = Vec::new();
+        'rows: for row in self.request_rows() {
+            for (id, request) in row? {
+                if request.issued_ms.saturating_add(REQUEST_ID_RETENTION_MS) < clock {
+                    requests.push(id);
+                    if requests.len() == SWEEP_LIMIT {
+                        break 'rows;
+                    }
+                }
+            }
+        }
         let mut feed = Vec::new();
         for item in self.feed.iter() {
             let (revision, bytes) = item?;
@@ -392,6 +413,11 @@ impl StateMachineStore {
         })
     }
 
+    /// Every row of applied request ids, in log order.
+    fn request_rows(&self) -> impl Iterator<Item = Result<request_rows::RequestRow, CoreError>> + '_ {
+        self.requests.iter().map(|item| Ok(request_rows::decode_row(&item?.1)?))
+    }
+
     /// The last applied log index (0: none).
     pub fn applied_index(&self) -> u64 {
         *self.applied.borrow()
@@ -439,11 +465,10 @@ impl StateMachineStore {
             let (revision, bytes) = item.map_err(|e| err(&e))?;
             body.feed.push((revision_of(&revision), decode(&bytes).map_err(|e| err(&e))?));
         }
-        for item in self.requests.iter() {
-            let (id, bytes) = item.map_err(|e| err(&e))?;
-            let request: AppliedRequest = decode(&bytes).map_err(|e| err(&e))?;
-            body.requests.push((String::from_utf8_lossy(&id).into_owned(), request));
+        for row in self.request_rows() {
+            body.requests.extend(row.map_err(|e| err(&e))?);
         }
+        body.requests.sort_by(|a, b| a.0.cmp(&b.0));
         body.tenants = tenants.into_iter().collect();
         body.models = models.into_iter().collect();
         Ok((body, last_applied))

@@ -29,6 +29,7 @@ use serde::Serialize;
 
 use super::super::apply::Tables;
 use super::super::records::{AppliedRequest, FeedRow, ModelState, StoredEntry, TenantState};
+use super::request_rows::{BatchRows, IndexChanges, RequestIndex};
 use super::FEED_FLOOR;
 
 /// The state machine's trees, in the order a write names them by.
@@ -41,7 +42,7 @@ pub enum Table {
     Tenants = 1,
     /// Models by name.
     Models = 2,
-    /// Applied request ids.
+    /// Applied request ids, a row per proposal ([`super::request_rows`]).
     Requests = 3,
     /// Change-feed rows by revision (big-endian).
     Feed = 4,
@@ -93,12 +94,19 @@ fn codec_err(what: &dyn std::fmt::Debug, e: serde_json::Error) -> io::Error {
 pub struct Overlay<'a> {
     trees: Trees<'a>,
     writes: Writes,
+    requests: BatchRows<'a>,
 }
 
 impl<'a> Overlay<'a> {
-    /// An overlay with no writes yet.
-    pub fn new(trees: Trees<'a>) -> Self {
-        Self { trees, writes: Writes::default() }
+    /// An overlay with no writes yet, finding request ids through `index`.
+    pub fn new(trees: Trees<'a>, index: &'a RequestIndex) -> Self {
+        let requests = BatchRows::new(index, trees[Table::Requests as usize]);
+        Self { trees, writes: Writes::default(), requests }
+    }
+
+    /// The requests applied from now on are the proposal at log index `revision`.
+    pub fn begin_proposal(&mut self, revision: u64) {
+        self.requests.begin_proposal(revision);
     }
 
     /// The value under `key`, the batch's own write first.
@@ -128,9 +136,11 @@ impl<'a> Overlay<'a> {
         Ok(())
     }
 
-    /// The batch's writes.
-    pub fn into_writes(self) -> Writes {
-        self.writes
+    /// The batch's writes, and the changes to the request index to make once they are stored.
+    pub fn into_writes(mut self) -> io::Result<(Writes, IndexChanges)> {
+        let (rows, changes) = self.requests.finish()?;
+        self.writes[Table::Requests as usize].extend(rows);
+        Ok((self.writes, changes))
     }
 }
 
@@ -160,14 +170,13 @@ impl Tables for Overlay<'_> {
         self.put(Table::Models, name.as_bytes(), model)
     }
     fn request(&mut self, id: &str) -> io::Result<Option<AppliedRequest>> {
-        self.get(Table::Requests, id.as_bytes())
+        self.requests.get(id)
     }
     fn put_request(&mut self, id: &str, request: &AppliedRequest) -> io::Result<()> {
-        self.put(Table::Requests, id.as_bytes(), request)
+        self.requests.put(id, request)
     }
     fn remove_request(&mut self, id: &str) -> io::Result<()> {
-        self.set_raw(Table::Requests, id.as_bytes(), None);
-        Ok(())
+        self.requests.remove(id)
     }
     fn feed_row(&mut self, revision: u64) -> io::Result<Option<FeedRow>> {
         self.get(Table::Feed, &revision.to_be_bytes())
@@ -419,12 +428,13 @@ mod tests {
     }
 
     fn batch(t: &[sled::Tree], index: u64, big: usize) -> Writes {
-        let mut overlay = Overlay::new(trees(t));
+        let requests = RequestIndex::default();
+        let mut overlay = Overlay::new(trees(t), &requests);
         overlay.set_raw(Table::Entries, b"a", Some(vec![7; big]));
         overlay.set_raw(Table::Entries, b"gone", None);
         overlay.set_raw(Table::Requests, b"r1", Some(b"{}".to_vec()));
         overlay.set_raw(Table::Meta, LAST, Some(index.to_le_bytes().to_vec()));
-        overlay.into_writes()
+        overlay.into_writes().expect("writes").0
     }
 
     #[test]
@@ -432,7 +442,8 @@ mod tests {
         let (_db, t, _redo) = open();
         t[0].insert(b"k", b"old".to_vec()).expect("insert");
         t[0].insert(b"x", b"kept".to_vec()).expect("insert");
-        let mut overlay = Overlay::new(trees(&t));
+        let requests = RequestIndex::default();
+        let mut overlay = Overlay::new(trees(&t), &requests);
         overlay.set_raw(Table::Entries, b"k", Some(b"new".to_vec()));
         overlay.set_raw(Table::Entries, b"x", None);
         assert_eq!(overlay.get_raw(Table::Entries, b"k").expect("get"), Some(b"new".to_vec()));
@@ -501,13 +512,14 @@ mod tests {
             (db, t, redo)
         };
         let next = |t: &[sled::Tree]| {
-            let mut overlay = Overlay::new(trees(t));
+            let requests = RequestIndex::default();
+            let mut overlay = Overlay::new(trees(t), &requests);
             overlay.set_raw(Table::Entries, b"a", Some(b"short".to_vec()));
             overlay.set_raw(Table::Entries, b"gone", None);
             overlay.set_raw(Table::Feed, b"feed-7", None);
             overlay.set_raw(Table::Meta, b"feed_floor", Some(b"7".to_vec()));
             overlay.set_raw(Table::Meta, LAST, Some(5u64.to_le_bytes().to_vec()));
-            overlay.into_writes()
+            overlay.into_writes().expect("writes").0
         };
         let (_db, t, redo) = prepare();
         let before = state(&t);
