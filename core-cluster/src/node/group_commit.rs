@@ -141,7 +141,7 @@ async fn run(id: NodeId, raft: Raft, mut rx: mpsc::Receiver<Pending>, metrics: A
             let len = batch.len();
             let (requests, replies): (Vec<Request>, Vec<_>) =
                 batch.into_iter().map(|p| (p.request, p.reply)).unzip();
-            let proposal = Proposal { issued_ms: now_ms(), requests };
+            let proposal = Proposal { issued_ms: now_ms(), requests: requests.into() };
             let started = std::time::Instant::now();
             let result = raft.client_write(proposal).await;
             *last.lock().expect("never poisoned") = (len, started.elapsed());

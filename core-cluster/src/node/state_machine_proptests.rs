@@ -161,10 +161,10 @@ fn build_log(ops: &[(Op, i64)]) -> Vec<Entry> {
 }
 
 fn entry(index: u64, issued_ms: i64, commands: Vec<Command>, id: String) -> Entry {
-    let requests = commands.into_iter().map(|command| Request { id: id.clone(), command }).collect();
+    let requests = commands.into_iter().map(|command| Request { id: id.clone(), command });
     Entry {
         log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
-        payload: EntryPayload::Normal(Proposal { issued_ms, requests }),
+        payload: EntryPayload::Normal(Proposal { issued_ms, requests: requests.collect() }),
     }
 }
 

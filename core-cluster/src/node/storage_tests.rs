@@ -129,8 +129,11 @@ fn completion(key: &str, tenant: &str, ttl_s: u64) -> CachedCompletion {
 }
 
 fn proposal(index: u64, issued_ms: i64, commands: Vec<Command>) -> Entry {
-    let requests = commands.into_iter().map(|command| Request { id: String::new(), command }).collect();
-    Entry { log_id: log_id(1, index), payload: EntryPayload::Normal(Proposal { issued_ms, requests }) }
+    let requests = commands.into_iter().map(|command| Request { id: String::new(), command });
+    Entry {
+        log_id: log_id(1, index),
+        payload: EntryPayload::Normal(Proposal { issued_ms, requests: requests.collect() }),
+    }
 }
 
 /// Entry 1 of every test: model `m` version 1 and tenant `dev`.
@@ -286,7 +289,10 @@ fn put_with_id(index: u64, issued_ms: i64, id: &str, key: &str) -> Entry {
     let command =
         Command::Put { entry: completion(key, "dev", 600), content_class: "stable".into(), prompt: None };
     let requests = vec![Request { id: id.into(), command }];
-    Entry { log_id: log_id(1, index), payload: EntryPayload::Normal(Proposal { issued_ms, requests }) }
+    Entry {
+        log_id: log_id(1, index),
+        payload: EntryPayload::Normal(Proposal { issued_ms, requests: requests.into() }),
+    }
 }
 
 fn duplicate(response: &ProposalResponse) -> bool {
