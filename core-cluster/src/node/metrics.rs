@@ -81,12 +81,12 @@ impl Default for Metrics {
 
 impl Metrics {
     /// The OpenMetrics text exposition (`mesh_core_*`) of these metrics, Raft's state, the pods, the
-    /// entry count and the write-ahead log's `(syncs, writes)`.
+    /// `(entries, remembered request ids)` counts and the write-ahead log's `(syncs, writes)`.
     pub fn render(
         &self,
         raft: &RaftMetrics<NodeId, BasicNode>,
         pods: &PodPool,
-        entries: usize,
+        (entries, request_ids): (usize, usize),
         (syncs, synced_writes): (u64, u64),
     ) -> String {
         const RPCS: &str = "mesh_core_rpc_requests_total";
@@ -165,6 +165,12 @@ impl Metrics {
                 "Entries in the local state machine (expired ones included).",
                 &[],
                 entries as f64,
+            )
+            .gauge(
+                "mesh_core_request_ids",
+                "Applied request ids remembered for deduplication (10 minutes each), held in an in-memory index.",
+                &[],
+                request_ids as f64,
             );
 
         let leader = raft.current_leader.map_or(-1.0, |id| id as f64);

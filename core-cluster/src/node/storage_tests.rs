@@ -311,6 +311,7 @@ fn request_ids_are_remembered_over_a_restart_and_a_snapshot_install() {
                 .await
                 .expect("apply");
             assert!(!replies.iter().any(duplicate), "first time for every id");
+            assert_eq!(sm.remembered_request_ids(), 2);
             let retry = sm.apply(vec![put_with_id(4, now, "r1", "x")]).await.expect("apply");
             assert!(duplicate(&retry[0]), "a retry in a later batch is a duplicate");
         }
@@ -328,5 +329,6 @@ fn request_ids_are_remembered_over_a_restart_and_a_snapshot_install() {
             .expect("apply");
         assert!(duplicate(&replies[0]), "remembered over a snapshot install");
         assert!(!duplicate(&replies[1]), "a new id is new");
+        assert_eq!(follower.remembered_request_ids(), 3, "r1 and r2 from the snapshot, r3 applied after");
     });
 }

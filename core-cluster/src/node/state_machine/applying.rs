@@ -69,6 +69,7 @@ impl StateMachineStore {
         let (writes, index_changes) = overlay.into_writes().map_err(apply_err)?;
         redo::commit(&self.redo, trees, last.index, &writes, LAST_APPLIED).map_err(apply_err)?;
         request_index.apply(index_changes);
+        self.remembered_ids.store(request_index.len(), std::sync::atomic::Ordering::Relaxed);
         Ok(responses)
     }
 }

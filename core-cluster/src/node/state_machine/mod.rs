@@ -89,6 +89,8 @@ pub struct StateMachineStore {
     requests: sled::Tree,
     /// Which row holds each applied request id; changed only with the rows.
     request_index: Arc<std::sync::Mutex<request_rows::RequestIndex>>,
+    /// How many ids the index holds, for the metrics (the index's lock is held while a batch applies).
+    remembered_ids: Arc<std::sync::atomic::AtomicUsize>,
     /// Last applied log id, last membership and the clock, as JSON.
     meta: sled::Tree,
     /// The current snapshot's metadata.
@@ -218,6 +220,7 @@ impl StateMachineStore {
             tenants,
             models,
             requests,
+            remembered_ids: Arc::new(request_index.len().into()),
             request_index: Arc::new(std::sync::Mutex::new(request_index)),
             meta,
             snapshot,
@@ -281,6 +284,11 @@ impl StateMachineStore {
     /// Number of entries stored (dead ones not yet swept included).
     pub fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// Number of applied request ids remembered (each costs the in-memory index a few dozen bytes).
+    pub fn remembered_request_ids(&self) -> usize {
+        self.remembered_ids.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Number of tenants.

@@ -74,8 +74,7 @@ impl RequestIndex {
     }
 
     /// How many ids it knows.
-    #[cfg(test)]
-    fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.rows.len()
     }
 }

@@ -180,6 +180,7 @@ impl StateMachineStore {
             );
         result.map_err(|e| StorageIOError::write_state_machine(&tx_error(e)))?;
         let index = super::request_rows::RequestIndex::build(&self.requests).map_err(|e| err(&e))?;
+        self.remembered_ids.store(index.len(), std::sync::atomic::Ordering::Relaxed);
         *self.request_index.lock().expect("the request index's lock is never poisoned") = index;
         self.applied.send_replace(last_applied.as_ref().map_or(0, |id| id.index));
         Ok(rows)
