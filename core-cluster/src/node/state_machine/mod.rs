@@ -188,16 +188,20 @@ impl StateMachineStore {
             Ok(meta.get(LAST_APPLIED)?.map(|b| decode(&b)).transpose()?.flatten())
         };
         let trees = [&entries, &tenants, &models, &requests, &feed, &meta];
+        // Request ids of the older layout, a row per id, moved into one row below.
+        let legacy = db.open_tree("sm_requests")?;
+        let older_trees = [&entries, &tenants, &models, &legacy, &feed, &meta];
+        let before = applied_id(&meta)?.map(|id| id.index);
+        let redone_older = redo::recover_legacy(&redo, older_trees, before, LAST_APPLIED)?;
         let before = applied_id(&meta)?.map(|id| id.index);
         let redone = redo::recover(&redo, trees, before, LAST_APPLIED)?;
-        if let Some(index) = redone {
+        if let Some(index) = redone.or(redone_older) {
             tracing::info!(
                 index,
                 "state machine: the last applied batch was written again from its redo record"
             );
         }
         let last_applied = applied_id(&meta)?;
-        let legacy = db.open_tree("sm_requests")?;
         let applied_index = last_applied.map_or(0, |id| id.index);
         let moved = request_rows::migrate_legacy(&legacy, &requests, applied_index)?;
         if moved > 0 {

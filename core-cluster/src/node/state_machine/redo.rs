@@ -76,7 +76,10 @@ fn each(writes: &Writes) -> impl Iterator<Item = (Table, &Vec<u8>, &Option<Vec<u
 }
 
 /// The redo record's header key in its tree.
-const HEADER: &[u8] = b"header";
+const HEADER: &[u8] = b"header.2";
+/// Where binaries before per-proposal request rows kept the header: their records write request ids a
+/// row per id, so their writes to [`Table::Requests`] belong in that layout's tree ([`recover_legacy`]).
+const LEGACY_HEADER: &[u8] = b"header";
 /// Bytes per chunk of the record: well under sled's largest inline value (a quarter of its 512 KiB
 /// segment), so writing a chunk never writes a blob file (a node of several chunks may become one when
 /// sled consolidates it, as a node of large entries does).
@@ -250,8 +253,8 @@ fn corrupt(why: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("redo record: {why}"))
 }
 
-fn read_header(redo: &sled::Tree) -> io::Result<Option<Header>> {
-    match redo.get(HEADER).map_err(sled_err)? {
+fn read_header(redo: &sled::Tree, key: &[u8]) -> io::Result<Option<Header>> {
+    match redo.get(key).map_err(sled_err)? {
         None => Ok(None),
         Some(bytes) => Header::decode(&bytes).map(Some).ok_or_else(|| corrupt("header of the wrong size")),
     }
@@ -266,7 +269,7 @@ pub fn commit(
     writes: &Writes,
     last: LastKey,
 ) -> io::Result<()> {
-    let previous_chunks = read_header(redo)?.map_or(0, |h| h.chunks);
+    let previous_chunks = read_header(redo, HEADER)?.map_or(0, |h| h.chunks);
     run(redo, trees, &commit_steps(index, writes, last, previous_chunks))
 }
 
@@ -337,7 +340,37 @@ pub fn recover(
     applied: Option<u64>,
     last: LastKey,
 ) -> io::Result<Option<u64>> {
-    let Some(header) = read_header(redo)? else { return Ok(None) };
+    recover_from(redo, HEADER, trees, applied, last)
+}
+
+/// After the first restart on this layout: writes again a batch whose record an older binary left (as
+/// [`recover`] does, into `trees`, whose requests tree is the older per-id one), then forgets that record
+/// and its chunks. Returns the index redone, if any.
+pub fn recover_legacy(
+    redo: &sled::Tree,
+    trees: Trees<'_>,
+    applied: Option<u64>,
+    last: LastKey,
+) -> io::Result<Option<u64>> {
+    let Some(header) = read_header(redo, LEGACY_HEADER)? else { return Ok(None) };
+    let redone = recover_from(redo, LEGACY_HEADER, trees, applied, last)?;
+    // The batch's writes are in (or were before): its chunks go first, so a crash meanwhile leaves a
+    // header whose batch is applied, which the next start skips and removes.
+    for i in 0..header.chunks {
+        redo.remove(chunk_key(i as usize)).map_err(sled_err)?;
+    }
+    redo.remove(LEGACY_HEADER).map_err(sled_err)?;
+    Ok(redone)
+}
+
+fn recover_from(
+    redo: &sled::Tree,
+    header_key: &[u8],
+    trees: Trees<'_>,
+    applied: Option<u64>,
+    last: LastKey,
+) -> io::Result<Option<u64>> {
+    let Some(header) = read_header(redo, header_key)? else { return Ok(None) };
     if applied.is_some_and(|applied| applied >= header.index) {
         return Ok(None);
     }
@@ -524,7 +557,8 @@ mod tests {
         let (_db, t, redo) = prepare();
         let before = state(&t);
         let writes = next(&t);
-        let steps = commit_steps(5, &writes, LAST, read_header(&redo).expect("header").expect("some").chunks);
+        let steps =
+            commit_steps(5, &writes, LAST, read_header(&redo, HEADER).expect("header").expect("some").chunks);
         run(&redo, trees(&t), &steps).expect("run");
         let after = state(&t);
         assert_ne!(before, after);
@@ -538,6 +572,30 @@ mod tests {
             let recovered = state(&t);
             assert!(recovered == before || recovered == after, "a crash after {k} of {} steps", steps.len());
         }
+    }
+
+    #[test]
+    fn an_older_binary_record_is_written_again_into_the_trees_given_then_forgotten() {
+        let (db, t, redo) = open();
+        let writes = batch(&t, 5, 2 * CHUNK);
+        commit(&redo, trees(&t), 5, &writes, LAST).expect("commit");
+        // As an older binary left it: the same record under the older header key, the batch not applied.
+        let header = redo.remove(HEADER).expect("remove").expect("a header");
+        redo.insert(LEGACY_HEADER, header).expect("insert");
+        for tree in &t {
+            tree.clear().expect("clear");
+        }
+        t[5].insert(LAST, 4u64.to_le_bytes().to_vec()).expect("insert");
+        let legacy_requests = db.open_tree("per-id requests").expect("tree");
+        let older = [&t[0], &t[1], &t[2], &legacy_requests, &t[4], &t[5]];
+        assert_eq!(recover(&redo, trees(&t), Some(4), LAST).expect("recover"), None, "not this layout's");
+        assert_eq!(recover_legacy(&redo, older, Some(4), LAST).expect("recover"), Some(5));
+        assert_eq!(applied(&t), Some(5));
+        assert_eq!(t[3].get(b"r1").expect("get"), None, "request ids go to the older tree");
+        assert_eq!(legacy_requests.get(b"r1").expect("get").as_deref(), Some(&b"{}"[..]));
+        assert_eq!(redo.get(LEGACY_HEADER).expect("get"), None);
+        assert_eq!(redo.get(chunk_key(0)).expect("get"), None, "its chunks are gone with it");
+        assert_eq!(recover_legacy(&redo, older, Some(5), LAST).expect("again"), None);
     }
 
     #[test]
