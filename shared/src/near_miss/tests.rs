@@ -202,3 +202,12 @@ fn a_question_put_in_the_passive_asks_the_same() {
     accepted("Who discovered penicillin?", "penicillin was discovered by whom");
     refused("Who conquered the Spanish?", "Who was conquered by the Spanish?");
 }
+
+#[test]
+fn a_method_is_not_an_invitation_to_do_it() {
+    let why = refused("Let's play chess", "how to play chess");
+    assert!(matches!(why, NearMiss::Act(..)), "{why}");
+    refused("let us write a haiku about autumn", "how do I write a haiku about autumn?");
+    accepted("Let's play chess", "play chess");
+    accepted("How do I reverse a list in Python?", "reverse a list in Python");
+}

@@ -21,7 +21,7 @@ use super::pod_rows::PodFigures;
 use super::prompts::{PromptSizes, Prompts};
 use super::report::{cpu_model, Machine, Report};
 use super::scratch::ScratchDir;
-use super::sharegpt::FirstTurns;
+use super::sharegpt::{first_turns, FirstTurns};
 use crate::paths;
 
 /// ShareGPT first turns to read: the concurrency phases take them from the start (disjoint between
@@ -108,12 +108,14 @@ fn run_in(options: &PodBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Rep
         weights.bytes_per_token() as f64 / 1e6,
         bandwidth.ceiling_tok_s(weights.bytes_per_token())
     );
-    let turns = FirstTurns {
-        count: SHAREGPT_TURNS,
-        min_chars: SHAREGPT_MIN_CHARS,
-        max_chars: options.max_prompt_chars,
-    }
-    .read(&paths::sharegpt_json())?;
+    let turns = first_turns(
+        &FirstTurns {
+            count: SHAREGPT_TURNS,
+            min_chars: SHAREGPT_MIN_CHARS,
+            max_chars: options.max_prompt_chars,
+        },
+        &paths::sharegpt_json(),
+    )?;
     interrupted(options)?;
 
     let pinned = PINNED_SETTINGS.join(" ");
