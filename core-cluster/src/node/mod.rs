@@ -27,6 +27,7 @@
 //! - [`convert`]: conversions between protobuf types and domain types, JSON Raft payloads.
 //! - [`peers`]: gRPC channels to other core nodes, shared by replication and forwarding.
 //! - [`network`]: openraft's network factory over the `Raft` gRPC service.
+//! - [`append_stream`]: one long-lived AppendEntries stream per replication target.
 //! - [`raft_service`]: the `Raft` gRPC server.
 //! - [`group_commit`]: batches concurrent requests into one Raft entry on the leader.
 //! - [`writer`]: commits a request through Raft from any node (group commit on the leader, else forwarded).
@@ -48,6 +49,7 @@
 //! entry is fsynced on a quorum) and applied to the leader's state machine.
 
 pub mod admin_service;
+pub mod append_stream;
 pub mod apply;
 pub mod cache_service;
 pub mod change_feed;

@@ -9,6 +9,11 @@
 //! several entries whose JSON passes [`MAX_APPEND_BYTES`], or that the peer refuses as too large, becomes
 //! `RPCError::PayloadTooLarge` with a smaller entry count, and openraft at once resends fewer entries. A
 //! single entry cannot be split; it is sent whatever its size, up to the gRPC message cap.
+//!
+//! A replication target's AppendEntries travel over one long-lived stream ([`super::append_stream`]), opened
+//! by the first request that carries entries; heartbeats of a connection that never carried entries (a
+//! linearizable read's quorum round) stay unary calls. A peer that does not know the stream
+//! (`Unimplemented`, an older binary) is sent unary calls from then on.
 
 use std::error::Error;
 use std::time::Duration;
@@ -28,6 +33,7 @@ use proto::raft::RaftPayload;
 use tonic::transport::Channel;
 use tonic::Code;
 
+use super::append_stream::AppendStream;
 use super::error::CoreError;
 use super::log_codec;
 use super::peers::{PeerChannels, MAX_RAFT_MESSAGE_BYTES};
@@ -70,7 +76,14 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         if let Err(e) = &client {
             tracing::warn!(target_node = target, addr = %node.addr, error = %e, "bad peer address");
         }
-        PeerConnection { id: self.id, target, node: node.clone(), client, secret: self.secret.clone() }
+        PeerConnection {
+            id: self.id,
+            target,
+            node: node.clone(),
+            client,
+            secret: self.secret.clone(),
+            stream: StreamState::default(),
+        }
     }
 }
 
@@ -87,6 +100,24 @@ pub struct PeerConnection {
     client: Result<RaftClient<Channel>, String>,
     /// Sent with every call.
     secret: TierIdentity,
+    /// The AppendEntries stream to the peer.
+    stream: StreamState,
+}
+
+/// A connection's AppendEntries stream.
+#[derive(Debug, Default)]
+struct StreamState {
+    /// The open stream, if any.
+    open: Option<AppendStream>,
+    /// The peer answered that it has no such stream: AppendEntries go as unary calls.
+    refused: bool,
+}
+
+impl StreamState {
+    /// Whether an AppendEntries of `entries` entries goes over the stream (opening it if need be).
+    fn carries(&self, entries: usize) -> bool {
+        !self.refused && (entries > 0 || self.open.is_some())
+    }
 }
 
 /// Which `Raft` RPC a call goes to.
@@ -188,24 +219,74 @@ impl PeerConnection {
             Ok(client) => client.clone(),
             Err(e) => return Err(RPCError::Unreachable(Unreachable::new(&Message(e.clone())))),
         };
-        let mut request = self.secret.request(payload);
         let ttl = option.hard_ttl();
-        request.set_timeout(ttl);
-        let sent = async {
-            match rpc {
-                Rpc::AppendEntries { .. } => client.append_entries(request).await,
-                Rpc::Vote => client.vote(request).await,
-                Rpc::InstallSnapshot => client.install_snapshot(request).await,
+        let reply = match rpc {
+            Rpc::AppendEntries { entries } if self.stream.carries(entries) => {
+                self.over_stream(&mut client, rpc, payload, ttl).await?
             }
-        };
-        let reply = match tokio::time::timeout(ttl, sent).await {
-            Err(_) => return Err(self.timeout(rpc, ttl)),
-            Ok(Err(status)) => return Err(status_error(rpc, status)),
-            Ok(Ok(reply)) => reply.into_inner(),
+            _ => {
+                let mut request = self.secret.request(payload);
+                request.set_timeout(ttl);
+                let sent = async {
+                    match rpc {
+                        Rpc::AppendEntries { .. } => client.append_entries(request).await,
+                        Rpc::Vote => client.vote(request).await,
+                        Rpc::InstallSnapshot => client.install_snapshot(request).await,
+                    }
+                };
+                match tokio::time::timeout(ttl, sent).await {
+                    Err(_) => return Err(self.timeout(rpc, ttl)),
+                    Ok(Err(status)) => return Err(status_error(rpc, status)),
+                    Ok(Ok(reply)) => reply.into_inner(),
+                }
+            }
         };
         let result = Resp::decode(&reply.body).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result
             .map_err(|e| RPCError::RemoteError(RemoteError::new_with_node(self.target, self.node.clone(), e)))
+    }
+
+    /// Sends an AppendEntries over the peer's stream, opening one if none is open, within `ttl`. A stream
+    /// that fails or times out is dropped.
+    async fn over_stream<E: Error>(
+        &mut self,
+        client: &mut RaftClient<Channel>,
+        rpc: Rpc,
+        payload: RaftPayload,
+        ttl: Duration,
+    ) -> Result<RaftPayload, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>> {
+        let exchanged = match self.stream.open.take() {
+            Some(mut open) => {
+                tokio::time::timeout(ttl, async {
+                    Ok::<_, tonic::Status>((open.exchange(payload).await?, open))
+                })
+                .await
+            }
+            None => {
+                tokio::time::timeout(ttl, async {
+                    let (open, answer) = AppendStream::open(client, &self.secret, payload).await?;
+                    Ok::<_, tonic::Status>((answer, open))
+                })
+                .await
+            }
+        };
+        match exchanged {
+            Err(_) => Err(self.timeout(rpc, ttl)),
+            Ok(Err(status)) => {
+                if status.code() == Code::Unimplemented {
+                    tracing::info!(
+                        target_node = self.target,
+                        "peer has no AppendEntries stream; using unary calls"
+                    );
+                    self.stream.refused = true;
+                }
+                Err(status_error(rpc, status))
+            }
+            Ok(Ok((answer, open))) => {
+                self.stream.open = Some(open);
+                Ok(answer)
+            }
+        }
     }
 
     fn timeout<E: Error>(

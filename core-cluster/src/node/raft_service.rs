@@ -8,7 +8,9 @@ use std::sync::Arc;
 use openraft::raft::{AppendEntriesResponse, InstallSnapshotResponse, VoteResponse};
 use proto::raft::raft_server::Raft as RaftRpc;
 use proto::raft::RaftPayload;
-use tonic::{Request, Response, Status};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
 
 use super::convert::{decode, encode};
 use super::error::CoreError;
@@ -32,26 +34,76 @@ pub struct RaftService {
     contact: Arc<LeaderContact>,
     /// Request counters.
     metrics: Arc<Metrics>,
+    /// Becomes true when the node shuts down: open AppendEntries streams end, so they never hold the
+    /// server's drain.
+    stopping: watch::Receiver<bool>,
 }
 
 impl RaftService {
     /// A service in front of `raft`.
-    pub fn new(raft: Raft, group: GroupCommit, contact: Arc<LeaderContact>, metrics: Arc<Metrics>) -> Self {
-        Self { raft, group, contact, metrics }
+    pub fn new(
+        raft: Raft,
+        group: GroupCommit,
+        contact: Arc<LeaderContact>,
+        metrics: Arc<Metrics>,
+        stopping: watch::Receiver<bool>,
+    ) -> Self {
+        Self { raft, group, contact, metrics, stopping }
     }
 }
+
+impl RaftService {
+    /// Hands one encoded AppendEntries to the local Raft node and encodes its answer.
+    async fn append(&self, request: &RaftPayload) -> Result<RaftPayload, Status> {
+        self.metrics.rpc_append_entries.inc();
+        let req = log_codec::decode_append(&request.body)?;
+        let result = self.raft.append_entries(req).await;
+        if matches!(result, Ok(AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_))) {
+            self.contact.touch();
+        }
+        Ok(RaftPayload { body: AppendEntriesResponse::encode(&result) })
+    }
+}
+
+/// The answers of an AppendEntries stream, one per request, in order.
+type AppendAnswers = ReceiverStream<Result<RaftPayload, Status>>;
 
 #[tonic::async_trait]
 impl RaftRpc for RaftService {
     #[tracing::instrument(level = "debug", name = "raft.append_entries", skip_all)]
     async fn append_entries(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
-        self.metrics.rpc_append_entries.inc();
-        let req = log_codec::decode_append(&request.get_ref().body)?;
-        let result = self.raft.append_entries(req).await;
-        if matches!(result, Ok(AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_))) {
-            self.contact.touch();
-        }
-        Ok(Response::new(RaftPayload { body: AppendEntriesResponse::encode(&result) }))
+        Ok(Response::new(self.append(request.get_ref()).await?))
+    }
+
+    type AppendStreamStream = AppendAnswers;
+
+    /// Answers each request of the stream in turn. A request that does not parse ends the stream with its
+    /// error (the sender opens another); so does the node shutting down.
+    async fn append_stream(
+        &self,
+        request: Request<Streaming<RaftPayload>>,
+    ) -> Result<Response<AppendAnswers>, Status> {
+        let (answers, outgoing) = mpsc::channel(1);
+        let (service, mut requests, mut stopping) =
+            (self.clone(), request.into_inner(), self.stopping.clone());
+        tokio::spawn(async move {
+            loop {
+                let request = tokio::select! {
+                    request = requests.message() => request,
+                    _ = stopping.wait_for(|stopping| *stopping) => break,
+                };
+                let answer = match request {
+                    Ok(Some(request)) => service.append(&request).await,
+                    Ok(None) => break,
+                    Err(status) => Err(status),
+                };
+                let failed = answer.is_err();
+                if answers.send(answer).await.is_err() || failed {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(outgoing)))
     }
 
     #[tracing::instrument(level = "debug", name = "raft.vote", skip_all)]

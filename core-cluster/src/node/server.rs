@@ -120,7 +120,8 @@ pub async fn run(
     }
 
     let identity = &config.identity;
-    let raft_rpc = RaftServer::new(RaftService::new(raft.clone(), group, contact, metrics))
+    let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
+    let raft_rpc = RaftServer::new(RaftService::new(raft.clone(), group, contact, metrics, stopping_rx))
         .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES);
     let cache_rpc = CoreCacheServer::new(CacheService::new(node.clone()));
@@ -153,6 +154,7 @@ pub async fn run(
         None => {
             tracing::info!("shutting down");
             let _ = stop_tx.send(());
+            let _ = stopping.send(true);
             match tokio::time::timeout(DRAIN_TIMEOUT, &mut server).await {
                 Ok(result) => result,
                 Err(_) => {
