@@ -23,12 +23,12 @@ pub struct AppendStream {
 }
 
 impl AppendStream {
-    /// Opens a stream whose first request is `first`, and returns it with that request's answer.
+    /// Opens a stream whose first request is `first`, and returns that request's answer with the stream.
     pub async fn open(
         client: &mut RaftClient<Channel>,
         identity: &TierIdentity,
         first: RaftPayload,
-    ) -> Result<(Self, RaftPayload), Status> {
+    ) -> Result<(RaftPayload, Self), Status> {
         let (requests, outgoing) = mpsc::channel(1);
         requests
             .try_send(first)
@@ -36,7 +36,7 @@ impl AppendStream {
         let mut answers =
             client.append_stream(identity.request(ReceiverStream::new(outgoing))).await?.into_inner();
         let answer = next_answer(&mut answers).await?;
-        Ok((Self { requests, answers }, answer))
+        Ok((answer, Self { requests, answers }))
     }
 
     /// Sends `request` and waits for its answer.
@@ -127,6 +127,10 @@ mod tests {
         RaftClient::connect(format!("http://{addr}")).await.expect("connect")
     }
 
+    fn identity() -> TierIdentity {
+        TierIdentity::insecure_secret("a-test-secret-of-enough-length-0123456789").expect("identity")
+    }
+
     fn payload(body: &str) -> RaftPayload {
         RaftPayload { body: body.as_bytes().to_vec() }
     }
@@ -140,9 +144,8 @@ mod tests {
         let peer = EchoPeer::default();
         let opened = Arc::clone(&peer.opened);
         let mut client = start(peer).await;
-        let identity =
-            TierIdentity::insecure_secret("a-test-secret-of-enough-length-0123456789").expect("identity");
-        let (mut stream, first) =
+        let identity = identity();
+        let (first, mut stream) =
             AppendStream::open(&mut client, &identity, payload("a")).await.expect("opens");
         assert_eq!(text(&first), "a #1");
         for (i, body) in ["b", "c", "d"].iter().enumerate() {
@@ -157,13 +160,12 @@ mod tests {
         let peer = EchoPeer::default();
         let opened = Arc::clone(&peer.opened);
         let mut client = start(peer).await;
-        let identity =
-            TierIdentity::insecure_secret("a-test-secret-of-enough-length-0123456789").expect("identity");
-        let (mut stream, _) = AppendStream::open(&mut client, &identity, payload("a")).await.expect("opens");
+        let identity = identity();
+        let (_, mut stream) = AppendStream::open(&mut client, &identity, payload("a")).await.expect("opens");
         let refused = stream.exchange(payload("bad")).await.expect_err("refused");
         assert_eq!(refused.code(), tonic::Code::InvalidArgument);
         stream.exchange(payload("b")).await.expect_err("the stream has ended");
-        let (_, answer) = AppendStream::open(&mut client, &identity, payload("b")).await.expect("reopens");
+        let (answer, _) = AppendStream::open(&mut client, &identity, payload("b")).await.expect("reopens");
         assert_eq!(text(&answer), "b #1");
         assert_eq!(opened.load(Ordering::SeqCst), 2);
     }

@@ -255,21 +255,14 @@ impl PeerConnection {
         payload: RaftPayload,
         ttl: Duration,
     ) -> Result<RaftPayload, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>> {
-        let exchanged = match self.stream.open.take() {
-            Some(mut open) => {
-                tokio::time::timeout(ttl, async {
-                    Ok::<_, tonic::Status>((open.exchange(payload).await?, open))
-                })
-                .await
+        let open = self.stream.open.take();
+        let exchanged = tokio::time::timeout(ttl, async {
+            match open {
+                Some(mut open) => Ok((open.exchange(payload).await?, open)),
+                None => AppendStream::open(client, &self.secret, payload).await,
             }
-            None => {
-                tokio::time::timeout(ttl, async {
-                    let (open, answer) = AppendStream::open(client, &self.secret, payload).await?;
-                    Ok::<_, tonic::Status>((answer, open))
-                })
-                .await
-            }
-        };
+        })
+        .await;
         match exchanged {
             Err(_) => Err(self.timeout(rpc, ttl)),
             Ok(Err(status)) => {

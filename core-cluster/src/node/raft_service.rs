@@ -50,9 +50,7 @@ impl RaftService {
     ) -> Self {
         Self { raft, group, contact, metrics, stopping }
     }
-}
 
-impl RaftService {
     /// Hands one encoded AppendEntries to the local Raft node and encodes its answer.
     async fn append(&self, request: &RaftPayload) -> Result<RaftPayload, Status> {
         self.metrics.rpc_append_entries.inc();

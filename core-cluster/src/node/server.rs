@@ -120,10 +120,12 @@ pub async fn run(
     }
 
     let identity = &config.identity;
+    // Set once at shutdown: the server drains, and open AppendEntries streams end.
     let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
-    let raft_rpc = RaftServer::new(RaftService::new(raft.clone(), group, contact, metrics, stopping_rx))
-        .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES);
+    let raft_rpc =
+        RaftServer::new(RaftService::new(raft.clone(), group, contact, metrics, stopping_rx.clone()))
+            .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES);
     let cache_rpc = CoreCacheServer::new(CacheService::new(node.clone()));
     let store_rpc = CoreStoreServer::new(StoreService::new(node.clone()));
     let admin_rpc = CoreAdminServer::new(AdminService::new(node.clone()));
@@ -137,10 +139,10 @@ pub async fn run(
         .merge(http::router(node));
 
     // gRPC and HTTP/1.1 share the listener: the server detects HTTP/2 (h2c) per connection.
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let tls = identity.acceptor(ClientAuth::Optional)?;
+    let mut stop = stopping_rx;
     let serve = proto::http_serving::serve(listener, app, HttpLimits::default(), tls, async move {
-        let _ = stop_rx.await;
+        let _ = stop.wait_for(|stopping| *stopping).await;
     });
     let mut server = tokio::spawn(serve);
     tracing::info!(id = config.id, addr = %local_addr, peers = config.peers.len(), pods = config.pods.len(), "core node serving");
@@ -153,7 +155,6 @@ pub async fn run(
         Some(result) => result,
         None => {
             tracing::info!("shutting down");
-            let _ = stop_tx.send(());
             let _ = stopping.send(true);
             match tokio::time::timeout(DRAIN_TIMEOUT, &mut server).await {
                 Ok(result) => result,
