@@ -254,7 +254,7 @@ fn scope_from_pb(invalidate: core_pb::Invalidate) -> Result<InvalidateScope, Cor
     })
 }
 
-fn prompt_to_pb(prompt: &Prompt) -> pb::LoggedPrompt {
+pub(super) fn prompt_to_pb(prompt: &Prompt) -> pb::LoggedPrompt {
     let s = &prompt.sampling;
     pb::LoggedPrompt {
         messages: prompt
@@ -269,7 +269,7 @@ fn prompt_to_pb(prompt: &Prompt) -> pb::LoggedPrompt {
     }
 }
 
-fn prompt_from_pb(prompt: pb::LoggedPrompt) -> Result<Prompt, CoreError> {
+pub(super) fn prompt_from_pb(prompt: pb::LoggedPrompt) -> Result<Prompt, CoreError> {
     let messages = prompt
         .messages
         .into_iter()

@@ -32,7 +32,6 @@ use std::sync::Arc;
 
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, LogId, Snapshot, SnapshotMeta, StorageIOError, StoredMembership};
-use serde::de::DeserializeOwned;
 #[cfg(test)]
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -41,8 +40,10 @@ use sled::transaction::TransactionError;
 mod applying;
 mod redo;
 mod request_rows;
+mod rows;
 mod snapshots;
 
+use rows::Row;
 use snapshots::blocking;
 pub use snapshots::SnapshotBuilder;
 
@@ -153,10 +154,7 @@ pub struct StateDigest {
 }
 
 /// The keys of `tree` whose rows `stale` picks, at most [`SWEEP_LIMIT`] of them.
-fn sweepable<T: DeserializeOwned>(
-    tree: &sled::Tree,
-    stale: impl Fn(&T) -> bool,
-) -> Result<Vec<String>, CoreError> {
+fn sweepable<T: Row>(tree: &sled::Tree, stale: impl Fn(&T) -> bool) -> Result<Vec<String>, CoreError> {
     let mut keys = Vec::new();
     for item in tree.iter() {
         let (key, bytes) = item?;
@@ -170,8 +168,8 @@ fn sweepable<T: DeserializeOwned>(
     Ok(keys)
 }
 
-fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error> {
-    serde_json::from_slice(bytes)
+fn decode<T: Row>(bytes: &[u8]) -> std::io::Result<T> {
+    T::from_row(bytes)
 }
 
 impl StateMachineStore {
@@ -338,10 +336,13 @@ impl StateMachineStore {
             let stored: StoredEntry = decode(&bytes)?;
             if stored.is_live(tenants.get(&stored.entry.tenant), models.get(&stored.entry.model), clock) {
                 entries += 1;
+                // Hashed in this binary's encoding, so that a row an older binary wrote as JSON counts
+                // the same as its copy on an upgraded replica.
+                let canonical = stored.to_row()?;
                 hasher.update((key.len() as u64).to_be_bytes());
                 hasher.update(&key);
-                hasher.update((bytes.len() as u64).to_be_bytes());
-                hasher.update(&bytes);
+                hasher.update((canonical.len() as u64).to_be_bytes());
+                hasher.update(&canonical);
             }
         }
         hasher.update(serde_json::to_vec(&tenants)?);

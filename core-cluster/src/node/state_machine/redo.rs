@@ -24,12 +24,10 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io;
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-
 use super::super::apply::Tables;
 use super::super::records::{AppliedRequest, FeedRow, ModelState, StoredEntry, TenantState};
 use super::request_rows::{BatchRows, IndexChanges, RequestIndex};
+use super::rows::Row;
 use super::FEED_FLOOR;
 
 /// The state machine's trees, in the order a write names them by.
@@ -89,8 +87,9 @@ fn sled_err(e: sled::Error) -> io::Error {
     io::Error::other(e.to_string())
 }
 
-fn codec_err(what: &dyn std::fmt::Debug, e: serde_json::Error) -> io::Error {
-    io::Error::other(format!("{what:?}: {e}"))
+/// A row's error, naming its key.
+fn keyed(key: &[u8], e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{:?}: {e}", String::from_utf8_lossy(key)))
 }
 
 /// The trees as a batch sees them: sled's values under the batch's own writes.
@@ -125,16 +124,12 @@ impl<'a> Overlay<'a> {
         self.writes[table as usize].insert(key.to_vec(), value);
     }
 
-    fn get<T: DeserializeOwned>(&self, table: Table, key: &[u8]) -> io::Result<Option<T>> {
-        self.get_raw(table, key)?
-            .map(|bytes| {
-                serde_json::from_slice(&bytes).map_err(|e| codec_err(&String::from_utf8_lossy(key), e))
-            })
-            .transpose()
+    fn get<T: Row>(&self, table: Table, key: &[u8]) -> io::Result<Option<T>> {
+        self.get_raw(table, key)?.map(|bytes| T::from_row(&bytes).map_err(|e| keyed(key, e))).transpose()
     }
 
-    fn put<T: Serialize>(&mut self, table: Table, key: &[u8], value: &T) -> io::Result<()> {
-        let bytes = serde_json::to_vec(value).map_err(|e| codec_err(&String::from_utf8_lossy(key), e))?;
+    fn put<T: Row>(&mut self, table: Table, key: &[u8], value: &T) -> io::Result<()> {
+        let bytes = value.to_row().map_err(|e| keyed(key, e))?;
         self.set_raw(table, key, Some(bytes));
         Ok(())
     }

@@ -1,0 +1,157 @@
+//! How the state machine's values are stored in sled.
+//!
+//! Cache entries, one row for every put, are prost (`StoredEntryRow`): JSON spent most of its time
+//! escaping the content character by character, and its field names made every row longer in each of the
+//! copies sled writes of it. A row an older binary wrote is JSON; JSON rows begin with `{`, which an
+//! encoded `StoredEntryRow` never does (its first byte is the tag of its `entry`), so both are read and a
+//! database written before keeps working. Snapshots carry rows as stored, so they read the same way.
+//!
+//! The other values (tenants, models, request outcomes, feed rows, the meta tree's ids, clock and
+//! membership) are written once per proposal or less and stay JSON.
+
+use std::io;
+
+use openraft::{BasicNode, LogId, SnapshotMeta};
+use prost::Message as _;
+use proto::raft as pb;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::super::log_codec::{prompt_from_pb, prompt_to_pb};
+use super::super::records::{AppliedRequest, FeedRow, ModelState, StoredEntry, TenantState};
+use super::super::types::NodeId;
+use super::Membership;
+
+/// A value the state machine stores as a sled row.
+pub trait Row: Sized {
+    /// The row's bytes.
+    fn to_row(&self) -> io::Result<Vec<u8>>;
+    /// The value of a row; a row that does not decode is `InvalidData`.
+    fn from_row(bytes: &[u8]) -> io::Result<Self>;
+}
+
+fn invalid(what: &str, e: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("a stored {what} does not decode: {e}"))
+}
+
+fn to_json<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
+    serde_json::to_vec(value).map_err(io::Error::other)
+}
+
+fn from_json<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> io::Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| invalid(what, e))
+}
+
+/// Values stored as JSON, each with the name its decoding errors give it.
+macro_rules! json_rows {
+    ($($ty:ty => $what:literal),* $(,)?) => {$(
+        impl Row for $ty {
+            fn to_row(&self) -> io::Result<Vec<u8>> {
+                to_json(self)
+            }
+            fn from_row(bytes: &[u8]) -> io::Result<Self> {
+                from_json($what, bytes)
+            }
+        }
+    )*};
+}
+
+json_rows! {
+    TenantState => "tenant",
+    ModelState => "model",
+    AppliedRequest => "request outcome",
+    FeedRow => "feed row",
+    Option<LogId<NodeId>> => "log id",
+    Membership => "membership",
+    SnapshotMeta<NodeId, BasicNode> => "snapshot's metadata",
+    i64 => "clock",
+    u64 => "revision",
+}
+
+impl Row for StoredEntry {
+    fn to_row(&self) -> io::Result<Vec<u8>> {
+        let row = pb::StoredEntryRow {
+            entry: Some(self.entry.clone().into()),
+            content_class: self.content_class.clone(),
+            tenant_epoch: self.tenant_epoch,
+            model_epoch: self.model_epoch,
+            prompt: self.prompt.as_ref().map(prompt_to_pb),
+        };
+        Ok(row.encode_to_vec())
+    }
+
+    fn from_row(bytes: &[u8]) -> io::Result<Self> {
+        if bytes.first() == Some(&b'{') {
+            return from_json("entry", bytes);
+        }
+        let row = pb::StoredEntryRow::decode(bytes).map_err(|e| invalid("entry", e))?;
+        Ok(StoredEntry {
+            entry: row.entry.ok_or_else(|| invalid("entry", "it has no completion"))?.into(),
+            content_class: row.content_class,
+            tenant_epoch: row.tenant_epoch,
+            model_epoch: row.model_epoch,
+            prompt: row.prompt.map(prompt_from_pb).transpose().map_err(|e| invalid("entry", e))?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use shared::completion::{AnsweredQuestion, CachedCompletion};
+    use shared::normalize::{Message, Role, Sampling};
+
+    use super::super::super::types::Prompt;
+    use super::*;
+
+    fn stored(prompt: Option<Prompt>) -> StoredEntry {
+        StoredEntry {
+            entry: CachedCompletion {
+                key: "v1:k".into(),
+                tenant: "dev".into(),
+                model: "m".into(),
+                model_version: 2,
+                content: "a \"quoted\" answer\nwith ünïcode".into(),
+                finish_reason: "stop".into(),
+                prompt_tokens: 3,
+                completion_tokens: 4,
+                etag: CachedCompletion::etag_of("k", "stop"),
+                created_ms: 1_700_000_000_000,
+                ttl_s: 60,
+                question: Some(AnsweredQuestion { partition: "p1:ab".into(), text: "What?".into() }),
+            },
+            content_class: "stable".into(),
+            tenant_epoch: 7,
+            model_epoch: 9,
+            prompt,
+        }
+    }
+
+    #[test]
+    fn entries_round_trip_with_and_without_their_prompt() {
+        let prompt = Prompt {
+            messages: vec![Message { role: Role::User, content: "What?".into() }],
+            sampling: Sampling { seed: Some(7), stop: vec!["x".into()], ..Sampling::greedy(16) },
+        };
+        for entry in [stored(None), stored(Some(prompt))] {
+            let row = entry.to_row().expect("encode");
+            assert_ne!(row.first(), Some(&b'{'));
+            assert_eq!(StoredEntry::from_row(&row).expect("decode"), entry);
+        }
+    }
+
+    #[test]
+    fn an_entry_an_older_binary_wrote_as_json_is_read() {
+        let entry = stored(None);
+        let json = serde_json::to_vec(&entry).expect("json");
+        assert_eq!(StoredEntry::from_row(&json).expect("decode"), entry);
+    }
+
+    #[test]
+    fn a_row_that_does_not_decode_is_invalid_data() {
+        let row = stored(None).to_row().expect("encode");
+        for garbage in [&row[..row.len() - 3], b"{\"entry\":", &[0xff, 0xff, 0xff][..], &[][..]] {
+            let err = StoredEntry::from_row(garbage).expect_err("garbage decodes");
+            assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{garbage:?}: {err}");
+        }
+    }
+}
