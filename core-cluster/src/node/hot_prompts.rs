@@ -71,6 +71,17 @@ impl HotPrompts {
         self.counts.is_empty()
     }
 
+    /// Every tracked key and its count, in key order, and the hits added since the last halving: what a
+    /// stored row holds.
+    pub fn parts(&self) -> (impl Iterator<Item = (&str, u64)>, u64) {
+        (self.counts.iter().map(|(k, c)| (k.as_str(), *c)), self.since_aging)
+    }
+
+    /// The summary a stored row describes ([`HotPrompts::parts`]).
+    pub fn from_parts(counts: impl IntoIterator<Item = (String, u64)>, since_aging: u64) -> Self {
+        Self { counts: counts.into_iter().collect(), since_aging }
+    }
+
     /// The least frequent key (the last in key order among equals) and its count.
     fn coldest(&self) -> Option<(String, u64)> {
         self.counts
