@@ -15,7 +15,9 @@ use openraft::{
 };
 use shared::completion::CachedCompletion;
 
+use super::hot_prompts::HotPrompts;
 use super::log_store::LogStore;
+use super::records::ModelState;
 use super::state_machine::{now_ms, FeedRead, StateMachineStore};
 use super::types::{
     Command, Entry, NodeId, Outcome, Proposal, ProposalResponse, Request, StorageError, TenantPolicy,
@@ -216,6 +218,36 @@ fn a_batch_whose_writes_were_lost_is_written_again_at_start() {
         assert_eq!(b, Some("answer for b".to_owned()));
         let a = sm.read("a", "dev").expect("read").map(|s| s.entry.content);
         assert_eq!(a, Some("answer for a".to_owned()), "earlier batches are untouched");
+    });
+}
+
+#[test]
+fn rows_an_older_binary_wrote_as_json_are_read_digested_alike_and_applied_over() {
+    let dir = TempDir::new("json-rows");
+    runtime().block_on(async {
+        let now = now_ms();
+        let (stored, digest) = {
+            let (_, mut sm) = open(&dir.0).expect("open");
+            sm.apply(vec![seed(), put(2, now, completion("a", "dev", 600))]).await.expect("apply");
+            (sm.read("a", "dev").expect("read").expect("stored"), sm.digest().expect("digest"))
+        };
+        {
+            // The entry and its model as a binary before prost rows left them.
+            let db = open_db(&dir.0).expect("db");
+            let json = serde_json::to_vec(&stored).expect("json");
+            db.open_tree("sm_entries").expect("tree").insert("a", json).expect("insert");
+            let mut hot = HotPrompts::default();
+            hot.record("a", 1);
+            let model = serde_json::to_vec(&ModelState { version: 1, epoch: 0, hot }).expect("json");
+            db.open_tree("sm_models").expect("tree").insert("m", model).expect("insert");
+            db.flush().expect("flush");
+        }
+        let (_, mut sm) = open(&dir.0).expect("reopen");
+        assert_eq!(sm.read("a", "dev").expect("read"), Some(stored));
+        assert_eq!(sm.digest().expect("digest"), digest, "a JSON row digests as its prost copy does");
+        sm.apply(vec![put(3, now, completion("b", "dev", 600))]).await.expect("apply over JSON rows");
+        let b = sm.read("b", "dev").expect("read").map(|s| s.entry.content);
+        assert_eq!(b, Some("answer for b".to_owned()));
     });
 }
 
