@@ -59,9 +59,14 @@ pub struct NodeArgs {
     /// Upper bound of the randomized election timeout in milliseconds.
     #[arg(long, env = "MESH_CORE_ELECTION_MAX_MS", default_value_t = RaftTuning::default().election_timeout_max_ms)]
     pub election_timeout_max_ms: u64,
-    /// Build a snapshot (and later purge the log) after this many log entries since the last one.
+    /// Build a snapshot (and later purge the log) after this many log entries since the last one, whatever
+    /// their size (a backstop to `--snapshot-log-bytes`).
     #[arg(long, env = "MESH_CORE_SNAPSHOT_LOGS", default_value_t = RaftTuning::default().snapshot_logs)]
     pub snapshot_logs: u64,
+    /// Build a snapshot once the log appended since the last one reaches this many bytes, or the last
+    /// snapshot's size if that is larger (so a large state is not rewritten more often than it changes).
+    #[arg(long, env = "MESH_CORE_SNAPSHOT_LOG_BYTES", default_value_t = RaftTuning::default().snapshot_log_bytes)]
+    pub snapshot_log_bytes: u64,
     /// Log entries kept behind a snapshot for lagging followers.
     #[arg(long, env = "MESH_CORE_LOGS_KEPT_AFTER_SNAPSHOT", default_value_t = RaftTuning::default().logs_kept_after_snapshot)]
     pub logs_kept_after_snapshot: u64,
@@ -105,6 +110,7 @@ impl NodeArgs {
                 election_timeout_min_ms: self.election_timeout_min_ms,
                 election_timeout_max_ms: self.election_timeout_max_ms,
                 snapshot_logs: self.snapshot_logs,
+                snapshot_log_bytes: self.snapshot_log_bytes,
                 logs_kept_after_snapshot: self.logs_kept_after_snapshot,
             },
             commit_timeout: Duration::from_millis(self.commit_timeout_ms),
@@ -207,8 +213,11 @@ pub struct RaftTuning {
     pub election_timeout_min_ms: u64,
     /// Upper bound of the election timeout in milliseconds.
     pub election_timeout_max_ms: u64,
-    /// Log entries since the last snapshot that trigger a new one.
+    /// Log entries since the last snapshot that trigger a new one, whatever their size.
     pub snapshot_logs: u64,
+    /// Bytes of log since the last snapshot that trigger a new one, or the last snapshot's size if larger
+    /// ([`super::snapshot_trigger`]).
+    pub snapshot_log_bytes: u64,
     /// Log entries kept behind a snapshot, so that a briefly lagging follower catches up from the log
     /// instead of receiving the whole snapshot.
     pub logs_kept_after_snapshot: u64,
@@ -220,7 +229,8 @@ impl Default for RaftTuning {
             heartbeat_ms: 200,
             election_timeout_min_ms: 1000,
             election_timeout_max_ms: 2000,
-            snapshot_logs: 5000,
+            snapshot_logs: 100_000,
+            snapshot_log_bytes: 64 * 1024 * 1024,
             logs_kept_after_snapshot: 1000,
         }
     }

@@ -16,6 +16,7 @@ use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,6 +43,8 @@ pub struct LogStore {
     durable_snapshot: Option<tokio::sync::watch::Receiver<u64>>,
     /// This node, when it syncs another leader's entries itself ([`LogStore::syncing_followed_entries`]).
     me: Option<NodeId>,
+    /// Encoded bytes of every entry appended since the log was opened.
+    appended: Arc<AtomicU64>,
 }
 
 impl LogStore {
@@ -50,7 +53,8 @@ impl LogStore {
     pub fn open(path: &Path, lock_wait: Duration) -> io::Result<Self> {
         let dir = OsDir::open(path, lock_wait)?;
         let wal = Arc::new(Wal::open(Arc::new(dir), WalOptions::default())?);
-        Ok(Self { wal, recent: Arc::new(RecentEntries::new(RECENT_BYTES)), durable_snapshot: None, me: None })
+        let recent = Arc::new(RecentEntries::new(RECENT_BYTES));
+        Ok(Self { wal, recent, durable_snapshot: None, me: None, appended: Arc::default() })
     }
 
     /// Makes node `me` sync entries that another leader sent on the appending task
@@ -69,6 +73,12 @@ impl LogStore {
     pub fn purge_behind(mut self, durable_snapshot: tokio::sync::watch::Receiver<u64>) -> Self {
         self.durable_snapshot = Some(durable_snapshot);
         self
+    }
+
+    /// Encoded bytes of every entry appended since the log was opened (what the snapshot trigger measures
+    /// the log's growth by).
+    pub fn appended_bytes(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.appended)
     }
 
     /// The log's syncs so far and the writes they covered.
@@ -164,6 +174,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let encoded: Vec<_> =
             entries.iter().map(|entry| (entry.log_id, log_codec::encode_payload(&entry.payload))).collect();
         let sizes: Vec<usize> = encoded.iter().map(|(_, bytes)| bytes.len()).collect();
+        self.appended.fetch_add(sizes.iter().sum::<usize>() as u64, Ordering::Relaxed);
         let done: Done = Box::new(move |result| callback.log_io_completed(result));
         let followed = match (self.me, entries.last()) {
             (Some(me), Some(last)) => last.log_id.leader_id.node_id != me,

@@ -77,6 +77,7 @@ pub mod reply_codec;
 pub mod request_size;
 pub mod server;
 pub mod snapshot_file;
+pub mod snapshot_trigger;
 pub mod state_machine;
 pub mod store_service;
 pub mod ticker;

@@ -36,6 +36,7 @@ use super::pods::PodPool;
 use super::raft_service::RaftService;
 use super::read_barrier::ReadBarrier;
 use super::refresher::Refresher;
+use super::snapshot_trigger;
 use super::state_machine::StateMachineStore;
 use super::store_service::StoreService;
 use super::ticker;
@@ -73,6 +74,7 @@ pub async fn run(
     let state_db = open_db(config.data_dir.join("sled-state")).await?;
     let state = StateMachineStore::open(&state_db, &config.data_dir.join("snapshots"))?;
     let log_store = log_store.purge_behind(state.durable_snapshot()).syncing_followed_entries(config.id);
+    let appended = log_store.appended_bytes();
 
     let channels = PeerChannels::new(config.source_ip, config.identity.clone());
     let network = Network::new(config.id, channels.clone(), config.identity.clone());
@@ -112,9 +114,21 @@ pub async fn run(
         contact: contact.clone(),
         metrics: metrics.clone(),
     });
+    let snapshots = snapshot_trigger::run(
+        config.id,
+        raft.clone(),
+        appended,
+        state.durable_snapshot(),
+        config.data_dir.join("snapshots"),
+        config.raft.snapshot_log_bytes,
+    );
     let ticker = ticker::run(config.id, raft.clone(), state, writer.clone());
-    let mut background =
-        vec![prober, tokio::spawn(hit_reporter::report(hits, writer.clone())), tokio::spawn(ticker)];
+    let mut background = vec![
+        prober,
+        tokio::spawn(hit_reporter::report(hits, writer.clone())),
+        tokio::spawn(ticker),
+        tokio::spawn(snapshots),
+    ];
     if formed {
         background.push(tokio::spawn(seed(writer, config.clone())));
     }
