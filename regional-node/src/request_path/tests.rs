@@ -246,7 +246,10 @@ fn path_to(core_addr: SocketAddr, extra: &[&str]) -> Arc<RequestPath> {
 
 /// A request path whose core is at `core_addr`, not following any feed.
 fn path_without_feed(core_addr: SocketAddr, extra: &[&str]) -> Arc<RequestPath> {
-    let secret_file = std::env::temp_dir().join(format!("path-test-secret-{}", std::process::id()));
+    // A file per call: tests run in parallel, and rewriting one shared file let another test read it empty.
+    static FILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let secret_file = std::env::temp_dir().join(format!("path-test-secret-{}-{n}", std::process::id()));
     std::fs::write(&secret_file, SECRET).expect("write the secret");
     let mut args = vec![
         "regional-node".to_owned(),
