@@ -44,7 +44,7 @@ fn snapshot_bytes(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// Runs until `stopping`: asks `raft` for a snapshot whenever [`due`] says so. `appended` counts the
+/// Runs until the state machine goes away (`durable` closes): asks `raft` for a snapshot whenever [`due`] says so. `appended` counts the
 /// log's bytes; `durable` moves whenever a snapshot is kept (built here or installed from the leader),
 /// whose file is in `dir`.
 pub async fn run(
