@@ -1,10 +1,12 @@
 //! The Raft log store: log entries, the vote, the committed pointer and the purge point, in the node's
 //! [write-ahead log](crate::wal).
 //!
-//! Durability: `append` returns once the entries are written and readable, and reports them flushed to
-//! openraft only after the log's group commit has `fdatasync`ed them; `save_vote`, `truncate` and `purge`
-//! return only after theirs. The committed pointer is written without waiting: it may lag after a crash,
-//! which only means that openraft re-applies fewer entries at startup before the leader tells it more.
+//! Durability: `append` returns once the entries are written and readable. A follower's appends are
+//! reported flushed to openraft only once they are `fdatasync`ed; a leader's own are reported at once, so
+//! that openraft replicates them while the leader's disk syncs, and what depends on them waits for the
+//! sync through [`DurableLog`]. `save_vote`, `truncate` and `purge` return only after their sync. The
+//! committed pointer is written without waiting: it may lag after a crash, which only means that
+//! openraft re-applies fewer entries at startup before the leader tells it more.
 //! Entries are stored in the binary form of [`log_codec`](super::log_codec); the newest are also kept
 //! decoded ([`RecentEntries`]), since the leader reads each one again for every follower and to apply it.
 
@@ -24,6 +26,7 @@ use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{LogId, LogState, OptionalSend, RaftLogReader, StorageIOError, Vote};
 use tokio::sync::oneshot;
 
+use super::durable_log::DurableLog;
 use super::log_codec;
 use super::recent_entries::RecentEntries;
 use super::types::{Entry, NodeId, StorageError, TypeConfig};
@@ -41,8 +44,11 @@ pub struct LogStore {
     /// The last log index a durable snapshot covers, when purges must wait for one
     /// ([`LogStore::purge_behind`]).
     durable_snapshot: Option<tokio::sync::watch::Receiver<u64>>,
-    /// This node, when it syncs another leader's entries itself ([`LogStore::syncing_followed_entries`]).
+    /// This node, when it syncs another leader's entries itself and reports its own at once
+    /// ([`LogStore::syncing_followed_entries`]).
     me: Option<NodeId>,
+    /// How far the log is durable.
+    durable: DurableLog,
     /// Encoded bytes of every entry appended since the log was opened.
     appended: Arc<AtomicU64>,
 }
@@ -54,13 +60,14 @@ impl LogStore {
         let dir = OsDir::open(path, lock_wait)?;
         let wal = Arc::new(Wal::open(Arc::new(dir), WalOptions::default())?);
         let recent = Arc::new(RecentEntries::new(RECENT_BYTES));
-        Ok(Self { wal, recent, durable_snapshot: None, me: None, appended: Arc::default() })
+        let durable = DurableLog::new(wal.last_log_id());
+        Ok(Self { wal, recent, durable_snapshot: None, me: None, durable, appended: Arc::default() })
     }
 
     /// Makes node `me` sync entries that another leader sent on the appending task
-    /// ([`Wal::append_and_sync`]) rather than on the log's flusher thread, which a leader's appends keep
-    /// using so that its replication goes out while its own disk syncs. At one client on 2 cores this
-    /// took a follower's two thread wake-ups off every write's path.
+    /// ([`Wal::append_and_sync`]) rather than on the log's flusher thread (at one client on 2 cores this
+    /// took a follower's two thread wake-ups off every write's path), and report the entries it appends
+    /// as the leader at once, leaving their sync to the flusher thread ([`super::durable_log`]).
     pub fn syncing_followed_entries(mut self, me: NodeId) -> Self {
         self.me = Some(me);
         self
@@ -73,6 +80,18 @@ impl LogStore {
     pub fn purge_behind(mut self, durable_snapshot: tokio::sync::watch::Receiver<u64>) -> Self {
         self.durable_snapshot = Some(durable_snapshot);
         self
+    }
+
+    /// How far the log is durable (what the state machine and the replication of a leader wait for).
+    pub fn durable_log(&self) -> DurableLog {
+        self.durable.clone()
+    }
+
+    /// Whether `entries` are this node's own, appended as the leader of the vote it holds.
+    fn leading(&self, entries: &[Entry]) -> bool {
+        let (Some(me), Some(last)) = (self.me, entries.last()) else { return false };
+        let vote = self.wal.meta().vote;
+        vote.is_some_and(|v| v.committed && v.leader_id == last.log_id.leader_id && v.leader_id.node_id == me)
     }
 
     /// Encoded bytes of every entry appended since the log was opened (what the snapshot trigger measures
@@ -175,17 +194,34 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             entries.iter().map(|entry| (entry.log_id, log_codec::encode_payload(&entry.payload))).collect();
         let sizes: Vec<usize> = encoded.iter().map(|(_, bytes)| bytes.len()).collect();
         self.appended.fetch_add(sizes.iter().sum::<usize>() as u64, Ordering::Relaxed);
-        let done: Done = Box::new(move |result| callback.log_io_completed(result));
-        let followed = match (self.me, entries.last()) {
-            (Some(me), Some(last)) => last.log_id.leader_id.node_id != me,
-            _ => false,
+        let last = entries.last().map(|e| e.log_id);
+        let durable = self.durable.clone();
+        let synced = move |result: &io::Result<()>| match result {
+            Ok(()) => durable.synced(last),
+            Err(e) => durable.failed(e),
         };
-        let appended =
-            if followed { self.wal.append_and_sync(encoded, done) } else { self.wal.append(encoded, done) };
-        appended.map_err(|e| StorageIOError::write_logs(&e))?;
+        let reported_now = if self.leading(&entries) {
+            let done: Done = Box::new(move |result| synced(&result));
+            self.wal.append(encoded, done).map_err(|e| StorageIOError::write_logs(&e))?;
+            Some(callback)
+        } else {
+            let done: Done = Box::new(move |result| {
+                synced(&result);
+                callback.log_io_completed(result);
+            });
+            let appended = match self.me {
+                Some(_) => self.wal.append_and_sync(encoded, done),
+                None => self.wal.append(encoded, done),
+            };
+            appended.map_err(|e| StorageIOError::write_logs(&e))?;
+            None
+        };
         // Readable from here on, as from the log itself.
         for (entry, size) in entries.into_iter().zip(sizes) {
             self.recent.push(entry, size);
+        }
+        if let Some(callback) = reported_now {
+            callback.log_io_completed(Ok(()));
         }
         Ok(())
     }
@@ -195,6 +231,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let (done, rx) = durable();
         self.wal.truncate(log_id.index, done).map_err(|e| StorageIOError::write_logs(&e))?;
         synced(rx).await.map_err(|e| StorageIOError::write_logs(&e))?;
+        // Every earlier append's sync has reported (in order, before this one), so this is the log's end.
+        self.durable.synced(self.wal.last_log_id());
         Ok(())
     }
 

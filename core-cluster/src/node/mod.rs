@@ -56,6 +56,7 @@ pub mod change_feed;
 pub mod config;
 pub mod context;
 pub mod convert;
+pub mod durable_log;
 pub mod error;
 pub mod group_commit;
 pub mod hit_reporter;

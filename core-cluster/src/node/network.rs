@@ -34,6 +34,7 @@ use tonic::transport::Channel;
 use tonic::Code;
 
 use super::append_stream::AppendStream;
+use super::durable_log::DurableLog;
 use super::error::CoreError;
 use super::log_codec;
 use super::peers::{PeerChannels, MAX_RAFT_MESSAGE_BYTES};
@@ -59,12 +60,21 @@ pub struct Network {
     channels: PeerChannels,
     /// Sent with every call.
     secret: TierIdentity,
+    /// How far this node's log is durable: the commit index sent is never beyond it.
+    durable_log: Option<DurableLog>,
 }
 
 impl Network {
     /// A network for node `id` over `channels`.
     pub fn new(id: NodeId, channels: PeerChannels, secret: TierIdentity) -> Self {
-        Self { id, channels, secret }
+        Self { id, channels, secret, durable_log: None }
+    }
+
+    /// Makes every AppendEntries tell a commit index no higher than what this node's log holds durably
+    /// ([`DurableLog::clamp_commit`]).
+    pub fn committing_durable(mut self, durable_log: DurableLog) -> Self {
+        self.durable_log = Some(durable_log);
+        self
     }
 }
 
@@ -83,6 +93,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             client,
             secret: self.secret.clone(),
             stream: StreamState::default(),
+            durable_log: self.durable_log.clone(),
         }
     }
 }
@@ -102,6 +113,8 @@ pub struct PeerConnection {
     secret: TierIdentity,
     /// The AppendEntries stream to the peer.
     stream: StreamState,
+    /// How far this node's log is durable ([`Network::committing_durable`]).
+    durable_log: Option<DurableLog>,
 }
 
 /// A connection's AppendEntries stream.
@@ -317,9 +330,12 @@ fn status_error<E: Error>(
 impl RaftNetwork<TypeConfig> for PeerConnection {
     async fn append_entries(
         &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        if let Some(durable_log) = &self.durable_log {
+            rpc.leader_commit = durable_log.clamp_commit(rpc.leader_commit);
+        }
         let payload = RaftPayload { body: log_codec::encode_append(&rpc) };
         self.call(Rpc::AppendEntries { entries: rpc.entries.len() }, Ok(payload), &option).await
     }

@@ -23,6 +23,7 @@ use super::admin_service::AdminService;
 use super::cache_service::CacheService;
 use super::config::NodeConfig;
 use super::context::NodeContext;
+use super::durable_log::DurableLog;
 use super::error::CoreError;
 use super::group_commit::GroupCommit;
 use super::hit_reporter::{self, HitCounter};
@@ -72,12 +73,15 @@ pub async fn run(
         .await
         .map_err(std::io::Error::other)??;
     let state_db = open_db(config.data_dir.join("sled-state")).await?;
-    let state = StateMachineStore::open(&state_db, &config.data_dir.join("snapshots"))?;
+    let durable_log = log_store.durable_log();
+    let state = StateMachineStore::open(&state_db, &config.data_dir.join("snapshots"))?
+        .applying_durable(durable_log.clone());
     let log_store = log_store.purge_behind(state.durable_snapshot()).syncing_followed_entries(config.id);
     let appended = log_store.appended_bytes();
 
     let channels = PeerChannels::new(config.source_ip, config.identity.clone());
-    let network = Network::new(config.id, channels.clone(), config.identity.clone());
+    let network = Network::new(config.id, channels.clone(), config.identity.clone())
+        .committing_durable(durable_log.clone());
     let raft =
         Raft::new(config.id, Arc::new(raft_config(&config)?), network, log_store.clone(), state.clone())
             .await
@@ -128,6 +132,7 @@ pub async fn run(
         tokio::spawn(hit_reporter::report(hits, writer.clone())),
         tokio::spawn(ticker),
         tokio::spawn(snapshots),
+        tokio::spawn(release_held_back_commits(raft.clone(), durable_log)),
     ];
     if formed {
         background.push(tokio::spawn(seed(writer, config.clone())));
@@ -217,6 +222,17 @@ async fn open_db(path: std::path::PathBuf) -> Result<sled::Db, CoreError> {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             opened => return Ok(opened?),
+        }
+    }
+}
+
+/// Sends a heartbeat whenever a sync of the leader's log makes a commit index that AppendEntries held back
+/// sendable ([`super::durable_log`]), so followers apply it now rather than at the next heartbeat.
+async fn release_held_back_commits(raft: Raft, durable_log: DurableLog) {
+    loop {
+        durable_log.held_back_commits().await;
+        if raft.trigger().heartbeat().await.is_err() {
+            return;
         }
     }
 }

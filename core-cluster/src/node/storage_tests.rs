@@ -364,3 +364,80 @@ fn request_ids_are_remembered_over_a_restart_and_a_snapshot_install() {
         assert_eq!(follower.remembered_request_ids(), 3, "r1 and r2 from the snapshot, r3 applied after");
     });
 }
+
+/// The stores as a core node wires them: node 1's log reports its own appends as leader at once, and the
+/// state machine applies only what that log holds durably.
+fn open_as_node_1(path: &std::path::Path) -> Result<(LogStore, StateMachineStore), StorageError> {
+    let (log, sm) = open(path)?;
+    let log = log.syncing_followed_entries(1);
+    let sm = sm.applying_durable(log.durable_log());
+    Ok((log, sm))
+}
+
+/// Builds node 1's stores for every suite case: the log alone (the suite applies entries no log holds).
+struct NodeOneLogs;
+
+impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for NodeOneLogs {
+    async fn build(&self) -> Result<(TempDir, LogStore, StateMachineStore), StorageError> {
+        let dir = TempDir::new("suite-node-1");
+        let (log, sm) = open(&dir.0)?;
+        Ok((dir, log.syncing_followed_entries(1), sm))
+    }
+}
+
+#[test]
+fn passes_openraft_storage_suite_as_a_node_that_reports_its_own_appends_at_once() {
+    Suite::test_all(NodeOneLogs).expect("openraft storage suite");
+}
+
+/// Entry `index` of leader `node` in `term`, with no requests.
+fn blank(term: u64, node: NodeId, index: u64) -> Entry {
+    Entry { log_id: LogId::new(CommittedLeaderId::new(term, node), index), payload: EntryPayload::Blank }
+}
+
+#[test]
+fn entries_another_leader_sent_are_durable_when_reported_and_a_truncation_moves_the_end_back() {
+    let dir = TempDir::new("durable-followed");
+    runtime().block_on(async {
+        let (mut log, _) = open_as_node_1(&dir.0).expect("open");
+        let durable = log.durable_log();
+        log.save_vote(&Vote::new_committed(3, 3)).await.expect("vote");
+        // Node 1's own entries of an older term, sent back by the leader of term 3, are followed too.
+        log.blocking_append([blank(1, 1, 1), blank(1, 1, 2)]).await.expect("append");
+        assert_eq!(durable.last().map(|id| id.index), Some(2), "synced before it was reported");
+        log.blocking_append((3..=5).map(|i| blank(3, 3, i))).await.expect("append");
+        assert_eq!(durable.last().map(|id| id.index), Some(5));
+        log.truncate(blank(3, 3, 4).log_id).await.expect("truncate");
+        assert_eq!(durable.last(), Some(blank(3, 3, 3).log_id));
+    });
+}
+
+#[test]
+fn a_leaders_own_entries_become_durable_after_they_are_reported_and_apply_waits_for_that() {
+    let dir = TempDir::new("durable-leading");
+    runtime().block_on(async {
+        let (mut log, mut sm) = open_as_node_1(&dir.0).expect("open");
+        let durable = log.durable_log();
+        log.save_vote(&Vote::new_committed(1, 1)).await.expect("vote");
+        let entries = vec![seed(), put(2, now_ms(), completion("a", "dev", 600))];
+        log.blocking_append(entries.clone()).await.expect("append");
+        tokio::time::timeout(std::time::Duration::from_secs(10), durable.wait_for(2))
+            .await
+            .expect("the flusher syncs the leader's entries")
+            .expect("synced");
+        let replies = sm.apply(entries).await.expect("apply");
+        assert_eq!(stored_key(&replies[1]), Some("a"));
+
+        // An entry the log does not hold durably yet is applied only once it is.
+        let (_, sm) = open(&dir.0.join("lagging")).expect("open");
+        let durable = super::durable_log::DurableLog::new(Some(log_id(1, 1)));
+        let mut sm = sm.applying_durable(durable.clone());
+        let entries = vec![seed(), put(2, now_ms(), completion("b", "dev", 600))];
+        let applying = tokio::spawn(async move { sm.apply(entries).await });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!applying.is_finished(), "entry 2 is not durable yet");
+        durable.synced(Some(log_id(1, 2)));
+        let replies = applying.await.expect("task").expect("apply");
+        assert_eq!(stored_key(&replies[1]), Some("b"));
+    });
+}

@@ -47,6 +47,7 @@ use rows::Row;
 use snapshots::blocking;
 pub use snapshots::SnapshotBuilder;
 
+use super::durable_log::DurableLog;
 use super::error::CoreError;
 #[cfg(test)]
 use super::records::AppliedRequest;
@@ -108,6 +109,9 @@ pub struct StateMachineStore {
     redo: sled::Tree,
     /// The last applied log index, for watchers of the feed.
     applied: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
+    /// How far this node's log is durable: an entry is applied only once it is
+    /// ([`super::durable_log`]). Absent in tests that apply entries no log holds.
+    durable_log: Option<DurableLog>,
 }
 
 /// The whole state, decoded, for tests that compare replicas.
@@ -229,7 +233,14 @@ impl StateMachineStore {
             snapshots: SnapshotDir::open(snapshots)?,
             keeping: Arc::default(),
             durable_snapshot: Arc::new(tokio::sync::watch::Sender::new(covered)),
+            durable_log: None,
         })
+    }
+
+    /// Makes every apply wait until this node's log holds its entries durably (`durable_log`).
+    pub fn applying_durable(mut self, durable_log: DurableLog) -> Self {
+        self.durable_log = Some(durable_log);
+        self
     }
 
     fn tenant(&self, name: &str) -> Result<Option<TenantState>, CoreError> {
@@ -530,6 +541,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let Some(last) = entries.last().map(|e| e.log_id) else {
             return Ok(Vec::new());
         };
+        if let Some(durable_log) = &self.durable_log {
+            durable_log.wait_for(last.index).await.map_err(|e| StorageIOError::apply(last, &e))?;
+        }
         let requests: usize = entries
             .iter()
             .map(|e| match &e.payload {
