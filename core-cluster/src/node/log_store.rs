@@ -49,7 +49,7 @@ pub struct LogStore {
     me: Option<NodeId>,
     /// How far the log is durable.
     durable: DurableLog,
-    /// Encoded bytes of every entry appended since the log was opened.
+    /// Encoded bytes of the entries the log held when it was opened and of every one appended since.
     appended: Arc<AtomicU64>,
 }
 
@@ -61,7 +61,8 @@ impl LogStore {
         let wal = Arc::new(Wal::open(Arc::new(dir), WalOptions::default())?);
         let recent = Arc::new(RecentEntries::new(RECENT_BYTES));
         let durable = DurableLog::new(wal.last_log_id());
-        Ok(Self { wal, recent, durable_snapshot: None, me: None, durable, appended: Arc::default() })
+        let appended = Arc::new(AtomicU64::new(wal.entry_bytes_after(0)));
+        Ok(Self { wal, recent, durable_snapshot: None, me: None, durable, appended })
     }
 
     /// Makes node `me` sync entries that another leader sent on the appending task
@@ -94,10 +95,16 @@ impl LogStore {
         vote.is_some_and(|v| v.committed && v.leader_id == last.log_id.leader_id && v.leader_id.node_id == me)
     }
 
-    /// Encoded bytes of every entry appended since the log was opened (what the snapshot trigger measures
-    /// the log's growth by).
+    /// Encoded bytes of the entries the log held when it was opened (after entry 0) and of every one
+    /// appended since (what the snapshot trigger measures the log's growth by).
     pub fn appended_bytes(&self) -> Arc<AtomicU64> {
         Arc::clone(&self.appended)
+    }
+
+    /// Encoded bytes of the entries in the log after index `index` (at a restart: the log a snapshot
+    /// covering `index` left behind it).
+    pub fn entry_bytes_after(&self, index: u64) -> u64 {
+        self.wal.entry_bytes_after(index)
     }
 
     /// The log's syncs so far and the writes they covered.

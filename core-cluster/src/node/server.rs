@@ -78,6 +78,7 @@ pub async fn run(
         .applying_durable(durable_log.clone());
     let log_store = log_store.purge_behind(state.durable_snapshot()).syncing_followed_entries(config.id);
     let appended = log_store.appended_bytes();
+    let backlog = log_store.entry_bytes_after(*state.durable_snapshot().borrow());
 
     let channels = PeerChannels::new(config.source_ip, config.identity.clone());
     let network = Network::new(config.id, channels.clone(), config.identity.clone())
@@ -122,6 +123,7 @@ pub async fn run(
         config.id,
         raft.clone(),
         appended,
+        backlog,
         state.durable_snapshot(),
         config.data_dir.join("snapshots"),
         config.raft.snapshot_log_bytes,

@@ -44,18 +44,20 @@ fn snapshot_bytes(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// Runs until the state machine goes away (`durable` closes): asks `raft` for a snapshot whenever [`due`] says so. `appended` counts the
-/// log's bytes; `durable` moves whenever a snapshot is kept (built here or installed from the leader),
-/// whose file is in `dir`.
+/// Runs until the state machine goes away (`durable` closes): asks `raft` for a snapshot whenever
+/// [`due`] says so. `appended` counts the log's bytes, of which `backlog` were already past the last
+/// snapshot when the node started (so a restart does not forget the log it had grown); `durable` moves
+/// whenever a snapshot is kept (built here or installed from the leader), whose file is in `dir`.
 pub async fn run(
     node: NodeId,
     raft: Raft,
     appended: Arc<AtomicU64>,
+    backlog: u64,
     mut durable: watch::Receiver<u64>,
     dir: PathBuf,
     floor: u64,
 ) {
-    let mut mark = appended.load(Ordering::Relaxed);
+    let mut mark = appended.load(Ordering::Relaxed).saturating_sub(backlog);
     let mut snapshot = snapshot_bytes(&dir);
     let mut check = tokio::time::interval(CHECK_INTERVAL);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

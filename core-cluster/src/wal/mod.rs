@@ -218,6 +218,12 @@ impl Wal {
         Ok(removed.len())
     }
 
+    /// Bytes of the live entries with an index above `index` (the encoded entries, as appended).
+    pub fn entry_bytes_after(&self, index: u64) -> u64 {
+        let state = self.lock();
+        state.entries.iter().filter(|l| l.log_id.index > index).map(|l| u64::from(l.len)).sum()
+    }
+
     /// The entries with index in `start..end`, as log ids and the bytes appended with them.
     pub fn read(&self, start: u64, end: u64) -> io::Result<Vec<(LogId<NodeId>, Vec<u8>)>> {
         let spans: Vec<_> = {

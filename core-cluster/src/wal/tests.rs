@@ -244,6 +244,19 @@ fn an_append_synced_on_its_own_thread_is_durable_when_it_returns() {
 }
 
 #[test]
+fn the_bytes_of_entries_after_an_index_are_counted_across_a_reopen() {
+    let path = temp_dir("entry-bytes");
+    fill(&path, 6);
+    let wal = Wal::open(Arc::new(OsDir::open(&path, Duration::from_secs(5)).expect("dir")), small())
+        .expect("reopen");
+    let bytes = |from: u64| (from + 1..=6).map(|i| content(i, 1).len() as u64).sum::<u64>();
+    assert_eq!(wal.entry_bytes_after(0), bytes(0));
+    assert_eq!(wal.entry_bytes_after(4), bytes(4));
+    assert_eq!(wal.entry_bytes_after(6), 0);
+    let _ = std::fs::remove_dir_all(&path);
+}
+
+#[test]
 fn the_committed_id_is_written_at_once_and_made_durable_by_the_next_sync() {
     let (fs, wal) = crash_wal();
     let (done, rx) = done_channel();
