@@ -81,7 +81,13 @@ impl Wal {
     /// Opens the log in `dir`, recovering what is there, or starts an empty one.
     pub fn open(dir: Arc<dyn WalDir>, options: WalOptions) -> io::Result<Self> {
         let state = match recovery::recover(dir.as_ref())? {
-            Some(state) => state,
+            Some(state) => {
+                // What the last process wrote and did not sync may be in the page cache only. It is synced
+                // before anything counts on it: a leader's own entries are reported before their sync
+                // (`node::durable_log`), and after a restart the whole log counts as durable.
+                state.tail_segment().file.sync_data()?;
+                state
+            }
             None => {
                 let file = dir.create(&segment_name(0), options.segment_bytes)?;
                 let mut header = Vec::new();

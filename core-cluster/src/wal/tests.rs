@@ -256,24 +256,40 @@ fn the_bytes_of_entries_after_an_index_are_counted_across_a_reopen() {
     let _ = std::fs::remove_dir_all(&path);
 }
 
-#[test]
-fn the_committed_id_is_written_at_once_and_made_durable_by_the_next_sync() {
+/// A log that synced entry 1, wrote (without a sync) that it is committed, and was reopened after a
+/// process kill, which keeps what was written, synced or not.
+fn committed_then_killed() -> (CrashFs, Wal) {
     let (fs, wal) = crash_wal();
     let (done, rx) = done_channel();
     wal.append(vec![(log_id(1, 1), content(1, 1))], done).expect("append");
     wait(&rx).expect("synced");
     wal.save_committed(Some(&log_id(1, 1))).expect("committed");
     assert_eq!(wal.meta().committed, Some(log_id(1, 1)), "read back at once");
-    // A process kill keeps what was written, synced or not.
     let killed = fs.kill();
     drop(wal);
     let wal = Wal::open(Arc::new(killed.clone()), small()).expect("reopen");
     assert_eq!(wal.meta().committed, Some(log_id(1, 1)), "kept over a process kill");
+    (killed, wal)
+}
+
+#[test]
+fn the_committed_id_is_written_at_once_and_made_durable_by_the_next_sync() {
+    let (killed, wal) = committed_then_killed();
     let (done, rx) = done_channel();
     wal.append(vec![(log_id(1, 2), content(2, 1))], done).expect("append");
     wait(&rx).expect("synced");
     let wal = reopen_after_crash(&killed, wal, 3);
     assert_eq!(wal.meta().committed, Some(log_id(1, 1)), "durable once a later sync covers it");
+}
+
+#[test]
+fn what_a_killed_process_left_unsynced_is_synced_when_the_log_reopens() {
+    let (killed, wal) = committed_then_killed();
+    // A power loss right after the restart, before any new write, keeping no unsynced sector.
+    let crashed = killed.crash(false, &mut Rng(5));
+    drop(wal);
+    let wal = Wal::open(Arc::new(crashed), small()).expect("reopen");
+    assert_eq!(wal.meta().committed, Some(log_id(1, 1)), "synced at the reopen");
 }
 
 #[test]
