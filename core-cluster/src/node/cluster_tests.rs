@@ -316,6 +316,7 @@ async fn cluster_commits_survives_a_dead_follower_and_restarts() {
     let (syncs, writes) =
         (sample("mesh_core_wal_syncs_total "), sample("mesh_core_wal_synced_writes_total "));
     assert!(syncs > 0.0 && writes >= syncs, "syncs {syncs}, writes {writes}");
+    assert!(metrics.contains("\nmesh_core_commits_held_back_total "), "{metrics}");
 
     // With one follower dead, the other two still commit.
     let dead = (1..=3).find(|id| *id != leader && *id != follower).expect("another follower");

@@ -21,7 +21,7 @@
 //! machine never waits here.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use openraft::LogId;
@@ -44,6 +44,8 @@ pub struct DurableLog {
     durable: Arc<watch::Sender<Durable>>,
     /// Whether a commit index was held back since the last sync.
     held_back: Arc<AtomicBool>,
+    /// AppendEntries whose commit index was held back, ever (a metric).
+    held_back_total: Arc<AtomicU64>,
     /// Told when a sync made a held-back commit index sendable.
     release: Arc<tokio::sync::Notify>,
 }
@@ -55,6 +57,7 @@ impl DurableLog {
         Self {
             durable: Arc::new(durable),
             held_back: Arc::default(),
+            held_back_total: Arc::default(),
             release: Arc::new(tokio::sync::Notify::new()),
         }
     }
@@ -102,10 +105,16 @@ impl DurableLog {
         match committed {
             Some(c) if last.is_none_or(|last| last.index < c.index) => {
                 self.held_back.store(true, Ordering::Release);
+                self.held_back_total.fetch_add(1, Ordering::Relaxed);
                 last
             }
             committed => committed,
         }
+    }
+
+    /// How many AppendEntries had their commit index held back so far.
+    pub fn held_back_total(&self) -> u64 {
+        self.held_back_total.load(Ordering::Relaxed)
     }
 
     /// Resolves once a sync has made a commit index held back by [`DurableLog::clamp_commit`] sendable.
@@ -154,6 +163,7 @@ mod tests {
         assert_eq!(durable.clamp_commit(Some(log_id(2))), Some(log_id(2)));
         assert_eq!(durable.clamp_commit(None), None);
         assert_eq!(durable.clamp_commit(Some(log_id(5))), Some(log_id(3)));
+        assert_eq!(durable.held_back_total(), 1);
         let released = tokio::spawn({
             let durable = durable.clone();
             async move { durable.held_back_commits().await }

@@ -107,9 +107,11 @@ impl LogStore {
         self.wal.entry_bytes_after(index)
     }
 
-    /// The log's syncs so far and the writes they covered.
-    pub fn sync_stats(&self) -> (u64, u64) {
-        self.wal.sync_stats()
+    /// The log's syncs so far, the writes they covered, and the AppendEntries whose commit index waited
+    /// for this node's sync ([`DurableLog::clamp_commit`]).
+    pub fn sync_stats(&self) -> (u64, u64, u64) {
+        let (syncs, writes) = self.wal.sync_stats();
+        (syncs, writes, self.durable.held_back_total())
     }
 }
 

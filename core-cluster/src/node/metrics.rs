@@ -81,13 +81,14 @@ impl Default for Metrics {
 
 impl Metrics {
     /// The OpenMetrics text exposition (`mesh_core_*`) of these metrics, Raft's state, the pods, the
-    /// `(entries, remembered request ids)` counts and the write-ahead log's `(syncs, writes)`.
+    /// `(entries, remembered request ids)` counts and the write-ahead log's `(syncs, writes, held-back
+    /// commit indexes)`.
     pub fn render(
         &self,
         raft: &RaftMetrics<NodeId, BasicNode>,
         pods: &PodPool,
         (entries, request_ids): (usize, usize),
-        (syncs, synced_writes): (u64, u64),
+        (syncs, synced_writes, held_back): (u64, u64, u64),
     ) -> String {
         const RPCS: &str = "mesh_core_rpc_requests_total";
         const RPCS_HELP: &str = "gRPC requests served, by service method.";
@@ -159,6 +160,12 @@ impl Metrics {
                 "Appends, votes, truncations and purges those syncs made durable (per sync: the group-commit factor).",
                 &[],
                 synced_writes,
+            )
+            .count(
+                "mesh_core_commits_held_back_total",
+                "AppendEntries that told followers a lower commit index than the leader's, because the leader's own log was not yet synced that far.",
+                &[],
+                held_back,
             )
             .gauge(
                 "mesh_core_entries",
