@@ -1,19 +1,59 @@
-//! Applying a batch of log entries: the commands through the redo module's overlay, then the batch's writes
-//! through its redo record ([`super::redo`]).
+//! Applying a batch of log entries: once this node's log holds them durably ([`super::super::durable_log`]),
+//! the commands through the redo module's overlay, then the batch's writes through its redo record
+//! ([`super::redo`]).
 
 use openraft::{EntryPayload, StorageIOError};
 
 use super::super::apply::apply_proposal;
-use super::super::types::{Entry, NodeId, ProposalResponse};
+use super::super::durable_log::DurableLog;
+use super::super::types::{Entry, NodeId, ProposalResponse, StorageError};
+use super::snapshots::blocking;
 use super::{redo, Membership, StateMachineStore, CLOCK, LAST_APPLIED, LAST_MEMBERSHIP};
 
 /// Batches of at least this many requests are applied on tokio's blocking pool, so that the node's runtime
 /// (one thread by default) meanwhile sends and answers Raft messages: at 64 clients the leader's apply
 /// held back the next AppendEntries, and a follower's its answer to the next heartbeat, by 1-2 ms a round.
 /// Smaller ones are applied in place, where a thread hand-off would cost more than it saves.
-pub(super) const APPLY_ON_BLOCKING_POOL: usize = 8;
+const APPLY_ON_BLOCKING_POOL: usize = 8;
 
 impl StateMachineStore {
+    /// Makes every apply wait until this node's log holds its entries durably (`durable_log`).
+    pub fn applying_durable(mut self, durable_log: DurableLog) -> Self {
+        self.durable_log = Some(durable_log);
+        self
+    }
+
+    /// Applies `entries` once they are durable in this node's log: small batches on this thread, larger
+    /// ones on the blocking pool ([`APPLY_ON_BLOCKING_POOL`]).
+    pub(super) async fn apply_entries(
+        &mut self,
+        entries: Vec<Entry>,
+    ) -> Result<Vec<ProposalResponse>, StorageError> {
+        let Some(last) = entries.last().map(|e| e.log_id) else {
+            return Ok(Vec::new());
+        };
+        if let Some(durable_log) = &self.durable_log {
+            durable_log.wait_for(last.index).await.map_err(|e| StorageIOError::apply(last, &e))?;
+        }
+        let requests: usize = entries
+            .iter()
+            .map(|e| match &e.payload {
+                EntryPayload::Normal(proposal) => proposal.requests.len(),
+                _ => 0,
+            })
+            .sum();
+        let responses = if requests < APPLY_ON_BLOCKING_POOL {
+            self.apply_now(&entries)?
+        } else {
+            let store = self.clone();
+            blocking(move || store.apply_now(&entries))
+                .await
+                .map_err(|e| StorageIOError::apply(last, &e))??
+        };
+        self.applied.send_replace(last.index);
+        Ok(responses)
+    }
+
     /// Applies `entries` (at least one) on this thread: their commands through an overlay, then the
     /// batch's writes through its redo record.
     pub(super) fn apply_now(

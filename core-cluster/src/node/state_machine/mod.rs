@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use openraft::storage::RaftStateMachine;
-use openraft::{EntryPayload, LogId, Snapshot, SnapshotMeta, StorageIOError, StoredMembership};
+use openraft::{LogId, Snapshot, SnapshotMeta, StorageIOError, StoredMembership};
 #[cfg(test)]
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -235,12 +235,6 @@ impl StateMachineStore {
             durable_snapshot: Arc::new(tokio::sync::watch::Sender::new(covered)),
             durable_log: None,
         })
-    }
-
-    /// Makes every apply wait until this node's log holds its entries durably (`durable_log`).
-    pub fn applying_durable(mut self, durable_log: DurableLog) -> Self {
-        self.durable_log = Some(durable_log);
-        self
     }
 
     fn tenant(&self, name: &str) -> Result<Option<TenantState>, CoreError> {
@@ -537,30 +531,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I: IntoIterator<Item = Entry> + openraft::OptionalSend,
         I::IntoIter: openraft::OptionalSend,
     {
-        let entries: Vec<Entry> = entries.into_iter().collect();
-        let Some(last) = entries.last().map(|e| e.log_id) else {
-            return Ok(Vec::new());
-        };
-        if let Some(durable_log) = &self.durable_log {
-            durable_log.wait_for(last.index).await.map_err(|e| StorageIOError::apply(last, &e))?;
-        }
-        let requests: usize = entries
-            .iter()
-            .map(|e| match &e.payload {
-                EntryPayload::Normal(proposal) => proposal.requests.len(),
-                _ => 0,
-            })
-            .sum();
-        let responses = if requests < applying::APPLY_ON_BLOCKING_POOL {
-            self.apply_now(&entries)?
-        } else {
-            let store = self.clone();
-            blocking(move || store.apply_now(&entries))
-                .await
-                .map_err(|e| StorageIOError::apply(last, &e))??
-        };
-        self.applied.send_replace(last.index);
-        Ok(responses)
+        self.apply_entries(entries.into_iter().collect()).await
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
