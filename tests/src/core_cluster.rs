@@ -259,6 +259,11 @@ impl CoreCluster {
         self.runtime.block_on(future)
     }
 
+    /// The process ids of the nodes running now, in node order.
+    pub fn pids(&self) -> Vec<u32> {
+        self.nodes.values().filter_map(|node| node.process.as_ref().map(ManagedProcess::pid)).collect()
+    }
+
     /// A client over every node's real address.
     pub fn client(&self) -> anyhow::Result<CoreClient> {
         self.client_for(&self.ids())

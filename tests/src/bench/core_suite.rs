@@ -70,12 +70,13 @@ pub fn run(options: &CoreBenchOptions) -> anyhow::Result<Report> {
 
 fn run_in(options: &CoreBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Report> {
     let duration = Duration::from_secs(options.seconds);
-    let workload = |round| Workload {
+    let workload = |round, server_pids| Workload {
         duration,
         put_clients: options.clients.clone(),
         read_clients: options.clients.iter().copied().max().unwrap_or(GOAL_CLIENTS),
         stop: options.stop,
         round,
+        server_pids,
     };
     // Two workers, like the runtime `CoreCluster` drives its clients on.
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -109,10 +110,14 @@ fn run_in(options: &CoreBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Re
     for round in 0..options.rounds {
         let turn = |system: System| -> anyhow::Result<KvFigures> {
             let figures = match system {
-                System::Etcd => runtime.block_on(drive(Arc::clone(&etcd), &workload(round)))?,
+                System::Etcd => {
+                    runtime.block_on(drive(Arc::clone(&etcd), &workload(round, etcd_cluster.pids())))?
+                }
                 // On the cluster's own client runtime, where the client's channels run (the same shape of
                 // runtime as the one etcd's client runs on).
-                System::Ours => cluster.block_on(drive(Arc::clone(&ours), &workload(round)))?,
+                System::Ours => {
+                    cluster.block_on(drive(Arc::clone(&ours), &workload(round, cluster.pids())))?
+                }
             };
             eprintln!("round {} of {}, {}:", round + 1, options.rounds, system.name(&peer));
             print_figures(&figures);
@@ -241,8 +246,11 @@ fn etcd_version() -> anyhow::Result<String> {
 }
 
 fn print_figures(figures: &KvFigures) {
-    for puts in &figures.puts {
+    for (puts, cpu) in figures.puts.iter().zip(&figures.put_cpu) {
         eprintln!("  puts  {}", puts.summary());
+        if let Some(cpu) = cpu {
+            eprintln!("        {}", cpu.summary());
+        }
     }
     eprintln!("  reads {}", figures.reads.summary());
 }

@@ -69,6 +69,11 @@ impl EtcdCluster {
         Ok(cluster)
     }
 
+    /// The process id of every member.
+    pub fn pids(&self) -> Vec<u32> {
+        self.members.iter().map(ManagedProcess::pid).collect()
+    }
+
     /// The client URL of every member.
     pub fn client_urls(&self) -> &[String] {
         &self.client_urls

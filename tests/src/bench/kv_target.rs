@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use super::cpu_time::{CpuMark, CpuPerOp};
 use super::load::{closed_loop, LoadResult};
 
 /// Keys written before the read phase and read back during it.
@@ -35,6 +36,8 @@ pub struct Workload {
     /// Which round of a run this is: each round writes keys of its own, so that a later round inserts
     /// as the first did rather than overwriting.
     pub round: usize,
+    /// The system's server processes, whose CPU time each put phase reports per put.
+    pub server_pids: Vec<u32>,
 }
 
 /// What one system did under the workload.
@@ -42,6 +45,8 @@ pub struct Workload {
 pub struct KvFigures {
     /// One result per entry of [`Workload::put_clients`].
     pub puts: Vec<LoadResult>,
+    /// The CPU time each put cost, per entry of [`Workload::put_clients`] (`None`: not measurable here).
+    pub put_cpu: Vec<Option<CpuPerOp>>,
     /// The linearizable read phase.
     pub reads: LoadResult,
 }
@@ -61,9 +66,12 @@ pub async fn drive<T: KvTarget>(target: Arc<T>, workload: &Workload) -> anyhow::
     let round = workload.round;
     put_phase(&target, &format!("r{round}/warm"), warm_clients, warm_up, workload.stop).await;
     let mut puts = Vec::new();
+    let mut put_cpu = Vec::new();
     for &clients in &workload.put_clients {
         let phase = format!("r{round}/c{clients}");
+        let mark = CpuMark::now(&workload.server_pids);
         let result = put_phase(&target, &phase, clients, workload.duration, workload.stop).await;
+        put_cpu.push(mark.per_op(result.ops));
         check(&result, &format!("puts at {clients} clients"), workload.stop)?;
         puts.push(result);
     }
@@ -85,7 +93,7 @@ pub async fn drive<T: KvTarget>(target: Arc<T>, workload: &Workload) -> anyhow::
     })
     .await;
     check(&reads, &format!("linearizable reads at {} clients", workload.read_clients), workload.stop)?;
-    Ok(KvFigures { puts, reads })
+    Ok(KvFigures { puts, put_cpu, reads })
 }
 
 async fn put_phase<T: KvTarget>(

@@ -40,6 +40,7 @@
 pub mod bandwidth;
 pub mod core;
 pub mod core_suite;
+pub mod cpu_time;
 pub mod e2e_agreement;
 pub mod e2e_driver;
 pub mod e2e_peer;
