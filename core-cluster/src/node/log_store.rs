@@ -107,12 +107,22 @@ impl LogStore {
         self.wal.entry_bytes_after(index)
     }
 
-    /// The log's syncs so far, the writes they covered, and the AppendEntries whose commit index waited
-    /// for this node's sync ([`DurableLog::clamp_commit`]).
-    pub fn sync_stats(&self) -> (u64, u64, u64) {
-        let (syncs, writes) = self.wal.sync_stats();
-        (syncs, writes, self.durable.held_back_total())
+    /// What the log's syncs did so far.
+    pub fn sync_stats(&self) -> SyncStats {
+        let (syncs, synced_writes) = self.wal.sync_stats();
+        SyncStats { syncs, synced_writes, commits_held_back: self.durable.held_back_total() }
     }
+}
+
+/// What a log's syncs did so far, for the metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyncStats {
+    /// `fdatasync`s of the write-ahead log.
+    pub syncs: u64,
+    /// Appends, votes, truncations and purges those syncs made durable.
+    pub synced_writes: u64,
+    /// AppendEntries whose commit index waited for this node's sync ([`DurableLog::clamp_commit`]).
+    pub commits_held_back: u64,
 }
 
 /// A callback for the log and the receiver that waits for it.

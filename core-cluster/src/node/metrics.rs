@@ -4,6 +4,7 @@
 use openraft::{BasicNode, RaftMetrics, ServerState};
 use shared::metrics::{Counter, Histogram, MetricsText};
 
+use super::log_store::SyncStats;
 use super::pods::PodPool;
 use super::types::NodeId;
 
@@ -81,14 +82,13 @@ impl Default for Metrics {
 
 impl Metrics {
     /// The OpenMetrics text exposition (`mesh_core_*`) of these metrics, Raft's state, the pods, the
-    /// `(entries, remembered request ids)` counts and the write-ahead log's `(syncs, writes, held-back
-    /// commit indexes)`.
+    /// `(entries, remembered request ids)` counts and what the write-ahead log's syncs did.
     pub fn render(
         &self,
         raft: &RaftMetrics<NodeId, BasicNode>,
         pods: &PodPool,
         (entries, request_ids): (usize, usize),
-        (syncs, synced_writes, held_back): (u64, u64, u64),
+        log: SyncStats,
     ) -> String {
         const RPCS: &str = "mesh_core_rpc_requests_total";
         const RPCS_HELP: &str = "gRPC requests served, by service method.";
@@ -153,19 +153,19 @@ impl Metrics {
                 "mesh_core_wal_syncs_total",
                 "fdatasyncs of the Raft write-ahead log (one per group commit).",
                 &[],
-                syncs,
+                log.syncs,
             )
             .count(
                 "mesh_core_wal_synced_writes_total",
                 "Appends, votes, truncations and purges those syncs made durable (per sync: the group-commit factor).",
                 &[],
-                synced_writes,
+                log.synced_writes,
             )
             .count(
                 "mesh_core_commits_held_back_total",
                 "AppendEntries that told followers a lower commit index than the leader's, because the leader's own log was not yet synced that far.",
                 &[],
-                held_back,
+                log.commits_held_back,
             )
             .gauge(
                 "mesh_core_entries",
