@@ -53,6 +53,7 @@ pub mod append_stream;
 pub mod apply;
 pub mod cache_service;
 pub mod change_feed;
+pub mod clean_stop;
 pub mod config;
 pub mod context;
 pub mod convert;

@@ -21,6 +21,7 @@ use tonic::service::Routes;
 
 use super::admin_service::AdminService;
 use super::cache_service::CacheService;
+use super::clean_stop;
 use super::config::NodeConfig;
 use super::context::NodeContext;
 use super::durable_log::DurableLog;
@@ -67,14 +68,17 @@ pub async fn run(
     let local_addr = listener.local_addr()?;
     std::fs::create_dir_all(&config.data_dir)?;
     // The log lives in its write-ahead log (fdatasync per group of appends), the state machine in sled,
-    // synced only at snapshots: openraft re-applies the durable log after a crash.
+    // trusted only after a clean stop: after a crash it starts again from its snapshot, and openraft
+    // applies the durable log after it again.
     let wal_dir = config.data_dir.join("wal");
     let log_store = tokio::task::spawn_blocking(move || LogStore::open(&wal_dir, LOCK_WAIT))
         .await
         .map_err(std::io::Error::other)??;
-    let state_db = open_db(config.data_dir.join("sled-state")).await?;
+    let previous = clean_stop::take(&config.data_dir)?;
+    let state_dir = config.data_dir.join("sled-state");
+    let state_db = open_db(state_dir.clone()).await?;
     let durable_log = log_store.durable_log();
-    let state = StateMachineStore::open(&state_db, &config.data_dir.join("snapshots"))?
+    let state = StateMachineStore::open(&state_db, &config.data_dir.join("snapshots"), previous)?
         .applying_durable(durable_log.clone());
     let log_store = log_store.purge_behind(state.durable_snapshot()).syncing_followed_entries(config.id);
     let appended = log_store.appended_bytes();
@@ -128,7 +132,7 @@ pub async fn run(
         config.data_dir.join("snapshots"),
         config.raft.snapshot_log_bytes,
     );
-    let ticker = ticker::run(config.id, raft.clone(), state, writer.clone());
+    let ticker = ticker::run(config.id, raft.clone(), state.clone(), writer.clone());
     let mut background = vec![
         prober,
         tokio::spawn(hit_reporter::report(hits, writer.clone())),
@@ -193,7 +197,11 @@ pub async fn run(
     if let Err(e) = raft.shutdown().await {
         tracing::warn!(error = %e, "raft did not stop cleanly");
     }
-    state_db.flush_async().await?;
+    state.close().await?;
+    let data_dir = config.data_dir.clone();
+    tokio::task::spawn_blocking(move || clean_stop::leave(&data_dir, &state_dir))
+        .await
+        .map_err(std::io::Error::other)??;
     tracing::info!("core node stopped");
     match result {
         Ok(Ok(())) => Ok(()),

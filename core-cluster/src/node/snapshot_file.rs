@@ -21,6 +21,13 @@ const PARTIAL: &str = "partial-";
 const RECEIVING: &str = "receiving-";
 /// The suffix of every snapshot file.
 const SUFFIX: &str = ".snap";
+/// The extension of a snapshot's metadata file, beside the snapshot's own.
+const META_EXTENSION: &str = "meta";
+
+/// Whether the file `name` is a complete snapshot's rows (not one being written or received).
+fn is_complete(name: &str) -> bool {
+    name.ends_with(SUFFIX) && !name.starts_with(PARTIAL) && !name.starts_with(RECEIVING)
+}
 
 /// The directory of a node's snapshot files: the current snapshot, and the one being written or received.
 #[derive(Clone, Debug)]
@@ -64,20 +71,30 @@ impl SnapshotDir {
         Ok(SnapshotFile { file, seeked: None, received: Some(path) })
     }
 
-    /// Makes the complete file at `from` the snapshot `id`: syncs it, renames it, syncs the directory, and
-    /// removes the other complete snapshots (never a file still being written or received). Returns its
-    /// path. Callers serialise their calls.
-    pub fn keep(&self, from: &Path, id: &str) -> io::Result<PathBuf> {
+    /// The file of the snapshot `id`'s metadata, beside its rows.
+    fn meta_of(&self, id: &str) -> PathBuf {
+        self.file_of(id).with_extension(META_EXTENSION)
+    }
+
+    /// Makes the complete file at `from` the snapshot `id`, described by `meta`: syncs it, writes and syncs
+    /// the metadata beside it, renames it, syncs the directory, and removes the other complete snapshots
+    /// (never a file still being written or received). Returns its path. Callers serialise their calls.
+    ///
+    /// A snapshot is complete once both its files are in place, so a crash at any point leaves the
+    /// previous snapshot or this one complete, and [`SnapshotDir::kept`] finds it.
+    pub fn keep(&self, from: &Path, id: &str, meta: &[u8]) -> io::Result<PathBuf> {
         File::open(from)?.sync_all()?;
+        self.write_meta(id, meta)?;
         let to = self.file_of(id);
         fs::rename(from, &to)?;
         File::open(&self.path)?.sync_all()?;
+        let ours = self.meta_of(id);
         for item in fs::read_dir(&self.path)? {
             let other = item?.path();
             let name = other.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            let complete =
-                name.ends_with(SUFFIX) && !name.starts_with(PARTIAL) && !name.starts_with(RECEIVING);
-            if other != to && complete {
+            let complete = is_complete(&name);
+            let stale_meta = other.extension().is_some_and(|e| e == META_EXTENSION) && other != ours;
+            if (other != to && complete) || stale_meta {
                 match fs::remove_file(&other) {
                     Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
                     _ => {}
@@ -85,6 +102,33 @@ impl SnapshotDir {
             }
         }
         Ok(to)
+    }
+
+    /// Writes and syncs the metadata of the snapshot `id` (for [`SnapshotDir::keep`], and for a snapshot
+    /// an older binary kept with its metadata elsewhere).
+    pub fn write_meta(&self, id: &str, meta: &[u8]) -> io::Result<()> {
+        let mut file = File::create(self.meta_of(id))?;
+        file.write_all(meta)?;
+        file.sync_all()
+    }
+
+    /// Every complete snapshot: its file and its metadata's bytes (one, but two after a crash in the
+    /// middle of a keep).
+    pub fn kept(&self) -> io::Result<Vec<(PathBuf, Vec<u8>)>> {
+        let mut kept = Vec::new();
+        for item in fs::read_dir(&self.path)? {
+            let file = item?.path();
+            let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if !is_complete(&name) {
+                continue;
+            }
+            match fs::read(file.with_extension(META_EXTENSION)) {
+                Ok(meta) => kept.push((file, meta)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(kept)
     }
 
     /// Removes a file that will not become a snapshot (it may be gone already).
@@ -344,9 +388,10 @@ mod tests {
         let tmp = std::env::temp_dir().join(format!("snapshot-file-{}", std::process::id()));
         let _ = fs::remove_dir_all(&tmp);
         let dir = SnapshotDir::open(&tmp).expect("dir");
-        let stale = dir.keep(&written(&dir), "1-5-old").expect("keep");
-        let kept = dir.keep(&written(&dir), "2-9-new").expect("keep");
+        let stale = dir.keep(&written(&dir), "1-5-old", b"old").expect("keep");
+        let kept = dir.keep(&written(&dir), "2-9-new", b"new").expect("keep");
         assert!(!stale.exists() && kept.exists(), "the older snapshot is removed");
+        assert_eq!(dir.kept().expect("kept"), vec![(kept.clone(), b"new".to_vec())], "with its metadata");
         let (header, rows) = read_all(&fs::read(&kept).expect("read")).expect("valid");
         assert_eq!(header, Header { clock_ms: 42, feed_floor: 7 });
         assert_eq!(rows.len(), 2);
@@ -355,10 +400,13 @@ mod tests {
         // next start, and the current snapshot stays.
         let leftover = dir.receiving(3).expect("receiving").received().expect("a path").to_owned();
         let partial = dir.writer(4).expect("writer").finish().expect("finish").0;
-        let kept = dir.keep(&written(&dir), "3-12-newest").expect("keep");
+        let kept = dir.keep(&written(&dir), "3-12-newest", b"newest").expect("keep");
         assert!(leftover.exists() && partial.exists(), "files in progress survive a keep");
         SnapshotDir::open(&tmp).expect("reopen");
         assert!(!leftover.exists() && !partial.exists() && kept.exists());
+        // A crash after the metadata of a newer snapshot was written and before its file was renamed.
+        dir.write_meta("4-20-unfinished", b"unfinished").expect("meta");
+        assert_eq!(dir.kept().expect("kept"), vec![(kept, b"newest".to_vec())], "only complete ones");
         let _ = fs::remove_dir_all(&tmp);
     }
 

@@ -17,7 +17,7 @@ use shared::completion::CachedCompletion;
 
 use super::apply::apply_proposal;
 use super::memory_tables::Memory;
-use super::state_machine::StateMachineStore;
+use super::state_machine::{PreviousStop, StateMachineStore};
 use super::types::{Command, Entry, InvalidateScope, Proposal, Request, TenantPolicy, TypeConfig};
 
 const KEYS: [&str; 5] = ["k0", "k1", "k2", "k3", "k4"];
@@ -182,7 +182,11 @@ impl Replica {
         let n = REPLICAS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let snapshots = std::env::temp_dir().join(format!("sm-proptest-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&snapshots);
-        Self { store: StateMachineStore::open(&db, &snapshots).expect("trees"), applied: 0, kept: None }
+        Self {
+            store: StateMachineStore::open(&db, &snapshots, PreviousStop::Unclean).expect("trees"),
+            applied: 0,
+            kept: None,
+        }
     }
 
     async fn apply(&mut self, log: &[Entry], upto: usize) {

@@ -15,6 +15,7 @@ use openraft::{
 };
 use shared::completion::CachedCompletion;
 
+use super::clean_stop;
 use super::hot_prompts::HotPrompts;
 use super::log_store::LogStore;
 use super::records::ModelState;
@@ -85,12 +86,21 @@ fn open_db(path: &std::path::Path) -> Result<sled::Db, StorageError> {
 }
 
 fn open(path: &std::path::Path) -> Result<(LogStore, StateMachineStore), StorageError> {
+    let previous = clean_stop::take(path).map_err(|e| StorageIOError::write(&e))?;
     let db = open_db(path)?;
     Ok((
         LogStore::open(&path.join("wal"), std::time::Duration::from_secs(10))
             .map_err(|e| StorageIOError::write(&e))?,
-        StateMachineStore::open(&db, &path.join("snapshots")).map_err(|e| StorageIOError::write(&e))?,
+        StateMachineStore::open(&db, &path.join("snapshots"), previous)
+            .map_err(|e| StorageIOError::write(&e))?,
     ))
+}
+
+/// Stops the stores opened under `path` as a core node does when asked to ([`clean_stop`]).
+async fn stop_cleanly(path: &std::path::Path, sm: StateMachineStore) {
+    sm.close().await.expect("close");
+    drop(sm);
+    clean_stop::leave(path, &path.join("state")).expect("leave the marker");
 }
 
 /// Builds a fresh pair of stores in its own temp dir for every suite case.
@@ -183,6 +193,7 @@ fn state_survives_a_restart() {
             let replies = sm.apply(entries).await.expect("apply");
             let keys: Vec<Option<&str>> = replies.iter().skip(1).map(stored_key).collect();
             assert_eq!(keys, vec![Some("a"), Some("b")]);
+            stop_cleanly(&dir.0, sm).await;
         }
         let (mut log, mut sm) = open(&dir.0).expect("reopen");
         assert_eq!(log.read_vote().await.expect("vote"), Some(Vote::new(3, 2)));
@@ -195,29 +206,65 @@ fn state_survives_a_restart() {
 }
 
 #[test]
-fn a_batch_whose_writes_were_lost_is_written_again_at_start() {
-    let dir = TempDir::new("redo");
+fn after_a_stop_that_was_not_clean_the_state_is_the_snapshot_and_the_log_after_it_applies_again() {
+    let dir = TempDir::new("unclean");
     runtime().block_on(async {
         let now = now_ms();
         {
             let (_, mut sm) = open(&dir.0).expect("open");
             sm.apply(vec![seed(), put(2, now, completion("a", "dev", 600))]).await.expect("apply");
+            sm.get_snapshot_builder().await.build_snapshot().await.expect("snapshot at 2");
             sm.apply(vec![put(3, now, completion("b", "dev", 600))]).await.expect("apply");
+            // Dropped without a clean stop, as a kill leaves it.
         }
+        let (_, mut sm) = open(&dir.0).expect("reopen");
+        assert_eq!(sm.applied_state().await.expect("applied").0, Some(log_id(1, 2)), "the snapshot's");
+        let a = sm.read("a", "dev").expect("read").map(|s| s.entry.content);
+        assert_eq!(a, Some("answer for a".to_owned()));
+        assert_eq!(sm.read("b", "dev").expect("read"), None, "not trusted: applied again from the log");
+        sm.apply(vec![put(3, now, completion("b", "dev", 600))]).await.expect("apply again");
+        let b = sm.read("b", "dev").expect("read").map(|s| s.entry.content);
+        assert_eq!(b, Some("answer for b".to_owned()));
+    });
+    let fresh = TempDir::new("unclean-no-snapshot");
+    runtime().block_on(async {
         {
-            // What a crash may leave: the last batch's redo record, but none of its writes.
+            let (_, mut sm) = open(&fresh.0).expect("open");
+            sm.apply(vec![seed(), put(2, now_ms(), completion("a", "dev", 600))]).await.expect("apply");
+        }
+        let (_, mut sm) = open(&fresh.0).expect("reopen");
+        assert_eq!(sm.applied_state().await.expect("applied").0, None, "no snapshot: nothing applied");
+        assert!(sm.is_empty() && sm.tenant_count() == 0, "the whole log applies again");
+    });
+}
+
+#[test]
+fn a_snapshot_whose_metadata_an_older_binary_kept_in_sled_is_adopted() {
+    let dir = TempDir::new("legacy-snapshot-meta");
+    runtime().block_on(async {
+        let now = now_ms();
+        {
+            let (_, mut sm) = open(&dir.0).expect("open");
+            sm.apply(vec![seed(), put(2, now, completion("a", "dev", 600))]).await.expect("apply");
+            let snapshot = sm.get_snapshot_builder().await.build_snapshot().await.expect("snapshot at 2");
+            drop(sm);
+            // As an older binary left it: the metadata in the `sm_snapshot` tree, no file beside the rows.
+            for item in std::fs::read_dir(dir.0.join("snapshots")).expect("dir") {
+                let path = item.expect("item").path();
+                if path.extension().is_some_and(|e| e == "meta") {
+                    std::fs::remove_file(path).expect("remove");
+                }
+            }
             let db = open_db(&dir.0).expect("db");
-            db.open_tree("sm_entries").expect("tree").remove("b").expect("remove");
-            let applied = serde_json::to_vec(&Some(log_id(1, 2))).expect("json");
-            db.open_tree("sm_meta").expect("tree").insert("last_applied", applied).expect("insert");
+            let meta = serde_json::to_vec(&snapshot.meta).expect("json");
+            db.open_tree("sm_snapshot").expect("tree").insert("meta", meta).expect("insert");
             db.flush().expect("flush");
         }
         let (_, mut sm) = open(&dir.0).expect("reopen");
-        assert_eq!(sm.applied_state().await.expect("applied").0, Some(log_id(1, 3)));
-        let b = sm.read("b", "dev").expect("read").map(|s| s.entry.content);
-        assert_eq!(b, Some("answer for b".to_owned()));
-        let a = sm.read("a", "dev").expect("read").map(|s| s.entry.content);
-        assert_eq!(a, Some("answer for a".to_owned()), "earlier batches are untouched");
+        assert_eq!(sm.applied_state().await.expect("applied").0, Some(log_id(1, 2)), "from the adopted one");
+        let current = sm.get_current_snapshot().await.expect("current").expect("a snapshot");
+        assert_eq!(current.meta.last_log_id, Some(log_id(1, 2)));
+        assert!(sm.read("a", "dev").expect("read").is_some());
     });
 }
 
@@ -229,7 +276,9 @@ fn rows_an_older_binary_wrote_as_json_are_read_digested_alike_and_applied_over()
         let (stored, digest) = {
             let (_, mut sm) = open(&dir.0).expect("open");
             sm.apply(vec![seed(), put(2, now, completion("a", "dev", 600))]).await.expect("apply");
-            (sm.read("a", "dev").expect("read").expect("stored"), sm.digest().expect("digest"))
+            let read = (sm.read("a", "dev").expect("read").expect("stored"), sm.digest().expect("digest"));
+            stop_cleanly(&dir.0, sm).await;
+            read
         };
         {
             // The entry and its model as a binary before prost rows left them.
@@ -346,6 +395,7 @@ fn request_ids_are_remembered_over_a_restart_and_a_snapshot_install() {
             assert_eq!(sm.remembered_request_ids(), 2);
             let retry = sm.apply(vec![put_with_id(4, now, "r1", "x")]).await.expect("apply");
             assert!(duplicate(&retry[0]), "a retry in a later batch is a duplicate");
+            stop_cleanly(&a.0, sm).await;
         }
         let (_, mut leader) = open(&a.0).expect("reopen");
         let retry = leader.apply(vec![put_with_id(5, now, "r2", "y")]).await.expect("apply");

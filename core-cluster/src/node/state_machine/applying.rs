@@ -1,6 +1,5 @@
 //! Applying a batch of log entries: once this node's log holds them durably ([`super::super::durable_log`]),
-//! the commands through the redo module's overlay, then the batch's writes through its redo record
-//! ([`super::redo`]).
+//! the commands through an overlay, then the batch's writes to the trees ([`super::overlay`]).
 
 use openraft::{EntryPayload, StorageIOError};
 
@@ -8,7 +7,7 @@ use super::super::apply::apply_proposal;
 use super::super::durable_log::DurableLog;
 use super::super::types::{Entry, NodeId, ProposalResponse, StorageError};
 use super::snapshots::blocking;
-use super::{redo, Membership, StateMachineStore, CLOCK, LAST_APPLIED, LAST_MEMBERSHIP};
+use super::{overlay, Membership, StateMachineStore, CLOCK, LAST_APPLIED, LAST_MEMBERSHIP};
 
 /// Batches of at least this many requests are applied on tokio's blocking pool, so that the node's runtime
 /// (one thread by default) meanwhile sends and answers Raft messages: at 64 clients the leader's apply
@@ -42,20 +41,25 @@ impl StateMachineStore {
                 _ => 0,
             })
             .sum();
+        // Held until the batch is written, on whichever thread writes it.
+        let permit = self.write_permit().await.map_err(|e| StorageIOError::apply(last, &e))?;
         let responses = if requests < APPLY_ON_BLOCKING_POOL {
             self.apply_now(&entries)?
         } else {
             let store = self.clone();
-            blocking(move || store.apply_now(&entries))
-                .await
-                .map_err(|e| StorageIOError::apply(last, &e))??
+            blocking(move || {
+                let _permit = permit;
+                store.apply_now(&entries)
+            })
+            .await
+            .map_err(|e| StorageIOError::apply(last, &e))??
         };
         self.applied.send_replace(last.index);
         Ok(responses)
     }
 
     /// Applies `entries` (at least one) on this thread: their commands through an overlay, then the
-    /// batch's writes through its redo record.
+    /// batch's writes to the trees.
     pub(super) fn apply_now(
         &self,
         entries: &[Entry],
@@ -81,7 +85,7 @@ impl StateMachineStore {
         // Only openraft's state-machine task applies, one batch at a time: the lock is never contended.
         let mut request_index =
             self.request_index.lock().expect("the request index's lock is never poisoned");
-        let mut overlay = redo::Overlay::new(trees, &request_index);
+        let mut overlay = overlay::Overlay::new(trees, &request_index);
         let mut clock = start_clock;
         let mut responses = Vec::with_capacity(entries.len());
         let apply_err = |e: std::io::Error| StorageIOError::apply(last, &e);
@@ -101,13 +105,13 @@ impl StateMachineStore {
             }
         }
         let clock_bytes = serde_json::to_vec(&clock).map_err(|e| StorageIOError::apply(last, &e))?;
-        overlay.set_raw(redo::Table::Meta, CLOCK, Some(clock_bytes));
-        overlay.set_raw(redo::Table::Meta, LAST_APPLIED, Some(applied));
+        overlay.set_raw(overlay::Table::Meta, CLOCK, Some(clock_bytes));
+        overlay.set_raw(overlay::Table::Meta, LAST_APPLIED, Some(applied));
         if let Some(m) = membership {
-            overlay.set_raw(redo::Table::Meta, LAST_MEMBERSHIP, Some(m));
+            overlay.set_raw(overlay::Table::Meta, LAST_MEMBERSHIP, Some(m));
         }
         let (writes, index_changes) = overlay.into_writes().map_err(apply_err)?;
-        redo::commit(&self.redo, trees, last.index, &writes, LAST_APPLIED).map_err(apply_err)?;
+        overlay::commit(trees, &writes, LAST_APPLIED).map_err(apply_err)?;
         request_index.apply(index_changes);
         self.remembered_ids.store(request_index.len(), std::sync::atomic::Ordering::Relaxed);
         Ok(responses)

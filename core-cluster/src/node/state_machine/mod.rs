@@ -2,11 +2,12 @@
 //! machine's clock, the last applied log id, the last membership, and the current snapshot's metadata
 //! (its rows are a file of [`super::snapshot_file`], written and read one row at a time).
 //!
-//! Durability: `apply` writes each batch of log entries atomically across a crash (`applying.rs`: a redo
-//! record, then every tree, the new last applied id last; see `redo.rs`) without its own fsync; the Raft
-//! log is durable and openraft re-applies committed entries after a crash. Snapshots are fsynced before
-//! they are reported, and openraft purges the log only up to a snapshot, so every purged entry is covered
-//! by durable state.
+//! Durability: `apply` writes each batch of log entries to the trees without a sync and without making it
+//! atomic (`overlay.rs`). The trees are trusted only after a clean stop ([`super::clean_stop`]); after any
+//! other, [`StateMachineStore::open`] starts again from the current snapshot (or from nothing), and
+//! openraft applies the durable log after it again. Snapshots are synced, with their metadata beside them,
+//! before they are reported, and openraft purges the log only up to a snapshot, so every purged entry is
+//! covered by durable state.
 //!
 //! Time: the state machine's clock is the largest `issued_ms` of the proposals applied so far (the leader's
 //! clock, never the replica's), so every replica stamps the same creation times and agrees on what had
@@ -38,7 +39,7 @@ use sha2::{Digest, Sha256};
 use sled::transaction::TransactionError;
 
 mod applying;
-mod redo;
+mod overlay;
 mod request_rows;
 mod rows;
 mod snapshots;
@@ -61,7 +62,8 @@ use shared::changes::Resync;
 const LAST_APPLIED: &[u8] = b"last_applied";
 const LAST_MEMBERSHIP: &[u8] = b"last_membership";
 const CLOCK: &[u8] = b"clock_ms";
-const SNAPSHOT_META: &[u8] = b"meta";
+/// Where binaries before snapshot metadata files kept the current snapshot's metadata (in `sm_snapshot`).
+const LEGACY_SNAPSHOT_META: &[u8] = b"meta";
 /// The meta key of the highest revision compacted out of the change feed.
 pub(crate) const FEED_FLOOR: &[u8] = b"feed_floor";
 
@@ -73,6 +75,34 @@ type Directory = (BTreeMap<String, TenantState>, BTreeMap<String, ModelState>);
 
 /// A snapshot written to its file: the file, its rows, the last applied log id and the membership.
 type Written = (PathBuf, u64, Option<LogId<NodeId>>, Membership);
+
+/// How the previous run of a node ended ([`super::clean_stop`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PreviousStop {
+    /// It flushed and synced the trees and left the marker: they hold exactly what it applied.
+    Clean,
+    /// It crashed, was killed, or never ran: the trees may hold part of a batch, or miss writes.
+    Unclean,
+}
+
+/// Moves the current snapshot's metadata that an older binary kept in the `sm_snapshot` tree into the
+/// snapshot directory, beside its file (once: the tree goes after).
+fn adopt_legacy_snapshot_meta(db: &sled::Db, snapshots: &SnapshotDir) -> Result<(), CoreError> {
+    if !db.tree_names().iter().any(|name| name.as_ref() == b"sm_snapshot") {
+        return Ok(());
+    }
+    let legacy = db.open_tree("sm_snapshot")?;
+    if let Some(bytes) = legacy.get(LEGACY_SNAPSHOT_META)? {
+        let meta: SnapshotMeta<NodeId, openraft::BasicNode> = decode(&bytes)?;
+        if snapshots.file_of(&meta.snapshot_id).exists() && snapshots.kept()?.is_empty() {
+            snapshots.write_meta(&meta.snapshot_id, &bytes)?;
+            tracing::info!(snapshot = %meta.snapshot_id, "snapshot metadata moved beside its file");
+        }
+    }
+    drop(legacy);
+    db.drop_tree("sm_snapshot")?;
+    Ok(())
+}
 
 /// The cache state machine of one core node.
 ///
@@ -95,18 +125,17 @@ pub struct StateMachineStore {
     remembered_ids: Arc<std::sync::atomic::AtomicUsize>,
     /// Last applied log id, last membership and the clock, as JSON.
     meta: sled::Tree,
-    /// The current snapshot's metadata.
-    snapshot: sled::Tree,
     /// The snapshot files.
     snapshots: SnapshotDir,
     /// Held while a snapshot becomes the current one (builds and installs run on different tasks).
     keeping: Arc<tokio::sync::Mutex<()>>,
     /// The last log index the current (durable) snapshot covers.
     durable_snapshot: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Held while a batch or a snapshot is written to the trees; false once [`StateMachineStore::close`]
+    /// took it, after which nothing is written.
+    writable: Arc<tokio::sync::Mutex<bool>>,
     /// [`FeedRow`] JSON by revision (big-endian log index).
     feed: sled::Tree,
-    /// The last applied batch's redo record.
-    redo: sled::Tree,
     /// The last applied log index, for watchers of the feed.
     applied: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
     /// How far this node's log is durable: an entry is applied only once it is
@@ -177,49 +206,26 @@ fn decode<T: Row>(bytes: &[u8]) -> std::io::Result<T> {
 }
 
 impl StateMachineStore {
-    /// Opens (or creates) the state-machine trees in `db`, with snapshot files in `snapshots`.
-    pub fn open(db: &sled::Db, snapshots: &Path) -> Result<Self, CoreError> {
+    /// Opens (or creates) the state-machine trees in `db`, with snapshot files in `snapshots`. After a
+    /// stop that was not clean the trees are not trusted: the state becomes the current snapshot's (or
+    /// nothing, before the first snapshot), and openraft applies the log after it again.
+    pub fn open(db: &sled::Db, snapshots: &Path, previous: PreviousStop) -> Result<Self, CoreError> {
         let meta = db.open_tree("sm_meta")?;
-        let redo = db.open_tree("sm_redo")?;
         let entries = db.open_tree("sm_entries")?;
         let tenants = db.open_tree("sm_tenants")?;
         let models = db.open_tree("sm_models")?;
         let requests = db.open_tree("sm_request_rows")?;
         let feed = db.open_tree("sm_feed")?;
-        let applied_id = |meta: &sled::Tree| -> Result<Option<LogId<NodeId>>, CoreError> {
-            Ok(meta.get(LAST_APPLIED)?.map(|b| decode(&b)).transpose()?.flatten())
-        };
-        let trees = [&entries, &tenants, &models, &requests, &feed, &meta];
-        // Request ids of the older layout, a row per id, moved into one row below.
-        let legacy = db.open_tree("sm_requests")?;
-        let older_trees = [&entries, &tenants, &models, &legacy, &feed, &meta];
-        let before = applied_id(&meta)?.map(|id| id.index);
-        let redone_older = redo::recover_legacy(&redo, older_trees, before, LAST_APPLIED)?;
-        let before = applied_id(&meta)?.map(|id| id.index);
-        let redone = redo::recover(&redo, trees, before, LAST_APPLIED)?;
-        if let Some(index) = redone.or(redone_older) {
-            tracing::info!(
-                index,
-                "state machine: the last applied batch was written again from its redo record"
-            );
-        }
-        let last_applied = applied_id(&meta)?;
-        let applied_index = last_applied.map_or(0, |id| id.index);
-        let moved = request_rows::migrate_legacy(&legacy, &requests, applied_index)?;
-        if moved > 0 {
-            tracing::info!(moved, "state machine: request ids of the older layout moved into one row");
-        }
+        let snapshots = SnapshotDir::open(snapshots)?;
+        adopt_legacy_snapshot_meta(db, &snapshots)?;
+        let last_applied: Option<LogId<NodeId>> =
+            meta.get(LAST_APPLIED)?.map(|b| decode(&b)).transpose()?.flatten();
         let request_index = request_rows::RequestIndex::build(&requests)?;
         let applied = tokio::sync::watch::Sender::new(last_applied.map_or(0, |id| id.index));
-        let snapshot = db.open_tree("sm_snapshot")?;
-        let covered = snapshot
-            .get(SNAPSHOT_META)?
-            .and_then(|b| decode::<SnapshotMeta<NodeId, openraft::BasicNode>>(&b).ok())
-            .and_then(|m| m.last_log_id)
-            .map_or(0, |id| id.index);
-        Ok(Self {
+        let current = snapshots::current(&snapshots)?;
+        let covered = current.as_ref().and_then(|(m, _)| m.last_log_id).map_or(0, |id| id.index);
+        let store = Self {
             feed,
-            redo,
             applied: std::sync::Arc::new(applied),
             db: db.clone(),
             entries,
@@ -229,12 +235,65 @@ impl StateMachineStore {
             remembered_ids: Arc::new(request_index.len().into()),
             request_index: Arc::new(std::sync::Mutex::new(request_index)),
             meta,
-            snapshot,
-            snapshots: SnapshotDir::open(snapshots)?,
+            snapshots,
             keeping: Arc::default(),
+            writable: Arc::new(tokio::sync::Mutex::new(true)),
             durable_snapshot: Arc::new(tokio::sync::watch::Sender::new(covered)),
             durable_log: None,
-        })
+        };
+        if previous == PreviousStop::Unclean {
+            store.start_over(current, last_applied)?;
+        }
+        Ok(store)
+    }
+
+    /// Waits for the write to the trees in progress, if any, refuses every later one, and flushes the
+    /// database: it then holds the whole of what was applied, for [`super::clean_stop::leave`].
+    pub async fn close(&self) -> Result<(), CoreError> {
+        *self.writable.lock().await = false;
+        self.db.flush_async().await?;
+        Ok(())
+    }
+
+    /// Leave to write to the trees, held until the returned guard is dropped; refused once closed.
+    async fn write_permit(&self) -> std::io::Result<tokio::sync::OwnedMutexGuard<bool>> {
+        let permit = self.writable.clone().lock_owned().await;
+        if *permit {
+            Ok(permit)
+        } else {
+            Err(std::io::Error::other("the state machine is closed: the node is stopping"))
+        }
+    }
+
+    /// After a stop that was not clean: the state becomes `current`'s (or empty), and what older layouts
+    /// kept beside the trees goes.
+    fn start_over(
+        &self,
+        current: Option<(SnapshotMeta<NodeId, openraft::BasicNode>, PathBuf)>,
+        found: Option<LogId<NodeId>>,
+    ) -> Result<(), CoreError> {
+        for older in [&b"sm_redo"[..], b"sm_requests"] {
+            self.db.drop_tree(older)?;
+        }
+        let io = |e: StorageIOError<NodeId>| CoreError::Io(std::io::Error::other(e.to_string()));
+        let from = match current {
+            Some((meta, file)) => {
+                let file = std::io::BufReader::new(std::fs::File::open(file)?);
+                self.replace_state(file, &meta.last_log_id, &meta.last_membership).map_err(io)?;
+                meta.last_log_id
+            }
+            None => {
+                self.replace_with(Default::default(), 0, 0, &None, &Membership::default()).map_err(io)?;
+                None
+            }
+        };
+        tracing::info!(
+            ?found,
+            ?from,
+            "state machine: the previous run did not stop cleanly; starting again from the snapshot and \
+             the log after it"
+        );
+        Ok(())
     }
 
     fn tenant(&self, name: &str) -> Result<Option<TenantState>, CoreError> {
@@ -557,9 +616,13 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let received = snapshot.received().map(Path::to_owned);
         let file = snapshot.into_rewound().map_err(|e| read_err(&e))?;
         let (store, last, membership) = (self.clone(), meta.last_log_id, meta.last_membership.clone());
-        let rows = blocking(move || store.replace_state(&file, &last, &membership))
-            .await
-            .map_err(|e| read_err(&e))??;
+        let permit = self.write_permit().await.map_err(|e| read_err(&e))?;
+        let rows = blocking(move || {
+            let _permit = permit;
+            store.replace_state(&file, &last, &membership)
+        })
+        .await
+        .map_err(|e| read_err(&e))??;
         let file = match received {
             Some(path) => path,
             // Not one this store opened: the state it now holds is written out as the snapshot.

@@ -181,38 +181,6 @@ impl RequestIndex {
     }
 }
 
-/// Moves the ids of the older layout (one key per id, in `legacy`) into one row of `rows` under
-/// `revision` (the last applied index, which no later proposal reuses), atomically. Returns how many.
-pub fn migrate_legacy(legacy: &sled::Tree, rows: &sled::Tree, revision: u64) -> io::Result<usize> {
-    use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
-    if legacy.is_empty() {
-        return Ok(0);
-    }
-    let mut row = RequestRow::new();
-    for item in legacy.iter() {
-        let (id, bytes) = item.map_err(|e| io::Error::other(e.to_string()))?;
-        let request: AppliedRequest = serde_json::from_slice(&bytes)
-            .map_err(|e| invalid(format!("a request id of the older layout: {e}")))?;
-        row.insert(String::from_utf8_lossy(&id).into_owned(), request);
-    }
-    let ids: Vec<String> = row.keys().cloned().collect();
-    let mut merged = match rows.get(row_key(revision)).map_err(|e| io::Error::other(e.to_string()))? {
-        Some(bytes) => decode_row(&bytes)?,
-        None => RequestRow::new(),
-    };
-    merged.extend(row);
-    let encoded = encode_row(&merged)?;
-    let result: Result<(), TransactionError<()>> = (legacy, rows).transaction(|(legacy, rows)| {
-        for id in &ids {
-            legacy.remove(id.as_bytes())?;
-        }
-        rows.insert(&row_key(revision), encoded.as_slice())?;
-        Ok::<(), ConflictableTransactionError<()>>(())
-    });
-    result.map_err(|e| io::Error::other(format!("moving request ids to rows: {e:?}")))?;
-    Ok(ids.len())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,19 +235,5 @@ mod tests {
 
         let rebuilt = RequestIndex::build(&tree).expect("build");
         assert_eq!(rebuilt.rows, index.rows, "the index built from the rows is the one kept");
-    }
-
-    #[test]
-    fn ids_of_the_older_layout_move_into_a_row() {
-        let db = sled::Config::new().temporary(true).open().expect("db");
-        let (legacy, rows) = (db.open_tree("legacy").expect("tree"), db.open_tree("rows").expect("tree"));
-        legacy.insert("x", serde_json::to_vec(&applied(5)).expect("json")).expect("insert");
-        legacy.insert("y", serde_json::to_vec(&applied(6)).expect("json")).expect("insert");
-        assert_eq!(migrate_legacy(&legacy, &rows, 40).expect("migrate"), 2);
-        assert!(legacy.is_empty());
-        let index = RequestIndex::build(&rows).expect("build");
-        let mut batch = BatchRows::new(&index, &rows);
-        assert_eq!(batch.get("y").expect("get"), Some(applied(6)));
-        assert_eq!(migrate_legacy(&legacy, &rows, 41).expect("again"), 0, "nothing left to move");
     }
 }

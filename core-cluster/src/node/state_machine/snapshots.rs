@@ -12,9 +12,9 @@ use sled::transaction::{ConflictableTransactionError, TransactionError, Transact
 
 use super::{
     decode, tx_error, Membership, StateMachineStore, Written, CLOCK, FEED_FLOOR, LAST_APPLIED,
-    LAST_MEMBERSHIP, SNAPSHOT_META,
+    LAST_MEMBERSHIP,
 };
-use crate::node::snapshot_file::{Header, SnapshotFile, SnapshotReader};
+use crate::node::snapshot_file::{Header, SnapshotDir, SnapshotFile, SnapshotReader};
 use crate::node::types::{NodeId, StorageError, TypeConfig};
 
 impl StateMachineStore {
@@ -54,7 +54,7 @@ impl StateMachineStore {
     }
 
     /// Makes the complete snapshot file at `file` the current snapshot, described by `meta`: the file is
-    /// synced and renamed, then the metadata is saved and flushed; older snapshot files are removed. A
+    /// synced, its metadata written and synced beside it, the file renamed, and older snapshots removed. A
     /// snapshot older than the current one (a build that finished after an install) is discarded instead:
     /// `None`.
     pub(super) async fn keep_snapshot(
@@ -70,14 +70,12 @@ impl StateMachineStore {
             self.snapshots.discard(file);
             return Ok(None);
         }
+        let meta_bytes = serde_json::to_vec(meta).map_err(|e| write_err(&e))?;
         let (snapshots, file_owned, id) = (self.snapshots.clone(), file.to_owned(), meta.snapshot_id.clone());
-        let kept = blocking(move || snapshots.keep(&file_owned, &id))
+        let kept = blocking(move || snapshots.keep(&file_owned, &id, &meta_bytes))
             .await
             .and_then(|kept| kept)
             .map_err(|e| write_err(&e))?;
-        let meta_bytes = serde_json::to_vec(meta).map_err(|e| write_err(&e))?;
-        self.snapshot.insert(SNAPSHOT_META, meta_bytes).map_err(|e| write_err(&e))?;
-        self.db.flush_async().await.map_err(|e| write_err(&e))?;
         let covered = meta.last_log_id.map_or(0, |id| id.index);
         self.durable_snapshot.send_if_modified(|current| std::mem::replace(current, covered) != covered);
         Ok(Some(kept))
@@ -96,10 +94,7 @@ impl StateMachineStore {
         let read_err = |e: &(dyn std::error::Error + 'static)| {
             StorageIOError::read_snapshot(None, openraft::AnyError::from_dyn(e, None))
         };
-        let Some(meta) = self.snapshot.get(SNAPSHOT_META).map_err(|e| read_err(&e))? else {
-            return Ok(None);
-        };
-        Ok(Some(decode(&meta).map_err(|e| read_err(&e))?))
+        Ok(current(&self.snapshots).map_err(|e| read_err(&e))?.map(|(meta, _)| meta))
     }
 
     /// The current snapshot, opened.
@@ -135,12 +130,28 @@ impl StateMachineStore {
         };
         let (header, mut reader) = SnapshotReader::open(file).map_err(|e| err(&e))?;
         let Header { clock_ms, feed_floor } = header;
-        let mut encoded: [Vec<(Vec<u8>, Vec<u8>)>; 5] = Default::default();
+        let mut encoded: TableRows = Default::default();
         let mut rows = 0;
         while let Some(row) = reader.next_row().map_err(|e| err(&e))? {
             encoded[row.table as usize].push((row.key, row.value));
             rows += 1;
         }
+        self.replace_with(encoded, clock_ms, feed_floor, last_applied, membership)?;
+        Ok(rows)
+    }
+
+    /// Replaces the whole state with `encoded` (rows by table, as stored) at `last_applied`, atomically.
+    pub(super) fn replace_with(
+        &self,
+        encoded: TableRows,
+        clock_ms: i64,
+        feed_floor: u64,
+        last_applied: &Option<LogId<NodeId>>,
+        membership: &Membership,
+    ) -> Result<(), StorageIOError<NodeId>> {
+        let err = |e: &dyn std::fmt::Display| {
+            StorageIOError::write_state_machine(&std::io::Error::other(e.to_string()))
+        };
         let trees = self.tables().map(|(_, tree)| tree);
         let mut stale: Vec<Vec<sled::IVec>> = Vec::new();
         for (tree, rows) in trees.iter().zip(&encoded) {
@@ -158,8 +169,6 @@ impl StateMachineStore {
         let membership = serde_json::to_vec(membership).map_err(|e| err(&e))?;
         let clock = serde_json::to_vec(&clock_ms).map_err(|e| err(&e))?;
         let feed_floor = serde_json::to_vec(&feed_floor).map_err(|e| err(&e))?;
-        // The last batch's redo record describes state this replaces: it must never be written again.
-        super::redo::clear(&self.redo).map_err(|e| err(&e))?;
         let result: Result<(), TransactionError<String>> =
             (&self.entries, &self.tenants, &self.models, &self.requests, &self.feed, &self.meta).transaction(
                 |(entries, tenants, models, requests, feed, meta)| {
@@ -183,8 +192,26 @@ impl StateMachineStore {
         self.remembered_ids.store(index.len(), std::sync::atomic::Ordering::Relaxed);
         *self.request_index.lock().expect("the request index's lock is never poisoned") = index;
         self.applied.send_replace(last_applied.as_ref().map_or(0, |id| id.index));
-        Ok(rows)
+        Ok(())
     }
+}
+
+/// Rows as stored, by snapshot table.
+pub(super) type TableRows = [Vec<(Vec<u8>, Vec<u8>)>; 5];
+
+/// The current snapshot: the newest complete one in `dir` (a crash in the middle of a keep may leave two)
+/// and its file.
+pub(super) fn current(
+    dir: &SnapshotDir,
+) -> std::io::Result<Option<(SnapshotMeta<NodeId, openraft::BasicNode>, PathBuf)>> {
+    let mut newest: Option<(SnapshotMeta<NodeId, openraft::BasicNode>, PathBuf)> = None;
+    for (file, bytes) in dir.kept()? {
+        let meta: SnapshotMeta<NodeId, openraft::BasicNode> = decode(&bytes)?;
+        if newest.as_ref().is_none_or(|(n, _)| meta.last_log_id > n.last_log_id) {
+            newest = Some((meta, file));
+        }
+    }
+    Ok(newest)
 }
 
 /// Runs blocking file and database work on tokio's blocking pool: a core node's runtime has one worker

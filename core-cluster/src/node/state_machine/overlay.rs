@@ -1,0 +1,250 @@
+//! Applying a batch of log entries: its commands run against an [`Overlay`], where reads see the batch's
+//! own writes and writes are collected as the final value (or removal) of each key; then [`commit`] writes
+//! them to their trees, one key at a time, without a sled transaction.
+//!
+//! sled 0.34 rolls its log buffer twice for every transaction (and every `apply_batch`), and its I/O
+//! threads write each rolled buffer and wait for it with `sync_file_range`: two small disk writes per
+//! applied batch on every node, all of it on the same disk as the write-ahead log's `fdatasync`.
+//!
+//! A batch is not atomic across a crash, and needs not be: the trees are trusted only after a clean stop
+//! ([`super::super::clean_stop`]). After any other stop the state machine starts again from its durable
+//! snapshot and openraft applies the log after it again. Nor is a batch atomic for readers meanwhile: a
+//! read may see some of a batch's writes and not others, as a read of two keys could between two
+//! transactions. Reads that need one applied index wait for it (`read_barrier`). The meta tree's writes go
+//! first, so the change feed's floor rises before the rows under it go (the feed checks its floor again
+//! after a scan), and the last applied log id goes last of all.
+
+use std::collections::BTreeMap;
+use std::io;
+
+use super::super::apply::Tables;
+use super::super::records::{AppliedRequest, FeedRow, ModelState, StoredEntry, TenantState};
+use super::request_rows::{BatchRows, IndexChanges, RequestIndex};
+use super::rows::Row;
+use super::FEED_FLOOR;
+
+/// The state machine's trees, in the order a write names them by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Table {
+    /// Cache entries by key.
+    Entries = 0,
+    /// Tenants by name.
+    Tenants = 1,
+    /// Models by name.
+    Models = 2,
+    /// Applied request ids, a row per proposal ([`super::request_rows`]).
+    Requests = 3,
+    /// Change-feed rows by revision (big-endian).
+    Feed = 4,
+    /// The meta tree; written after the others.
+    Meta = 5,
+}
+
+impl Table {
+    const ALL: [Table; 6] =
+        [Table::Entries, Table::Tenants, Table::Models, Table::Requests, Table::Feed, Table::Meta];
+}
+
+/// The trees a batch reads and writes, indexed by [`Table`].
+pub type Trees<'a> = [&'a sled::Tree; 6];
+
+/// The meta key whose write ends a batch (the last applied log id).
+pub type LastKey = &'static [u8];
+
+/// Final values (`None`: removed) by key, one map per table (indexed by [`Table`]).
+pub type Writes = [BTreeMap<Vec<u8>, Option<Vec<u8>>>; 6];
+
+/// Every write of a batch, table by table.
+fn each(writes: &Writes) -> impl Iterator<Item = (Table, &Vec<u8>, &Option<Vec<u8>>)> {
+    Table::ALL
+        .into_iter()
+        .flat_map(move |table| writes[table as usize].iter().map(move |(k, v)| (table, k, v)))
+}
+
+fn sled_err(e: sled::Error) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+/// A row's error, naming its key.
+fn keyed(key: &[u8], e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{:?}: {e}", String::from_utf8_lossy(key)))
+}
+
+/// The trees as a batch sees them: sled's values under the batch's own writes.
+pub struct Overlay<'a> {
+    trees: Trees<'a>,
+    writes: Writes,
+    requests: BatchRows<'a>,
+}
+
+impl<'a> Overlay<'a> {
+    /// An overlay with no writes yet, finding request ids through `index`.
+    pub fn new(trees: Trees<'a>, index: &'a RequestIndex) -> Self {
+        let requests = BatchRows::new(index, trees[Table::Requests as usize]);
+        Self { trees, writes: Writes::default(), requests }
+    }
+
+    /// The requests applied from now on are the proposal at log index `revision`.
+    pub fn begin_proposal(&mut self, revision: u64) {
+        self.requests.begin_proposal(revision);
+    }
+
+    /// The value under `key`, the batch's own write first.
+    pub fn get_raw(&self, table: Table, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
+        if let Some(value) = self.writes[table as usize].get(key) {
+            return Ok(value.clone());
+        }
+        Ok(self.trees[table as usize].get(key).map_err(sled_err)?.map(|v| v.to_vec()))
+    }
+
+    /// Sets (or, with `None`, removes) the value under `key`.
+    pub fn set_raw(&mut self, table: Table, key: &[u8], value: Option<Vec<u8>>) {
+        self.writes[table as usize].insert(key.to_vec(), value);
+    }
+
+    fn get<T: Row>(&self, table: Table, key: &[u8]) -> io::Result<Option<T>> {
+        self.get_raw(table, key)?.map(|bytes| T::from_row(&bytes).map_err(|e| keyed(key, e))).transpose()
+    }
+
+    fn put<T: Row>(&mut self, table: Table, key: &[u8], value: &T) -> io::Result<()> {
+        let bytes = value.to_row().map_err(|e| keyed(key, e))?;
+        self.set_raw(table, key, Some(bytes));
+        Ok(())
+    }
+
+    /// The batch's writes, and the changes to the request index to make once they are stored.
+    pub fn into_writes(mut self) -> io::Result<(Writes, IndexChanges)> {
+        let (rows, changes) = self.requests.finish()?;
+        self.writes[Table::Requests as usize].extend(rows);
+        Ok((self.writes, changes))
+    }
+}
+
+impl Tables for Overlay<'_> {
+    type Error = io::Error;
+
+    fn entry(&mut self, key: &str) -> io::Result<Option<StoredEntry>> {
+        self.get(Table::Entries, key.as_bytes())
+    }
+    fn put_entry(&mut self, key: &str, entry: &StoredEntry) -> io::Result<()> {
+        self.put(Table::Entries, key.as_bytes(), entry)
+    }
+    fn remove_entry(&mut self, key: &str) -> io::Result<()> {
+        self.set_raw(Table::Entries, key.as_bytes(), None);
+        Ok(())
+    }
+    fn tenant(&mut self, name: &str) -> io::Result<Option<TenantState>> {
+        self.get(Table::Tenants, name.as_bytes())
+    }
+    fn put_tenant(&mut self, name: &str, tenant: &TenantState) -> io::Result<()> {
+        self.put(Table::Tenants, name.as_bytes(), tenant)
+    }
+    fn model(&mut self, name: &str) -> io::Result<Option<ModelState>> {
+        self.get(Table::Models, name.as_bytes())
+    }
+    fn put_model(&mut self, name: &str, model: &ModelState) -> io::Result<()> {
+        self.put(Table::Models, name.as_bytes(), model)
+    }
+    fn request(&mut self, id: &str) -> io::Result<Option<AppliedRequest>> {
+        self.requests.get(id)
+    }
+    fn put_request(&mut self, id: &str, request: &AppliedRequest) -> io::Result<()> {
+        self.requests.put(id, request)
+    }
+    fn remove_request(&mut self, id: &str) -> io::Result<()> {
+        self.requests.remove(id)
+    }
+    fn feed_row(&mut self, revision: u64) -> io::Result<Option<FeedRow>> {
+        self.get(Table::Feed, &revision.to_be_bytes())
+    }
+    fn put_feed_row(&mut self, revision: u64, row: &FeedRow) -> io::Result<()> {
+        self.put(Table::Feed, &revision.to_be_bytes(), row)
+    }
+    fn remove_feed_row(&mut self, revision: u64) -> io::Result<()> {
+        self.set_raw(Table::Feed, &revision.to_be_bytes(), None);
+        Ok(())
+    }
+    fn feed_floor(&mut self) -> io::Result<u64> {
+        Ok(self.get(Table::Meta, FEED_FLOOR)?.unwrap_or(0))
+    }
+    fn set_feed_floor(&mut self, revision: u64) -> io::Result<()> {
+        self.put(Table::Meta, FEED_FLOOR, &revision)
+    }
+}
+
+/// Writes a batch's `writes` to their trees: the meta tree's first (so the change feed's floor rises
+/// before the rows under it go), then the other trees', then the meta tree's `last` key.
+pub fn commit(trees: Trees<'_>, writes: &Writes, last: LastKey) -> io::Result<()> {
+    let is_last = |table: Table, key: &[u8]| table == Table::Meta && key == last;
+    let meta = each(writes).filter(|&(t, k, _)| t == Table::Meta && !is_last(t, k));
+    let others = each(writes).filter(|&(t, _, _)| t != Table::Meta);
+    let final_write = each(writes).filter(|&(t, k, _)| is_last(t, k));
+    for (table, key, value) in meta.chain(others).chain(final_write) {
+        let tree = trees[table as usize];
+        match value {
+            Some(value) => tree.insert(key.as_slice(), value.as_slice()).map(drop),
+            None => tree.remove(key.as_slice()).map(drop),
+        }
+        .map_err(sled_err)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LAST: &[u8] = b"last_applied";
+
+    fn open() -> (sled::Db, Vec<sled::Tree>) {
+        let db = sled::Config::new().temporary(true).open().expect("sled");
+        let trees = (0..6).map(|i| db.open_tree(format!("t{i}")).expect("tree")).collect();
+        (db, trees)
+    }
+
+    fn trees(t: &[sled::Tree]) -> Trees<'_> {
+        [&t[0], &t[1], &t[2], &t[3], &t[4], &t[5]]
+    }
+
+    #[test]
+    fn reads_see_the_batch_own_writes_over_the_trees() {
+        let (_db, t) = open();
+        t[0].insert(b"k", b"old".to_vec()).expect("insert");
+        t[0].insert(b"x", b"kept".to_vec()).expect("insert");
+        let requests = RequestIndex::default();
+        let mut overlay = Overlay::new(trees(&t), &requests);
+        overlay.set_raw(Table::Entries, b"k", Some(b"new".to_vec()));
+        overlay.set_raw(Table::Entries, b"x", None);
+        assert_eq!(overlay.get_raw(Table::Entries, b"k").expect("get"), Some(b"new".to_vec()));
+        assert_eq!(overlay.get_raw(Table::Entries, b"x").expect("get"), None);
+        assert_eq!(overlay.get_raw(Table::Tenants, b"k").expect("get"), None);
+        assert_eq!(
+            t[0].get(b"k").expect("get").as_deref(),
+            Some(&b"old"[..]),
+            "nothing written before commit"
+        );
+    }
+
+    #[test]
+    fn a_commit_writes_each_key_final_value_and_removes_what_the_batch_removed() {
+        let (_db, t) = open();
+        t[0].insert(b"gone", b"x".to_vec()).expect("insert");
+        t[4].insert(7u64.to_be_bytes(), b"row".to_vec()).expect("insert");
+        let requests = RequestIndex::default();
+        let mut overlay = Overlay::new(trees(&t), &requests);
+        overlay.set_raw(Table::Entries, b"a", Some(b"first".to_vec()));
+        overlay.set_raw(Table::Entries, b"a", Some(b"second".to_vec()));
+        overlay.set_raw(Table::Entries, b"gone", None);
+        overlay.set_raw(Table::Feed, &7u64.to_be_bytes(), None);
+        overlay.set_raw(Table::Meta, FEED_FLOOR, Some(b"7".to_vec()));
+        overlay.set_raw(Table::Meta, LAST, Some(5u64.to_le_bytes().to_vec()));
+        let (writes, _) = overlay.into_writes().expect("writes");
+        commit(trees(&t), &writes, LAST).expect("commit");
+        assert_eq!(t[0].get(b"a").expect("get").as_deref(), Some(&b"second"[..]));
+        assert_eq!(t[0].get(b"gone").expect("get"), None);
+        assert_eq!(t[4].get(7u64.to_be_bytes()).expect("get"), None);
+        assert_eq!(t[5].get(FEED_FLOOR).expect("get").as_deref(), Some(&b"7"[..]));
+        assert_eq!(t[5].get(LAST).expect("get").as_deref(), Some(&5u64.to_le_bytes()[..]));
+    }
+}
