@@ -81,11 +81,11 @@ impl StateMachineStore {
             Some(m) => Some(serde_json::to_vec(&m).map_err(|e| StorageIOError::apply(last, &e))?),
             None => None,
         };
-        let trees = [&self.entries, &self.tenants, &self.models, &self.requests, &self.feed, &self.meta];
+        let trees = [&self.entries, &self.tenants, &self.model_rows, &self.requests, &self.feed, &self.meta];
         // Only openraft's state-machine task applies, one batch at a time: the lock is never contended.
         let mut request_index =
             self.request_index.lock().expect("the request index's lock is never poisoned");
-        let mut overlay = overlay::Overlay::new(trees, &request_index);
+        let mut overlay = overlay::Overlay::new(trees, &request_index, &self.models);
         let mut clock = start_clock;
         let mut responses = Vec::with_capacity(entries.len());
         let apply_err = |e: std::io::Error| StorageIOError::apply(last, &e);
@@ -110,9 +110,10 @@ impl StateMachineStore {
         if let Some(m) = membership {
             overlay.set_raw(overlay::Table::Meta, LAST_MEMBERSHIP, Some(m));
         }
-        let (writes, index_changes) = overlay.into_writes().map_err(apply_err)?;
-        overlay::commit(trees, &writes, LAST_APPLIED).map_err(apply_err)?;
-        request_index.apply(index_changes);
+        let written = overlay.into_writes().map_err(apply_err)?;
+        overlay::commit(trees, &written.rows, LAST_APPLIED).map_err(apply_err)?;
+        self.models.set(written.models);
+        request_index.apply(written.request_index);
         self.remembered_ids.store(request_index.len(), std::sync::atomic::Ordering::Relaxed);
         Ok(responses)
     }

@@ -39,6 +39,7 @@ use sha2::{Digest, Sha256};
 use sled::transaction::TransactionError;
 
 mod applying;
+mod models;
 mod overlay;
 mod request_rows;
 mod rows;
@@ -115,8 +116,10 @@ pub struct StateMachineStore {
     entries: sled::Tree,
     /// [`TenantState`] JSON by tenant name.
     tenants: sled::Tree,
-    /// [`ModelState`] JSON by model name.
-    models: sled::Tree,
+    /// [`ModelState`] rows by model name, written back from `models` at snapshots and at a clean stop.
+    model_rows: sled::Tree,
+    /// Every model, as applied ([`models`]).
+    models: Arc<models::Models>,
     /// Applied request ids, a row per proposal ([`request_rows`]).
     requests: sled::Tree,
     /// Which row holds each applied request id; changed only with the rows.
@@ -213,7 +216,8 @@ impl StateMachineStore {
         let meta = db.open_tree("sm_meta")?;
         let entries = db.open_tree("sm_entries")?;
         let tenants = db.open_tree("sm_tenants")?;
-        let models = db.open_tree("sm_models")?;
+        let model_rows = db.open_tree("sm_models")?;
+        let models = Arc::new(models::Models::load(&model_rows)?);
         let requests = db.open_tree("sm_request_rows")?;
         let feed = db.open_tree("sm_feed")?;
         let snapshots = SnapshotDir::open(snapshots)?;
@@ -230,6 +234,7 @@ impl StateMachineStore {
             db: db.clone(),
             entries,
             tenants,
+            model_rows,
             models,
             requests,
             remembered_ids: Arc::new(request_index.len().into()),
@@ -251,6 +256,7 @@ impl StateMachineStore {
     /// database: it then holds the whole of what was applied, for [`super::clean_stop::leave`].
     pub async fn close(&self) -> Result<(), CoreError> {
         *self.writable.lock().await = false;
+        self.models.write_back(&self.model_rows)?;
         self.db.flush_async().await?;
         Ok(())
     }
@@ -300,10 +306,6 @@ impl StateMachineStore {
         Ok(self.tenants.get(name.as_bytes())?.map(|b| decode(&b)).transpose()?)
     }
 
-    fn model(&self, name: &str) -> Result<Option<ModelState>, CoreError> {
-        Ok(self.models.get(name.as_bytes())?.map(|b| decode(&b)).transpose()?)
-    }
-
     /// The entry under `key` if `tenant` owns it and it is live at the state machine's clock, from the
     /// local applied state.
     pub fn read(&self, key: &str, tenant: &str) -> Result<Option<StoredEntry>, CoreError> {
@@ -316,8 +318,9 @@ impl StateMachineStore {
             return Ok(None);
         }
         let tenant = self.tenant(tenant)?;
-        let model = self.model(&stored.entry.model)?;
-        Ok(stored.is_live(tenant.as_ref(), model.as_ref(), now_ms).then_some(stored))
+        let live =
+            self.models.with(&stored.entry.model, |model| stored.is_live(tenant.as_ref(), model, now_ms));
+        Ok(live.then_some(stored))
     }
 
     /// Whether `tenant` exists.
@@ -327,19 +330,12 @@ impl StateMachineStore {
 
     /// Every registered model and its current version, by name.
     pub fn model_versions(&self) -> Result<Vec<(String, u64)>, CoreError> {
-        self.models
-            .iter()
-            .map(|item| {
-                let (name, bytes) = item?;
-                let model: ModelState = decode(&bytes)?;
-                Ok((String::from_utf8_lossy(&name).into_owned(), model.version))
-            })
-            .collect()
+        Ok(self.models.versions())
     }
 
     /// The current version of `model`, if it is registered.
     pub fn model_version(&self, model: &str) -> Result<Option<u64>, CoreError> {
-        Ok(self.model(model)?.map(|m| m.version))
+        Ok(self.models.with(model, |m| m.map(|m| m.version)))
     }
 
     /// The state machine's clock: the leader's time of the last applied proposal.
@@ -379,12 +375,7 @@ impl StateMachineStore {
             let (k, v) = item?;
             tenants.insert(String::from_utf8_lossy(&k).into_owned(), decode(&v)?);
         }
-        let mut models = BTreeMap::new();
-        for item in self.models.iter() {
-            let (k, v) = item?;
-            models.insert(String::from_utf8_lossy(&k).into_owned(), decode(&v)?);
-        }
-        Ok((tenants, models))
+        Ok((tenants, self.models.all()))
     }
 
     /// A digest of the live state at the state machine's clock.

@@ -19,6 +19,7 @@ use std::io;
 
 use super::super::apply::Tables;
 use super::super::records::{AppliedRequest, FeedRow, ModelState, StoredEntry, TenantState};
+use super::models::Models;
 use super::request_rows::{BatchRows, IndexChanges, RequestIndex};
 use super::rows::Row;
 use super::FEED_FLOOR;
@@ -31,7 +32,7 @@ pub enum Table {
     Entries = 0,
     /// Tenants by name.
     Tenants = 1,
-    /// Models by name.
+    /// Models by name; a batch never writes it (they are held in [`Models`] and written back).
     Models = 2,
     /// Applied request ids, a row per proposal ([`super::request_rows`]).
     Requests = 3,
@@ -55,6 +56,16 @@ pub type LastKey = &'static [u8];
 /// Final values (`None`: removed) by key, one map per table (indexed by [`Table`]).
 pub type Writes = [BTreeMap<Vec<u8>, Option<Vec<u8>>>; 6];
 
+/// What applying a batch wrote.
+pub struct BatchWrites {
+    /// The rows, for [`commit`].
+    pub rows: Writes,
+    /// The changes to the request index, to make once the rows are stored.
+    pub request_index: IndexChanges,
+    /// The models, for [`Models::set`].
+    pub models: BTreeMap<String, ModelState>,
+}
+
 /// Every write of a batch, table by table.
 fn each(writes: &Writes) -> impl Iterator<Item = (Table, &Vec<u8>, &Option<Vec<u8>>)> {
     Table::ALL
@@ -76,13 +87,17 @@ pub struct Overlay<'a> {
     trees: Trees<'a>,
     writes: Writes,
     requests: BatchRows<'a>,
+    /// The models as applied before the batch ([`Models`]: they are not read from their tree).
+    models: &'a Models,
+    /// The batch's own writes of models.
+    model_writes: BTreeMap<String, ModelState>,
 }
 
 impl<'a> Overlay<'a> {
-    /// An overlay with no writes yet, finding request ids through `index`.
-    pub fn new(trees: Trees<'a>, index: &'a RequestIndex) -> Self {
+    /// An overlay with no writes yet, finding request ids through `index` and models in `models`.
+    pub fn new(trees: Trees<'a>, index: &'a RequestIndex, models: &'a Models) -> Self {
         let requests = BatchRows::new(index, trees[Table::Requests as usize]);
-        Self { trees, writes: Writes::default(), requests }
+        Self { trees, writes: Writes::default(), requests, models, model_writes: BTreeMap::new() }
     }
 
     /// The requests applied from now on are the proposal at log index `revision`.
@@ -113,11 +128,12 @@ impl<'a> Overlay<'a> {
         Ok(())
     }
 
-    /// The batch's writes, and the changes to the request index to make once they are stored.
-    pub fn into_writes(mut self) -> io::Result<(Writes, IndexChanges)> {
+    /// The batch's writes, the changes to the request index to make once they are stored, and the models
+    /// it wrote (for [`Models::set`]).
+    pub fn into_writes(mut self) -> io::Result<BatchWrites> {
         let (rows, changes) = self.requests.finish()?;
         self.writes[Table::Requests as usize].extend(rows);
-        Ok((self.writes, changes))
+        Ok(BatchWrites { rows: self.writes, request_index: changes, models: self.model_writes })
     }
 }
 
@@ -141,10 +157,11 @@ impl Tables for Overlay<'_> {
         self.put(Table::Tenants, name.as_bytes(), tenant)
     }
     fn model(&mut self, name: &str) -> io::Result<Option<ModelState>> {
-        self.get(Table::Models, name.as_bytes())
+        Ok(self.model_writes.get(name).cloned().or_else(|| self.models.get(name)))
     }
     fn put_model(&mut self, name: &str, model: &ModelState) -> io::Result<()> {
-        self.put(Table::Models, name.as_bytes(), model)
+        self.model_writes.insert(name.to_owned(), model.clone());
+        Ok(())
     }
     fn request(&mut self, id: &str) -> io::Result<Option<AppliedRequest>> {
         self.requests.get(id)
@@ -213,7 +230,8 @@ mod tests {
         t[0].insert(b"k", b"old".to_vec()).expect("insert");
         t[0].insert(b"x", b"kept".to_vec()).expect("insert");
         let requests = RequestIndex::default();
-        let mut overlay = Overlay::new(trees(&t), &requests);
+        let models = Models::default();
+        let mut overlay = Overlay::new(trees(&t), &requests, &models);
         overlay.set_raw(Table::Entries, b"k", Some(b"new".to_vec()));
         overlay.set_raw(Table::Entries, b"x", None);
         assert_eq!(overlay.get_raw(Table::Entries, b"k").expect("get"), Some(b"new".to_vec()));
@@ -232,14 +250,15 @@ mod tests {
         t[0].insert(b"gone", b"x".to_vec()).expect("insert");
         t[4].insert(7u64.to_be_bytes(), b"row".to_vec()).expect("insert");
         let requests = RequestIndex::default();
-        let mut overlay = Overlay::new(trees(&t), &requests);
+        let models = Models::default();
+        let mut overlay = Overlay::new(trees(&t), &requests, &models);
         overlay.set_raw(Table::Entries, b"a", Some(b"first".to_vec()));
         overlay.set_raw(Table::Entries, b"a", Some(b"second".to_vec()));
         overlay.set_raw(Table::Entries, b"gone", None);
         overlay.set_raw(Table::Feed, &7u64.to_be_bytes(), None);
         overlay.set_raw(Table::Meta, FEED_FLOOR, Some(b"7".to_vec()));
         overlay.set_raw(Table::Meta, LAST, Some(5u64.to_le_bytes().to_vec()));
-        let (writes, _) = overlay.into_writes().expect("writes");
+        let writes = overlay.into_writes().expect("writes").rows;
         commit(trees(&t), &writes, LAST).expect("commit");
         assert_eq!(t[0].get(b"a").expect("get").as_deref(), Some(&b"second"[..]));
         assert_eq!(t[0].get(b"gone").expect("get"), None);

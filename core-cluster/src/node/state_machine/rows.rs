@@ -1,7 +1,8 @@
 //! How the state machine's values are stored in sled.
 //!
 //! The rows written on every put are prost: the entry itself (`StoredEntryRow`) and its model, whose
-//! hottest-keys summary every proposal of puts rewrites (`ModelRow`). JSON spent most of its time escaping
+//! hottest-keys summary every proposal of puts changes (`ModelRow`; held in memory and written back at
+//! snapshots and clean stops, `models.rs`, but decoded from snapshots and older trees). JSON spent most of its time escaping
 //! an entry's content character by character, and reading and writing a model's summary of 64 keys took a
 //! quarter of applying a proposal of one put. A row an older binary wrote is JSON; JSON rows begin with
 //! `{`, which neither message's encoding ever does (their first byte is a field's tag), so both are read

@@ -29,6 +29,7 @@ impl StateMachineStore {
         let (last_applied, membership) = self.read_applied()?;
         let clock_ms = self.clock_ms().map_err(|e| err(&e))?;
         let feed_floor = self.feed_floor().map_err(|e| err(&e))?;
+        self.models.write_back(&self.model_rows).map_err(|e| err(&e))?;
         let unique = self.db.generate_id().map_err(|e| err(&e))?;
         let mut writer = self.snapshots.writer(unique).map_err(|e| err(&e))?;
         writer.header(clock_ms, feed_floor).map_err(|e| err(&e))?;
@@ -47,7 +48,7 @@ impl StateMachineStore {
         [
             (SnapshotTable::Entries, &self.entries),
             (SnapshotTable::Tenants, &self.tenants),
-            (SnapshotTable::Models, &self.models),
+            (SnapshotTable::Models, &self.model_rows),
             (SnapshotTable::Requests, &self.requests),
             (SnapshotTable::Feed, &self.feed),
         ]
@@ -170,8 +171,8 @@ impl StateMachineStore {
         let clock = serde_json::to_vec(&clock_ms).map_err(|e| err(&e))?;
         let feed_floor = serde_json::to_vec(&feed_floor).map_err(|e| err(&e))?;
         let result: Result<(), TransactionError<String>> =
-            (&self.entries, &self.tenants, &self.models, &self.requests, &self.feed, &self.meta).transaction(
-                |(entries, tenants, models, requests, feed, meta)| {
+            (&self.entries, &self.tenants, &self.model_rows, &self.requests, &self.feed, &self.meta)
+                .transaction(|(entries, tenants, models, requests, feed, meta)| {
                     for (i, tree) in [entries, tenants, models, requests, feed].into_iter().enumerate() {
                         for key in &stale[i] {
                             tree.remove(key.clone())?;
@@ -185,9 +186,9 @@ impl StateMachineStore {
                     meta.insert(CLOCK, clock.as_slice())?;
                     meta.insert(FEED_FLOOR, feed_floor.as_slice())?;
                     Ok::<(), ConflictableTransactionError<String>>(())
-                },
-            );
+                });
         result.map_err(|e| StorageIOError::write_state_machine(&tx_error(e)))?;
+        self.models.reload(&self.model_rows).map_err(|e| err(&e))?;
         let index = super::request_rows::RequestIndex::build(&self.requests).map_err(|e| err(&e))?;
         self.remembered_ids.store(index.len(), std::sync::atomic::Ordering::Relaxed);
         *self.request_index.lock().expect("the request index's lock is never poisoned") = index;
