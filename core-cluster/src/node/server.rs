@@ -197,11 +197,14 @@ pub async fn run(
     if let Err(e) = raft.shutdown().await {
         tracing::warn!(error = %e, "raft did not stop cleanly");
     }
-    state.close().await?;
-    let data_dir = config.data_dir.clone();
-    tokio::task::spawn_blocking(move || clean_stop::leave(&data_dir, &state_dir))
-        .await
-        .map_err(std::io::Error::other)??;
+    if state.close().await? {
+        let data_dir = config.data_dir.clone();
+        tokio::task::spawn_blocking(move || clean_stop::leave(&data_dir, &state_dir))
+            .await
+            .map_err(std::io::Error::other)??;
+    } else {
+        tracing::warn!("a write to the state machine failed part way; the next start rebuilds it");
+    }
     tracing::info!("core node stopped");
     match result {
         Ok(Ok(())) => Ok(()),

@@ -98,7 +98,7 @@ fn open(path: &std::path::Path) -> Result<(LogStore, StateMachineStore), Storage
 
 /// Stops the stores opened under `path` as a core node does when asked to ([`clean_stop`]).
 async fn stop_cleanly(path: &std::path::Path, sm: StateMachineStore) {
-    sm.close().await.expect("close");
+    assert!(sm.close().await.expect("close"), "every write was whole");
     drop(sm);
     clean_stop::leave(path, &path.join("state")).expect("leave the marker");
 }

@@ -42,17 +42,14 @@ impl StateMachineStore {
             })
             .sum();
         // Held until the batch is written, on whichever thread writes it.
-        let permit = self.write_permit().await.map_err(|e| StorageIOError::apply(last, &e))?;
+        let permit = self.writes.permit().await.map_err(|e| StorageIOError::apply(last, &e))?;
         let responses = if requests < APPLY_ON_BLOCKING_POOL {
-            self.apply_now(&entries)?
+            permit.finish(self.apply_now(&entries))?
         } else {
             let store = self.clone();
-            blocking(move || {
-                let _permit = permit;
-                store.apply_now(&entries)
-            })
-            .await
-            .map_err(|e| StorageIOError::apply(last, &e))??
+            blocking(move || permit.finish(store.apply_now(&entries)))
+                .await
+                .map_err(|e| StorageIOError::apply(last, &e))??
         };
         self.applied.send_replace(last.index);
         Ok(responses)

@@ -44,6 +44,7 @@ mod overlay;
 mod request_rows;
 mod rows;
 mod snapshots;
+mod write_permit;
 
 use rows::Row;
 use snapshots::blocking;
@@ -134,9 +135,8 @@ pub struct StateMachineStore {
     keeping: Arc<tokio::sync::Mutex<()>>,
     /// The last log index the current (durable) snapshot covers.
     durable_snapshot: Arc<tokio::sync::watch::Sender<u64>>,
-    /// Held while a batch or a snapshot is written to the trees; false once [`StateMachineStore::close`]
-    /// took it, after which nothing is written.
-    writable: Arc<tokio::sync::Mutex<bool>>,
+    /// Held while a batch or a snapshot is written to the trees; closed by [`StateMachineStore::close`].
+    writes: write_permit::TreeLock,
     /// [`FeedRow`] JSON by revision (big-endian log index).
     feed: sled::Tree,
     /// The last applied log index, for watchers of the feed.
@@ -242,7 +242,7 @@ impl StateMachineStore {
             meta,
             snapshots,
             keeping: Arc::default(),
-            writable: Arc::new(tokio::sync::Mutex::new(true)),
+            writes: write_permit::TreeLock::default(),
             durable_snapshot: Arc::new(tokio::sync::watch::Sender::new(covered)),
             durable_log: None,
         };
@@ -253,22 +253,13 @@ impl StateMachineStore {
     }
 
     /// Waits for the write to the trees in progress, if any, refuses every later one, and flushes the
-    /// database: it then holds the whole of what was applied, for [`super::clean_stop::leave`].
-    pub async fn close(&self) -> Result<(), CoreError> {
-        *self.writable.lock().await = false;
+    /// database. Returns whether it then holds the whole of what was applied (no write failed part way),
+    /// which [`super::clean_stop::leave`] may then record.
+    pub async fn close(&self) -> Result<bool, CoreError> {
+        let whole = self.writes.close().await;
         self.models.write_back(&self.model_rows)?;
         self.db.flush_async().await?;
-        Ok(())
-    }
-
-    /// Leave to write to the trees, held until the returned guard is dropped; refused once closed.
-    async fn write_permit(&self) -> std::io::Result<tokio::sync::OwnedMutexGuard<bool>> {
-        let permit = self.writable.clone().lock_owned().await;
-        if *permit {
-            Ok(permit)
-        } else {
-            Err(std::io::Error::other("the state machine is closed: the node is stopping"))
-        }
+        Ok(whole)
     }
 
     /// After a stop that was not clean: the state becomes `current`'s (or empty), and what older layouts
@@ -293,12 +284,14 @@ impl StateMachineStore {
                 None
             }
         };
-        tracing::info!(
-            ?found,
-            ?from,
-            "state machine: the previous run did not stop cleanly; starting again from the snapshot and \
-             the log after it"
-        );
+        if found.is_some() {
+            tracing::info!(
+                ?found,
+                ?from,
+                "state machine: the previous run did not stop cleanly; starting again from the snapshot and \
+                 the log after it"
+            );
+        }
         Ok(())
     }
 
@@ -607,13 +600,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let received = snapshot.received().map(Path::to_owned);
         let file = snapshot.into_rewound().map_err(|e| read_err(&e))?;
         let (store, last, membership) = (self.clone(), meta.last_log_id, meta.last_membership.clone());
-        let permit = self.write_permit().await.map_err(|e| read_err(&e))?;
-        let rows = blocking(move || {
-            let _permit = permit;
-            store.replace_state(&file, &last, &membership)
-        })
-        .await
-        .map_err(|e| read_err(&e))??;
+        let permit = self.writes.permit().await.map_err(|e| read_err(&e))?;
+        let rows = blocking(move || permit.finish(store.replace_state(&file, &last, &membership)))
+            .await
+            .map_err(|e| read_err(&e))??;
         let file = match received {
             Some(path) => path,
             // Not one this store opened: the state it now holds is written out as the snapshot.
