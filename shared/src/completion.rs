@@ -71,7 +71,7 @@ impl CachedCompletion {
 
     /// Whether the entry has expired at `now_ms` (Unix milliseconds).
     pub fn is_expired(&self, now_ms: i64) -> bool {
-        self.ttl_s != 0 && now_ms >= self.created_ms.saturating_add((self.ttl_s as i64).saturating_mul(1000))
+        expired(self.created_ms, self.ttl_s, now_ms)
     }
 
     /// Seconds left to live at `now_ms` (`None` when it never expires).
@@ -190,6 +190,11 @@ impl StreamHead<'_> {
     fn chunk(&self, choice: ChunkChoice) -> String {
         ChatCompletionChunk::of_choice(self.id, self.created, self.model, choice).to_sse()
     }
+}
+
+/// Whether an entry created at `created_ms` to live `ttl_s` seconds (0: forever) has expired at `now_ms`.
+pub fn expired(created_ms: i64, ttl_s: u64, now_ms: i64) -> bool {
+    ttl_s != 0 && now_ms >= created_ms.saturating_add((ttl_s as i64).saturating_mul(1000))
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 use shared::changes::Change;
 
 use super::records::{
-    AppliedRequest, FeedRow, ModelState, StoredEntry, TenantState, FEED_RETENTION_MS, REQUEST_ID_RETENTION_MS,
+    AppliedRequest, EntryHead, FeedRow, ModelState, StoredEntry, TenantState, FEED_RETENTION_MS,
+    REQUEST_ID_RETENTION_MS,
 };
 use super::types::{Applied, Command, InvalidateScope, Outcome, RefreshJob, Rejection, Request};
 
@@ -26,6 +27,10 @@ pub trait Tables {
     type Error;
     /// The entry under a cache key.
     fn entry(&mut self, key: &str) -> Result<Option<StoredEntry>, Self::Error>;
+    /// The head of the entry under a cache key: whose it is and whether it is live, without its content.
+    fn entry_head(&mut self, key: &str) -> Result<Option<EntryHead>, Self::Error> {
+        Ok(self.entry(key)?.as_ref().map(EntryHead::of))
+    }
     /// Stores an entry.
     fn put_entry(&mut self, key: &str, entry: &StoredEntry) -> Result<(), Self::Error>;
     /// Removes an entry.
@@ -186,8 +191,8 @@ impl<T: Tables> Applier<'_, T> {
                         ),
                     ));
                 }
-                if let Some(existing) = self.tables.entry(&entry.key)? {
-                    if existing.entry.tenant != entry.tenant {
+                if let Some(existing) = self.tables.entry_head(&entry.key)? {
+                    if existing.tenant != entry.tenant {
                         return Ok(rejected(Rejection::WrongTenant, "the key belongs to another tenant"));
                     }
                 }
@@ -283,9 +288,9 @@ impl<T: Tables> Applier<'_, T> {
             }
             Command::RecordHits { hits } => {
                 for (key, count) in hits {
-                    let Some(stored) = self.tables.entry(key)? else { continue };
-                    if let Some(model) = self.model(&stored.entry.model)? {
-                        if model.version == stored.entry.model_version {
+                    let Some(head) = self.tables.entry_head(key)? else { continue };
+                    if let Some(model) = self.model(&head.model)? {
+                        if model.version == head.model_version {
                             model.hot.record(key, u64::from(*count));
                         }
                     }
@@ -302,14 +307,14 @@ impl<T: Tables> Applier<'_, T> {
         let clock = self.clock_ms;
         let mut removed = (0, 0, 0);
         for key in entries {
-            let Some(stored) = self.tables.entry(key)? else { continue };
-            let tenant = self.tenant(&stored.entry.tenant)?;
-            let model = self.model(&stored.entry.model)?.cloned();
-            if stored.is_live(tenant.as_ref(), model.as_ref(), clock) {
+            let Some(head) = self.tables.entry_head(key)? else { continue };
+            let tenant = self.tenant(&head.tenant)?;
+            let model = self.model(&head.model)?.cloned();
+            if head.is_live(tenant.as_ref(), model.as_ref(), clock) {
                 continue;
             }
             self.tables.remove_entry(key)?;
-            if let Some(model) = self.model(&stored.entry.model)? {
+            if let Some(model) = self.model(&head.model)? {
                 model.hot.forget(key);
             }
             removed.0 += 1;
@@ -339,16 +344,16 @@ impl<T: Tables> Applier<'_, T> {
     fn invalidate(&mut self, scope: &InvalidateScope) -> Result<Outcome, T::Error> {
         match scope {
             InvalidateScope::Key { tenant, key } => {
-                let removed = match self.tables.entry(key)? {
+                let removed = match self.tables.entry_head(key)? {
                     None => 0,
                     // Another tenant's key is answered as if nothing were held under it (no existence
                     // oracle), and nothing is removed or announced: the owner's copies stay served.
-                    Some(stored) if &stored.entry.tenant != tenant => {
+                    Some(head) if &head.tenant != tenant => {
                         return Ok(Outcome::Invalidated { removed: 0, at_ms: self.clock_ms })
                     }
-                    Some(stored) => {
+                    Some(head) => {
                         self.tables.remove_entry(key)?;
-                        if let Some(model) = self.model(&stored.entry.model)? {
+                        if let Some(model) = self.model(&head.model)? {
                             model.hot.forget(key);
                         }
                         1

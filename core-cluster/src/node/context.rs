@@ -111,11 +111,6 @@ impl NodeContext {
     /// The metrics in OpenMetrics text format.
     pub fn render_metrics(&self) -> String {
         let raft = self.raft.metrics().borrow().clone();
-        self.metrics.render(
-            &raft,
-            &self.pods,
-            (self.state.len(), self.state.remembered_request_ids()),
-            self.log.sync_stats(),
-        )
+        self.metrics.render(&raft, &self.pods, self.state.sizes(), self.log.sync_stats())
     }
 }

@@ -80,14 +80,27 @@ impl Default for Metrics {
     }
 }
 
+/// What the state machine holds, for the metrics.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StateSizes {
+    /// Entries, expired ones included.
+    pub entries: usize,
+    /// Applied request ids remembered.
+    pub request_ids: usize,
+    /// Bytes in the content log.
+    pub content_bytes: u64,
+    /// Bytes of the content log current entries point to.
+    pub content_live_bytes: u64,
+}
+
 impl Metrics {
-    /// The OpenMetrics text exposition (`mesh_core_*`) of these metrics, Raft's state, the pods, the
-    /// `(entries, remembered request ids)` counts and what the write-ahead log's syncs did.
+    /// The OpenMetrics text exposition (`mesh_core_*`) of these metrics, Raft's state, the pods, the state
+    /// machine's sizes and what the write-ahead log's syncs did.
     pub fn render(
         &self,
         raft: &RaftMetrics<NodeId, BasicNode>,
         pods: &PodPool,
-        (entries, request_ids): (usize, usize),
+        state: StateSizes,
         log: SyncStats,
     ) -> String {
         const RPCS: &str = "mesh_core_rpc_requests_total";
@@ -171,13 +184,25 @@ impl Metrics {
                 "mesh_core_entries",
                 "Entries in the local state machine (expired ones included).",
                 &[],
-                entries as f64,
+                state.entries as f64,
             )
             .gauge(
                 "mesh_core_request_ids",
                 "Applied request ids remembered for deduplication (10 minutes each), held in an in-memory index.",
                 &[],
-                request_ids as f64,
+                state.request_ids as f64,
+            )
+            .gauge(
+                "mesh_core_content_log_bytes",
+                "Bytes in the state machine's content log, where entries' rows are kept (overwritten and removed ones until compacted).",
+                &[],
+                state.content_bytes as f64,
+            )
+            .gauge(
+                "mesh_core_content_log_live_bytes",
+                "Bytes of the content log that current entries point to.",
+                &[],
+                state.content_live_bytes as f64,
             );
 
         let leader = raft.current_leader.map_or(-1.0, |id| id as f64);

@@ -67,12 +67,51 @@ pub struct FeedRow {
     pub changes: Vec<shared::changes::Change>,
 }
 
-impl StoredEntry {
+/// What decides whose an entry is and whether it is live, without its content: the state machine keeps it
+/// in sled apart from the stored row (`state_machine/entry_heads.rs`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryHead {
+    /// The owner.
+    pub tenant: String,
+    /// The model that answered.
+    pub model: String,
+    /// That model's version.
+    pub model_version: u64,
+    /// The owner's invalidation epoch when it was stored.
+    pub tenant_epoch: u64,
+    /// The model's invalidation epoch when it was stored.
+    pub model_epoch: u64,
+    /// When it was stored (the leader's clock).
+    pub created_ms: i64,
+    /// Seconds it lives (0: until removed).
+    pub ttl_s: u64,
+}
+
+impl EntryHead {
+    /// The head of `stored`.
+    pub fn of(stored: &StoredEntry) -> Self {
+        Self {
+            tenant: stored.entry.tenant.clone(),
+            model: stored.entry.model.clone(),
+            model_version: stored.entry.model_version,
+            tenant_epoch: stored.tenant_epoch,
+            model_epoch: stored.model_epoch,
+            created_ms: stored.entry.created_ms,
+            ttl_s: stored.entry.ttl_s,
+        }
+    }
+
     /// Whether the entry may be served at `now_ms`, given its tenant and model as they are now.
     pub fn is_live(&self, tenant: Option<&TenantState>, model: Option<&ModelState>, now_ms: i64) -> bool {
         let tenant_ok = tenant.is_some_and(|t| t.epoch == self.tenant_epoch);
-        let model_ok =
-            model.is_some_and(|m| m.version == self.entry.model_version && m.epoch == self.model_epoch);
-        tenant_ok && model_ok && !self.entry.is_expired(now_ms)
+        let model_ok = model.is_some_and(|m| m.version == self.model_version && m.epoch == self.model_epoch);
+        tenant_ok && model_ok && !shared::completion::expired(self.created_ms, self.ttl_s, now_ms)
+    }
+}
+
+impl StoredEntry {
+    /// Whether the entry may be served at `now_ms`, given its tenant and model as they are now.
+    pub fn is_live(&self, tenant: Option<&TenantState>, model: Option<&ModelState>, now_ms: i64) -> bool {
+        EntryHead::of(self).is_live(tenant, model, now_ms)
     }
 }

@@ -78,8 +78,8 @@ pub async fn run(
     let state_dir = config.data_dir.join("sled-state");
     let state_db = open_db(state_dir.clone()).await?;
     let durable_log = log_store.durable_log();
-    let state = StateMachineStore::open(&state_db, &config.data_dir.join("snapshots"), previous)?
-        .applying_durable(durable_log.clone());
+    let state =
+        StateMachineStore::open(&state_db, &config.data_dir, previous)?.applying_durable(durable_log.clone());
     let log_store = log_store.purge_behind(state.durable_snapshot()).syncing_followed_entries(config.id);
     let appended = log_store.appended_bytes();
     let backlog = log_store.entry_bytes_after(*state.durable_snapshot().borrow());

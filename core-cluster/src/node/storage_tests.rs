@@ -91,8 +91,7 @@ fn open(path: &std::path::Path) -> Result<(LogStore, StateMachineStore), Storage
     Ok((
         LogStore::open(&path.join("wal"), std::time::Duration::from_secs(10))
             .map_err(|e| StorageIOError::write(&e))?,
-        StateMachineStore::open(&db, &path.join("snapshots"), previous)
-            .map_err(|e| StorageIOError::write(&e))?,
+        StateMachineStore::open(&db, path, previous).map_err(|e| StorageIOError::write(&e))?,
     ))
 }
 

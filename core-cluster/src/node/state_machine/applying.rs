@@ -7,7 +7,7 @@ use super::super::apply::apply_proposal;
 use super::super::durable_log::DurableLog;
 use super::super::types::{Entry, NodeId, ProposalResponse, StorageError};
 use super::snapshots::blocking;
-use super::{overlay, Membership, StateMachineStore, CLOCK, LAST_APPLIED, LAST_MEMBERSHIP};
+use super::{entry_heads, overlay, Membership, StateMachineStore, CLOCK, LAST_APPLIED, LAST_MEMBERSHIP};
 
 /// Batches of at least this many requests are applied on tokio's blocking pool, so that the node's runtime
 /// (one thread by default) meanwhile sends and answers Raft messages: at 64 clients the leader's apply
@@ -82,7 +82,7 @@ impl StateMachineStore {
         // Only openraft's state-machine task applies, one batch at a time: the lock is never contended.
         let mut request_index =
             self.request_index.lock().expect("the request index's lock is never poisoned");
-        let mut overlay = overlay::Overlay::new(trees, &request_index, &self.models);
+        let mut overlay = overlay::Overlay::new(trees, &request_index, &self.models, &self.contents);
         let mut clock = start_clock;
         let mut responses = Vec::with_capacity(entries.len());
         let apply_err = |e: std::io::Error| StorageIOError::apply(last, &e);
@@ -108,7 +108,8 @@ impl StateMachineStore {
             overlay.set_raw(overlay::Table::Meta, LAST_MEMBERSHIP, Some(m));
         }
         let written = overlay.into_writes().map_err(apply_err)?;
-        overlay::commit(trees, &written.rows, LAST_APPLIED).map_err(apply_err)?;
+        overlay::commit(trees, &self.contents, &written, LAST_APPLIED).map_err(apply_err)?;
+        entry_heads::compact(&self.entries, &self.contents).map_err(apply_err)?;
         self.models.set(written.models);
         request_index.apply(written.request_index);
         self.remembered_ids.store(request_index.len(), std::sync::atomic::Ordering::Relaxed);

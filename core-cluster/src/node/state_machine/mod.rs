@@ -39,6 +39,8 @@ use sha2::{Digest, Sha256};
 use sled::transaction::TransactionError;
 
 mod applying;
+mod contents;
+mod entry_heads;
 mod models;
 mod overlay;
 mod request_rows;
@@ -55,7 +57,7 @@ use super::error::CoreError;
 #[cfg(test)]
 use super::records::AppliedRequest;
 use super::records::{
-    FeedRow, ModelState, StoredEntry, TenantState, FEED_RETENTION_MS, REQUEST_ID_RETENTION_MS,
+    EntryHead, FeedRow, ModelState, StoredEntry, TenantState, FEED_RETENTION_MS, REQUEST_ID_RETENTION_MS,
 };
 use super::snapshot_file::{SnapshotDir, SnapshotFile};
 use super::types::{Command, Entry, NodeId, ProposalResponse, StorageError, TypeConfig};
@@ -113,8 +115,10 @@ fn adopt_legacy_snapshot_meta(db: &sled::Db, snapshots: &SnapshotDir) -> Result<
 pub struct StateMachineStore {
     /// The database, flushed when a snapshot is saved.
     db: sled::Db,
-    /// [`StoredEntry`] JSON by cache key.
+    /// Each cache entry's head by key ([`entry_heads`]).
     entries: sled::Tree,
+    /// The entries' stored rows ([`contents`]).
+    contents: Arc<contents::Contents>,
     /// [`TenantState`] JSON by tenant name.
     tenants: sled::Tree,
     /// [`ModelState`] rows by model name, written back from `models` at snapshots and at a clean stop.
@@ -189,12 +193,12 @@ pub struct StateDigest {
     pub entries: u64,
 }
 
-/// The keys of `tree` whose rows `stale` picks, at most [`SWEEP_LIMIT`] of them.
-fn sweepable<T: Row>(tree: &sled::Tree, stale: impl Fn(&T) -> bool) -> Result<Vec<String>, CoreError> {
+/// The keys of the entries whose heads `stale` picks, at most [`SWEEP_LIMIT`] of them.
+fn sweepable(entries: &sled::Tree, stale: impl Fn(&EntryHead) -> bool) -> Result<Vec<String>, CoreError> {
     let mut keys = Vec::new();
-    for item in tree.iter() {
+    for item in entries.iter() {
         let (key, bytes) = item?;
-        if stale(&decode(&bytes)?) {
+        if stale(&entry_heads::decode(&bytes)?.0) {
             keys.push(String::from_utf8_lossy(&key).into_owned());
             if keys.len() == SWEEP_LIMIT {
                 break;
@@ -209,10 +213,11 @@ fn decode<T: Row>(bytes: &[u8]) -> std::io::Result<T> {
 }
 
 impl StateMachineStore {
-    /// Opens (or creates) the state-machine trees in `db`, with snapshot files in `snapshots`. After a
-    /// stop that was not clean the trees are not trusted: the state becomes the current snapshot's (or
-    /// nothing, before the first snapshot), and openraft applies the log after it again.
-    pub fn open(db: &sled::Db, snapshots: &Path, previous: PreviousStop) -> Result<Self, CoreError> {
+    /// Opens (or creates) the state-machine trees in `db`, with snapshot files in `dir/snapshots` and the
+    /// entries' rows in `dir/contents`. After a stop that was not clean the trees are not trusted: the
+    /// state becomes the current snapshot's (or nothing, before the first snapshot), and openraft applies
+    /// the log after it again.
+    pub fn open(db: &sled::Db, dir: &Path, previous: PreviousStop) -> Result<Self, CoreError> {
         let meta = db.open_tree("sm_meta")?;
         let entries = db.open_tree("sm_entries")?;
         let tenants = db.open_tree("sm_tenants")?;
@@ -220,7 +225,8 @@ impl StateMachineStore {
         let models = Arc::new(models::Models::load(&model_rows)?);
         let requests = db.open_tree("sm_request_rows")?;
         let feed = db.open_tree("sm_feed")?;
-        let snapshots = SnapshotDir::open(snapshots)?;
+        let snapshots = SnapshotDir::open(&dir.join("snapshots"))?;
+        let contents = Arc::new(contents::Contents::open(&dir.join("contents"))?);
         adopt_legacy_snapshot_meta(db, &snapshots)?;
         let last_applied: Option<LogId<NodeId>> =
             meta.get(LAST_APPLIED)?.map(|b| decode(&b)).transpose()?.flatten();
@@ -233,6 +239,7 @@ impl StateMachineStore {
             applied: std::sync::Arc::new(applied),
             db: db.clone(),
             entries,
+            contents,
             tenants,
             model_rows,
             models,
@@ -246,8 +253,9 @@ impl StateMachineStore {
             durable_snapshot: Arc::new(tokio::sync::watch::Sender::new(covered)),
             durable_log: None,
         };
-        if previous == PreviousStop::Unclean {
-            store.start_over(current, last_applied)?;
+        match previous {
+            PreviousStop::Unclean => store.start_over(current, last_applied)?,
+            PreviousStop::Clean => entry_heads::adopt(&store.entries, &store.contents)?,
         }
         Ok(store)
     }
@@ -258,6 +266,7 @@ impl StateMachineStore {
     pub async fn close(&self) -> Result<bool, CoreError> {
         let whole = self.writes.close().await;
         self.models.write_back(&self.model_rows)?;
+        self.contents.sync()?;
         self.db.flush_async().await?;
         Ok(whole)
     }
@@ -303,10 +312,9 @@ impl StateMachineStore {
     /// local applied state.
     pub fn read(&self, key: &str, tenant: &str) -> Result<Option<StoredEntry>, CoreError> {
         let now_ms = self.clock_ms()?;
-        let Some(bytes) = self.entries.get(key.as_bytes())? else {
+        let Some(stored) = entry_heads::entry(&self.entries, &self.contents, key.as_bytes())? else {
             return Ok(None);
         };
-        let stored: StoredEntry = decode(&bytes)?;
         if stored.entry.tenant != tenant {
             return Ok(None);
         }
@@ -346,6 +354,17 @@ impl StateMachineStore {
         self.remembered_ids.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// What the state machine holds, for the metrics.
+    pub fn sizes(&self) -> super::metrics::StateSizes {
+        let (content_bytes, content_live_bytes) = self.contents.sizes();
+        super::metrics::StateSizes {
+            entries: self.len(),
+            request_ids: self.remembered_request_ids(),
+            content_bytes,
+            content_live_bytes,
+        }
+    }
+
     /// Number of tenants.
     pub fn tenant_count(&self) -> usize {
         self.tenants.len()
@@ -379,7 +398,7 @@ impl StateMachineStore {
         let (tenants, models) = self.directory()?;
         let mut hasher = Sha256::new();
         let mut entries = 0u64;
-        for item in self.entries.iter() {
+        for item in entry_heads::rows(&self.entries, &self.contents) {
             let (key, bytes) = item?;
             let stored: StoredEntry = decode(&bytes)?;
             if stored.is_live(tenants.get(&stored.entry.tenant), models.get(&stored.entry.model), clock) {
@@ -403,8 +422,8 @@ impl StateMachineStore {
     pub fn sweep_candidates(&self) -> Result<Command, CoreError> {
         let clock = self.clock_ms()?;
         let (tenants, models) = self.directory()?;
-        let entries = sweepable(&self.entries, |stored: &StoredEntry| {
-            !stored.is_live(tenants.get(&stored.entry.tenant), models.get(&stored.entry.model), clock)
+        let entries = sweepable(&self.entries, |head| {
+            !head.is_live(tenants.get(&head.tenant), models.get(&head.model), clock)
         })?;
         let mut requests = Vec::new();
         'rows: for row in self.request_rows() {
@@ -517,7 +536,7 @@ impl StateMachineStore {
         let mut body = SnapshotBody { clock_ms, feed_floor, ..Default::default() };
         // Dead entries too: the snapshot is the state, so a replica that installs it equals one that
         // applied the log (the sweeps remove dead entries, in the log).
-        for item in self.entries.iter() {
+        for item in entry_heads::rows(&self.entries, &self.contents) {
             let (key, bytes) = item.map_err(|e| err(&e))?;
             let stored: StoredEntry = decode(&bytes).map_err(|e| err(&e))?;
             body.entries.push((String::from_utf8_lossy(&key).into_owned(), stored));

@@ -1,6 +1,7 @@
 //! Applying a batch of log entries: its commands run against an [`Overlay`], where reads see the batch's
 //! own writes and writes are collected as the final value (or removal) of each key; then [`commit`] writes
-//! them to their trees, one key at a time, without a sled transaction.
+//! them to their trees, one key at a time, without a sled transaction (cache entries: their rows to the
+//! content log in one append, their heads to the tree, [`super::entry_heads`]).
 //!
 //! sled 0.34 rolls its log buffer twice for every transaction (and every `apply_batch`), and its I/O
 //! threads write each rolled buffer and wait for it with `sync_file_range`: two small disk writes per
@@ -18,7 +19,9 @@ use std::collections::BTreeMap;
 use std::io;
 
 use super::super::apply::Tables;
-use super::super::records::{AppliedRequest, FeedRow, ModelState, StoredEntry, TenantState};
+use super::super::records::{AppliedRequest, EntryHead, FeedRow, ModelState, StoredEntry, TenantState};
+use super::contents::Contents;
+use super::entry_heads::{self, EntryWrites};
 use super::models::Models;
 use super::request_rows::{BatchRows, IndexChanges, RequestIndex};
 use super::rows::Row;
@@ -28,7 +31,7 @@ use super::FEED_FLOOR;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum Table {
-    /// Cache entries by key.
+    /// Cache entries' heads by key; a batch writes them as [`EntryWrites`].
     Entries = 0,
     /// Tenants by name.
     Tenants = 1,
@@ -60,6 +63,8 @@ pub type Writes = [BTreeMap<Vec<u8>, Option<Vec<u8>>>; 6];
 pub struct BatchWrites {
     /// The rows, for [`commit`].
     pub rows: Writes,
+    /// The cache entries, for [`commit`].
+    pub entries: EntryWrites,
     /// The changes to the request index, to make once the rows are stored.
     pub request_index: IndexChanges,
     /// The models, for [`Models::set`].
@@ -91,13 +96,31 @@ pub struct Overlay<'a> {
     models: &'a Models,
     /// The batch's own writes of models.
     model_writes: BTreeMap<String, ModelState>,
+    /// Where the entries' rows lie.
+    contents: &'a Contents,
+    /// The batch's own writes of entries.
+    entry_writes: EntryWrites,
 }
 
 impl<'a> Overlay<'a> {
-    /// An overlay with no writes yet, finding request ids through `index` and models in `models`.
-    pub fn new(trees: Trees<'a>, index: &'a RequestIndex, models: &'a Models) -> Self {
+    /// An overlay with no writes yet, finding request ids through `index`, models in `models` and entries'
+    /// rows in `contents`.
+    pub fn new(
+        trees: Trees<'a>,
+        index: &'a RequestIndex,
+        models: &'a Models,
+        contents: &'a Contents,
+    ) -> Self {
         let requests = BatchRows::new(index, trees[Table::Requests as usize]);
-        Self { trees, writes: Writes::default(), requests, models, model_writes: BTreeMap::new() }
+        Self {
+            trees,
+            writes: Writes::default(),
+            requests,
+            models,
+            model_writes: BTreeMap::new(),
+            contents,
+            entry_writes: EntryWrites::new(),
+        }
     }
 
     /// The requests applied from now on are the proposal at log index `revision`.
@@ -133,7 +156,12 @@ impl<'a> Overlay<'a> {
     pub fn into_writes(mut self) -> io::Result<BatchWrites> {
         let (rows, changes) = self.requests.finish()?;
         self.writes[Table::Requests as usize].extend(rows);
-        Ok(BatchWrites { rows: self.writes, request_index: changes, models: self.model_writes })
+        Ok(BatchWrites {
+            rows: self.writes,
+            entries: self.entry_writes,
+            request_index: changes,
+            models: self.model_writes,
+        })
     }
 }
 
@@ -141,13 +169,29 @@ impl Tables for Overlay<'_> {
     type Error = io::Error;
 
     fn entry(&mut self, key: &str) -> io::Result<Option<StoredEntry>> {
-        self.get(Table::Entries, key.as_bytes())
+        let keyed = |e| keyed(key.as_bytes(), e);
+        match self.entry_writes.get(key.as_bytes()) {
+            Some(written) => {
+                written.as_ref().map(|(row, _)| StoredEntry::from_row(row).map_err(keyed)).transpose()
+            }
+            None => entry_heads::entry(self.trees[Table::Entries as usize], self.contents, key.as_bytes())
+                .map_err(keyed),
+        }
+    }
+    fn entry_head(&mut self, key: &str) -> io::Result<Option<EntryHead>> {
+        match self.entry_writes.get(key.as_bytes()) {
+            Some(written) => Ok(written.as_ref().map(|(_, head)| head.clone())),
+            None => entry_heads::head(self.trees[Table::Entries as usize], key.as_bytes())
+                .map_err(|e| keyed(key.as_bytes(), e)),
+        }
     }
     fn put_entry(&mut self, key: &str, entry: &StoredEntry) -> io::Result<()> {
-        self.put(Table::Entries, key.as_bytes(), entry)
+        let row = entry.to_row().map_err(|e| keyed(key.as_bytes(), e))?;
+        self.entry_writes.insert(key.as_bytes().to_vec(), Some((row, EntryHead::of(entry))));
+        Ok(())
     }
     fn remove_entry(&mut self, key: &str) -> io::Result<()> {
-        self.set_raw(Table::Entries, key.as_bytes(), None);
+        self.entry_writes.insert(key.as_bytes().to_vec(), None);
         Ok(())
     }
     fn tenant(&mut self, name: &str) -> io::Result<Option<TenantState>> {
@@ -190,22 +234,24 @@ impl Tables for Overlay<'_> {
     }
 }
 
-/// Writes a batch's `writes` to their trees: the meta tree's first (so the change feed's floor rises
-/// before the rows under it go), then the other trees', then the meta tree's `last` key.
-pub fn commit(trees: Trees<'_>, writes: &Writes, last: LastKey) -> io::Result<()> {
+/// Writes a batch to its trees: the meta tree's rows first (so the change feed's floor rises before the
+/// rows under it go), then the entries (rows to `contents`, heads to their tree), then the other trees',
+/// then the meta tree's `last` key.
+pub fn commit(trees: Trees<'_>, contents: &Contents, writes: &BatchWrites, last: LastKey) -> io::Result<()> {
+    let rows = &writes.rows;
     let is_last = |table: Table, key: &[u8]| table == Table::Meta && key == last;
-    let meta = each(writes).filter(|&(t, k, _)| t == Table::Meta && !is_last(t, k));
-    let others = each(writes).filter(|&(t, _, _)| t != Table::Meta);
-    let final_write = each(writes).filter(|&(t, k, _)| is_last(t, k));
-    for (table, key, value) in meta.chain(others).chain(final_write) {
+    let put = |(table, key, value): (Table, &Vec<u8>, &Option<Vec<u8>>)| {
         let tree = trees[table as usize];
         match value {
             Some(value) => tree.insert(key.as_slice(), value.as_slice()).map(drop),
             None => tree.remove(key.as_slice()).map(drop),
         }
-        .map_err(sled_err)?;
-    }
-    Ok(())
+        .map_err(sled_err)
+    };
+    each(rows).filter(|&(t, k, _)| t == Table::Meta && !is_last(t, k)).try_for_each(put)?;
+    entry_heads::write(trees[Table::Entries as usize], contents, &writes.entries)?;
+    each(rows).filter(|&(t, _, _)| t != Table::Meta).try_for_each(put)?;
+    each(rows).filter(|&(t, k, _)| is_last(t, k)).try_for_each(put)
 }
 
 #[cfg(test)]
@@ -220,6 +266,13 @@ mod tests {
         (db, trees)
     }
 
+    fn contents(name: &str) -> (std::path::PathBuf, Contents) {
+        let dir = std::env::temp_dir().join(format!("overlay-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let contents = Contents::open(&dir).expect("content log");
+        (dir, contents)
+    }
+
     fn trees(t: &[sled::Tree]) -> Trees<'_> {
         [&t[0], &t[1], &t[2], &t[3], &t[4], &t[5]]
     }
@@ -231,7 +284,8 @@ mod tests {
         t[0].insert(b"x", b"kept".to_vec()).expect("insert");
         let requests = RequestIndex::default();
         let models = Models::default();
-        let mut overlay = Overlay::new(trees(&t), &requests, &models);
+        let (dir, contents) = contents("reads");
+        let mut overlay = Overlay::new(trees(&t), &requests, &models, &contents);
         overlay.set_raw(Table::Entries, b"k", Some(b"new".to_vec()));
         overlay.set_raw(Table::Entries, b"x", None);
         assert_eq!(overlay.get_raw(Table::Entries, b"k").expect("get"), Some(b"new".to_vec()));
@@ -242,6 +296,7 @@ mod tests {
             Some(&b"old"[..]),
             "nothing written before commit"
         );
+        std::fs::remove_dir_all(dir).expect("cleanup");
     }
 
     #[test]
@@ -251,19 +306,67 @@ mod tests {
         t[4].insert(7u64.to_be_bytes(), b"row".to_vec()).expect("insert");
         let requests = RequestIndex::default();
         let models = Models::default();
-        let mut overlay = Overlay::new(trees(&t), &requests, &models);
+        let (dir, contents) = contents("commit");
+        let mut overlay = Overlay::new(trees(&t), &requests, &models, &contents);
         overlay.set_raw(Table::Entries, b"a", Some(b"first".to_vec()));
         overlay.set_raw(Table::Entries, b"a", Some(b"second".to_vec()));
         overlay.set_raw(Table::Entries, b"gone", None);
         overlay.set_raw(Table::Feed, &7u64.to_be_bytes(), None);
         overlay.set_raw(Table::Meta, FEED_FLOOR, Some(b"7".to_vec()));
         overlay.set_raw(Table::Meta, LAST, Some(5u64.to_le_bytes().to_vec()));
-        let writes = overlay.into_writes().expect("writes").rows;
-        commit(trees(&t), &writes, LAST).expect("commit");
+        let writes = overlay.into_writes().expect("writes");
+        commit(trees(&t), &contents, &writes, LAST).expect("commit");
         assert_eq!(t[0].get(b"a").expect("get").as_deref(), Some(&b"second"[..]));
         assert_eq!(t[0].get(b"gone").expect("get"), None);
         assert_eq!(t[4].get(7u64.to_be_bytes()).expect("get"), None);
         assert_eq!(t[5].get(FEED_FLOOR).expect("get").as_deref(), Some(&b"7"[..]));
         assert_eq!(t[5].get(LAST).expect("get").as_deref(), Some(&5u64.to_le_bytes()[..]));
+        std::fs::remove_dir_all(dir).expect("cleanup");
+    }
+
+    fn stored(tenant: &str, content: &str) -> StoredEntry {
+        let entry = shared::completion::CachedCompletion {
+            key: "k".into(),
+            tenant: tenant.into(),
+            model: "m".into(),
+            model_version: 1,
+            content: content.into(),
+            finish_reason: "stop".into(),
+            prompt_tokens: 1,
+            completion_tokens: 1,
+            etag: "\"e\"".into(),
+            created_ms: 5,
+            ttl_s: 0,
+            question: None,
+        };
+        StoredEntry { entry, content_class: "c".into(), tenant_epoch: 1, model_epoch: 2, prompt: None }
+    }
+
+    #[test]
+    fn an_entry_is_read_whole_and_by_its_head_before_and_after_commit_and_a_removal_counts_its_row_dead() {
+        let (_db, t) = open();
+        let requests = RequestIndex::default();
+        let models = Models::default();
+        let (dir, contents) = contents("entries");
+        let mut overlay = Overlay::new(trees(&t), &requests, &models, &contents);
+        overlay.put_entry("k", &stored("acme", "first")).expect("put");
+        overlay.put_entry("k", &stored("acme", "second")).expect("put");
+        overlay.put_entry("gone", &stored("acme", "x")).expect("put");
+        overlay.remove_entry("gone").expect("remove");
+        assert_eq!(overlay.entry("k").expect("entry"), Some(stored("acme", "second")));
+        assert_eq!(overlay.entry_head("gone").expect("head"), None);
+        let writes = overlay.into_writes().expect("writes");
+        commit(trees(&t), &contents, &writes, LAST).expect("commit");
+        let mut overlay = Overlay::new(trees(&t), &requests, &models, &contents);
+        assert_eq!(overlay.entry("k").expect("entry"), Some(stored("acme", "second")));
+        assert_eq!(overlay.entry_head("k").expect("head"), Some(EntryHead::of(&stored("acme", "second"))));
+        assert_eq!(overlay.entry("gone").expect("entry"), None);
+        let (size, live) = contents.sizes();
+        assert_eq!(size, live, "one row written, and live");
+        overlay.remove_entry("k").expect("remove");
+        let writes = overlay.into_writes().expect("writes");
+        commit(trees(&t), &contents, &writes, LAST).expect("commit");
+        assert_eq!(contents.sizes(), (size, 0), "the removed entry's row is dead");
+        std::fs::remove_dir_all(dir).expect("cleanup");
     }
 }

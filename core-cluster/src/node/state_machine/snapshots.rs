@@ -11,7 +11,7 @@ use proto::raft::SnapshotTable;
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
 use super::{
-    decode, tx_error, Membership, StateMachineStore, Written, CLOCK, FEED_FLOOR, LAST_APPLIED,
+    decode, entry_heads, tx_error, Membership, StateMachineStore, Written, CLOCK, FEED_FLOOR, LAST_APPLIED,
     LAST_MEMBERSHIP,
 };
 use crate::node::snapshot_file::{Header, SnapshotDir, SnapshotFile, SnapshotReader};
@@ -34,7 +34,14 @@ impl StateMachineStore {
         let mut writer = self.snapshots.writer(unique).map_err(|e| err(&e))?;
         writer.header(clock_ms, feed_floor).map_err(|e| err(&e))?;
         for (table, tree) in self.tables() {
-            for item in tree.iter() {
+            // Entries as whole rows: their heads' pointers mean nothing in another node's content log.
+            let rows: Box<dyn Iterator<Item = std::io::Result<(sled::IVec, Vec<u8>)>>> = match table {
+                SnapshotTable::Entries => Box::new(entry_heads::rows(tree, &self.contents)),
+                _ => Box::new(tree.iter().map(|item| {
+                    item.map(|(k, v)| (k, v.to_vec())).map_err(|e| std::io::Error::other(e.to_string()))
+                })),
+            };
+            for item in rows {
                 let (key, value) = item.map_err(|e| err(&e))?;
                 writer.row(table, &key, &value).map_err(|e| err(&e))?;
             }
@@ -144,7 +151,7 @@ impl StateMachineStore {
     /// Replaces the whole state with `encoded` (rows by table, as stored) at `last_applied`, atomically.
     pub(super) fn replace_with(
         &self,
-        encoded: TableRows,
+        mut encoded: TableRows,
         clock_ms: i64,
         feed_floor: u64,
         last_applied: &Option<LogId<NodeId>>,
@@ -166,6 +173,10 @@ impl StateMachineStore {
             }
             stale.push(gone);
         }
+        // The entries' rows go to a new part of the content log; the tree gets their heads.
+        let mut staged = entry_heads::stage(&self.contents, &encoded[SnapshotTable::Entries as usize])
+            .map_err(|e| err(&e))?;
+        encoded[SnapshotTable::Entries as usize] = std::mem::take(&mut staged.heads);
         let applied = serde_json::to_vec(last_applied).map_err(|e| err(&e))?;
         let membership = serde_json::to_vec(membership).map_err(|e| err(&e))?;
         let clock = serde_json::to_vec(&clock_ms).map_err(|e| err(&e))?;
@@ -188,6 +199,7 @@ impl StateMachineStore {
                     Ok::<(), ConflictableTransactionError<String>>(())
                 });
         result.map_err(|e| StorageIOError::write_state_machine(&tx_error(e)))?;
+        entry_heads::replaced(&self.contents, &staged).map_err(|e| err(&e))?;
         self.models.reload(&self.model_rows).map_err(|e| err(&e))?;
         let index = super::request_rows::RequestIndex::build(&self.requests).map_err(|e| err(&e))?;
         self.remembered_ids.store(index.len(), std::sync::atomic::Ordering::Relaxed);

@@ -1,0 +1,352 @@
+//! The entries tree: each cache key's head in sled (what decides whose the entry is and whether it is
+//! live, and where its row lies), its stored row in the content log ([`super::contents`]).
+//!
+//! A head row is `0xFF | segment (u32) | offset (u64) | length (u32) | model version | tenant epoch | model
+//! epoch | created (i64) | ttl (u64) | tenant length (u32) | tenant | model`, little-endian. A stored row
+//! (prost or JSON, as older binaries kept in the tree) never begins with `0xFF`, which as a prost tag
+//! would name wire type 7, and JSON begins with `{`: a start after a clean stop of an older binary moves
+//! such rows into the log ([`adopt`]).
+//!
+//! Puts, sweeps, invalidations and hit counts read heads only; a read of the entry itself, a version
+//! bump's refresh list, a snapshot and a digest read the row too.
+
+use std::collections::BTreeMap;
+use std::io;
+
+use super::super::records::{EntryHead, StoredEntry};
+use super::contents::{Contents, Pointer, Record};
+use super::rows::Row;
+
+/// The first byte of every head row.
+const HEAD_MARK: u8 = 0xFF;
+
+/// Fixed-width bytes of a head row, before the tenant's and model's names.
+const FIXED: usize = 1 + 4 + 8 + 4 + 8 * 5 + 4;
+
+/// How many times a read follows a head whose segment a compaction removed meanwhile.
+const MOVED_RETRIES: usize = 16;
+
+/// The final row and head (`None`: removed) of each key a batch wrote.
+pub type EntryWrites = BTreeMap<Vec<u8>, Option<(Vec<u8>, EntryHead)>>;
+
+fn sled_err(e: sled::Error) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+fn invalid(what: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("an entry's head does not decode: {what}"))
+}
+
+/// A head row: `head`, with its row at `at`.
+pub fn encode(head: &EntryHead, at: Pointer) -> Vec<u8> {
+    let mut row = Vec::with_capacity(FIXED + head.tenant.len() + head.model.len());
+    row.push(HEAD_MARK);
+    row.extend_from_slice(&at.segment.to_le_bytes());
+    row.extend_from_slice(&at.offset.to_le_bytes());
+    row.extend_from_slice(&at.len.to_le_bytes());
+    row.extend_from_slice(&head.model_version.to_le_bytes());
+    row.extend_from_slice(&head.tenant_epoch.to_le_bytes());
+    row.extend_from_slice(&head.model_epoch.to_le_bytes());
+    row.extend_from_slice(&head.created_ms.to_le_bytes());
+    row.extend_from_slice(&head.ttl_s.to_le_bytes());
+    row.extend_from_slice(&(head.tenant.len() as u32).to_le_bytes());
+    row.extend_from_slice(head.tenant.as_bytes());
+    row.extend_from_slice(head.model.as_bytes());
+    row
+}
+
+/// Whether `row` is a head (not a stored row an older binary kept in the tree).
+fn is_head(row: &[u8]) -> bool {
+    row.first() == Some(&HEAD_MARK)
+}
+
+/// Where the row of the head row `row` lies.
+pub fn pointer(row: &[u8]) -> io::Result<Pointer> {
+    if !is_head(row) || row.len() < FIXED {
+        return Err(invalid(format!("{} bytes", row.len())));
+    }
+    let word = |at: usize| u32::from_le_bytes(row[at..at + 4].try_into().expect("four bytes"));
+    let long = |at: usize| u64::from_le_bytes(row[at..at + 8].try_into().expect("eight bytes"));
+    Ok(Pointer { segment: word(1), offset: long(5), len: word(13) })
+}
+
+/// The head and row pointer of the head row `row`.
+pub fn decode(row: &[u8]) -> io::Result<(EntryHead, Pointer)> {
+    let at = pointer(row)?;
+    let long = |at: usize| u64::from_le_bytes(row[at..at + 8].try_into().expect("eight bytes"));
+    let tenant_len = u32::from_le_bytes(row[FIXED - 4..FIXED].try_into().expect("four bytes")) as usize;
+    let names = &row[FIXED..];
+    let name = |bytes: &[u8]| String::from_utf8(bytes.to_vec()).map_err(invalid);
+    let (tenant, model) = names.split_at_checked(tenant_len).ok_or_else(|| invalid("names cut short"))?;
+    let head = EntryHead {
+        tenant: name(tenant)?,
+        model: name(model)?,
+        model_version: long(17),
+        tenant_epoch: long(25),
+        model_epoch: long(33),
+        created_ms: long(41) as i64,
+        ttl_s: long(49),
+    };
+    Ok((head, at))
+}
+
+/// The head of the entry under `key`.
+pub fn head(tree: &sled::Tree, key: &[u8]) -> io::Result<Option<EntryHead>> {
+    tree.get(key).map_err(sled_err)?.map(|row| Ok(decode(&row)?.0)).transpose()
+}
+
+/// The stored row under `key`, following its head into the log.
+pub fn row(tree: &sled::Tree, contents: &Contents, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
+    for _ in 0..MOVED_RETRIES {
+        let Some(head_row) = tree.get(key).map_err(sled_err)? else { return Ok(None) };
+        if let Some(row) = contents.read(key, pointer(&head_row)?)? {
+            return Ok(Some(row));
+        }
+    }
+    Err(io::Error::other(format!("the content of {:?} kept moving", String::from_utf8_lossy(key))))
+}
+
+/// The entry under `key`, head and row.
+pub fn entry(tree: &sled::Tree, contents: &Contents, key: &[u8]) -> io::Result<Option<StoredEntry>> {
+    row(tree, contents, key)?.map(|row| StoredEntry::from_row(&row)).transpose()
+}
+
+/// Every entry's key and stored row, in key order.
+pub fn rows<'a>(
+    tree: &'a sled::Tree,
+    contents: &'a Contents,
+) -> impl Iterator<Item = io::Result<(sled::IVec, Vec<u8>)>> + 'a {
+    tree.iter().filter_map(move |item| {
+        let found = item.map_err(sled_err).and_then(|(key, head_row)| {
+            let stored = match contents.read(&key, pointer(&head_row)?)? {
+                Some(row) => Some(row),
+                // Moved by a compaction since the scan read its head.
+                None => row(tree, contents, &key)?,
+            };
+            Ok(stored.map(|row| (key, row)))
+        });
+        found.transpose()
+    })
+}
+
+/// Writes a batch's entries: their rows to the log in one append, then their heads to the tree.
+pub fn write(tree: &sled::Tree, contents: &Contents, writes: &EntryWrites) -> io::Result<()> {
+    let stored: Vec<(&[u8], &[u8])> = writes
+        .iter()
+        .filter_map(|(key, write)| write.as_ref().map(|(row, _)| (key.as_slice(), row.as_slice())))
+        .collect();
+    let mut pointers = contents.append(&stored)?.into_iter();
+    for (key, write) in writes {
+        let old = match write {
+            Some((_, head)) => {
+                let at = pointers.next().expect("a pointer for every stored row");
+                let old = tree.insert(key.as_slice(), encode(head, at)).map_err(sled_err)?;
+                contents.count_live(at);
+                old
+            }
+            None => tree.remove(key.as_slice()).map_err(sled_err)?,
+        };
+        // A row an older binary kept in the tree ([`adopt`]) has no place in the log.
+        if let Some(old) = old.filter(|old| is_head(old)) {
+            contents.count_dead(pointer(&old)?);
+        }
+    }
+    Ok(())
+}
+
+/// Compacts the segment most worth it, if any: its live records are copied to the end of the log and
+/// their heads moved, then it is removed. Runs as a write to the trees.
+pub fn compact(tree: &sled::Tree, contents: &Contents) -> io::Result<()> {
+    let Some(segment) = contents.worth_compacting() else { return Ok(()) };
+    let mut moved = EntryWrites::new();
+    for Record { key, row, at } in contents.records(segment)? {
+        let Some(head_row) = tree.get(&key).map_err(sled_err)? else { continue };
+        let (head, current) = decode(&head_row)?;
+        if current == at {
+            moved.insert(key, Some((row, head)));
+        }
+    }
+    let count = moved.len();
+    write(tree, contents, &moved)?;
+    contents.remove(segment)?;
+    tracing::debug!(segment, moved = count, "compacted a content segment");
+    Ok(())
+}
+
+/// At a start after a clean stop: counts the live bytes of every segment from the heads, and moves the
+/// rows an older binary kept in the tree into the log.
+pub fn adopt(tree: &sled::Tree, contents: &Contents) -> io::Result<()> {
+    let mut inline = EntryWrites::new();
+    for item in tree.iter() {
+        let (key, row) = item.map_err(sled_err)?;
+        if is_head(&row) {
+            contents.count_live(pointer(&row)?);
+        } else {
+            let stored = StoredEntry::from_row(&row)?;
+            inline.insert(key.to_vec(), Some((stored.to_row()?, EntryHead::of(&stored))));
+        }
+    }
+    if !inline.is_empty() {
+        write(tree, contents, &inline)?;
+        tracing::info!(entries = inline.len(), "entry rows moved from the tree to the content log");
+    }
+    Ok(())
+}
+
+/// A snapshot's entries, their rows in the content log ([`stage`]).
+pub struct Staged {
+    /// Each entry's key and head row, to write with the rest of the state.
+    pub heads: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Where the rows lie.
+    pointers: Vec<Pointer>,
+    /// The log's segments before them, to go once the heads are written ([`replaced`]).
+    older: Vec<u32>,
+}
+
+/// For a snapshot's install: appends its entry rows to a new part of the log, and makes their heads.
+pub fn stage(contents: &Contents, rows: &[(Vec<u8>, Vec<u8>)]) -> io::Result<Staged> {
+    let older = contents.seal()?;
+    let mut heads = Vec::with_capacity(rows.len());
+    let mut pointers = Vec::with_capacity(rows.len());
+    for chunk in rows.chunks(4096) {
+        let mut stored = Vec::with_capacity(chunk.len());
+        let mut chunk_heads = Vec::with_capacity(chunk.len());
+        for (key, row) in chunk {
+            let entry = StoredEntry::from_row(row)?;
+            chunk_heads.push(EntryHead::of(&entry));
+            stored.push((key.as_slice(), row.as_slice()));
+        }
+        for (((key, _), head), at) in chunk.iter().zip(chunk_heads).zip(contents.append(&stored)?) {
+            heads.push((key.clone(), encode(&head, at)));
+            pointers.push(at);
+        }
+    }
+    Ok(Staged { heads, pointers, older })
+}
+
+/// Once a snapshot's heads are written ([`stage`]): counts their rows live and removes the older segments.
+pub fn replaced(contents: &Contents, staged: &Staged) -> io::Result<()> {
+    for &segment in &staged.older {
+        contents.remove(segment)?;
+    }
+    for &at in &staged.pointers {
+        contents.count_live(at);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head() -> EntryHead {
+        EntryHead {
+            tenant: "acme".into(),
+            model: "m-1".into(),
+            model_version: 3,
+            tenant_epoch: 4,
+            model_epoch: 5,
+            created_ms: -6,
+            ttl_s: 7,
+        }
+    }
+
+    #[test]
+    fn a_head_row_decodes_to_what_was_encoded() {
+        let at = Pointer { segment: 9, offset: 1 << 40, len: 1234 };
+        let row = encode(&head(), at);
+        assert_eq!(decode(&row).expect("decode"), (head(), at));
+        assert_eq!(pointer(&row).expect("pointer"), at);
+        assert!(decode(&row[..FIXED - 1]).is_err(), "cut short");
+        assert!(decode(b"{\"entry\":1}").is_err(), "a stored row is not a head");
+        let mut bad = row.clone();
+        bad[FIXED - 4] = 200;
+        assert!(decode(&bad).is_err(), "a tenant length past the end");
+    }
+
+    fn stored(key: &str, content: &str) -> StoredEntry {
+        let entry = shared::completion::CachedCompletion {
+            key: key.into(),
+            tenant: "acme".into(),
+            model: "m".into(),
+            model_version: 1,
+            content: content.into(),
+            finish_reason: "stop".into(),
+            prompt_tokens: 1,
+            completion_tokens: 1,
+            etag: "\"e\"".into(),
+            created_ms: 5,
+            ttl_s: 0,
+            question: None,
+        };
+        StoredEntry { entry, content_class: "c".into(), tenant_epoch: 1, model_epoch: 2, prompt: None }
+    }
+
+    fn put(tree: &sled::Tree, contents: &Contents, puts: &[(String, String)]) {
+        let writes = puts
+            .iter()
+            .map(|(key, content)| {
+                let entry = stored(key, content);
+                (key.as_bytes().to_vec(), Some((entry.to_row().expect("row"), EntryHead::of(&entry))))
+            })
+            .collect();
+        write(tree, contents, &writes).expect("write");
+        compact(tree, contents).expect("compact");
+    }
+
+    #[test]
+    fn overwrites_are_compacted_away_and_every_entry_reads_its_latest_row_across_a_reopen() {
+        let dir = std::env::temp_dir().join(format!("entry-heads-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let db = sled::Config::new().temporary(true).open().expect("sled");
+        let tree = db.open_tree("entries").expect("tree");
+        let contents = Contents::open(&dir).expect("open").with_segment_bytes(8 << 10);
+        let content = |key: usize, round: usize| format!("{key} in round {round} {}", "x".repeat(200));
+        for round in 0..40 {
+            let puts: Vec<_> = (0..20).map(|key| (format!("k{key}"), content(key, round))).collect();
+            put(&tree, &contents, &puts);
+        }
+        let (size, live) = contents.sizes();
+        assert!(size < 4 * live + 3 * (8 << 10), "garbage is compacted: {size} bytes for {live} live");
+        assert!(contents.worth_compacting().is_none());
+        let latest = |contents: &Contents| {
+            (0..20).all(|key| {
+                let found = entry(&tree, contents, format!("k{key}").as_bytes()).expect("read");
+                found.map(|s| s.entry.content) == Some(content(key, 39))
+            })
+        };
+        assert!(latest(&contents));
+        let all: Vec<_> = rows(&tree, &contents).collect::<io::Result<_>>().expect("rows");
+        assert_eq!(all.len(), 20);
+        contents.sync().expect("sync");
+        drop(contents);
+        let contents = Contents::open(&dir).expect("reopen");
+        adopt(&tree, &contents).expect("adopt");
+        assert_eq!(contents.sizes().1, live, "live bytes are counted again from the heads");
+        assert!(latest(&contents));
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn a_staged_snapshot_replaces_the_log_once_its_heads_are_written() {
+        let dir = std::env::temp_dir().join(format!("entry-heads-stage-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let db = sled::Config::new().temporary(true).open().expect("sled");
+        let tree = db.open_tree("entries").expect("tree");
+        let contents = Contents::open(&dir).expect("open");
+        put(&tree, &contents, &[("old".into(), "before".into())]);
+        let new = stored("new", "from the snapshot");
+        let rows = vec![(b"new".to_vec(), new.to_row().expect("row"))];
+        let mut staged = stage(&contents, &rows).expect("stage");
+        assert!(entry(&tree, &contents, b"old").expect("read").is_some(), "readable until replaced");
+        tree.remove("old").expect("remove");
+        for (key, head) in std::mem::take(&mut staged.heads) {
+            tree.insert(key, head).expect("insert");
+        }
+        replaced(&contents, &staged).expect("replaced");
+        assert_eq!(entry(&tree, &contents, b"new").expect("read"), Some(new));
+        let (size, live) = contents.sizes();
+        assert_eq!(size, live, "only the snapshot's rows are left");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+}
