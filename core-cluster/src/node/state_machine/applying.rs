@@ -82,7 +82,8 @@ impl StateMachineStore {
         // Only openraft's state-machine task applies, one batch at a time: the lock is never contended.
         let mut request_index =
             self.request_index.lock().expect("the request index's lock is never poisoned");
-        let mut overlay = overlay::Overlay::new(trees, &request_index, &self.models, &self.contents);
+        let cache = (&*self.index, &*self.contents);
+        let mut overlay = overlay::Overlay::new(trees, &request_index, &self.models, cache);
         let mut clock = start_clock;
         let mut responses = Vec::with_capacity(entries.len());
         let apply_err = |e: std::io::Error| StorageIOError::apply(last, &e);
@@ -108,8 +109,8 @@ impl StateMachineStore {
             overlay.set_raw(overlay::Table::Meta, LAST_MEMBERSHIP, Some(m));
         }
         let written = overlay.into_writes().map_err(apply_err)?;
-        overlay::commit(trees, &self.contents, &written, LAST_APPLIED).map_err(apply_err)?;
-        entry_heads::compact(&self.entries, &self.contents).map_err(apply_err)?;
+        overlay::commit(trees, cache, &written, LAST_APPLIED).map_err(apply_err)?;
+        entry_heads::compact(&self.index, &self.contents).map_err(apply_err)?;
         self.models.set(written.models);
         request_index.apply(written.request_index);
         self.remembered_ids.store(request_index.len(), std::sync::atomic::Ordering::Relaxed);

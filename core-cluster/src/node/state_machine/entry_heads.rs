@@ -1,5 +1,6 @@
-//! The entries tree: each cache key's head in sled (what decides whose the entry is and whether it is
-//! live, and where its row lies), its stored row in the content log ([`super::contents`]).
+//! Cache entries: each key's head (what decides whose the entry is and whether it is live, and where its
+//! row lies) in the [`EntryIndex`] (in memory; in sled's entries tree after a clean stop), its stored row
+//! in the content log ([`super::contents`]).
 //!
 //! A head row is `0xFF | segment (u32) | offset (u64) | length (u32) | model version | tenant epoch | model
 //! epoch | created (i64) | ttl (u64) | tenant length (u32) | tenant | model`, little-endian. A stored row
@@ -15,6 +16,7 @@ use std::io;
 
 use super::super::records::{EntryHead, StoredEntry};
 use super::contents::{Contents, Pointer, Record};
+use super::entry_index::EntryIndex;
 use super::rows::Row;
 
 /// The first byte of every head row.
@@ -28,10 +30,6 @@ const MOVED_RETRIES: usize = 16;
 
 /// The final row and head (`None`: removed) of each key a batch wrote.
 pub type EntryWrites = BTreeMap<Vec<u8>, Option<(Vec<u8>, EntryHead)>>;
-
-fn sled_err(e: sled::Error) -> io::Error {
-    io::Error::other(e.to_string())
-}
 
 fn invalid(what: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("an entry's head does not decode: {what}"))
@@ -91,14 +89,14 @@ pub fn decode(row: &[u8]) -> io::Result<(EntryHead, Pointer)> {
 }
 
 /// The head of the entry under `key`.
-pub fn head(tree: &sled::Tree, key: &[u8]) -> io::Result<Option<EntryHead>> {
-    tree.get(key).map_err(sled_err)?.map(|row| Ok(decode(&row)?.0)).transpose()
+pub fn head(index: &EntryIndex, key: &[u8]) -> io::Result<Option<EntryHead>> {
+    index.get(key).map(|row| Ok(decode(&row)?.0)).transpose()
 }
 
 /// The stored row under `key`, following its head into the log.
-pub fn row(tree: &sled::Tree, contents: &Contents, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
+pub fn row(index: &EntryIndex, contents: &Contents, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
     for _ in 0..MOVED_RETRIES {
-        let Some(head_row) = tree.get(key).map_err(sled_err)? else { return Ok(None) };
+        let Some(head_row) = index.get(key) else { return Ok(None) };
         if let Some(row) = contents.read(key, pointer(&head_row)?)? {
             return Ok(Some(row));
         }
@@ -107,67 +105,71 @@ pub fn row(tree: &sled::Tree, contents: &Contents, key: &[u8]) -> io::Result<Opt
 }
 
 /// The entry under `key`, head and row.
-pub fn entry(tree: &sled::Tree, contents: &Contents, key: &[u8]) -> io::Result<Option<StoredEntry>> {
-    row(tree, contents, key)?.map(|row| StoredEntry::from_row(&row)).transpose()
+pub fn entry(index: &EntryIndex, contents: &Contents, key: &[u8]) -> io::Result<Option<StoredEntry>> {
+    row(index, contents, key)?.map(|row| StoredEntry::from_row(&row)).transpose()
 }
 
 /// Every entry's key and stored row, in key order.
 pub fn rows<'a>(
-    tree: &'a sled::Tree,
+    index: &'a EntryIndex,
     contents: &'a Contents,
-) -> impl Iterator<Item = io::Result<(sled::IVec, Vec<u8>)>> + 'a {
-    tree.iter().filter_map(move |item| {
-        let found = item.map_err(sled_err).and_then(|(key, head_row)| {
+) -> impl Iterator<Item = io::Result<(Box<[u8]>, Vec<u8>)>> + 'a {
+    index.iter().filter_map(move |(key, head_row)| {
+        let found = (|| {
             let stored = match contents.read(&key, pointer(&head_row)?)? {
                 Some(row) => Some(row),
                 // Moved by a compaction since the scan read its head.
-                None => row(tree, contents, &key)?,
+                None => row(index, contents, &key)?,
             };
             Ok(stored.map(|row| (key, row)))
-        });
+        })();
         found.transpose()
     })
 }
 
-/// Writes a batch's entries: their rows to the log in one append, then their heads to the tree.
-pub fn write(tree: &sled::Tree, contents: &Contents, writes: &EntryWrites) -> io::Result<()> {
+/// Writes a batch's entries: their rows to the log in one append, then their heads to the index.
+pub fn write(index: &EntryIndex, contents: &Contents, writes: &EntryWrites) -> io::Result<()> {
     let stored: Vec<(&[u8], &[u8])> = writes
         .iter()
         .filter_map(|(key, write)| write.as_ref().map(|(row, _)| (key.as_slice(), row.as_slice())))
         .collect();
     let mut pointers = contents.append(&stored)?.into_iter();
-    for (key, write) in writes {
-        let old = match write {
-            Some((_, head)) => {
+    let mut live = Vec::with_capacity(stored.len());
+    let changes = writes
+        .iter()
+        .map(|(key, write)| {
+            let head_row = write.as_ref().map(|(_, head)| {
                 let at = pointers.next().expect("a pointer for every stored row");
-                let old = tree.insert(key.as_slice(), encode(head, at)).map_err(sled_err)?;
-                contents.count_live(at);
-                old
-            }
-            None => tree.remove(key.as_slice()).map_err(sled_err)?,
-        };
-        // A row an older binary kept in the tree ([`adopt`]) has no place in the log.
-        if let Some(old) = old.filter(|old| is_head(old)) {
-            contents.count_dead(pointer(&old)?);
-        }
+                live.push(at);
+                encode(head, at)
+            });
+            (key.as_slice(), head_row)
+        })
+        .collect();
+    for at in live {
+        contents.count_live(at);
+    }
+    // A row an older binary kept in the tree ([`adopt`]) has no place in the log.
+    for old in index.update(changes).into_iter().flatten().filter(|old| is_head(old)) {
+        contents.count_dead(pointer(&old)?);
     }
     Ok(())
 }
 
 /// Compacts the segment most worth it, if any: its live records are copied to the end of the log and
 /// their heads moved, then it is removed. Runs as a write to the trees.
-pub fn compact(tree: &sled::Tree, contents: &Contents) -> io::Result<()> {
+pub fn compact(index: &EntryIndex, contents: &Contents) -> io::Result<()> {
     let Some(segment) = contents.worth_compacting() else { return Ok(()) };
     let mut moved = EntryWrites::new();
     for Record { key, row, at } in contents.records(segment)? {
-        let Some(head_row) = tree.get(&key).map_err(sled_err)? else { continue };
+        let Some(head_row) = index.get(&key) else { continue };
         let (head, current) = decode(&head_row)?;
         if current == at {
             moved.insert(key, Some((row, head)));
         }
     }
     let count = moved.len();
-    write(tree, contents, &moved)?;
+    write(index, contents, &moved)?;
     contents.remove(segment)?;
     tracing::debug!(segment, moved = count, "compacted a content segment");
     Ok(())
@@ -175,10 +177,9 @@ pub fn compact(tree: &sled::Tree, contents: &Contents) -> io::Result<()> {
 
 /// At a start after a clean stop: counts the live bytes of every segment from the heads, and moves the
 /// rows an older binary kept in the tree into the log.
-pub fn adopt(tree: &sled::Tree, contents: &Contents) -> io::Result<()> {
+pub fn adopt(index: &EntryIndex, contents: &Contents) -> io::Result<()> {
     let mut inline = EntryWrites::new();
-    for item in tree.iter() {
-        let (key, row) = item.map_err(sled_err)?;
+    for (key, row) in index.iter() {
         if is_head(&row) {
             contents.count_live(pointer(&row)?);
         } else {
@@ -187,7 +188,7 @@ pub fn adopt(tree: &sled::Tree, contents: &Contents) -> io::Result<()> {
         }
     }
     if !inline.is_empty() {
-        write(tree, contents, &inline)?;
+        write(index, contents, &inline)?;
         tracing::info!(entries = inline.len(), "entry rows moved from the tree to the content log");
     }
     Ok(())
@@ -195,7 +196,7 @@ pub fn adopt(tree: &sled::Tree, contents: &Contents) -> io::Result<()> {
 
 /// A snapshot's entries, their rows in the content log ([`stage`]).
 pub struct Staged {
-    /// Each entry's key and head row, to write with the rest of the state.
+    /// Each entry's key and head row, for the index.
     pub heads: Vec<(Vec<u8>, Vec<u8>)>,
     /// Where the rows lie.
     pointers: Vec<Pointer>,
@@ -282,7 +283,7 @@ mod tests {
         StoredEntry { entry, content_class: "c".into(), tenant_epoch: 1, model_epoch: 2, prompt: None }
     }
 
-    fn put(tree: &sled::Tree, contents: &Contents, puts: &[(String, String)]) {
+    fn put(index: &EntryIndex, contents: &Contents, puts: &[(String, String)]) {
         let writes = puts
             .iter()
             .map(|(key, content)| {
@@ -290,8 +291,8 @@ mod tests {
                 (key.as_bytes().to_vec(), Some((entry.to_row().expect("row"), EntryHead::of(&entry))))
             })
             .collect();
-        write(tree, contents, &writes).expect("write");
-        compact(tree, contents).expect("compact");
+        write(index, contents, &writes).expect("write");
+        compact(index, contents).expect("compact");
     }
 
     #[test]
@@ -300,30 +301,33 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let db = sled::Config::new().temporary(true).open().expect("sled");
         let tree = db.open_tree("entries").expect("tree");
+        let index = EntryIndex::default();
         let contents = Contents::open(&dir).expect("open").with_segment_bytes(8 << 10);
         let content = |key: usize, round: usize| format!("{key} in round {round} {}", "x".repeat(200));
         for round in 0..40 {
             let puts: Vec<_> = (0..20).map(|key| (format!("k{key}"), content(key, round))).collect();
-            put(&tree, &contents, &puts);
+            put(&index, &contents, &puts);
         }
         let (size, live) = contents.sizes();
         assert!(size < 4 * live + 3 * (8 << 10), "garbage is compacted: {size} bytes for {live} live");
         assert!(contents.worth_compacting().is_none());
-        let latest = |contents: &Contents| {
+        let latest = |index: &EntryIndex, contents: &Contents| {
             (0..20).all(|key| {
-                let found = entry(&tree, contents, format!("k{key}").as_bytes()).expect("read");
+                let found = entry(index, contents, format!("k{key}").as_bytes()).expect("read");
                 found.map(|s| s.entry.content) == Some(content(key, 39))
             })
         };
-        assert!(latest(&contents));
-        let all: Vec<_> = rows(&tree, &contents).collect::<io::Result<_>>().expect("rows");
+        assert!(latest(&index, &contents));
+        let all: Vec<_> = rows(&index, &contents).collect::<io::Result<_>>().expect("rows");
         assert_eq!(all.len(), 20);
         contents.sync().expect("sync");
-        drop(contents);
+        index.write_back(&tree).expect("write back");
+        drop((contents, index));
         let contents = Contents::open(&dir).expect("reopen");
-        adopt(&tree, &contents).expect("adopt");
+        let index = EntryIndex::load(&tree).expect("load");
+        adopt(&index, &contents).expect("adopt");
         assert_eq!(contents.sizes().1, live, "live bytes are counted again from the heads");
-        assert!(latest(&contents));
+        assert!(latest(&index, &contents));
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 
@@ -331,20 +335,17 @@ mod tests {
     fn a_staged_snapshot_replaces_the_log_once_its_heads_are_written() {
         let dir = std::env::temp_dir().join(format!("entry-heads-stage-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let db = sled::Config::new().temporary(true).open().expect("sled");
-        let tree = db.open_tree("entries").expect("tree");
+        let index = EntryIndex::default();
         let contents = Contents::open(&dir).expect("open");
-        put(&tree, &contents, &[("old".into(), "before".into())]);
+        put(&index, &contents, &[("old".into(), "before".into())]);
         let new = stored("new", "from the snapshot");
         let rows = vec![(b"new".to_vec(), new.to_row().expect("row"))];
         let mut staged = stage(&contents, &rows).expect("stage");
-        assert!(entry(&tree, &contents, b"old").expect("read").is_some(), "readable until replaced");
-        tree.remove("old").expect("remove");
-        for (key, head) in std::mem::take(&mut staged.heads) {
-            tree.insert(key, head).expect("insert");
-        }
+        assert!(entry(&index, &contents, b"old").expect("read").is_some(), "readable until replaced");
+        index.replace(std::mem::take(&mut staged.heads));
         replaced(&contents, &staged).expect("replaced");
-        assert_eq!(entry(&tree, &contents, b"new").expect("read"), Some(new));
+        assert_eq!(entry(&index, &contents, b"new").expect("read"), Some(new));
+        assert_eq!(entry(&index, &contents, b"old").expect("read"), None);
         let (size, live) = contents.sizes();
         assert_eq!(size, live, "only the snapshot's rows are left");
         std::fs::remove_dir_all(&dir).expect("cleanup");

@@ -41,6 +41,7 @@ use sled::transaction::TransactionError;
 mod applying;
 mod contents;
 mod entry_heads;
+mod entry_index;
 mod models;
 mod overlay;
 mod request_rows;
@@ -115,8 +116,10 @@ fn adopt_legacy_snapshot_meta(db: &sled::Db, snapshots: &SnapshotDir) -> Result<
 pub struct StateMachineStore {
     /// The database, flushed when a snapshot is saved.
     db: sled::Db,
-    /// Each cache entry's head by key ([`entry_heads`]).
+    /// Each cache entry's head by key as of the last clean stop ([`entry_index`]).
     entries: sled::Tree,
+    /// Each cache entry's head by key, as applied ([`entry_heads`]).
+    index: Arc<entry_index::EntryIndex>,
     /// The entries' stored rows ([`contents`]).
     contents: Arc<contents::Contents>,
     /// [`TenantState`] JSON by tenant name.
@@ -194,10 +197,12 @@ pub struct StateDigest {
 }
 
 /// The keys of the entries whose heads `stale` picks, at most [`SWEEP_LIMIT`] of them.
-fn sweepable(entries: &sled::Tree, stale: impl Fn(&EntryHead) -> bool) -> Result<Vec<String>, CoreError> {
+fn sweepable(
+    entries: &entry_index::EntryIndex,
+    stale: impl Fn(&EntryHead) -> bool,
+) -> Result<Vec<String>, CoreError> {
     let mut keys = Vec::new();
-    for item in entries.iter() {
-        let (key, bytes) = item?;
+    for (key, bytes) in entries.iter() {
         if stale(&entry_heads::decode(&bytes)?.0) {
             keys.push(String::from_utf8_lossy(&key).into_owned());
             if keys.len() == SWEEP_LIMIT {
@@ -227,6 +232,10 @@ impl StateMachineStore {
         let feed = db.open_tree("sm_feed")?;
         let snapshots = SnapshotDir::open(&dir.join("snapshots"))?;
         let contents = Arc::new(contents::Contents::open(&dir.join("contents"))?);
+        let index = Arc::new(match previous {
+            PreviousStop::Clean => entry_index::EntryIndex::load(&entries)?,
+            PreviousStop::Unclean => entry_index::EntryIndex::default(),
+        });
         adopt_legacy_snapshot_meta(db, &snapshots)?;
         let last_applied: Option<LogId<NodeId>> =
             meta.get(LAST_APPLIED)?.map(|b| decode(&b)).transpose()?.flatten();
@@ -239,6 +248,7 @@ impl StateMachineStore {
             applied: std::sync::Arc::new(applied),
             db: db.clone(),
             entries,
+            index,
             contents,
             tenants,
             model_rows,
@@ -255,7 +265,7 @@ impl StateMachineStore {
         };
         match previous {
             PreviousStop::Unclean => store.start_over(current, last_applied)?,
-            PreviousStop::Clean => entry_heads::adopt(&store.entries, &store.contents)?,
+            PreviousStop::Clean => entry_heads::adopt(&store.index, &store.contents)?,
         }
         Ok(store)
     }
@@ -266,6 +276,7 @@ impl StateMachineStore {
     pub async fn close(&self) -> Result<bool, CoreError> {
         let whole = self.writes.close().await;
         self.models.write_back(&self.model_rows)?;
+        self.index.write_back(&self.entries)?;
         self.contents.sync()?;
         self.db.flush_async().await?;
         Ok(whole)
@@ -312,7 +323,7 @@ impl StateMachineStore {
     /// local applied state.
     pub fn read(&self, key: &str, tenant: &str) -> Result<Option<StoredEntry>, CoreError> {
         let now_ms = self.clock_ms()?;
-        let Some(stored) = entry_heads::entry(&self.entries, &self.contents, key.as_bytes())? else {
+        let Some(stored) = entry_heads::entry(&self.index, &self.contents, key.as_bytes())? else {
             return Ok(None);
         };
         if stored.entry.tenant != tenant {
@@ -346,7 +357,7 @@ impl StateMachineStore {
 
     /// Number of entries stored (dead ones not yet swept included).
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.index.len()
     }
 
     /// Number of applied request ids remembered (each costs the in-memory index a few dozen bytes).
@@ -377,7 +388,7 @@ impl StateMachineStore {
 
     /// Whether no entry is stored.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.index.len() == 0
     }
 
     /// Tenants and models, for liveness checks over many entries.
@@ -398,7 +409,7 @@ impl StateMachineStore {
         let (tenants, models) = self.directory()?;
         let mut hasher = Sha256::new();
         let mut entries = 0u64;
-        for item in entry_heads::rows(&self.entries, &self.contents) {
+        for item in entry_heads::rows(&self.index, &self.contents) {
             let (key, bytes) = item?;
             let stored: StoredEntry = decode(&bytes)?;
             if stored.is_live(tenants.get(&stored.entry.tenant), models.get(&stored.entry.model), clock) {
@@ -422,7 +433,7 @@ impl StateMachineStore {
     pub fn sweep_candidates(&self) -> Result<Command, CoreError> {
         let clock = self.clock_ms()?;
         let (tenants, models) = self.directory()?;
-        let entries = sweepable(&self.entries, |head| {
+        let entries = sweepable(&self.index, |head| {
             !head.is_live(tenants.get(&head.tenant), models.get(&head.model), clock)
         })?;
         let mut requests = Vec::new();
@@ -536,7 +547,7 @@ impl StateMachineStore {
         let mut body = SnapshotBody { clock_ms, feed_floor, ..Default::default() };
         // Dead entries too: the snapshot is the state, so a replica that installs it equals one that
         // applied the log (the sweeps remove dead entries, in the log).
-        for item in entry_heads::rows(&self.entries, &self.contents) {
+        for item in entry_heads::rows(&self.index, &self.contents) {
             let (key, bytes) = item.map_err(|e| err(&e))?;
             let stored: StoredEntry = decode(&bytes).map_err(|e| err(&e))?;
             body.entries.push((String::from_utf8_lossy(&key).into_owned(), stored));

@@ -22,6 +22,7 @@ use super::super::apply::Tables;
 use super::super::records::{AppliedRequest, EntryHead, FeedRow, ModelState, StoredEntry, TenantState};
 use super::contents::Contents;
 use super::entry_heads::{self, EntryWrites};
+use super::entry_index::EntryIndex;
 use super::models::Models;
 use super::request_rows::{BatchRows, IndexChanges, RequestIndex};
 use super::rows::Row;
@@ -96,6 +97,8 @@ pub struct Overlay<'a> {
     models: &'a Models,
     /// The batch's own writes of models.
     model_writes: BTreeMap<String, ModelState>,
+    /// The entries' heads.
+    index: &'a EntryIndex,
     /// Where the entries' rows lie.
     contents: &'a Contents,
     /// The batch's own writes of entries.
@@ -103,21 +106,22 @@ pub struct Overlay<'a> {
 }
 
 impl<'a> Overlay<'a> {
-    /// An overlay with no writes yet, finding request ids through `index`, models in `models` and entries'
-    /// rows in `contents`.
+    /// An overlay with no writes yet, finding request ids through `requests`, models in `models` and
+    /// entries through `entries` (heads and rows).
     pub fn new(
         trees: Trees<'a>,
-        index: &'a RequestIndex,
+        requests: &'a RequestIndex,
         models: &'a Models,
-        contents: &'a Contents,
+        (index, contents): (&'a EntryIndex, &'a Contents),
     ) -> Self {
-        let requests = BatchRows::new(index, trees[Table::Requests as usize]);
+        let requests = BatchRows::new(requests, trees[Table::Requests as usize]);
         Self {
             trees,
             writes: Writes::default(),
             requests,
             models,
             model_writes: BTreeMap::new(),
+            index,
             contents,
             entry_writes: EntryWrites::new(),
         }
@@ -174,15 +178,13 @@ impl Tables for Overlay<'_> {
             Some(written) => {
                 written.as_ref().map(|(row, _)| StoredEntry::from_row(row).map_err(keyed)).transpose()
             }
-            None => entry_heads::entry(self.trees[Table::Entries as usize], self.contents, key.as_bytes())
-                .map_err(keyed),
+            None => entry_heads::entry(self.index, self.contents, key.as_bytes()).map_err(keyed),
         }
     }
     fn entry_head(&mut self, key: &str) -> io::Result<Option<EntryHead>> {
         match self.entry_writes.get(key.as_bytes()) {
             Some(written) => Ok(written.as_ref().map(|(_, head)| head.clone())),
-            None => entry_heads::head(self.trees[Table::Entries as usize], key.as_bytes())
-                .map_err(|e| keyed(key.as_bytes(), e)),
+            None => entry_heads::head(self.index, key.as_bytes()).map_err(|e| keyed(key.as_bytes(), e)),
         }
     }
     fn put_entry(&mut self, key: &str, entry: &StoredEntry) -> io::Result<()> {
@@ -235,9 +237,14 @@ impl Tables for Overlay<'_> {
 }
 
 /// Writes a batch to its trees: the meta tree's rows first (so the change feed's floor rises before the
-/// rows under it go), then the entries (rows to `contents`, heads to their tree), then the other trees',
-/// then the meta tree's `last` key.
-pub fn commit(trees: Trees<'_>, contents: &Contents, writes: &BatchWrites, last: LastKey) -> io::Result<()> {
+/// rows under it go), then the entries (rows to the content log, heads to the index), then the other
+/// trees', then the meta tree's `last` key.
+pub fn commit(
+    trees: Trees<'_>,
+    (index, contents): (&EntryIndex, &Contents),
+    writes: &BatchWrites,
+    last: LastKey,
+) -> io::Result<()> {
     let rows = &writes.rows;
     let is_last = |table: Table, key: &[u8]| table == Table::Meta && key == last;
     let put = |(table, key, value): (Table, &Vec<u8>, &Option<Vec<u8>>)| {
@@ -249,7 +256,7 @@ pub fn commit(trees: Trees<'_>, contents: &Contents, writes: &BatchWrites, last:
         .map_err(sled_err)
     };
     each(rows).filter(|&(t, k, _)| t == Table::Meta && !is_last(t, k)).try_for_each(put)?;
-    entry_heads::write(trees[Table::Entries as usize], contents, &writes.entries)?;
+    entry_heads::write(index, contents, &writes.entries)?;
     each(rows).filter(|&(t, _, _)| t != Table::Meta).try_for_each(put)?;
     each(rows).filter(|&(t, k, _)| is_last(t, k)).try_for_each(put)
 }
@@ -284,8 +291,9 @@ mod tests {
         t[0].insert(b"x", b"kept".to_vec()).expect("insert");
         let requests = RequestIndex::default();
         let models = Models::default();
+        let index = EntryIndex::default();
         let (dir, contents) = contents("reads");
-        let mut overlay = Overlay::new(trees(&t), &requests, &models, &contents);
+        let mut overlay = Overlay::new(trees(&t), &requests, &models, (&index, &contents));
         overlay.set_raw(Table::Entries, b"k", Some(b"new".to_vec()));
         overlay.set_raw(Table::Entries, b"x", None);
         assert_eq!(overlay.get_raw(Table::Entries, b"k").expect("get"), Some(b"new".to_vec()));
@@ -306,8 +314,9 @@ mod tests {
         t[4].insert(7u64.to_be_bytes(), b"row".to_vec()).expect("insert");
         let requests = RequestIndex::default();
         let models = Models::default();
+        let index = EntryIndex::default();
         let (dir, contents) = contents("commit");
-        let mut overlay = Overlay::new(trees(&t), &requests, &models, &contents);
+        let mut overlay = Overlay::new(trees(&t), &requests, &models, (&index, &contents));
         overlay.set_raw(Table::Entries, b"a", Some(b"first".to_vec()));
         overlay.set_raw(Table::Entries, b"a", Some(b"second".to_vec()));
         overlay.set_raw(Table::Entries, b"gone", None);
@@ -315,7 +324,7 @@ mod tests {
         overlay.set_raw(Table::Meta, FEED_FLOOR, Some(b"7".to_vec()));
         overlay.set_raw(Table::Meta, LAST, Some(5u64.to_le_bytes().to_vec()));
         let writes = overlay.into_writes().expect("writes");
-        commit(trees(&t), &contents, &writes, LAST).expect("commit");
+        commit(trees(&t), (&index, &contents), &writes, LAST).expect("commit");
         assert_eq!(t[0].get(b"a").expect("get").as_deref(), Some(&b"second"[..]));
         assert_eq!(t[0].get(b"gone").expect("get"), None);
         assert_eq!(t[4].get(7u64.to_be_bytes()).expect("get"), None);
@@ -347,8 +356,9 @@ mod tests {
         let (_db, t) = open();
         let requests = RequestIndex::default();
         let models = Models::default();
+        let index = EntryIndex::default();
         let (dir, contents) = contents("entries");
-        let mut overlay = Overlay::new(trees(&t), &requests, &models, &contents);
+        let mut overlay = Overlay::new(trees(&t), &requests, &models, (&index, &contents));
         overlay.put_entry("k", &stored("acme", "first")).expect("put");
         overlay.put_entry("k", &stored("acme", "second")).expect("put");
         overlay.put_entry("gone", &stored("acme", "x")).expect("put");
@@ -356,8 +366,8 @@ mod tests {
         assert_eq!(overlay.entry("k").expect("entry"), Some(stored("acme", "second")));
         assert_eq!(overlay.entry_head("gone").expect("head"), None);
         let writes = overlay.into_writes().expect("writes");
-        commit(trees(&t), &contents, &writes, LAST).expect("commit");
-        let mut overlay = Overlay::new(trees(&t), &requests, &models, &contents);
+        commit(trees(&t), (&index, &contents), &writes, LAST).expect("commit");
+        let mut overlay = Overlay::new(trees(&t), &requests, &models, (&index, &contents));
         assert_eq!(overlay.entry("k").expect("entry"), Some(stored("acme", "second")));
         assert_eq!(overlay.entry_head("k").expect("head"), Some(EntryHead::of(&stored("acme", "second"))));
         assert_eq!(overlay.entry("gone").expect("entry"), None);
@@ -365,7 +375,7 @@ mod tests {
         assert_eq!(size, live, "one row written, and live");
         overlay.remove_entry("k").expect("remove");
         let writes = overlay.into_writes().expect("writes");
-        commit(trees(&t), &contents, &writes, LAST).expect("commit");
+        commit(trees(&t), (&index, &contents), &writes, LAST).expect("commit");
         assert_eq!(contents.sizes(), (size, 0), "the removed entry's row is dead");
         std::fs::remove_dir_all(dir).expect("cleanup");
     }

@@ -36,7 +36,10 @@ impl StateMachineStore {
         for (table, tree) in self.tables() {
             // Entries as whole rows: their heads' pointers mean nothing in another node's content log.
             let rows: Box<dyn Iterator<Item = std::io::Result<(sled::IVec, Vec<u8>)>>> = match table {
-                SnapshotTable::Entries => Box::new(entry_heads::rows(tree, &self.contents)),
+                SnapshotTable::Entries => Box::new(
+                    entry_heads::rows(&self.index, &self.contents)
+                        .map(|item| item.map(|(k, v)| (k.into(), v))),
+                ),
                 _ => Box::new(tree.iter().map(|item| {
                     item.map(|(k, v)| (k, v.to_vec())).map_err(|e| std::io::Error::other(e.to_string()))
                 })),
@@ -162,7 +165,18 @@ impl StateMachineStore {
         };
         let trees = self.tables().map(|(_, tree)| tree);
         let mut stale: Vec<Vec<sled::IVec>> = Vec::new();
-        for (tree, rows) in trees.iter().zip(&encoded) {
+        // The entries' rows go to a new part of the content log, their heads to the index once the other
+        // tables are written (sled's entries tree gets them at a clean stop).
+        let entries = std::mem::take(&mut encoded[SnapshotTable::Entries as usize]);
+        let mut staged = entry_heads::stage(&self.contents, &entries).map_err(|e| err(&e))?;
+        drop(entries);
+        for (table, (tree, rows)) in
+            self.tables().map(|(table, _)| table).iter().zip(trees.iter().zip(&encoded))
+        {
+            if *table == SnapshotTable::Entries {
+                stale.push(Vec::new());
+                continue;
+            }
             let keep: BTreeSet<&[u8]> = rows.iter().map(|(k, _)| k.as_slice()).collect();
             let mut gone = Vec::new();
             for key in tree.iter().keys() {
@@ -173,18 +187,15 @@ impl StateMachineStore {
             }
             stale.push(gone);
         }
-        // The entries' rows go to a new part of the content log; the tree gets their heads.
-        let mut staged = entry_heads::stage(&self.contents, &encoded[SnapshotTable::Entries as usize])
-            .map_err(|e| err(&e))?;
-        encoded[SnapshotTable::Entries as usize] = std::mem::take(&mut staged.heads);
         let applied = serde_json::to_vec(last_applied).map_err(|e| err(&e))?;
         let membership = serde_json::to_vec(membership).map_err(|e| err(&e))?;
         let clock = serde_json::to_vec(&clock_ms).map_err(|e| err(&e))?;
         let feed_floor = serde_json::to_vec(&feed_floor).map_err(|e| err(&e))?;
         let result: Result<(), TransactionError<String>> =
-            (&self.entries, &self.tenants, &self.model_rows, &self.requests, &self.feed, &self.meta)
-                .transaction(|(entries, tenants, models, requests, feed, meta)| {
-                    for (i, tree) in [entries, tenants, models, requests, feed].into_iter().enumerate() {
+            (&self.tenants, &self.model_rows, &self.requests, &self.feed, &self.meta).transaction(
+                |(tenants, models, requests, feed, meta)| {
+                    for (i, tree) in [tenants, models, requests, feed].into_iter().enumerate() {
+                        let i = i + 1; // after the entries
                         for key in &stale[i] {
                             tree.remove(key.clone())?;
                         }
@@ -197,8 +208,10 @@ impl StateMachineStore {
                     meta.insert(CLOCK, clock.as_slice())?;
                     meta.insert(FEED_FLOOR, feed_floor.as_slice())?;
                     Ok::<(), ConflictableTransactionError<String>>(())
-                });
+                },
+            );
         result.map_err(|e| StorageIOError::write_state_machine(&tx_error(e)))?;
+        self.index.replace(std::mem::take(&mut staged.heads));
         entry_heads::replaced(&self.contents, &staged).map_err(|e| err(&e))?;
         self.models.reload(&self.model_rows).map_err(|e| err(&e))?;
         let index = super::request_rows::RequestIndex::build(&self.requests).map_err(|e| err(&e))?;
