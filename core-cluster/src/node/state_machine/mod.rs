@@ -1,6 +1,7 @@
-//! The replicated state machine in sled: cache entries, tenants, models, applied request ids, the state
-//! machine's clock, the last applied log id, the last membership, and the current snapshot's metadata
-//! (its rows are a file of [`super::snapshot_file`], written and read one row at a time).
+//! The replicated state machine: cache entries (heads in memory, [`entry_index`], and rows in the content
+//! log, [`contents`]), and in sled tenants, models, applied request ids, the state machine's clock, the last
+//! applied log id and the last membership; snapshots are files of [`super::snapshot_file`], written and read
+//! one row at a time, with their metadata beside them.
 //!
 //! Durability: `apply` writes each batch of log entries to the trees without a sync and without making it
 //! atomic (`overlay.rs`). The trees are trusted only after a clean stop ([`super::clean_stop`]); after any
