@@ -361,6 +361,15 @@ fn snapshots_carry_the_whole_state_and_replace_it() {
         assert_eq!(follower.digest().expect("digest"), leader.digest().expect("digest"));
         let current = follower.get_current_snapshot().await.expect("current").expect("a snapshot");
         assert_eq!(current.meta, snapshot.meta);
+
+        // The installed entries' heads reach sled at a clean stop, replacing the ones there before.
+        let digest = follower.digest().expect("digest");
+        stop_cleanly(&b.0, follower).await;
+        let (_, follower) = open(&b.0).expect("reopen");
+        assert_eq!(follower.digest().expect("digest"), digest);
+        assert_eq!(follower.len(), 2);
+        assert!(follower.read("stale", "dev").expect("read").is_none());
+        assert!(follower.read("x", "dev").expect("read").is_some());
     });
 }
 
