@@ -205,6 +205,30 @@ fn state_survives_a_restart() {
 }
 
 #[test]
+fn a_content_log_cut_short_after_a_clean_stop_starts_the_state_again_from_the_snapshot() {
+    let dir = TempDir::new("cut-contents");
+    runtime().block_on(async {
+        let now = now_ms();
+        {
+            let (_, mut sm) = open(&dir.0).expect("open");
+            sm.apply(vec![seed(), put(2, now, completion("a", "dev", 600))]).await.expect("apply");
+            sm.get_snapshot_builder().await.build_snapshot().await.expect("snapshot at 2");
+            sm.apply(vec![put(3, now, completion("b", "dev", 600))]).await.expect("apply");
+            stop_cleanly(&dir.0, sm).await;
+        }
+        for segment in std::fs::read_dir(dir.0.join("contents")).expect("contents") {
+            let file = std::fs::OpenOptions::new().write(true).open(segment.expect("segment").path());
+            file.expect("open segment").set_len(0).expect("cut");
+        }
+        let (_, mut sm) = open(&dir.0).expect("reopen");
+        assert_eq!(sm.applied_state().await.expect("applied").0, Some(log_id(1, 2)), "the snapshot's");
+        let a = sm.read("a", "dev").expect("read").map(|s| s.entry.content);
+        assert_eq!(a, Some("answer for a".to_owned()));
+        assert_eq!(sm.read("b", "dev").expect("read"), None, "after the snapshot: openraft applies it again");
+    });
+}
+
+#[test]
 fn after_a_stop_that_was_not_clean_the_state_is_the_snapshot_and_the_log_after_it_applies_again() {
     let dir = TempDir::new("unclean");
     runtime().block_on(async {

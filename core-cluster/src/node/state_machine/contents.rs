@@ -231,6 +231,12 @@ impl Contents {
         Ok(Some(row.to_vec()))
     }
 
+    /// Whether the log holds bytes at `at` (its segment is there and long enough).
+    pub fn holds(&self, at: Pointer) -> bool {
+        let end = at.offset.saturating_add(u64::from(at.len));
+        self.read_segments().by_number.get(&at.segment).is_some_and(|s| end <= s.size)
+    }
+
     /// A head now points to the record at `at`.
     pub fn count_live(&self, at: Pointer) {
         if let Some(segment) = self.write_segments().by_number.get_mut(&at.segment) {

@@ -176,12 +176,23 @@ pub fn compact(index: &EntryIndex, contents: &Contents) -> io::Result<()> {
 }
 
 /// At a start after a clean stop: counts the live bytes of every segment from the heads, and moves the
-/// rows an older binary kept in the tree into the log.
+/// rows an older binary kept in the tree into the log. `InvalidData` when a head points past what the
+/// log holds.
 pub fn adopt(index: &EntryIndex, contents: &Contents) -> io::Result<()> {
     let mut inline = EntryWrites::new();
     for (key, row) in index.iter() {
         if is_head(&row) {
-            contents.count_live(pointer(&row)?);
+            let at = pointer(&row)?;
+            if !contents.holds(at) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "the row of {:?} at {at:?} is not in the content log",
+                        String::from_utf8_lossy(&key)
+                    ),
+                ));
+            }
+            contents.count_live(at);
         } else {
             let stored = StoredEntry::from_row(&row)?;
             inline.insert(key.to_vec(), Some((stored.to_row()?, EntryHead::of(&stored))));

@@ -40,7 +40,7 @@ impl StateMachineStore {
     /// Opens (or creates) the state-machine trees in `db`, with snapshot files in `dir/snapshots` and the
     /// entries' rows in `dir/contents`. After a stop that was not clean the trees are not trusted: the
     /// state becomes the current snapshot's (or nothing, before the first snapshot), and openraft applies
-    /// the log after it again.
+    /// the log after it again; so does a clean stop's state whose content log misses a row.
     pub fn open(db: &sled::Db, dir: &Path, previous: PreviousStop) -> Result<Self, CoreError> {
         let meta = db.open_tree("sm_meta")?;
         let entries = db.open_tree("sm_entries")?;
@@ -84,7 +84,20 @@ impl StateMachineStore {
         };
         match previous {
             PreviousStop::Unclean => store.start_over(current, last_applied)?,
-            PreviousStop::Clean => entry_heads::adopt(&store.index, &store.contents)?,
+            PreviousStop::Clean => match entry_heads::adopt(&store.index, &store.contents) {
+                Ok(()) => {}
+                // The content log lost rows a clean stop had synced (a file removed or cut short): the
+                // snapshot and the log after it still hold them.
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                    tracing::warn!(
+                        error = %e,
+                        "state machine: the content log does not hold every entry's row; starting again from \
+                         the snapshot and the log after it"
+                    );
+                    store.start_over(current, last_applied)?;
+                }
+                Err(e) => return Err(e.into()),
+            },
         }
         Ok(store)
     }
