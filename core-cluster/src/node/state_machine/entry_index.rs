@@ -5,7 +5,8 @@
 //! and page churn for each, were most of applying a put. The trees are trusted only after a clean stop
 //! (`clean_stop.rs`), and after any other stop the state is rebuilt from the snapshot and the log, so the
 //! heads need to reach sled only when the node stops cleanly, as the models do (`models.rs`). A head is
-//! about 80 bytes and its key; the row itself stays in the content log.
+//! about 80 bytes and its key, with a flag for whether it changed since it was last in sled (removed keys
+//! are kept apart until then); the row itself stays in the content log.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -17,11 +18,18 @@ pub type Head = (Box<[u8]>, Box<[u8]>);
 /// How many heads an iteration copies out under one read lock.
 const CHUNK: usize = 1024;
 
+/// One key's head row, and whether it changed since the heads were loaded or written back.
+#[derive(Debug)]
+struct Indexed {
+    row: Box<[u8]>,
+    changed: bool,
+}
+
 #[derive(Debug, Default)]
 struct Heads {
-    by_key: BTreeMap<Box<[u8]>, Box<[u8]>>,
-    /// Keys changed since the heads were loaded or written back.
-    changed: BTreeSet<Box<[u8]>>,
+    by_key: BTreeMap<Box<[u8]>, Indexed>,
+    /// Keys removed since the heads were loaded or written back (and not stored again).
+    removed: BTreeSet<Box<[u8]>>,
     /// The whole set was replaced (a snapshot's install): sled's tree is to be rewritten whole.
     replaced: bool,
 }
@@ -48,14 +56,14 @@ impl EntryIndex {
         let mut by_key = BTreeMap::new();
         for item in tree.iter() {
             let (key, row) = item.map_err(sled_err)?;
-            by_key.insert(Box::from(&key[..]), Box::from(&row[..]));
+            by_key.insert(Box::from(&key[..]), Indexed { row: Box::from(&row[..]), changed: false });
         }
         Ok(Self(RwLock::new(Heads { by_key, ..Default::default() })))
     }
 
     /// The head row under `key`.
     pub fn get(&self, key: &[u8]) -> Option<Box<[u8]>> {
-        self.read().by_key.get(key).cloned()
+        self.read().by_key.get(key).map(|indexed| indexed.row.clone())
     }
 
     /// Sets (or, with `None`, removes) the head row of each key, in order; returns each key's previous one.
@@ -63,21 +71,37 @@ impl EntryIndex {
         let mut heads = self.write();
         let mut previous = Vec::with_capacity(changes.len());
         for (key, row) in changes {
-            previous.push(match row {
-                Some(row) => heads.by_key.insert(Box::from(key), row.into_boxed_slice()),
-                None => heads.by_key.remove(key),
-            });
-            if !heads.replaced && !heads.changed.contains(key) {
-                heads.changed.insert(Box::from(key));
-            }
+            let indexed = match row {
+                Some(row) => {
+                    if !heads.removed.is_empty() {
+                        heads.removed.remove(key);
+                    }
+                    let row = row.into_boxed_slice();
+                    match heads.by_key.get_mut(key) {
+                        Some(indexed) => Some(std::mem::replace(indexed, Indexed { row, changed: true })),
+                        None => heads.by_key.insert(Box::from(key), Indexed { row, changed: true }),
+                    }
+                }
+                None => {
+                    let indexed = heads.by_key.remove(key);
+                    if indexed.is_some() && !heads.replaced {
+                        heads.removed.insert(Box::from(key));
+                    }
+                    indexed
+                }
+            };
+            previous.push(indexed.map(|indexed| indexed.row));
         }
         previous
     }
 
     /// Replaces every head with `all`.
     pub fn replace(&self, all: Vec<(Vec<u8>, Vec<u8>)>) {
-        let by_key = all.into_iter().map(|(k, v)| (k.into_boxed_slice(), v.into_boxed_slice())).collect();
-        *self.write() = Heads { by_key, changed: BTreeSet::new(), replaced: true };
+        let by_key = all
+            .into_iter()
+            .map(|(k, v)| (k.into_boxed_slice(), Indexed { row: v.into_boxed_slice(), changed: false }))
+            .collect();
+        *self.write() = Heads { by_key, removed: BTreeSet::new(), replaced: true };
     }
 
     /// Number of entries.
@@ -105,7 +129,7 @@ impl EntryIndex {
                     .range::<[u8], _>((std::ops::Bound::Excluded(&key[..]), std::ops::Bound::Unbounded)),
                 None => heads.by_key.range::<[u8], _>(..),
             };
-            let next: Vec<Head> = range.take(CHUNK).map(|(k, v)| (k.clone(), v.clone())).collect();
+            let next: Vec<Head> = range.take(CHUNK).map(|(k, v)| (k.clone(), v.row.clone())).collect();
             drop(heads);
             done = next.len() < CHUNK;
             after = next.last().map(|(k, _)| k.clone());
@@ -115,22 +139,19 @@ impl EntryIndex {
 
     /// Writes the heads changed since they were loaded (or last written back) to `tree`, as they are now.
     pub fn write_back(&self, tree: &sled::Tree) -> io::Result<()> {
-        let mut heads = self.write();
+        let mut guard = self.write();
+        let heads = &mut *guard;
         if heads.replaced {
             tree.clear().map_err(sled_err)?;
-            for (key, row) in &heads.by_key {
-                tree.insert(&key[..], &row[..]).map_err(sled_err)?;
-            }
-        } else {
-            for key in &heads.changed {
-                match heads.by_key.get(key) {
-                    Some(row) => tree.insert(&key[..], &row[..]).map(drop),
-                    None => tree.remove(&key[..]).map(drop),
-                }
-                .map_err(sled_err)?;
-            }
         }
-        heads.changed.clear();
+        for key in &heads.removed {
+            tree.remove(&key[..]).map_err(sled_err)?;
+        }
+        for (key, indexed) in heads.by_key.iter_mut().filter(|(_, i)| i.changed || heads.replaced) {
+            tree.insert(&key[..], &indexed.row[..]).map_err(sled_err)?;
+            indexed.changed = false;
+        }
+        heads.removed.clear();
         heads.replaced = false;
         Ok(())
     }
@@ -153,6 +174,15 @@ mod tests {
         index.write_back(&tree).expect("write back");
         let stored: Vec<_> = tree.iter().map(|i| i.expect("row").0.to_vec()).collect();
         assert_eq!(stored, vec![b"kept".to_vec(), b"new".to_vec()]);
+        index.update(vec![(b"kept", None)]);
+        index.update(vec![(b"kept", Some(b"again".to_vec())), (b"new", None)]);
+        index.write_back(&tree).expect("write back");
+        assert_eq!(
+            tree.get("kept").expect("get").as_deref(),
+            Some(&b"again"[..]),
+            "removed, then stored again"
+        );
+        assert_eq!(tree.get("new").expect("get"), None);
         index.replace(vec![(b"only".to_vec(), b"o".to_vec())]);
         index.write_back(&tree).expect("write back");
         assert_eq!(
