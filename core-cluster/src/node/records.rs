@@ -103,6 +103,26 @@ impl EntryHead {
 
     /// Whether the entry may be served at `now_ms`, given its tenant and model as they are now.
     pub fn is_live(&self, tenant: Option<&TenantState>, model: Option<&ModelState>, now_ms: i64) -> bool {
+        let (model_version, tenant_epoch, model_epoch) =
+            (self.model_version, self.tenant_epoch, self.model_epoch);
+        Stamp { model_version, tenant_epoch, model_epoch, created_ms: self.created_ms, ttl_s: self.ttl_s }
+            .is_live(tenant, model, now_ms)
+    }
+}
+
+/// The numbers that decide whether an entry is live, read from a head or a stored entry without copying
+/// their names.
+#[derive(Clone, Copy)]
+struct Stamp {
+    model_version: u64,
+    tenant_epoch: u64,
+    model_epoch: u64,
+    created_ms: i64,
+    ttl_s: u64,
+}
+
+impl Stamp {
+    fn is_live(self, tenant: Option<&TenantState>, model: Option<&ModelState>, now_ms: i64) -> bool {
         let tenant_ok = tenant.is_some_and(|t| t.epoch == self.tenant_epoch);
         let model_ok = model.is_some_and(|m| m.version == self.model_version && m.epoch == self.model_epoch);
         tenant_ok && model_ok && !shared::completion::expired(self.created_ms, self.ttl_s, now_ms)
@@ -110,8 +130,31 @@ impl EntryHead {
 }
 
 impl StoredEntry {
+    /// An entry of `tenant` under `key` answering `content` (model `m` at version 1, no expiry), for tests.
+    #[cfg(test)]
+    pub fn sample(key: &str, tenant: &str, content: &str) -> Self {
+        let entry = CachedCompletion {
+            key: key.into(),
+            tenant: tenant.into(),
+            model: "m".into(),
+            model_version: 1,
+            content: content.into(),
+            finish_reason: "stop".into(),
+            prompt_tokens: 1,
+            completion_tokens: 1,
+            etag: "\"e\"".into(),
+            created_ms: 5,
+            ttl_s: 0,
+            question: None,
+        };
+        Self { entry, content_class: "c".into(), tenant_epoch: 1, model_epoch: 2, prompt: None }
+    }
+
     /// Whether the entry may be served at `now_ms`, given its tenant and model as they are now.
     pub fn is_live(&self, tenant: Option<&TenantState>, model: Option<&ModelState>, now_ms: i64) -> bool {
-        EntryHead::of(self).is_live(tenant, model, now_ms)
+        let (tenant_epoch, model_epoch) = (self.tenant_epoch, self.model_epoch);
+        let (model_version, created_ms, ttl_s) =
+            (self.entry.model_version, self.entry.created_ms, self.entry.ttl_s);
+        Stamp { model_version, tenant_epoch, model_epoch, created_ms, ttl_s }.is_live(tenant, model, now_ms)
     }
 }

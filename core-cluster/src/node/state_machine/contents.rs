@@ -228,7 +228,9 @@ impl Contents {
                 String::from_utf8_lossy(key)
             )));
         }
-        Ok(Some(row.to_vec()))
+        let header = bytes.len() - row.len();
+        bytes.drain(..header);
+        Ok(Some(bytes))
     }
 
     /// Whether the log holds bytes at `at` (its segment is there and long enough).
@@ -237,17 +239,23 @@ impl Contents {
         self.read_segments().by_number.get(&at.segment).is_some_and(|s| end <= s.size)
     }
 
-    /// A head now points to the record at `at`.
-    pub fn count_live(&self, at: Pointer) {
-        if let Some(segment) = self.write_segments().by_number.get_mut(&at.segment) {
-            segment.live += u64::from(at.len);
+    /// Heads now point to the records at `pointers`.
+    pub fn count_live(&self, pointers: impl IntoIterator<Item = Pointer>) {
+        let mut segments = self.write_segments();
+        for at in pointers {
+            if let Some(segment) = segments.by_number.get_mut(&at.segment) {
+                segment.live += u64::from(at.len);
+            }
         }
     }
 
-    /// No head points to the record at `at` any more.
-    pub fn count_dead(&self, at: Pointer) {
-        if let Some(segment) = self.write_segments().by_number.get_mut(&at.segment) {
-            segment.live = segment.live.saturating_sub(u64::from(at.len));
+    /// No head points to the records at `pointers` any more.
+    pub fn count_dead(&self, pointers: impl IntoIterator<Item = Pointer>) {
+        let mut segments = self.write_segments();
+        for at in pointers {
+            if let Some(segment) = segments.by_number.get_mut(&at.segment) {
+                segment.live = segment.live.saturating_sub(u64::from(at.len));
+            }
         }
     }
 
@@ -376,14 +384,14 @@ mod tests {
         let mut pointers = Vec::new();
         while pointers.iter().all(|p: &Pointer| p.segment == pointers[0].segment) {
             let at = log.append(&[(b"k", &row)]).expect("append")[0];
-            log.count_live(at);
+            log.count_live([at]);
             pointers.push(at);
         }
         assert_eq!(log.worth_compacting(), None, "every record is live");
         let sealed = pointers[0].segment;
         let in_sealed: Vec<_> = pointers.iter().filter(|p| p.segment == sealed).copied().collect();
         for at in &in_sealed[..in_sealed.len() / 2 + 1] {
-            log.count_dead(*at);
+            log.count_dead([*at]);
         }
         assert_eq!(log.worth_compacting(), Some(sealed));
         assert_eq!(log.records(sealed).expect("records").len(), in_sealed.len());

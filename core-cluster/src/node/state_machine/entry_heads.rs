@@ -146,13 +146,10 @@ pub fn write(index: &EntryIndex, contents: &Contents, writes: &EntryWrites) -> i
             (key.as_slice(), head_row)
         })
         .collect();
-    for at in live {
-        contents.count_live(at);
-    }
+    contents.count_live(live);
     // A row an older binary kept in the tree ([`adopt`]) has no place in the log.
-    for old in index.update(changes).into_iter().flatten().filter(|old| is_head(old)) {
-        contents.count_dead(pointer(&old)?);
-    }
+    let old = index.update(changes).into_iter().flatten().filter(|old| is_head(old));
+    contents.count_dead(old.map(|old| pointer(&old)).collect::<io::Result<Vec<_>>>()?);
     Ok(())
 }
 
@@ -192,7 +189,7 @@ pub fn adopt(index: &EntryIndex, contents: &Contents) -> io::Result<()> {
                     ),
                 ));
             }
-            contents.count_live(at);
+            contents.count_live([at]);
         } else {
             let stored = StoredEntry::from_row(&row)?;
             inline.insert(key.to_vec(), Some((stored.to_row()?, EntryHead::of(&stored))));
@@ -241,9 +238,7 @@ pub fn replaced(contents: &Contents, staged: &Staged) -> io::Result<()> {
     for &segment in &staged.older {
         contents.remove(segment)?;
     }
-    for &at in &staged.pointers {
-        contents.count_live(at);
-    }
+    contents.count_live(staged.pointers.iter().copied());
     Ok(())
 }
 
@@ -276,29 +271,11 @@ mod tests {
         assert!(decode(&bad).is_err(), "a tenant length past the end");
     }
 
-    fn stored(key: &str, content: &str) -> StoredEntry {
-        let entry = shared::completion::CachedCompletion {
-            key: key.into(),
-            tenant: "acme".into(),
-            model: "m".into(),
-            model_version: 1,
-            content: content.into(),
-            finish_reason: "stop".into(),
-            prompt_tokens: 1,
-            completion_tokens: 1,
-            etag: "\"e\"".into(),
-            created_ms: 5,
-            ttl_s: 0,
-            question: None,
-        };
-        StoredEntry { entry, content_class: "c".into(), tenant_epoch: 1, model_epoch: 2, prompt: None }
-    }
-
     fn put(index: &EntryIndex, contents: &Contents, puts: &[(String, String)]) {
         let writes = puts
             .iter()
             .map(|(key, content)| {
-                let entry = stored(key, content);
+                let entry = StoredEntry::sample(key, "acme", content);
                 (key.as_bytes().to_vec(), Some((entry.to_row().expect("row"), EntryHead::of(&entry))))
             })
             .collect();
@@ -349,7 +326,7 @@ mod tests {
         let index = EntryIndex::default();
         let contents = Contents::open(&dir).expect("open");
         put(&index, &contents, &[("old".into(), "before".into())]);
-        let new = stored("new", "from the snapshot");
+        let new = StoredEntry::sample("new", "acme", "from the snapshot");
         let rows = vec![(b"new".to_vec(), new.to_row().expect("row"))];
         let mut staged = stage(&contents, &rows).expect("stage");
         assert!(entry(&index, &contents, b"old").expect("read").is_some(), "readable until replaced");

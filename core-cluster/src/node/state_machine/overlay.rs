@@ -333,24 +333,6 @@ mod tests {
         std::fs::remove_dir_all(dir).expect("cleanup");
     }
 
-    fn stored(tenant: &str, content: &str) -> StoredEntry {
-        let entry = shared::completion::CachedCompletion {
-            key: "k".into(),
-            tenant: tenant.into(),
-            model: "m".into(),
-            model_version: 1,
-            content: content.into(),
-            finish_reason: "stop".into(),
-            prompt_tokens: 1,
-            completion_tokens: 1,
-            etag: "\"e\"".into(),
-            created_ms: 5,
-            ttl_s: 0,
-            question: None,
-        };
-        StoredEntry { entry, content_class: "c".into(), tenant_epoch: 1, model_epoch: 2, prompt: None }
-    }
-
     #[test]
     fn an_entry_is_read_whole_and_by_its_head_before_and_after_commit_and_a_removal_counts_its_row_dead() {
         let (_db, t) = open();
@@ -359,17 +341,20 @@ mod tests {
         let index = EntryIndex::default();
         let (dir, contents) = contents("entries");
         let mut overlay = Overlay::new(trees(&t), &requests, &models, (&index, &contents));
-        overlay.put_entry("k", &stored("acme", "first")).expect("put");
-        overlay.put_entry("k", &stored("acme", "second")).expect("put");
-        overlay.put_entry("gone", &stored("acme", "x")).expect("put");
+        overlay.put_entry("k", &StoredEntry::sample("k", "acme", "first")).expect("put");
+        overlay.put_entry("k", &StoredEntry::sample("k", "acme", "second")).expect("put");
+        overlay.put_entry("gone", &StoredEntry::sample("k", "acme", "x")).expect("put");
         overlay.remove_entry("gone").expect("remove");
-        assert_eq!(overlay.entry("k").expect("entry"), Some(stored("acme", "second")));
+        assert_eq!(overlay.entry("k").expect("entry"), Some(StoredEntry::sample("k", "acme", "second")));
         assert_eq!(overlay.entry_head("gone").expect("head"), None);
         let writes = overlay.into_writes().expect("writes");
         commit(trees(&t), (&index, &contents), &writes, LAST).expect("commit");
         let mut overlay = Overlay::new(trees(&t), &requests, &models, (&index, &contents));
-        assert_eq!(overlay.entry("k").expect("entry"), Some(stored("acme", "second")));
-        assert_eq!(overlay.entry_head("k").expect("head"), Some(EntryHead::of(&stored("acme", "second"))));
+        assert_eq!(overlay.entry("k").expect("entry"), Some(StoredEntry::sample("k", "acme", "second")));
+        assert_eq!(
+            overlay.entry_head("k").expect("head"),
+            Some(EntryHead::of(&StoredEntry::sample("k", "acme", "second")))
+        );
         assert_eq!(overlay.entry("gone").expect("entry"), None);
         let (size, live) = contents.sizes();
         assert_eq!(size, live, "one row written, and live");
