@@ -27,7 +27,7 @@ use crate::RegionalError;
 
 /// Nearest cached questions checked per lookup: the closest may be a near miss that the verifier
 /// refuses while the next one is a true paraphrase.
-const CANDIDATES: usize = 4;
+pub const CANDIDATES: usize = 4;
 
 /// How much the tier holds.
 #[derive(Debug, Clone, Copy)]

@@ -199,6 +199,10 @@ pub enum Listing {
     Refusals,
 }
 
+/// The small-embedding gates the report scores with the verifier (the gate only narrows the candidates
+/// the verifier sees).
+const SMALL_GATES: [f32; 8] = [0.40, 0.50, 0.55, 0.60, 0.65, 0.70, 0.75, 0.80];
+
 /// The printed report: the deployed decision, precision and recall by threshold, then (unless
 /// `listing` is [`Listing::Totals`]) what still hits wrongly and why labelled hits were refused, at
 /// `threshold`.
@@ -272,6 +276,20 @@ pub fn report(
             verified.false_hits,
             verified.recall(),
         );
+    }
+    if pairs.iter().any(|p| p.small_similarity.is_some()) {
+        let _ = writeln!(out, "| small-embedding gate | +verifier precision | +verifier recall |");
+        let _ = writeln!(out, "|----------------------|---------------------|------------------|");
+        for t in SMALL_GATES {
+            let verified = count(pairs, |p| p.small_similarity.is_some_and(|s| s >= t) && p.verdict.is_ok());
+            let _ = writeln!(
+                out,
+                "| {t:.2}                 | {:.3} ({:>3} wrong)      | {:.3}            |",
+                verified.precision(),
+                verified.false_hits,
+                verified.recall(),
+            );
+        }
     }
     let alone = count(pairs, |p| p.verdict.is_ok());
     let _ = writeln!(

@@ -1,6 +1,6 @@
 //! How the verifier judges the nearest neighbours of real questions: for each question of a traffic
-//! sample, its nearest other question by the small embedding, as a semantic lookup would find it
-//! among cached questions, and whether the verifier would serve that neighbour's answer.
+//! sample, its nearest other questions by the small embedding, as a semantic lookup would find them
+//! among cached questions, and whether the verifier would serve one of their answers.
 //!
 //! Nearest neighbours in real traffic are mostly other questions, so an accepted neighbour is either a
 //! real paraphrase or a wrong hit that no labelled set foresaw. Listing the accepted ones by similarity
@@ -44,28 +44,38 @@ pub struct Neighbour {
     pub accepted: bool,
 }
 
-/// Each question's nearest other question by the small embedding (questions it cannot embed are
-/// skipped), with the verifier's verdict.
-pub fn nearest_neighbours(small: &SmallEmbedder, questions: &[String]) -> Vec<Neighbour> {
+/// What a lookup of each question among all the others finds by the small embedding: its `candidates`
+/// nearest other questions, the first the verifier accepts (as [`crate::semantic_cache`] serves it),
+/// else the nearest one, refused. Questions it cannot embed are skipped.
+pub fn nearest_neighbours(small: &SmallEmbedder, questions: &[String], candidates: usize) -> Vec<Neighbour> {
     let embedded: Vec<(&String, Vec<f32>)> =
         questions.iter().filter_map(|q| Some((q, small.embed(q)?))).collect();
     let mut found = Vec::with_capacity(embedded.len());
     for (i, (asked, vector)) in embedded.iter().enumerate() {
-        let best = embedded
+        let mut nearest: Vec<(usize, f32)> = embedded
             .iter()
             .enumerate()
             .filter(|(j, _)| *j != i)
             .map(|(j, (_, other))| (j, dot(vector, other)))
-            .max_by(|a, b| a.1.total_cmp(&b.1));
-        if let Some((j, similarity)) = best {
-            let cached = embedded[j].0;
-            found.push(Neighbour {
-                asked: (*asked).clone(),
-                cached: cached.clone(),
-                similarity,
-                accepted: verify(cached, asked).is_ok(),
-            });
+            .collect();
+        let keep = candidates.max(1).min(nearest.len());
+        if keep == 0 {
+            continue;
         }
+        nearest.select_nth_unstable_by(keep - 1, |a, b| b.1.total_cmp(&a.1));
+        nearest.truncate(keep);
+        nearest.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let neighbour = |&(j, similarity): &(usize, f32), accepted| Neighbour {
+            asked: (*asked).clone(),
+            cached: embedded[j].0.clone(),
+            similarity,
+            accepted,
+        };
+        let served = nearest.iter().find(|(j, _)| verify(embedded[*j].0, asked).is_ok());
+        found.push(match served {
+            Some(candidate) => neighbour(candidate, true),
+            None => neighbour(&nearest[0], false),
+        });
     }
     found
 }
@@ -107,5 +117,34 @@ mod tests {
             |similarity, accepted| Neighbour { asked: "a".into(), cached: "b".into(), similarity, accepted };
         let found = [n(0.55, false), n(0.91, true), n(0.93, false), n(0.99, true)];
         assert_eq!(by_band(&found, &[0.5, 0.9, 0.95]), [(0.5, 1, 0), (0.9, 2, 1), (0.95, 1, 1)]);
+    }
+
+    #[test]
+    fn a_lookup_serves_the_first_candidate_the_verifier_accepts() {
+        // `server` embeds next to `laptop` and `files` far from `file`: the nearest question to the
+        // first is a near miss, the paraphrase comes second.
+        let vocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\ncopy\nfile\nfiles\nlaptop\nserver\n";
+        let rows: [[f32; 4]; 9] = [
+            [0.0; 4],
+            [0.0; 4],
+            [0.0; 4],
+            [0.0; 4],
+            [1.0, 0.0, 0.0, 0.0],
+            [0.0, 1.0, 0.0, 0.0],
+            [0.0, 0.0, 0.0, 1.0],
+            [0.0, 0.0, 1.0, 0.0],
+            [0.0, 0.0, 0.9, 0.1],
+        ];
+        let table = SmallEmbedder::build(4, vocab, [3; 32], rows.as_flattened()).expect("build");
+        let small = SmallEmbedder::from_bytes(&table).expect("load");
+        let questions: Vec<String> =
+            ["copy file laptop", "copy file server", "copy files laptop"].map(String::from).into();
+
+        let nearest_only = nearest_neighbours(&small, &questions, 1);
+        assert_eq!((nearest_only[0].cached.as_str(), nearest_only[0].accepted), ("copy file server", false));
+
+        let found = nearest_neighbours(&small, &questions, 4);
+        assert_eq!((found[0].cached.as_str(), found[0].accepted), ("copy files laptop", true));
+        assert!(found[0].similarity < nearest_only[0].similarity, "{found:?}");
     }
 }

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use regional_node::embedding::SentenceEmbedder;
+use regional_node::semantic_cache::CANDIDATES;
 use regional_node::semantic_eval::{deployed, read_pairs, report, score, Listing, Split};
 use regional_node::semantic_neighbours::{by_band, nearest_neighbours, semantic_questions};
 use shared::content_class::SemanticThresholds;
@@ -189,10 +190,14 @@ fn print_neighbours(small: &SmallEmbedder, sharegpt: &Path, list_refused: bool) 
         anyhow::anyhow!("reading {} (install it: .ci/setup.sh models): {e}", sharegpt.display())
     })?;
     let questions = semantic_questions(&bytes);
-    let mut found = nearest_neighbours(small, &questions);
+    let mut found = nearest_neighbours(small, &questions, CANDIDATES);
     found.sort_by(|a, b| b.similarity.total_cmp(&a.similarity));
-    println!("== nearest neighbours of {} ShareGPT first turns ({})", found.len(), sharegpt.display());
-    println!("| small similarity | neighbours | verifier accepts |");
+    println!(
+        "== each of {} ShareGPT first turns looked up among the others ({}): its {CANDIDATES} nearest by the small embedding, the first the verifier accepts",
+        found.len(),
+        sharegpt.display()
+    );
+    println!("| small similarity | lookups | verifier accepts |");
     println!("|---|---|---|");
     let floors = [0.5, 0.6, 0.65, 0.7, 0.75, 0.77, 0.8, 0.85, 0.9, 0.95];
     for (floor, count, accepted) in by_band(&found, &floors) {

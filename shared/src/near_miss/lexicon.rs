@@ -70,8 +70,10 @@ const UNITS: &[&str] = &[
 const NEGATIVE_PREFIXES: [&str; 8] = ["un", "in", "im", "il", "ir", "dis", "non", "de"];
 
 /// Prefixes that make opposites of one stem (`encode` / `decode`, `import` / `export`,
-/// `upload` / `download`, `include` / `exclude`, `input` / `output`).
-const OPPOSITE_PREFIXES: [(&str, &str); 8] = [
+/// `upload` / `download`, `include` / `exclude`, `input` / `output`), among them the Greek and
+/// Latin pairs of science words (`hyperthyroidism` / `hypothyroidism`, `intracellular` /
+/// `intercellular`, `endothermic` / `exothermic`), which read as one word misspelled otherwise.
+const OPPOSITE_PREFIXES: [(&str, &str); 16] = [
     ("en", "de"),
     ("in", "de"),
     ("im", "ex"),
@@ -80,6 +82,14 @@ const OPPOSITE_PREFIXES: [(&str, &str); 8] = [
     ("in", "out"),
     ("pre", "post"),
     ("over", "under"),
+    ("hyper", "hypo"),
+    ("super", "sub"),
+    ("inter", "intra"),
+    ("micro", "macro"),
+    ("endo", "exo"),
+    ("homo", "hetero"),
+    ("ana", "cata"),
+    ("max", "min"),
 ];
 
 /// Words and their relations.

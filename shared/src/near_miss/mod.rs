@@ -95,6 +95,16 @@ pub fn verify(cached: &str, asked: &str) -> Result<(), NearMiss> {
             }
         }
     }
+    // A category named after `which` or `what` may go unnamed on the other side (`which city is the
+    // capital` / `what is the capital`, `what caused the war` / `why did the war start`), but not when
+    // that side asks how, which asks for a manner or a state, not a thing (`what day is today` / `how
+    // are you today`).
+    let (a_asks_how, b_asks_how) = (a.asks_how, b.asks_how);
+    for (side, other_asks_how) in [(&mut a, b_asks_how), (&mut b, a_asks_how)] {
+        for word in side.content.iter_mut().filter(|w| w.category) {
+            word.optional &= !other_asks_how;
+        }
+    }
     if !speech_act::compatible(a.act, b.act) {
         return Err(NearMiss::Act(a.act, b.act));
     }
@@ -159,8 +169,11 @@ struct Content {
     forms: Vec<String>,
     /// The words between the previous content word and this one.
     before: Vec<String>,
-    /// A category right after `which` or `what` (`which city is ...`): naming it or not asks the same.
+    /// Whether naming it or not asks the same: a category right after `which` or `what` (`which city
+    /// is ...`), a comparison's cue, a superlative's whole-world scope.
     optional: bool,
+    /// A category right after `which` or `what`.
+    category: bool,
 }
 
 /// What the verifier keeps of one question.
@@ -178,6 +191,8 @@ struct Side {
     compares: bool,
     /// What it asks the assistant to do.
     act: speech_act::Act,
+    /// Whether it asks how.
+    asks_how: bool,
 }
 
 impl Side {
@@ -192,6 +207,7 @@ impl Side {
             objects: Vec::new(),
             compares,
             act,
+            asks_how: words.iter().any(|w| w.text == "how"),
         };
         let mut between: Vec<String> = Vec::new();
         for word in &words {
@@ -211,6 +227,7 @@ impl Side {
                         forms: vec![n.clone()],
                         before,
                         optional: false,
+                        category: false,
                     });
                     continue;
                 }
@@ -227,10 +244,17 @@ impl Side {
                     if head_of_category {
                         if let Some(modifier) = side.content.last_mut() {
                             modifier.optional = false;
+                            modifier.category = false;
                         }
                     }
-                    let optional = optional || head_of_category;
-                    side.content.push(Content { text: word.text.clone(), forms, before, optional });
+                    let category = optional || head_of_category;
+                    side.content.push(Content {
+                        text: word.text.clone(),
+                        forms,
+                        before,
+                        optional: category,
+                        category,
+                    });
                     continue;
                 }
             }

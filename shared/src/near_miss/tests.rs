@@ -113,6 +113,16 @@ fn a_changed_first_letter_is_a_prefix_not_a_typo() {
 }
 
 #[test]
+fn opposite_prefixes_of_science_words_are_not_typos() {
+    let why = refused("What are the symptoms of hyperglycemia?", "What are the symptoms of hypoglycemia?");
+    assert!(matches!(why, NearMiss::Antonym(..)), "{why}");
+    refused("Is melting an endothermic reaction?", "Is melting an exothermic reaction?");
+    refused("What is intracellular fluid?", "What is intercellular fluid?");
+    refused("Explain macroeconomics simply", "Explain microeconomics simply");
+    accepted("What are the symptoms of hyperglycemia?", "hyperglycemia symptoms");
+}
+
+#[test]
 fn short_names_quantities_in_words_and_named_categories_align() {
     accepted("How do I deploy to k8s?", "How do I deploy to Kubernetes?");
     accepted("How many tbsp in a cup?", "How many tablespoons in a cup?");
@@ -152,6 +162,16 @@ fn a_narrowed_category_is_refused() {
         "Which Asian country has won the most Olympic gold medals overall?",
     );
     accepted("Which city is the capital of France?", "What is the capital of France?");
+}
+
+#[test]
+fn a_category_goes_unnamed_only_in_a_question_for_a_thing() {
+    let why = refused("What day is today?", "How are you today?");
+    assert!(matches!(why, NearMiss::Addition(_)), "{why}");
+    refused("Which dish is the easiest?", "How is it the easiest?");
+    accepted("What caused the fall of the Roman Empire?", "Why did the Roman Empire fall?");
+    accepted("What year did World War 2 end?", "When did World War 2 end?");
+    accepted("Which city is the capital of France?", "capital of France?");
 }
 
 #[test]
