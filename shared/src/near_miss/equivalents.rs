@@ -137,6 +137,12 @@ pub fn equivalent(a: &str, b: &str) -> bool {
         })
 }
 
+/// The first name of the group that `word` belongs to (a plural `s` ignored), if any.
+pub fn group_name(word: &str) -> Option<&'static str> {
+    let named = |w: &str| word == w || word.strip_suffix('s').is_some_and(|s| s == w);
+    GROUPS.iter().find(|group| group.iter().any(|w| named(w))).map(|group| group[0])
+}
+
 /// A phrase and the words that stand for it.
 pub type Rewrite = (Vec<&'static str>, Vec<&'static str>);
 

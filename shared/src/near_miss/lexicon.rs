@@ -201,6 +201,17 @@ impl Lexicon {
         }
     }
 
+    /// The unit of measure `word` names (`km`, `kilometres` and `kilometer` are `kilometer`), if any.
+    pub fn unit(&self, word: &str) -> Option<&'static str> {
+        self.lemmas(word).iter().find_map(|form| {
+            UNITS
+                .iter()
+                .find(|unit| **unit == form.as_str())
+                .or_else(|| UNITS.iter().find(|unit| super::equivalents::group_name(form) == Some(**unit)))
+                .copied()
+        })
+    }
+
     /// Whether two lemmas are opposites: a WordNet antonym pair, or one is the other with a
     /// negative prefix (`legal` / `illegal`, `able` / `unable`).
     pub fn antonyms(&self, a: &str, b: &str) -> bool {

@@ -22,6 +22,10 @@
 //! - a method asked for on one side and a proposal to do it on the other (`how to play chess` / `let's
 //!   play chess`, [`speech_act`]).
 //!
+//! A unit conversion asks the same in any frame (`how many km are in a mile` / `1 mile equals how many
+//! km` / `convert a mile to km`, [`conversion`]), and a noun that names a method may go unsaid when
+//! the other side asks for the method (`steps to reset a router` / `how do I reset my router`).
+//!
 //! A question put in the passive (`who painted the Mona Lisa` / `the Mona Lisa was painted by whom`),
 //! a superlative said of a noun or put before it (`which ocean is the largest` / `the largest ocean`)
 //! and a superlative's whole-world scope (`on Earth`, `in the world`) ask the same.
@@ -39,6 +43,7 @@
 //! Architecture invariant: the edge worker and the regional nodes call this same function, so a
 //! pair hits or misses the same way in every tier.
 
+pub mod conversion;
 pub mod equivalents;
 pub mod lexicon;
 pub mod speech_act;
@@ -47,6 +52,7 @@ pub mod words;
 use std::fmt;
 
 use lexicon::Lexicon;
+use speech_act::Act;
 use words::{words, WordKind, OPPOSITE_MARKERS};
 
 /// Why a candidate hit was refused.
@@ -105,6 +111,15 @@ pub fn verify(cached: &str, asked: &str) -> Result<(), NearMiss> {
             word.optional &= !other_asks_how;
         }
     }
+    // `steps for making a roux` asks what `how do I make a roux` asks: a noun that names a method may
+    // go unsaid when the other side asks for the method itself.
+    let (a_asks_method, b_asks_method) = (a.act == Act::Method, b.act == Act::Method);
+    for (side, other_asks_method) in [(&mut a, b_asks_method), (&mut b, a_asks_method)] {
+        for word in side.content.iter_mut() {
+            word.optional |=
+                other_asks_method && word.forms.iter().any(|f| METHOD_NOUNS.contains(&f.as_str()));
+        }
+    }
     if !speech_act::compatible(a.act, b.act) {
         return Err(NearMiss::Act(a.act, b.act));
     }
@@ -121,6 +136,18 @@ pub fn verify(cached: &str, asked: &str) -> Result<(), NearMiss> {
         {
             return Err(NearMiss::Relation(format!("{x} vs {y}")));
         }
+    }
+    // Two conversions ask the same when they convert the same quantity between the same units, in
+    // any frame (`how many km are in a mile` / `1 mile equals how many km`).
+    match (&a.conversion, &b.conversion) {
+        (Some(x), Some(y)) if x == y => return Ok(()),
+        (Some(x), Some(y)) => {
+            return Err(NearMiss::Relation(format!(
+                "{} {} to {} vs {} {} to {}",
+                x.amount, x.from, x.to, y.amount, y.from, y.to
+            )))
+        }
+        _ => {}
     }
     let alignment = align_content(&a.content, &b.content, lexicon)?;
     // A comparison on both sides is symmetric: `A vs B` asks what `how do B and A differ` asks.
@@ -159,6 +186,11 @@ fn check_agent(a: &Side, b: &Side, alignment: &[(usize, usize)]) -> Result<(), N
     Ok(())
 }
 
+/// Nouns that name the way to do something (`steps to reset a router`, `bash for loop syntax`, `formula
+/// for compound interest`).
+const METHOD_NOUNS: [&str; 7] =
+    ["step", "syntax", "formula", "procedure", "instruction", "process", "method"];
+
 /// Words that make a question a comparison of two things.
 const COMPARISON_CUES: [&str; 7] =
     ["difference", "differences", "differ", "differs", "vs", "versus", "compare"];
@@ -193,6 +225,8 @@ struct Side {
     act: speech_act::Act,
     /// Whether it asks how.
     asks_how: bool,
+    /// The unit conversion it asks for, if it asks for one.
+    conversion: Option<conversion::Conversion>,
 }
 
 impl Side {
@@ -208,6 +242,7 @@ impl Side {
             compares,
             act,
             asks_how: words.iter().any(|w| w.text == "how"),
+            conversion: conversion::conversion(&words, lexicon),
         };
         let mut between: Vec<String> = Vec::new();
         for word in &words {

@@ -165,6 +165,15 @@ fn a_narrowed_category_is_refused() {
 }
 
 #[test]
+fn a_method_asked_for_or_named_asks_the_same() {
+    accepted("How do I reset my router?", "steps to reset a router");
+    accepted("How do I write a for loop in Bash?", "bash for loop syntax");
+    accepted("How do I calculate compound interest?", "what's the formula for compound interest");
+    refused("How do I calculate compound interest?", "what's the formula for simple interest");
+    refused("What are the steps of mitosis?", "What is mitosis?");
+}
+
+#[test]
 fn a_category_goes_unnamed_only_in_a_question_for_a_thing() {
     let why = refused("What day is today?", "How are you today?");
     assert!(matches!(why, NearMiss::Addition(_)), "{why}");
@@ -230,4 +239,14 @@ fn a_method_is_not_an_invitation_to_do_it() {
     refused("let us write a haiku about autumn", "how do I write a haiku about autumn?");
     accepted("Let's play chess", "play chess");
     accepted("How do I reverse a list in Python?", "reverse a list in Python");
+}
+
+#[test]
+fn a_conversion_asked_in_another_frame_hits_and_reversed_does_not() {
+    accepted("How many kilometers are in a mile?", "1 mile equals how many km");
+    accepted("How many liters are in a US gallon?", "convert 1 US gallon to litres");
+    accepted("What is 90 minutes in hours?", "how many hours is ninety minutes");
+    refused("How many kilometers are in a mile?", "1 km equals how many miles");
+    refused("How many liters are in a US gallon?", "convert 1 US gallon to ounces");
+    refused("What is 90 minutes in hours?", "how many hours is 60 minutes");
 }
