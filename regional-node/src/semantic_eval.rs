@@ -158,8 +158,8 @@ pub fn score(
 }
 
 /// The decision a regional node makes with its default settings: with the small table (pairs scored
-/// with it), the small embedding's similarity at [`SemanticThresholds::SMALL_ONLY`] of the asked
-/// question's class, then the verifier; without it, MiniLM's at `thresholds` (`None` for a class
+/// with it), the small embedding's similarity at [`SemanticThresholds::SMALL_ONLY`]'s gate for the
+/// asked question (lower for a unit conversion), then the verifier; without it, MiniLM's at `thresholds` (`None` for a class
 /// that never hits), then the verifier.
 pub fn deployed(pairs: &[ScoredPair], thresholds: &SemanticThresholds) -> Counts {
     count(pairs, |p| deployed_hits(p, thresholds))
@@ -169,7 +169,7 @@ pub fn deployed(pairs: &[ScoredPair], thresholds: &SemanticThresholds) -> Counts
 fn deployed_hits(p: &ScoredPair, thresholds: &SemanticThresholds) -> bool {
     let class = classify_text(&p.pair.b);
     let similar = match p.small_similarity {
-        Some(small) => SemanticThresholds::SMALL_ONLY.of(class).is_some_and(|t| small >= t),
+        Some(small) => SemanticThresholds::SMALL_ONLY.gate(class, &p.pair.b).is_some_and(|t| small >= t),
         None => thresholds.of(class).is_some_and(|t| p.similarity >= t),
     };
     similar && p.verdict.is_ok()
@@ -182,7 +182,7 @@ pub fn with_minilm_lookups(pairs: &[ScoredPair], thresholds: &SemanticThresholds
         let class = classify_text(&p.pair.b);
         let full = thresholds.of(class).is_some_and(|t| p.similarity >= t);
         let small = SemanticThresholds::SMALL_EMBEDDING
-            .of(class)
+            .gate(class, &p.pair.b)
             .is_some_and(|t| p.small_similarity.is_some_and(|s| s >= t));
         (full || small) && p.verdict.is_ok()
     })

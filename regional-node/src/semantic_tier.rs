@@ -118,7 +118,8 @@ impl SemanticTier {
     }
 
     /// The best verified match of `question` found by its small embedding, at the small embedding's
-    /// threshold of `class` for `tenant`; `None` without the table.
+    /// gate of `class` for `tenant` (lower for a unit conversion, [`SemanticThresholds::gate`]); `None`
+    /// without the table.
     pub fn quick_lookup(
         &self,
         question: &EmbeddedQuestion,
@@ -131,7 +132,7 @@ impl SemanticTier {
         } else {
             SemanticThresholds::SMALL_ONLY
         };
-        let threshold = self.raised(thresholds.of(class), tenant, class)?;
+        let threshold = self.raised(thresholds.gate(class, &question.question), tenant, class)?;
         self.cache.lookup(&question.query(), Space::Small, small, threshold)
     }
 

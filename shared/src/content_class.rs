@@ -182,6 +182,20 @@ impl SemanticThresholds {
         }
     }
 
+    /// The small embedding's gate for `question` of `class`: [`Self::of`], lowered to
+    /// [`Self::CONVERSION`] for a unit conversion.
+    pub fn gate(&self, class: ContentClass, question: &str) -> Option<f32> {
+        let gate = self.of(class)?;
+        Some(if crate::near_miss::asks_conversion(question) { gate.min(Self::CONVERSION) } else { gate })
+    }
+
+    /// The small embedding's gate for a unit conversion. The verifier reads a conversion whole (the
+    /// amount, both units, the direction and every other word), and the small embedding scores one
+    /// conversion in two frames low (`10 mi in km` / `how many kilometers is 10 miles`: 0.69; `what is
+    /// half an hour in seconds` / `how many seconds are in 30 minutes`: 0.59), so the gate stops only
+    /// unrelated questions.
+    pub const CONVERSION: f32 = 0.50;
+
     /// Reads `volatile,default,stable` (three similarities in 0..=1).
     pub fn parse(text: &str) -> Result<Self, String> {
         let values: Vec<f32> = text
@@ -426,6 +440,15 @@ mod tests {
             assert!(SemanticThresholds::parse(bad).is_err(), "{bad}");
         }
         assert_eq!(SemanticThresholds::default().of(ContentClass::Default), Some(0.84));
+    }
+
+    #[test]
+    fn a_unit_conversion_is_gated_lower() {
+        let small = SemanticThresholds::SMALL_ONLY;
+        let conversion = "How many kilometers is 10 miles?";
+        assert_eq!(small.gate(ContentClass::Stable, conversion), Some(SemanticThresholds::CONVERSION));
+        assert_eq!(small.gate(ContentClass::Stable, "What is the capital of France?"), Some(small.stable));
+        assert_eq!(small.gate(ContentClass::Realtime, conversion), None);
     }
     use crate::models::ModelRef;
     use crate::normalize::{Message, Sampling};

@@ -160,6 +160,11 @@ pub fn verify(cached: &str, asked: &str) -> Result<(), NearMiss> {
     check_agent(&b, &a, &flipped(&alignment))
 }
 
+/// Whether `question` asks for a unit conversion ([`conversion`]).
+pub fn asks_conversion(question: &str) -> bool {
+    conversion::conversion(&words(question), Lexicon::get()).is_some()
+}
+
 /// The alignment seen from the other side.
 fn flipped(alignment: &[(usize, usize)]) -> Vec<(usize, usize)> {
     alignment.iter().map(|&(i, j)| (j, i)).collect()
@@ -185,6 +190,10 @@ fn check_agent(a: &Side, b: &Side, alignment: &[(usize, usize)]) -> Result<(), N
     }
     Ok(())
 }
+
+/// Units of time, which `how many` counts where `how long` measures.
+const DURATIONS: [&str; 9] =
+    ["second", "minute", "hour", "day", "week", "month", "year", "decade", "century"];
 
 /// Nouns that name the way to do something (`steps to reset a router`, `bash for loop syntax`, `formula
 /// for compound interest`).
@@ -283,11 +292,25 @@ impl Side {
                         }
                     }
                     let category = optional || head_of_category;
+                    // `how many days does a cold last` asks what `how long does a cold last` asks: the
+                    // unit of time only says how to count the answer.
+                    let counted_time = before.is_empty()
+                        && lexicon.unit(&word.text).is_some_and(|unit| DURATIONS.contains(&unit))
+                        && side
+                            .content
+                            .last()
+                            .is_some_and(|c| c.text == "many" && c.before.last().is_some_and(|w| w == "how"));
+                    if counted_time {
+                        if let Some(many) = side.content.last_mut() {
+                            many.text = "long".into();
+                            many.forms = vec!["long".into()];
+                        }
+                    }
                     side.content.push(Content {
                         text: word.text.clone(),
                         forms,
                         before,
-                        optional: category,
+                        optional: category || counted_time,
                         category,
                     });
                     continue;

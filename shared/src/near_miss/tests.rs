@@ -250,3 +250,11 @@ fn a_conversion_asked_in_another_frame_hits_and_reversed_does_not() {
     refused("How many liters are in a US gallon?", "convert 1 US gallon to ounces");
     refused("What is 90 minutes in hours?", "how many hours is 60 minutes");
 }
+
+#[test]
+fn how_many_units_of_time_asks_how_long() {
+    accepted("How long does a cold usually last?", "How many days does a cold usually last?");
+    accepted("How long should I rest a steak?", "how many minutes should I rest a steak");
+    refused("How many days does a cold last?", "How many weeks does a cold last?");
+    refused("How long does a cold last?", "How many colds does a person get a year?");
+}
