@@ -80,12 +80,15 @@ const GROUPS: &[&[&str]] = &[
     &["km/h", "kph", "kilometers per hour", "kilometres per hour"],
     &["mph", "miles per hour"],
     // Places and organisations.
-    &["usa", "us", "united states", "united states of america", "america"],
-    &["uk", "united kingdom", "britain", "great britain"],
+    &["usa", "us", "united states", "united states of america", "america", "american"],
+    &["uk", "united kingdom", "britain", "great britain", "british"],
     &["nyc", "new york city"],
     &["la", "los angeles"],
     &["eu", "european union"],
     &["un", "united nations"],
+    // Words of one meaning that WordNet keeps apart.
+    &["all", "every"],
+    &["brief", "short"],
     // Who made what.
     &["author", "write", "writer"],
     &["inventor", "invent"],
@@ -107,6 +110,13 @@ pub const FRAME_PHRASES: &[(&str, &str)] = &[
     ("abbreviation for", "abbreviation"),
     ("make up", "make"),
     ("makes up", "make"),
+    ("capital city", "capital"),
+    ("another word", "synonym"),
+    ("another term", "synonym"),
+    ("how do you say", "translate"),
+    ("how do i say", "translate"),
+    ("how to say", "translate"),
+    ("how would you say", "translate"),
 ];
 
 /// Phrases that state a quantity in words, and the same quantity in digits.

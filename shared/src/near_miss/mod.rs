@@ -197,8 +197,8 @@ const DURATIONS: [&str; 9] =
 
 /// Nouns that name the way to do something (`steps to reset a router`, `bash for loop syntax`, `formula
 /// for compound interest`).
-const METHOD_NOUNS: [&str; 7] =
-    ["step", "syntax", "formula", "procedure", "instruction", "process", "method"];
+const METHOD_NOUNS: [&str; 9] =
+    ["step", "syntax", "formula", "procedure", "instruction", "process", "method", "recipe", "guide"];
 
 /// Words that make a question a comparison of two things.
 const COMPARISON_CUES: [&str; 7] =

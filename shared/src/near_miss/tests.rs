@@ -258,3 +258,30 @@ fn how_many_units_of_time_asks_how_long() {
     refused("How many days does a cold last?", "How many weeks does a cold last?");
     refused("How long does a cold last?", "How many colds does a person get a year?");
 }
+
+#[test]
+fn everyday_frames_and_names_of_one_thing_align() {
+    accepted("What's a synonym for 'happy'?", "another word for happy");
+    accepted("Translate 'thank you' into Japanese", "how do you say thank you in japanese");
+    refused("Translate 'thank you' into Japanese", "how do you say thank you in korean");
+    accepted(
+        "Do US citizens need a visa to visit Japan?",
+        "Do American citizens need a visa to visit Japan?",
+    );
+    accepted("List all Pixar feature films", "list every Pixar feature film");
+    accepted("Write a short poem about the ocean", "write a brief poem about the ocean");
+    refused("Write a short poem about the ocean", "write a long poem about the ocean");
+}
+
+#[test]
+fn a_request_verb_first_asks_as_a_question_does() {
+    accepted(
+        "list the largest outdoor retailers in the world",
+        "Which are the largest outdoor retailers in the world?",
+    );
+    accepted("Please name the seven continents", "What are the seven continents?");
+    refused("What is the name of the largest ocean?", "What is the largest ocean?");
+    accepted("What is the capital city of Japan?", "whats japans capital");
+    accepted("How is BMI calculated?", "how do I calculate BMI");
+    accepted("Give me a recipe for pancakes", "how do i make pancakes");
+}

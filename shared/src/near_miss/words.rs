@@ -49,7 +49,28 @@ pub fn words(text: &str) -> Vec<Word> {
             out.push(Word { text, kind });
         }
     }
+    mark_request_verb(&mut out);
     out
+}
+
+/// Verbs that, first in an imperative, ask for an answer as `give` and `tell` do (`list the seven
+/// continents`, `name the largest ocean`); elsewhere they are nouns (`a list on commas`, `the name
+/// of the largest ocean`).
+const REQUEST_VERBS: [&str; 3] = ["list", "name", "enumerate"];
+
+/// Words that may come before an imperative's verb (`please list ...`, `can you name ...`).
+const BEFORE_IMPERATIVE: [&str; 9] =
+    ["please", "kindly", "can", "could", "would", "you", "hi", "hello", "now"];
+
+/// Makes the first word of an imperative a function word when it is one of [`REQUEST_VERBS`].
+fn mark_request_verb(words: &mut [Word]) {
+    let Some(at) = words.iter().position(|w| !BEFORE_IMPERATIVE.contains(&w.text.as_str())) else {
+        return;
+    };
+    let noun = words.get(at + 1).is_some_and(|next| next.text == "of" || next.text == "for");
+    if REQUEST_VERBS.contains(&words[at].text.as_str()) && words[at].kind == WordKind::Content && !noun {
+        words[at].kind = WordKind::Function;
+    }
 }
 
 /// A token lowercased, except that `US` and `U.S.` in capitals name the country, not the pronoun `us`,
@@ -478,9 +499,20 @@ const FUNCTION_WORDS: &[&str] = &[
     "anything",
     "possible",
     "calculate",
+    "calculates",
+    "calculated",
+    "calculating",
     "compute",
+    "computes",
+    "computed",
+    "computing",
     "convert",
+    "converts",
+    "converted",
+    "converting",
     "determine",
+    "determines",
+    "determined",
     "located",
     "new",
     "given",
