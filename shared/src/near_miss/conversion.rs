@@ -20,13 +20,25 @@ pub struct Conversion {
     pub rest: Vec<String>,
 }
 
-/// Words that frame a conversion and say nothing else.
-const FRAME_WORDS: [&str; 8] =
-    ["many", "much", "equal", "equals", "convert", "converts", "conversion", "converted"];
+/// Words that frame a conversion and say nothing else (`350 degrees Fahrenheit` is `350 F`).
+const FRAME_WORDS: [&str; 11] = [
+    "many",
+    "much",
+    "equal",
+    "equals",
+    "convert",
+    "converts",
+    "conversion",
+    "converted",
+    "degree",
+    "degrees",
+    "per",
+];
 
 /// The conversion `words` ask for: exactly two units of measure, at most one quantity, and it before
 /// the unit converted from (the other unit not between them). `how many U1 ... U2` converts U2 into U1; otherwise the first unit is
-/// converted into the second (`U1 in U2`, `U1 equals how many U2`, `convert U1 to U2`).
+/// converted into the second (`U1 in U2`, `U1 equals how many U2`, `convert U1 to U2`), except in `U1
+/// per U2`, which counts U1 in one U2.
 pub fn conversion(words: &[Word], lexicon: &Lexicon) -> Option<Conversion> {
     let content: Vec<(usize, &Word)> = words
         .iter()
@@ -45,7 +57,8 @@ pub fn conversion(words: &[Word], lexicon: &Lexicon) -> Option<Conversion> {
     let many_before = |at: usize| {
         at.checked_sub(1).and_then(|i| words.get(i)).is_some_and(|w| w.text == "many" || w.text == "much")
     };
-    let (from_at, from, to_at, to) = if many_before(first_at) {
+    let per = second_at == first_at + 2 && words[first_at + 1].text == "per";
+    let (from_at, from, to_at, to) = if many_before(first_at) || per {
         (second_at, second, first_at, first)
     } else {
         (first_at, first, second_at, second)
@@ -96,6 +109,8 @@ mod tests {
         }
         assert_eq!(of("What is 90 minutes in hours?"), of("how many hours is ninety minutes"));
         assert_eq!(of("How many liters are in a US gallon?"), of("convert 1 US gallon to litres"));
+        assert_eq!(of("How many ounces in a pound?"), of("oz per lb?"));
+        assert_eq!(of("What is 350 degrees Fahrenheit in Celsius?"), of("350 F to C please"));
     }
 
     #[test]

@@ -143,8 +143,8 @@ pub fn verify(cached: &str, asked: &str) -> Result<(), NearMiss> {
         (Some(x), Some(y)) if x == y => return Ok(()),
         (Some(x), Some(y)) => {
             return Err(NearMiss::Relation(format!(
-                "{} {} to {} vs {} {} to {}",
-                x.amount, x.from, x.to, y.amount, y.from, y.to
+                "another conversion: {} {} to {} {:?} vs {} {} to {} {:?}",
+                x.amount, x.from, x.to, x.rest, y.amount, y.from, y.to, y.rest
             )))
         }
         _ => {}

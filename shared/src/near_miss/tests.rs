@@ -285,3 +285,15 @@ fn a_request_verb_first_asks_as_a_question_does() {
     accepted("How is BMI calculated?", "how do I calculate BMI");
     accepted("Give me a recipe for pancakes", "how do i make pancakes");
 }
+
+#[test]
+fn fractions_in_words_and_first_as_an_adverb() {
+    accepted("What is 1/3 as a decimal?", "one third as a decimal");
+    refused("What is 1/3 as a decimal?", "two thirds as a decimal");
+    accepted("Who first discovered penicillin?", "Penicillin was discovered by whom?");
+    refused("What is the first Harry Potter book?", "What is the second Harry Potter book?");
+    refused("Who was the first president of the USA?", "Who was the president of the USA?");
+    refused("the sum of first 100 numbers in python", "the sum of 100 numbers in python");
+    accepted("Should I pay off debt or invest first?", "Should I pay off debt or invest?");
+    refused("How long is 1 second?", "How long is 1/2?");
+}

@@ -50,7 +50,33 @@ pub fn words(text: &str) -> Vec<Word> {
         }
     }
     mark_request_verb(&mut out);
+    mark_first_as_adverb(&mut out);
     out
+}
+
+/// Words after which `first` is an ordinal (`the first book`, `its first album`).
+const DETERMINERS: [&str; 9] = ["the", "a", "my", "your", "his", "her", "its", "their", "our"];
+
+/// `first` with no determiner before it and no noun after it says when (`who first discovered
+/// penicillin`, `invest or pay debt first`), not which one: a function word. `the first book`, `sum of
+/// first 100 numbers` and `first aid` keep their ordinal. A word after it that ends in `-ed` is taken
+/// for a verb.
+fn mark_first_as_adverb(words: &mut [Word]) {
+    for at in 0..words.len() {
+        if words[at].text != "first" {
+            continue;
+        }
+        let after_determiner =
+            at.checked_sub(1).is_some_and(|b| DETERMINERS.contains(&words[b].text.as_str()));
+        let before_noun = words.get(at + 1).is_some_and(|next| match next.kind {
+            WordKind::Number(_) => true,
+            WordKind::Content => !next.text.ends_with("ed"),
+            _ => false,
+        });
+        if !after_determiner && !before_noun {
+            words[at].kind = WordKind::Function;
+        }
+    }
 }
 
 /// Verbs that, first in an imperative, ask for an answer as `give` and `tell` do (`list the seven
@@ -84,7 +110,7 @@ fn lowercase(token: &str, first: bool) -> String {
 }
 
 /// Numbers written in several words become one: `ninety-one` and `ninety one` are `91`, `two and a
-/// half` is `2.5`.
+/// half` is `2.5`, `one third` and `two thirds` are `1/3` and `2/3`.
 fn join_number_words(pieces: Vec<String>) -> Vec<String> {
     let mut out: Vec<String> = Vec::with_capacity(pieces.len());
     let mut i = 0;
@@ -94,6 +120,12 @@ fn join_number_words(pieces: Vec<String>) -> Vec<String> {
         let unit = pieces.get(i + 1).and_then(|next| CARDINALS[1..10].iter().position(|&w| w == next));
         if let (Some(tens), Some(unit)) = (tens, unit) {
             out.push((tens + unit as u64 + 1).to_string());
+            i += 2;
+            continue;
+        }
+        let whole = number(piece).filter(|n| n.chars().all(|c| c.is_ascii_digit()));
+        if let (Some(whole), Some(parts)) = (&whole, pieces.get(i + 1).and_then(|next| fraction_of(next))) {
+            out.push(format!("{whole}/{parts}"));
             i += 2;
             continue;
         }
@@ -110,6 +142,18 @@ fn join_number_words(pieces: Vec<String>) -> Vec<String> {
         i += 1;
     }
     out
+}
+
+/// The parts a fraction word divides into (`third` and `thirds`: 3, `quarter`: 4, `half`: 2);
+/// `second` is left alone, since `1 second` is a time.
+fn fraction_of(word: &str) -> Option<u32> {
+    let singular = word.strip_suffix('s').unwrap_or(word);
+    match singular {
+        "half" | "halve" => Some(2),
+        "quarter" => Some(4),
+        "second" => None,
+        _ => ORDINALS.iter().position(|&w| w == singular).map(|n| n as u32 + 1).filter(|&n| n >= 3),
+    }
 }
 
 /// Multiples of ten from twenty on.
