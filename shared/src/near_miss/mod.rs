@@ -530,6 +530,15 @@ fn check_swaps(a: &Side, b: &Side, alignment: &[(usize, usize)]) -> Result<(), N
     if has(between_in_a, &COORDINATORS) || has(between_in_b, &COORDINATORS) {
         return Ok(());
     }
+    // `who invented the telephone` / `the telephone's inventor`, `how do I iron a shirt` / `shirt
+    // ironing`: a verb turned into a noun puts its object before it, so one word of the swap changes
+    // form as well as place. A reversed relation moves words that keep their form.
+    let end = middle + (in_b[start] - start);
+    let nominalized =
+        (start..end).any(|k| is_nominalized(&a.content[by_a[k].0].text, &b.content[by_a[k].1].text));
+    if nominalized {
+        return Ok(());
+    }
     let moved = |here: &[String], there: &[String]| {
         here.iter().any(|w| PREPOSITIONS.contains(&w.as_str()) && !there.contains(w))
     };
@@ -538,7 +547,6 @@ fn check_swaps(a: &Side, b: &Side, alignment: &[(usize, usize)]) -> Result<(), N
     }
     // `who painted the Mona Lisa` / `the Mona Lisa was painted by whom`: the verb and its object trade
     // places, and `by` follows the verb on the passive side only.
-    let end = middle + (in_b[start] - start);
     let by_right_after =
         |side: &Side, word: usize| side.objects.iter().any(|(m, at)| m == "by" && *at == word + 1);
     let has_by = |side: &Side| side.objects.iter().any(|(m, _)| m == "by");
@@ -560,6 +568,27 @@ fn check_swaps(a: &Side, b: &Side, alignment: &[(usize, usize)]) -> Result<(), N
         "{:?} and {:?} trade places",
         a.content[by_a[start].0].text, a.content[by_a[middle].0].text
     )))
+}
+
+/// Nouns that name who did what a verb says (`author` of `wrote`), which no suffix shows.
+const AGENT_NOUNS: [&str; 8] =
+    ["author", "writer", "inventor", "founder", "painter", "composer", "director", "discoverer"];
+
+/// Whether two aligned words are one verb and a noun made of it: `ironing` / `iron`, `inventor` /
+/// `invented`, `declaration` / `declare`, `author` / `wrote`.
+fn is_nominalized(x: &str, y: &str) -> bool {
+    let nominal_of = |noun: &str, verb: &str| {
+        if AGENT_NOUNS.contains(&noun) {
+            return !AGENT_NOUNS.contains(&verb);
+        }
+        let stem = verb.trim_end_matches("ed").trim_end_matches('e');
+        stem.len() >= 3
+            && noun.len() > stem.len()
+            && noun.starts_with(stem)
+            && ["ing", "er", "or", "ion", "ment"].iter().any(|suffix| noun.ends_with(suffix))
+            && !["ing", "er", "or", "ion", "ment"].iter().any(|suffix| verb.ends_with(suffix))
+    };
+    x != y && (nominal_of(x, y) || nominal_of(y, x))
 }
 
 /// `order[p]` is the rank on the other side of the word at position `p` on this side. When the other

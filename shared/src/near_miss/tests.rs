@@ -297,3 +297,14 @@ fn fractions_in_words_and_first_as_an_adverb() {
     accepted("Should I pay off debt or invest first?", "Should I pay off debt or invest?");
     refused("How long is 1 second?", "How long is 1/2?");
 }
+
+#[test]
+fn a_verb_turned_noun_may_follow_its_object() {
+    accepted("Who invented the telephone?", "the telephone's inventor?");
+    accepted("How do I iron a shirt?", "shirt ironing instructions");
+    accepted("Who wrote Romeo and Juliet?", "romeo and juliet author");
+    refused("Did Germany invade Poland?", "Did Poland invade Germany?");
+    refused("Who did the inventor of the telephone marry?", "Who did the telephone marry?");
+    assert!(is_nominalized("ironing", "iron") && is_nominalized("invented", "inventor"));
+    assert!(!is_nominalized("water", "water") && !is_nominalized("germany", "poland"));
+}
