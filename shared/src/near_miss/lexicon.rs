@@ -204,11 +204,8 @@ impl Lexicon {
     /// The unit of measure `word` names (`km`, `kilometres` and `kilometer` are `kilometer`), if any.
     pub fn unit(&self, word: &str) -> Option<&'static str> {
         self.lemmas(word).iter().find_map(|form| {
-            UNITS
-                .iter()
-                .find(|unit| **unit == form.as_str())
-                .or_else(|| UNITS.iter().find(|unit| super::equivalents::group_name(form) == Some(**unit)))
-                .copied()
+            let named = super::equivalents::group_name(form);
+            UNITS.iter().copied().find(|&unit| unit == form.as_str() || named == Some(unit))
         })
     }
 

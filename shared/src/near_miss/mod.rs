@@ -295,11 +295,11 @@ impl Side {
                     // `how many days does a cold last` asks what `how long does a cold last` asks: the
                     // unit of time only says how to count the answer.
                     let counted_time = before.is_empty()
-                        && lexicon.unit(&word.text).is_some_and(|unit| DURATIONS.contains(&unit))
                         && side
                             .content
                             .last()
-                            .is_some_and(|c| c.text == "many" && c.before.last().is_some_and(|w| w == "how"));
+                            .is_some_and(|c| c.text == "many" && c.before.last().is_some_and(|w| w == "how"))
+                        && lexicon.unit(&word.text).is_some_and(|unit| DURATIONS.contains(&unit));
                     if counted_time {
                         if let Some(many) = side.content.last_mut() {
                             many.text = "long".into();
