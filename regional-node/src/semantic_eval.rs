@@ -159,8 +159,8 @@ pub fn score(
 
 /// The decision a regional node makes with its default settings: with the small table (pairs scored
 /// with it), the small embedding's similarity at [`SemanticThresholds::SMALL_ONLY`]'s gate for the
-/// asked question (lower for a unit conversion), then the verifier; without it, MiniLM's at `thresholds` (`None` for a class
-/// that never hits), then the verifier.
+/// asked question (lower for a unit conversion), then the verifier; without it, MiniLM's at
+/// `thresholds` (`None` for a class that never hits), then the verifier.
 pub fn deployed(pairs: &[ScoredPair], thresholds: &SemanticThresholds) -> Counts {
     count(pairs, |p| deployed_hits(p, thresholds))
 }

@@ -20,20 +20,9 @@ pub struct Conversion {
     pub rest: Vec<String>,
 }
 
-/// Words that frame a conversion and say nothing else (`350 degrees Fahrenheit` is `350 F`).
-const FRAME_WORDS: [&str; 11] = [
-    "many",
-    "much",
-    "equal",
-    "equals",
-    "convert",
-    "converts",
-    "conversion",
-    "converted",
-    "degree",
-    "degrees",
-    "per",
-];
+/// Words that frame a conversion and say nothing else (`350 degrees Fahrenheit` is `350 F`). The verb
+/// `convert` and its forms are function words already (`words.rs`).
+const FRAME_WORDS: [&str; 8] = ["many", "much", "equal", "equals", "conversion", "degree", "degrees", "per"];
 
 /// The conversion `words` ask for: exactly two units of measure, at most one quantity, and it before
 /// the unit converted from (the other unit not between them). `how many U1 ... U2` converts U2 into U1; otherwise the first unit is

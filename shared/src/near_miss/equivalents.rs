@@ -138,19 +138,18 @@ pub const QUANTITY_PHRASES: &[(&str, &str)] = &[
 /// Whether two words are interchangeable names of one thing (a plural `s` is ignored: the lexicon
 /// may not know `tablespoons`).
 pub fn equivalent(a: &str, b: &str) -> bool {
-    let singular = |w: &'static str, word: &str| w == word || word.strip_suffix('s').is_some_and(|s| s == w);
     a != b
-        && GROUPS.iter().any(|group| {
-            let (x, y) =
-                (group.iter().position(|w| singular(w, a)), group.iter().position(|w| singular(w, b)));
-            matches!((x, y), (Some(_), Some(_)))
-        })
+        && GROUPS.iter().any(|group| group.iter().any(|w| names(w, a)) && group.iter().any(|w| names(w, b)))
+}
+
+/// Whether `word` is the name `w`, or its plural.
+fn names(w: &str, word: &str) -> bool {
+    w == word || word.strip_suffix('s').is_some_and(|s| s == w)
 }
 
 /// The first name of the group that `word` belongs to (a plural `s` ignored), if any.
 pub fn group_name(word: &str) -> Option<&'static str> {
-    let named = |w: &str| word == w || word.strip_suffix('s').is_some_and(|s| s == w);
-    GROUPS.iter().find(|group| group.iter().any(|w| named(w))).map(|group| group[0])
+    GROUPS.iter().find(|group| group.iter().any(|w| names(w, word))).map(|group| group[0])
 }
 
 /// A phrase and the words that stand for it.

@@ -1,6 +1,7 @@
 //! The verifier on the examples the brief gives (not the labelled evaluation set, which only the
 //! `regional-node eval-semantic` command reads).
 
+use super::order::is_nominalized;
 use super::*;
 
 fn refused(a: &str, b: &str) -> NearMiss {

@@ -130,7 +130,7 @@ fn join_number_words(pieces: Vec<String>) -> Vec<String> {
             continue;
         }
         let and_a_half = pieces.get(i + 1..i + 4).is_some_and(|rest| rest == ["and", "a", "half"]);
-        if let (true, Some(whole)) = (and_a_half, number(piece).and_then(|n| n.parse::<u64>().ok())) {
+        if let (true, Some(whole)) = (and_a_half, &whole) {
             out.push(format!("{whole}.5"));
             i += 4;
             continue;
