@@ -38,7 +38,7 @@ lint:
 
 wasm-check:
 	$(STEP)
-	$(WASM_ENV) $(CARGO) build -q -p shared --release --target wasm32-unknown-unknown -Zbuild-std=std,panic_abort
+	$(WASM_ENV) $(CARGO) build -q -p shared -p near-miss --release --target wasm32-unknown-unknown -Zbuild-std=std,panic_abort
 
 unit:
 	$(STEP)

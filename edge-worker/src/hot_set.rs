@@ -4,16 +4,16 @@
 //!
 //! Each semantic partition keeps its questions' int8 embeddings in one contiguous run, so a lookup is
 //! a scan of the request's partition only ([`crate::dot`], simd128 in wasm). A candidate at or above
-//! the content class's threshold must also pass [`shared::near_miss::verify`], the regional tier's
+//! the content class's threshold must also pass [`near_miss::verify`], the regional tier's
 //! second check, before its answer is served. Bounded: past [`HotSetLimits`] the oldest entries of the
 //! tenant, then of the whole set, leave first.
 
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
+use near_miss::verify;
 use shared::completion::CachedCompletion;
 use shared::hotset::{encode_embedding, HotEntry, HotSet as WireHotSet};
-use shared::near_miss::verify;
 use shared::small_embedding::SmallEmbedder;
 
 use crate::dot::dot;

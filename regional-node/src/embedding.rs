@@ -198,7 +198,7 @@ mod tests {
         let reference = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).expect("tokenizer.json");
         let vocab = std::fs::read_to_string(dir.join("vocab.txt")).expect("vocab.txt");
         let ours = shared::wordpiece::WordPiece::from_vocab(&vocab).expect("vocab");
-        let pairs = include_str!("../../shared/data/semantic_pairs.jsonl");
+        let pairs = include_str!("../../near-miss/data/semantic_pairs.jsonl");
         let mut texts: Vec<String> = pairs
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())

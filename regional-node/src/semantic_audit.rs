@@ -16,9 +16,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use near_miss::words::{words, WordKind};
 use shared::content_class::ContentClass;
 use shared::metrics::{Counter, MetricsText};
-use shared::near_miss::words::{words, WordKind};
 
 /// Audits a (tenant, class) needs before its threshold may be raised on their evidence.
 pub const MIN_AUDITS: u64 = 20;

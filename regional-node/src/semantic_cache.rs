@@ -3,7 +3,7 @@
 //!
 //! A lookup embeds the new question, takes the nearest few cached questions of its partition, and
 //! returns the closest one that is at least the content class's threshold AND passes the near-miss
-//! verifier ([`shared::near_miss::verify`]): a threshold alone serves "from the server to my laptop"
+//! verifier ([`near_miss::verify`]): a threshold alone serves "from the server to my laptop"
 //! for "from my laptop to the server" (cosine 0.999). The hit names the cached entry's key; the
 //! caller fetches the entry from the exact tier or the core, so an invalidated or expired entry is
 //! never served through its paraphrases.
@@ -18,8 +18,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
 
+use near_miss::verify;
 use shared::cache_key::SemanticQuery;
-use shared::near_miss::verify;
 use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
 
 use crate::embedding::EMBEDDING_DIM;

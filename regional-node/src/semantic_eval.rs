@@ -1,6 +1,6 @@
 //! `semantic-eval`: precision and recall of semantic-hit decisions on the labelled pair set
-//! (`shared/data/semantic_pairs.jsonl`), for a plain all-MiniLM-L6-v2 similarity threshold and for
-//! the threshold plus the near-miss verifier ([`shared::near_miss`]).
+//! (`near-miss/data/semantic_pairs.jsonl`), for a plain all-MiniLM-L6-v2 similarity threshold and for
+//! the threshold plus the near-miss verifier ([`near_miss`]).
 //!
 //! A decision is a "hit" when the cached answer to `a` would be served for `b`. Precision is the
 //! share of hits that are labelled hits (a wrong answer served from cache is the costly error);
@@ -9,9 +9,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use near_miss::{verify, NearMiss};
 use serde::Deserialize;
 use shared::content_class::{classify_text, SemanticThresholds};
-use shared::near_miss::{verify, NearMiss};
 
 use shared::small_embedding::SmallEmbedder;
 
@@ -169,7 +169,9 @@ pub fn deployed(pairs: &[ScoredPair], thresholds: &SemanticThresholds) -> Counts
 fn deployed_hits(p: &ScoredPair, thresholds: &SemanticThresholds) -> bool {
     let class = classify_text(&p.pair.b);
     let similar = match p.small_similarity {
-        Some(small) => SemanticThresholds::SMALL_ONLY.gate(class, &p.pair.b).is_some_and(|t| small >= t),
+        Some(small) => SemanticThresholds::SMALL_ONLY
+            .gate(class, near_miss::asks_conversion(&p.pair.b))
+            .is_some_and(|t| small >= t),
         None => thresholds.of(class).is_some_and(|t| p.similarity >= t),
     };
     similar && p.verdict.is_ok()
@@ -182,7 +184,7 @@ pub fn with_minilm_lookups(pairs: &[ScoredPair], thresholds: &SemanticThresholds
         let class = classify_text(&p.pair.b);
         let full = thresholds.of(class).is_some_and(|t| p.similarity >= t);
         let small = SemanticThresholds::SMALL_EMBEDDING
-            .gate(class, &p.pair.b)
+            .gate(class, near_miss::asks_conversion(&p.pair.b))
             .is_some_and(|t| p.small_similarity.is_some_and(|s| s >= t));
         (full || small) && p.verdict.is_ok()
     })

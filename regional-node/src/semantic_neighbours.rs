@@ -8,7 +8,7 @@
 
 use std::collections::HashSet;
 
-use shared::near_miss::verify;
+use near_miss::verify;
 use shared::normalize::normalize_text;
 use shared::sharegpt::FirstTurns;
 use shared::small_embedding::SmallEmbedder;

@@ -132,7 +132,11 @@ impl SemanticTier {
         } else {
             SemanticThresholds::SMALL_ONLY
         };
-        let threshold = self.raised(thresholds.gate(class, &question.question), tenant, class)?;
+        let threshold = self.raised(
+            thresholds.gate(class, near_miss::asks_conversion(&question.question)),
+            tenant,
+            class,
+        )?;
         self.cache.lookup(&question.query(), Space::Small, small, threshold)
     }
 

@@ -182,11 +182,11 @@ impl SemanticThresholds {
         }
     }
 
-    /// The small embedding's gate for `question` of `class`: [`Self::of`], lowered to
-    /// [`Self::CONVERSION`] for a unit conversion.
-    pub fn gate(&self, class: ContentClass, question: &str) -> Option<f32> {
+    /// The small embedding's gate for a question of `class`: [`Self::of`], lowered to
+    /// [`Self::CONVERSION`] when the question asks a unit conversion (`near_miss::asks_conversion`).
+    pub fn gate(&self, class: ContentClass, asks_conversion: bool) -> Option<f32> {
         let gate = self.of(class)?;
-        Some(if crate::near_miss::asks_conversion(question) { gate.min(Self::CONVERSION) } else { gate })
+        Some(if asks_conversion { gate.min(Self::CONVERSION) } else { gate })
     }
 
     /// The small embedding's gate for a unit conversion. The verifier reads a conversion whole (the
@@ -445,10 +445,9 @@ mod tests {
     #[test]
     fn a_unit_conversion_is_gated_lower() {
         let small = SemanticThresholds::SMALL_ONLY;
-        let conversion = "How many kilometers is 10 miles?";
-        assert_eq!(small.gate(ContentClass::Stable, conversion), Some(SemanticThresholds::CONVERSION));
-        assert_eq!(small.gate(ContentClass::Stable, "What is the capital of France?"), Some(small.stable));
-        assert_eq!(small.gate(ContentClass::Realtime, conversion), None);
+        assert_eq!(small.gate(ContentClass::Stable, true), Some(SemanticThresholds::CONVERSION));
+        assert_eq!(small.gate(ContentClass::Stable, false), Some(small.stable));
+        assert_eq!(small.gate(ContentClass::Realtime, true), None);
     }
     use crate::models::ModelRef;
     use crate::normalize::{Message, Sampling};

@@ -9,8 +9,6 @@
 //!   TTL policy that decides how long each class is cached.
 //! - [`models`]: the served-model table (name and current version).
 //! - [`completion`]: a cached chat completion and how it renders as a response or an SSE stream.
-//! - [`near_miss`]: the second check of a semantic hit: refuses near misses (numbers, negation,
-//!   antonyms, swapped roles, different words) that embed close to the cached question.
 //! - [`wordpiece`]: BERT's uncased WordPiece tokenizer (all-MiniLM-L6-v2's vocabulary) for wasm.
 //! - [`small_embedding`]: the edge's distilled int8 token table, its file format and int8 cosine.
 //! - [`hotset`]: the hot set a regional node serves to the edge (versioned snapshots and deltas).
@@ -39,7 +37,6 @@ pub mod hotset;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod models;
-pub mod near_miss;
 pub mod normalize;
 pub mod openai;
 pub mod server_timing;

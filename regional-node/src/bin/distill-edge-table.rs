@@ -2,16 +2,16 @@
 //! (`shared::small_embedding`) from the all-MiniLM-L6-v2 files in `MODEL_DIR` and writes it to `OUT`,
 //! recording the SHA-256 of the model files. Does nothing when `OUT` already holds a table of the same
 //! model and dimension. With `--evaluate` it then prints how often the table's hit decisions agree with
-//! the full model's on the labelled pairs (`shared/data/semantic_pairs.jsonl`), with their precision
+//! the full model's on the labelled pairs (`near-miss/data/semantic_pairs.jsonl`), with their precision
 //! and recall.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
+use near_miss::verify;
 use regional_node::edge_table::{evaluate, principal_components, project, token_vectors, zipf_weight};
 use regional_node::embedding::{cosine, SentenceEmbedder, EMBEDDING_DIM};
 use sha2::{Digest as _, Sha256};
-use shared::near_miss::verify;
 use shared::small_embedding::{cosine_i8, SmallEmbedder};
 use shared::wordpiece::WordPiece;
 
@@ -102,7 +102,7 @@ fn build(
 /// Prints the agreement of the table's decisions with the full model's at the semantic thresholds.
 fn print_agreement(dir: &Path, table: &SmallEmbedder) -> anyhow::Result<()> {
     let embedder = SentenceEmbedder::load(dir)?;
-    let pairs_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/semantic_pairs.jsonl");
+    let pairs_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../near-miss/data/semantic_pairs.jsonl");
     let pairs = regional_node::semantic_eval::read_pairs(&pairs_path)?;
     let mut scored = Vec::with_capacity(pairs.len());
     let mut verified = Vec::with_capacity(pairs.len());

@@ -27,10 +27,10 @@ struct Args {
     #[arg(
         long,
         default_values = [
-            "shared/data/semantic_pairs.jsonl",
-            "shared/data/pairs_written_a.jsonl",
-            "shared/data/pairs_written_b.jsonl",
-            "shared/data/pairs_written_c.jsonl"
+            "near-miss/data/semantic_pairs.jsonl",
+            "near-miss/data/pairs_written_a.jsonl",
+            "near-miss/data/pairs_written_b.jsonl",
+            "near-miss/data/pairs_written_c.jsonl"
         ]
     )]
     pairs: Vec<PathBuf>,
@@ -38,7 +38,7 @@ struct Args {
     #[arg(long, conflicts_with = "split")]
     frozen: bool,
     /// The frozen test set.
-    #[arg(long, default_value = "shared/data/pairs_frozen.jsonl")]
+    #[arg(long, default_value = "near-miss/data/pairs_frozen.jsonl")]
     frozen_pairs: PathBuf,
     /// Directory of all-MiniLM-L6-v2 (`model.safetensors`, `config.json`, `tokenizer.json`).
     #[arg(
@@ -169,7 +169,7 @@ fn print_timings(
     let mut verify_us = Vec::with_capacity(pairs.len());
     for pair in pairs {
         let started = std::time::Instant::now();
-        let _ = shared::near_miss::verify(&pair.a, &pair.b);
+        let _ = near_miss::verify(&pair.a, &pair.b);
         verify_us.push(started.elapsed().as_secs_f64() * 1e6);
     }
     println!(

@@ -110,7 +110,7 @@ fn run_in(options: &E2eBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Rep
     let log_dir = scratch.path().join("logs");
     let llama = LlamaCpp::locate(options.llama_bin_dir.as_deref(), options.install, &log_dir, options.stop)?;
     let peers_dir = super::gptcache::locate(options.install)?;
-    let labelled = sharegpt_pairs(&paths::repo_root().join("shared/data/semantic_pairs.jsonl"))?;
+    let labelled = sharegpt_pairs(&paths::repo_root().join("near-miss/data/semantic_pairs.jsonl"))?;
     let spec = WorkloadSpec {
         length: options.length,
         popular_pool: options.popular_pool,

@@ -1,7 +1,7 @@
 //! The end-to-end suite's traffic, from ShareGPT: the *natural* mix replays conversations in the
 //! dataset's own order (its repeats included, and a second user turn where the conversation has one),
 //! with labelled pairs woven in: a ShareGPT question, then some conversations later a rewrite of it,
-//! either a paraphrase or a near miss (`shared/data/semantic_pairs.jsonl`), so that semantic hits, right
+//! either a paraphrase or a near miss (`near-miss/data/semantic_pairs.jsonl`), so that semantic hits, right
 //! and wrong, happen at a known rate;
 //! the *popular* mix draws distinct first turns with a Zipf distribution (exponent 1.0), the popularity
 //! skew of production assistant traffic. Both are a fixed sequence every system replays from the same

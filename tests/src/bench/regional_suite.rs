@@ -40,7 +40,7 @@ pub struct RegionalBenchOptions {
     pub concurrency: usize,
     /// Differing entries the partitioned side holds before healing.
     pub entries: usize,
-    /// Labelled pairs of the semantic phase (the first ones of `shared/data/semantic_pairs.jsonl`).
+    /// Labelled pairs of the semantic phase (the first ones of `near-miss/data/semantic_pairs.jsonl`).
     pub pairs: usize,
     /// Timed lookups per pair.
     pub reps: usize,
@@ -185,7 +185,7 @@ fn semantic_phase(
     peers_dir: &std::path::Path,
     scratch: &ScratchDir,
 ) -> anyhow::Result<SemanticFigures> {
-    let source = paths::repo_root().join("shared/data/semantic_pairs.jsonl");
+    let source = paths::repo_root().join("near-miss/data/semantic_pairs.jsonl");
     let text = std::fs::read_to_string(&source).with_context(|| format!("reading {}", source.display()))?;
     let pairs: Vec<Value> = text
         .lines()

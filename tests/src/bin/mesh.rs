@@ -184,7 +184,7 @@ enum BenchSuite {
         /// Differing entries on one side of the healed partition.
         #[arg(long, default_value_t = 10_000)]
         entries: usize,
-        /// Labelled pairs of the semantic phase (the first of shared/data/semantic_pairs.jsonl).
+        /// Labelled pairs of the semantic phase (the first of near-miss/data/semantic_pairs.jsonl).
         #[arg(long, default_value_t = 60)]
         pairs: usize,
         /// Timed lookups per pair.

@@ -1,12 +1,12 @@
 //! The verifier's lexicon: WordNet 3.0 synonyms, antonyms, irregular forms and lemmas, bounded by
-//! all-MiniLM-L6-v2's vocabulary (`shared/data/lexicon.tsv`, built by `scripts/build-lexicon.py`
+//! all-MiniLM-L6-v2's vocabulary (`near-miss/data/lexicon.tsv`, built by `scripts/build-lexicon.py`
 //! and compiled in, so the edge worker carries the same lexicon as the regional nodes).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 
 /// The lexicon file, as `scripts/build-lexicon.py` writes it.
-const LEXICON_TSV: &str = include_str!("../../data/lexicon.tsv");
+const LEXICON_TSV: &str = include_str!("../data/lexicon.tsv");
 
 /// Units of measure (lemmas): an answer in one is wrong in another.
 const UNITS: &[&str] = &[

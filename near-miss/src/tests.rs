@@ -1,5 +1,5 @@
 //! The verifier on the examples the brief gives (not the labelled evaluation set, which only the
-//! `regional-node eval-semantic` command reads).
+//! `semantic-eval` command reads).
 
 use super::order::is_nominalized;
 use super::*;
@@ -72,7 +72,7 @@ fn rewording_with_inflections_synonyms_and_politeness_is_accepted() {
 /// must keep refusing near misses. `semantic-eval` prints the full precision/recall table.
 #[test]
 fn the_verifier_alone_keeps_its_precision_on_the_labelled_pairs() {
-    let pairs = include_str!("../../data/semantic_pairs.jsonl");
+    let pairs = include_str!("../data/semantic_pairs.jsonl");
     let (mut served, mut wrong, mut hits, mut labelled_hits) = (0usize, 0usize, 0usize, 0usize);
     for line in pairs.lines().filter(|l| !l.trim().is_empty()) {
         let pair: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
