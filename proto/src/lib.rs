@@ -9,16 +9,9 @@
 //! - [`convert`]: every conversion between these messages and `shared`'s domain types (a cached
 //!   answer, the normalized request as the core's and the pod's request, a finished generation as its
 //!   entry).
-//! - [`config_file`]: each daemon's TOML configuration file, applied under its flags and `MESH_*`
-//!   environment variables.
-//! - [`identity`]: who a tier is and who may call it: mutual TLS with one certificate per role, the
-//!   authorization interceptor, the flags every daemon reads its identity from.
-//! - [`credential`]: the insecure development secret (no TLS), at least 32 bytes.
-//! - [`failover`]: the failover channel both clients of the core cluster call through.
-//! - [`shutdown`]: the SIGINT/SIGTERM future every daemon stops on.
-//! - [`trace_context`]: the W3C trace context each tier continues, logs and passes on.
 //!
-//! The daemons convert these types to their own at the boundary; `shared` never sees them.
+//! How a daemon carries these (TLS, identities, serving) is `daemon-runtime`'s; this crate is the wire
+//! alone. The daemons convert these types to their own at the boundary; `shared` never sees them.
 
 #![allow(missing_docs)]
 
@@ -72,14 +65,4 @@ pub use mesh::raft::v1 as raft;
 /// Replication between regional nodes (`mesh.replication.v1`).
 pub use mesh::replication::v1 as replication;
 
-pub mod config_file;
 pub mod convert;
-pub mod credential;
-pub mod failover;
-pub mod http_serving;
-pub mod identity;
-pub mod shutdown;
-pub mod trace_context;
-
-pub use credential::{TierCredential, TIER_SECRET_METADATA};
-pub use identity::{Caller, IdentityArgs, PeerRole, Role, TierIdentity};

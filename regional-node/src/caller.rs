@@ -1,9 +1,9 @@
 //! Who is calling: a client with a tenant API key, or the edge, which already checked the key and names
 //! the tenant. The edge proves itself by its certificate (mutual TLS) or, in development, by the
-//! insecure secret ([`proto::identity`]).
+//! insecure secret ([`daemon_runtime::identity`]).
 
 use axum::http::HeaderMap;
-use proto::{PeerRole, Role, TierIdentity};
+use daemon_runtime::{PeerRole, Role, TierIdentity};
 use shared::auth::TenantKeys;
 use shared::{RequestError, TENANT_HEADER, TIER_SECRET_HEADER};
 

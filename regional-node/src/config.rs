@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
-use proto::{IdentityArgs, TierIdentity};
+use daemon_runtime::{IdentityArgs, TierIdentity};
 use shared::auth::TenantKeys;
 use shared::content_class::{self, TtlPolicy};
 use shared::models::ModelTable;
@@ -277,8 +277,8 @@ impl RegionalConfig {
     }
 
     /// The bounds of the HTTP listener, from the `--http-*` flags.
-    pub fn http_limits(&self) -> proto::http_serving::HttpLimits {
-        proto::http_serving::HttpLimits {
+    pub fn http_limits(&self) -> daemon_runtime::http_serving::HttpLimits {
+        daemon_runtime::http_serving::HttpLimits {
             header_read_timeout: std::time::Duration::from_millis(self.http_header_timeout_ms.max(1)),
             idle_timeout: std::time::Duration::from_secs(self.http_idle_timeout_s.max(1)),
             max_connections: self.http_max_connections.max(1),

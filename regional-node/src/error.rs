@@ -38,7 +38,7 @@ pub enum RegionalError {
     Config(String),
     /// This node's identity (TLS material or insecure secret) is unusable.
     #[error("identity: {0}")]
-    Identity(#[from] proto::identity::IdentityError),
+    Identity(#[from] daemon_runtime::identity::IdentityError),
     /// The embedding model failed to load or run.
     #[error("embedding: {0}")]
     Embedding(String),

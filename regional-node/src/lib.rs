@@ -11,7 +11,7 @@
 //! - [`exact_cache`]: the in-memory exact-match cache, bounded by bytes, with W-TinyLFU admission.
 //! - [`flight`]: request coalescing: identical concurrent misses share one flight to the core.
 //! - [`exact_store`]: sled persistence of the exact cache, so a restart starts warm.
-//! - [`core_client`]: the gRPC client of the core cluster, failing over between core nodes, behind
+//! - [`core_cache_client`]: the gRPC client of the core cluster, failing over between core nodes, behind
 //!   the [`breaker`] (circuit breaker).
 //! - [`admission`]: admission of generations by predicted cost, with a bounded queue (429 past it).
 //! - [`caller`]: who is calling (a tenant with an API key, or the edge tier with the shared secret).
@@ -34,7 +34,7 @@ pub mod breaker;
 pub mod caller;
 pub mod change_feed;
 pub mod config;
-pub mod core_client;
+pub mod core_cache_client;
 pub mod core_view;
 pub mod edge_table;
 pub mod embedding;

@@ -10,7 +10,7 @@ use shared::models::ModelTable;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::core_client::CoreClient;
+use crate::core_cache_client::CoreCacheClient;
 use crate::RegionalError;
 
 /// The served models, shared by every request.
@@ -50,12 +50,12 @@ impl ModelCatalog {
     }
 
     /// Asks the core for its registry and learns it; true when anything changed.
-    pub async fn refresh(&self, core: &CoreClient) -> Result<bool, RegionalError> {
+    pub async fn refresh(&self, core: &CoreCacheClient) -> Result<bool, RegionalError> {
         Ok(core.models().await?.is_some_and(|registry| self.learn(&registry)))
     }
 
     /// Refreshes at once, then every `interval` and whenever [`ModelCatalog::refresh_soon`] is called.
-    pub fn spawn(self: &Arc<Self>, core: CoreClient, interval: Duration) -> JoinHandle<()> {
+    pub fn spawn(self: &Arc<Self>, core: CoreCacheClient, interval: Duration) -> JoinHandle<()> {
         let this = Arc::clone(self);
         tokio::spawn(async move {
             loop {

@@ -4,7 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use proto::identity::ClientAuth;
+use daemon_runtime::identity::ClientAuth;
 use proto::replication::replication_server::ReplicationServer;
 use shared::normalize::Limits;
 use shared::small_embedding::SmallEmbedder;
@@ -15,7 +15,7 @@ use crate::replication::link::MAX_MESSAGE_BYTES;
 use crate::admission::{Admission, AdmissionLimits};
 use crate::breaker::CircuitBreaker;
 use crate::config::Settings;
-use crate::core_client::CoreClient;
+use crate::core_cache_client::CoreCacheClient;
 use crate::core_view::CoreView;
 use crate::embedding::SentenceEmbedder;
 use crate::exact_cache::ExactCache;
@@ -103,7 +103,7 @@ pub fn path_parts(settings: &Settings) -> Result<PathParts, RegionalError> {
         config.breaker_failures,
         std::time::Duration::from_millis(config.breaker_open_ms),
     );
-    let core = CoreClient::new(&config.core, settings.identity.clone(), breaker)?;
+    let core = CoreCacheClient::new(&config.core, settings.identity.clone(), breaker)?;
     let admission = Admission::new(AdmissionLimits {
         budget: config.admission_budget,
         queue: config.admission_queue,
@@ -244,7 +244,8 @@ pub async fn run(
         let limits = state.settings().config.http_limits();
         tasks.push(tokio::spawn(async move {
             let forever = std::future::pending::<()>();
-            if let Err(error) = proto::http_serving::serve(peer_listener, routes, limits, tls, forever).await
+            if let Err(error) =
+                daemon_runtime::http_serving::serve(peer_listener, routes, limits, tls, forever).await
             {
                 tracing::error!(%error, "replication server stopped");
             }
@@ -259,7 +260,7 @@ pub async fn run(
     // Clients with API keys present no certificate; the edge presents its own.
     let tls = state.settings().identity.acceptor(ClientAuth::Optional)?;
     let router = crate::http::router(Arc::clone(&state));
-    let served = proto::http_serving::serve(listener, router, limits, tls, shutdown).await;
+    let served = daemon_runtime::http_serving::serve(listener, router, limits, tls, shutdown).await;
     for task in tasks {
         task.abort();
     }

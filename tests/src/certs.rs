@@ -1,5 +1,5 @@
 //! A development certificate authority for the mesh (`mesh certs`, and every TLS mesh the harness
-//! starts): one CA, and per node a certificate naming its role ([`proto::Role::dns_name`]) plus
+//! starts): one CA, and per node a certificate naming its role ([`daemon_runtime::Role::dns_name`]) plus
 //! `localhost` and the loopback addresses, usable as a server's and as a client's certificate. Keys are
 //! written readable by their owner only, as the daemons demand.
 
@@ -7,8 +7,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use proto::identity::TlsFiles;
-use proto::Role;
+use daemon_runtime::identity::TlsFiles;
+use daemon_runtime::Role;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, SanType,

@@ -17,7 +17,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use core_cluster::client::CoreClient;
+use core_client::CoreClient;
 use proto::core::StatusReply;
 use sha2::{Digest, Sha256};
 use shared::completion::CachedCompletion;
@@ -274,7 +274,7 @@ impl CoreCluster {
         let addrs = ids.iter().map(|id| self.node_addr(*id)).collect();
         // The client's channels spawn their workers on the current runtime.
         let _guard = self.runtime.enter();
-        Ok(CoreClient::new(addrs, proto::TierIdentity::insecure_secret(&self.secret)?)?)
+        Ok(CoreClient::new(addrs, daemon_runtime::TierIdentity::insecure_secret(&self.secret)?)?)
     }
 
     /// Node `id`'s `/healthz`, if it answers.

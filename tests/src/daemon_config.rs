@@ -1,5 +1,5 @@
 //! The configuration files the harness writes for the daemons it starts: one TOML file per daemon,
-//! passed with `--config` (keys are the daemons' flag names; see `proto::config_file`). The tier
+//! passed with `--config` (keys are the daemons' flag names; see `daemon_runtime::config_file`). The tier
 //! secret never goes in them: it travels in `MESH_TIER_SECRET`.
 
 use std::path::{Path, PathBuf};

@@ -155,7 +155,7 @@ pub struct Mesh {
     ports: Ports,
     secret: String,
     /// Each node's TLS files, by name, when the mesh runs TLS.
-    certs: std::collections::HashMap<String, proto::identity::TlsFiles>,
+    certs: std::collections::HashMap<String, daemon_runtime::identity::TlsFiles>,
     /// The mesh's CA, when it runs TLS (tests issue more certificates with it).
     ca: Option<crate::certs::DevCa>,
     pod: Option<ManagedProcess>,
@@ -335,7 +335,7 @@ impl Mesh {
 
     /// The TLS files of node `name` (`pod`, `core-1`, `regional-1`, `edge`, `admin`), when the mesh
     /// runs TLS.
-    pub fn tls_files(&self, name: &str) -> Option<&proto::identity::TlsFiles> {
+    pub fn tls_files(&self, name: &str) -> Option<&daemon_runtime::identity::TlsFiles> {
         self.certs.get(name)
     }
 
@@ -689,9 +689,11 @@ impl Drop for Mesh {
 #[allow(clippy::type_complexity)]
 fn mesh_certs(
     spec: &MeshSpec,
-) -> anyhow::Result<(Option<crate::certs::DevCa>, std::collections::HashMap<String, proto::identity::TlsFiles>)>
-{
-    use proto::Role;
+) -> anyhow::Result<(
+    Option<crate::certs::DevCa>,
+    std::collections::HashMap<String, daemon_runtime::identity::TlsFiles>,
+)> {
+    use daemon_runtime::Role;
     let mut nodes = vec![("inference-pod".to_owned(), Role::Pod), ("edge".to_owned(), Role::Edge)];
     nodes.push(("admin".to_owned(), Role::Admin));
     nodes.extend((0..spec.core_nodes).map(|i| (format!("core-{}", Mesh::core_id(i)), Role::Core)));

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use core_cluster::client::Consistency;
+use core_client::Consistency;
 use mesh_harness::core_cluster::{describe, entry, test_dir, CoreCluster};
 
 const WRITERS: usize = 8;

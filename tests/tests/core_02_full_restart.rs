@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use core_cluster::client::Consistency;
+use core_client::Consistency;
 use mesh_harness::core_cluster::{describe, entry, test_dir, CoreCluster};
 use proto::core::invalidate::Scope;
 use proto::core::write_request::Command;

@@ -6,8 +6,8 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use core_cluster::client::{Consistency, CoreClient};
-use core_cluster::node::CoreError;
+use core_client::ClientError;
+use core_client::{Consistency, CoreClient};
 use mesh_harness::core_cluster::{describe, entry, test_dir, CoreCluster};
 
 /// How long a client on the minority side tries before giving up.
@@ -49,7 +49,7 @@ fn minority_put_fails(cluster: &CoreCluster, id: u64, name: &str) -> anyhow::Res
     let took = started.elapsed();
     println!("put to isolated node {id}: {:?} after {took:?}", result.as_ref().map(|a| a.log_index));
     assert!(
-        matches!(result, Err(CoreError::NoQuorum(_))),
+        matches!(result, Err(ClientError::NoQuorum(_))),
         "a put on the minority side did not fail as NoQuorum: {result:?}"
     );
     assert!(took < MINORITY_TIMEOUT + Duration::from_secs(3), "the minority put took {took:?} to fail");

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use core_cluster::client::Consistency;
+use core_client::Consistency;
 use mesh_harness::core_cluster::{describe, entry, test_dir, CoreCluster};
 
 /// The longest the writer may go without an acknowledgement: an election and a retry or two.

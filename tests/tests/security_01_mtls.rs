@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
+use daemon_runtime::Role;
 use mesh_harness::certs::{DevCa, NodeCert, Validity};
 use mesh_harness::{Mesh, MeshSpec};
-use proto::Role;
 use serde_json::json;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::Code;

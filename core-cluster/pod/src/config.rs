@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use proto::TierIdentity;
+use daemon_runtime::TierIdentity;
 use serde::Deserialize;
 
 use super::model::KvPrecision;

@@ -16,8 +16,8 @@ use tonic::server::NamedService;
 
 use super::service::InferenceService;
 use super::{Engine, PodConfig};
-use proto::identity::{ClientAuth, RoleCheck};
-use proto::Role;
+use daemon_runtime::identity::{ClientAuth, RoleCheck};
+use daemon_runtime::Role;
 
 /// Serves the pod on `listener` until `shutdown` completes, then drains in-flight requests.
 ///
@@ -33,8 +33,13 @@ pub async fn run(
     let app = router(service.clone(), config.identity.interceptor(&[Role::Core]));
     let tls = config.identity.acceptor(ClientAuth::Optional)?;
     tracing::info!(addr = %listener.local_addr()?, model = %config.model_name, "inference pod listening");
-    let server =
-        proto::http_serving::serve(listener, app, proto::http_serving::HttpLimits::default(), tls, shutdown);
+    let server = daemon_runtime::http_serving::serve(
+        listener,
+        app,
+        daemon_runtime::http_serving::HttpLimits::default(),
+        tls,
+        shutdown,
+    );
     tokio::pin!(server);
 
     let path = config.model_path.clone();
@@ -114,7 +119,7 @@ mod tests {
 
     use super::*;
     use crate::test_support::model_path;
-    use proto::TierIdentity;
+    use daemon_runtime::TierIdentity;
 
     const SECRET: &str = "a-development-secret-of-32-bytes!";
 
@@ -132,7 +137,7 @@ mod tests {
 
     fn authed<T>(message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
-        request.metadata_mut().insert(proto::TIER_SECRET_METADATA, SECRET.parse().expect("ascii"));
+        request.metadata_mut().insert(daemon_runtime::TIER_SECRET_METADATA, SECRET.parse().expect("ascii"));
         request
     }
 

@@ -139,7 +139,7 @@ impl InferencePod for InferenceService {
         &self,
         request: Request<pb::GenerateRequest>,
     ) -> Result<Response<GenerateStream>, Status> {
-        let trace = proto::trace_context::from_metadata(request.metadata());
+        let trace = daemon_runtime::trace_context::from_metadata(request.metadata());
         let started = async {
             let request = GenerationRequest::try_from(request.into_inner())?;
             let span = tracing::Span::current();

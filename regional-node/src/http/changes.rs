@@ -11,7 +11,7 @@ use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use proto::PeerRole;
+use daemon_runtime::PeerRole;
 use shared::RequestError;
 
 use crate::caller::require_edge;

@@ -35,7 +35,7 @@ use crate::RegionalError;
 /// The handler.
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
-    peer: Option<axum::Extension<proto::PeerRole>>,
+    peer: Option<axum::Extension<daemon_runtime::PeerRole>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -88,7 +88,7 @@ pub async fn chat_completions(
 
 async fn admit(
     state: &AppState,
-    peer: Option<&proto::PeerRole>,
+    peer: Option<&daemon_runtime::PeerRole>,
     headers: &HeaderMap,
     body: Body,
     started: Instant,

@@ -17,7 +17,7 @@ use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use proto::PeerRole;
+use daemon_runtime::PeerRole;
 use shared::hotset::{encode_embedding, HotEntry, HotSet, HotSetVersion};
 use shared::RequestError;
 

@@ -24,7 +24,7 @@ const MAX_BODY_BYTES: usize = 4096;
 /// The handler.
 pub async fn invalidate(
     State(state): State<Arc<AppState>>,
-    peer: Option<axum::Extension<proto::PeerRole>>,
+    peer: Option<axum::Extension<daemon_runtime::PeerRole>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -36,7 +36,7 @@ pub async fn invalidate(
 
 async fn run(
     state: &AppState,
-    peer: Option<&proto::PeerRole>,
+    peer: Option<&daemon_runtime::PeerRole>,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, crate::RegionalError> {

@@ -53,7 +53,7 @@ impl Link {
         let endpoint = replication
             .settings
             .secret
-            .endpoint(url, proto::Role::Regional)
+            .endpoint(url, daemon_runtime::Role::Regional)
             .map_err(|e| RegionalError::Config(format!("peer URL {url:?}: {e}")))?
             .connect_timeout(Duration::from_millis(500))
             .http2_keep_alive_interval(Duration::from_secs(2))

@@ -28,7 +28,7 @@ impl ReplicationService {
 
     fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
         // The replication row of the authorization table: regional peers only.
-        self.replication.settings.secret.check(request, &[proto::Role::Regional]).map(|_| ())
+        self.replication.settings.secret.check(request, &[daemon_runtime::Role::Regional]).map(|_| ())
     }
 }
 
@@ -120,7 +120,7 @@ impl ReplicationRpc for ReplicationService {
 mod tests {
     use std::time::Duration;
 
-    use proto::TierIdentity;
+    use daemon_runtime::TierIdentity;
 
     use super::*;
     use crate::replication::record::Record;

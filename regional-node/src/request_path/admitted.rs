@@ -136,13 +136,13 @@ impl Admitted {
         let key = CacheKey::derive(&tenant, &request);
         let question = SemanticQuery::derive(&tenant, &request)
             .map(|q| AnsweredQuestion { partition: q.partition, text: q.question.to_owned() });
-        let trace = proto::trace_context::continue_or_start(None);
+        let trace = daemon_runtime::trace_context::continue_or_start(None);
         Self { tenant, request, key, class, caching, only_if_cached, started, trace, question }
     }
 
     /// The same request as part of the trace `traceparent` names (a new trace when it names none).
     pub fn traced(self, traceparent: Option<&str>) -> Self {
-        Self { trace: proto::trace_context::continue_or_start(traceparent), ..self }
+        Self { trace: daemon_runtime::trace_context::continue_or_start(traceparent), ..self }
     }
 
     /// The same request under the model's version in `models`, when that is another one (its key and

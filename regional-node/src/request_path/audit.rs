@@ -9,7 +9,7 @@ use shared::completion::CachedCompletion;
 
 use super::flight_task::{complete_request, next_event};
 use super::{Admitted, RequestPath};
-use crate::core_client::CoreClient;
+use crate::core_cache_client::CoreCacheClient;
 use crate::semantic_audit::answers_agree;
 use crate::RegionalError;
 
@@ -63,11 +63,11 @@ impl RequestPath {
 
 /// The answer the core generates for `request`, whole.
 async fn generate(
-    core: &CoreClient,
+    core: &CoreCacheClient,
     request: proto::cache::CompleteRequest,
 ) -> Result<String, RegionalError> {
     // An audit is a trace of its own.
-    let trace = proto::trace_context::continue_or_start(None);
+    let trace = daemon_runtime::trace_context::continue_or_start(None);
     let mut events = core.complete(request, &trace).await?;
     while let Some(event) = next_event(&mut events).await? {
         if let Some(Event::Done(done)) = event.event {

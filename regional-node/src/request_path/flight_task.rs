@@ -14,7 +14,7 @@ use tonic::Streaming;
 
 use super::{elapsed_ms, Admitted, ClassTtl, RequestPath, X_CACHE_MISS, X_CACHE_STALE};
 use crate::admission::predicted_cost;
-use crate::core_client::STREAM_IDLE_TIMEOUT;
+use crate::core_cache_client::STREAM_IDLE_TIMEOUT;
 use crate::flight::{Flight, Outcome, Piece};
 use crate::semantic_tier::EmbeddedQuestion;
 use crate::server::now_ms;

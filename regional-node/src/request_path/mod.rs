@@ -36,7 +36,7 @@ use shared::RequestError;
 pub use self::admitted::{Admitted, Caching, ClassTtl, Directives};
 use self::flight_task::FlightTask;
 use crate::admission::Admission;
-use crate::core_client::{CoreClient, InvalidatedAtCore};
+use crate::core_cache_client::{CoreCacheClient, InvalidatedAtCore};
 use crate::core_view::CoreView;
 use crate::exact_cache::ExactCache;
 use crate::exact_store::ExactStore;
@@ -82,7 +82,7 @@ pub struct RequestPath {
     /// Its copy on disk, when there is a data directory.
     exact_store: Option<ExactStore>,
     /// The core cluster.
-    core: CoreClient,
+    core: CoreCacheClient,
     /// The semantic tier, when a model directory was given.
     semantic: Option<Arc<SemanticTier>>,
     /// Misses in flight to the core, by key.
@@ -133,7 +133,7 @@ pub struct PathParts {
     /// The exact cache's copy on disk.
     pub exact_store: Option<ExactStore>,
     /// The client of the core cluster.
-    pub core: CoreClient,
+    pub core: CoreCacheClient,
     /// The semantic tier.
     pub semantic: Option<Arc<SemanticTier>>,
     /// Admission of generations.
@@ -402,7 +402,7 @@ impl RequestPath {
     }
 
     /// The client of the core (its breaker's state, for metrics).
-    pub fn core(&self) -> &CoreClient {
+    pub fn core(&self) -> &CoreCacheClient {
         &self.core
     }
 

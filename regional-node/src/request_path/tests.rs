@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use clap::Parser as _;
+use daemon_runtime::TierIdentity;
 use proto::cache::core_cache_server::{CoreCache, CoreCacheServer};
 use proto::cache::{
     complete_event, CompleteDone, CompleteEvent, CompleteRequest, LookupReply, LookupRequest, ModelsReply,
@@ -20,7 +21,6 @@ use proto::core::{
     WriteRequest,
 };
 use proto::inference::{GenerateDone, TokenDelta};
-use proto::TierIdentity;
 use shared::completion::CachedCompletion;
 use shared::content_class::TtlPolicy;
 use shared::models::ModelRef;
@@ -217,10 +217,12 @@ async fn serve(core: FakeCore) -> SocketAddr {
     let credential = TierIdentity::insecure_secret(SECRET).expect("credential");
     let cache = InterceptedService::new(
         CoreCacheServer::new(core.clone()),
-        credential.interceptor(&[proto::Role::Regional]),
+        credential.interceptor(&[daemon_runtime::Role::Regional]),
     );
-    let store =
-        InterceptedService::new(CoreStoreServer::new(core), credential.interceptor(&[proto::Role::Regional]));
+    let store = InterceptedService::new(
+        CoreStoreServer::new(core),
+        credential.interceptor(&[daemon_runtime::Role::Regional]),
+    );
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(cache)

@@ -1,7 +1,7 @@
 //! Our side of the core suite: puts of cached completions and linearizable reads through
-//! [`core_cluster::client::CoreClient`], against a three-node core cluster of real `core-node` processes.
+//! [`core_client::CoreClient`], against a three-node core cluster of real `core-node` processes.
 
-use core_cluster::client::{Consistency, CoreClient};
+use core_client::{Consistency, CoreClient};
 use shared::completion::CachedCompletion;
 
 use super::kv_target::KvTarget;

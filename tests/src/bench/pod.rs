@@ -104,7 +104,7 @@ impl PodClient {
 
     fn authed<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
-        request.metadata_mut().insert(proto::TIER_SECRET_METADATA, self.secret.clone());
+        request.metadata_mut().insert(daemon_runtime::TIER_SECRET_METADATA, self.secret.clone());
         request
     }
 

@@ -13,8 +13,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context as _};
-use core_cluster::client::{Consistency, CoreClient};
-use proto::TierIdentity;
+use core_client::{Consistency, CoreClient};
+use daemon_runtime::TierIdentity;
 use serde_json::{json, Value};
 
 use crate::client::ChatClient;

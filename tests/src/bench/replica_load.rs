@@ -60,7 +60,7 @@ pub async fn push(
     let started = Instant::now();
     let (tx, rx) = mpsc::channel(batches.len().max(1));
     let mut request = tonic::Request::new(ReceiverStream::new(rx));
-    request.metadata_mut().insert(proto::TIER_SECRET_METADATA, secret.parse().context("secret")?);
+    request.metadata_mut().insert(daemon_runtime::TIER_SECRET_METADATA, secret.parse().context("secret")?);
     let mut acks = client.replicate(request).await?.into_inner();
     for batch in batches {
         tx.send(batch).await.map_err(|_| anyhow::anyhow!("the stream closed"))?;

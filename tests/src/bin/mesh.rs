@@ -489,7 +489,7 @@ fn certs(dir: &std::path::Path, nodes: &[String]) -> anyhow::Result<()> {
         .iter()
         .map(|node| {
             let (name, role) = anyhow::Context::context(node.split_once('='), "a node is name=role")?;
-            let role = anyhow::Context::with_context(proto::Role::parse(role), || {
+            let role = anyhow::Context::with_context(daemon_runtime::Role::parse(role), || {
                 format!("{role:?} is not a mesh role")
             })?;
             Ok((name.trim().to_owned(), role))

@@ -54,7 +54,7 @@ struct Args {
     speculative: bool,
     /// This pod's identity: mutual TLS files, or the insecure development secret.
     #[command(flatten)]
-    identity: proto::IdentityArgs,
+    identity: daemon_runtime::IdentityArgs,
     /// TOML file with any of these settings, one key per flag (`--cache-bytes` is `cache_bytes`); the
     /// command line and the environment variables override it.
     #[arg(long, env = "MESH_POD_CONFIG")]
@@ -65,7 +65,7 @@ struct Args {
 }
 
 fn main() -> anyhow::Result<()> {
-    let parsed = proto::config_file::parse::<Args>()?;
+    let parsed = daemon_runtime::config_file::parse::<Args>()?;
     if let Some(printed) = parsed.print {
         print!("{printed}");
         return Ok(());
@@ -75,12 +75,7 @@ fn main() -> anyhow::Result<()> {
     // thread exists, so an inherited CANDLE_NUM_THREADS cannot override --threads.
     std::env::set_var("RAYON_NUM_THREADS", args.threads.to_string());
     std::env::set_var("CANDLE_NUM_THREADS", args.threads.to_string());
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    daemon_runtime::logging::init("info");
 
     let credential = args.identity.load()?;
     let config = PodConfig::new(args.model_path, credential)
@@ -104,6 +99,6 @@ fn main() -> anyhow::Result<()> {
             let listener = tokio::net::TcpListener::bind(args.listen)
                 .await
                 .with_context(|| format!("binding {}", args.listen))?;
-            run(config, listener, proto::shutdown::signal()).await
+            run(config, listener, daemon_runtime::shutdown::signal()).await
         })
 }

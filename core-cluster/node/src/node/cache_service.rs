@@ -158,7 +158,7 @@ impl CoreCache for CacheService {
         request: Request<CompleteRequest>,
     ) -> Result<Response<Self::CompleteStream>, Status> {
         let started = Instant::now();
-        let trace = proto::trace_context::from_metadata(request.metadata());
+        let trace = daemon_runtime::trace_context::from_metadata(request.metadata());
         tracing::Span::current().record("trace_id", trace.trace_id());
         let metrics = &self.node.metrics;
         metrics.rpc_complete.inc();

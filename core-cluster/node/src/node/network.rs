@@ -40,7 +40,7 @@ use super::log_codec;
 use super::peers::{PeerChannels, MAX_RAFT_MESSAGE_BYTES};
 use super::reply_codec::{self, Reply};
 use super::types::{NodeId, TypeConfig};
-use proto::TierIdentity;
+use daemon_runtime::TierIdentity;
 
 /// Largest AppendEntries sent with more than one entry, in encoded bytes; a larger one is split. openraft gives
 /// an AppendEntries one heartbeat interval (200 ms by default) to be encoded, sent, parsed and fsynced, and a

@@ -169,3 +169,17 @@ mod tests {
         ));
     }
 }
+
+/// Whether a failed call may succeed on another node or later: the transport failed, the node did
+/// not answer in time, or it could not commit. A rejected request (invalid, unauthenticated, not
+/// found, ...) fails the same everywhere. `idempotent` calls (writes under a request id, reads) also
+/// retry `Aborted` and `Internal`, which a node returns when it lost leadership mid-call; a
+/// generation is not retried on them, since the first node may still be generating.
+pub fn worth_another_node(code: tonic::Code, idempotent: bool) -> bool {
+    use tonic::Code;
+    match code {
+        Code::Unavailable | Code::Unknown | Code::DeadlineExceeded | Code::Cancelled => true,
+        Code::Aborted | Code::Internal => idempotent,
+        _ => false,
+    }
+}

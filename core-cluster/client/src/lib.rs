@@ -1,4 +1,5 @@
-//! `CoreClient`: the client library of the core cluster's store and admin API.
+//! `CoreClient`: the client library of the core cluster's store and admin API. A crate of its own so
+//! that the operator's tools and the test harness reach the core without compiling openraft or sled.
 //!
 //! Give it the addresses of any core nodes. It talks to the node it believes leads (learned from replies),
 //! moves on to the next node when one is unreachable or cannot commit, and retries until its deadline.
@@ -11,19 +12,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use daemon_runtime::failover::FailoverChannel;
 use proto::core::core_admin_client::CoreAdminClient;
 use proto::core::core_store_client::CoreStoreClient;
 use proto::core::{
     write_outcome, write_request, AddLearnerRequest, ChangeMembershipRequest, MembershipReply, PutEntry,
     ReadRequest, StatusReply, StatusRequest, WriteRequest,
 };
-use proto::failover::FailoverChannel;
 use shared::completion::CachedCompletion;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-use crate::node::{CoreError, NodeId};
-use proto::TierIdentity;
+use daemon_runtime::failover::worth_another_node;
+use daemon_runtime::TierIdentity;
+
+mod error;
+pub use error::ClientError;
+
+/// A core node's id in the Raft membership.
+pub type NodeId = u64;
 
 /// How a read is served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,7 +75,7 @@ pub struct CoreClient {
 struct Inner {
     /// Each node's channel, and the one to try first.
     nodes: FailoverChannel,
-    secret: TierIdentity,
+    identity: TierIdentity,
     /// The node id each node index answered as (0: not yet known). Atomics, not a locked map: every reply
     /// is learned from, and 64 concurrent callers contended for a lock here.
     ids: Vec<AtomicU64>,
@@ -78,39 +85,26 @@ struct Inner {
     client_tag: String,
 }
 
-/// Whether a failed call may succeed on another node or later.
-fn retryable(status: &Status) -> bool {
-    matches!(
-        status.code(),
-        Code::Unavailable
-            | Code::DeadlineExceeded
-            | Code::Cancelled
-            | Code::Unknown
-            | Code::Aborted
-            | Code::Internal
-    )
-}
-
 /// A status that will not change on retry, as the error the caller sees.
-fn final_error(status: Status) -> CoreError {
+fn final_error(status: Status) -> ClientError {
     match status.code() {
-        Code::InvalidArgument => CoreError::InvalidArgument(status.message().to_owned()),
-        Code::Unauthenticated => CoreError::Unauthenticated,
-        code => CoreError::Rejected { code, message: status.message().to_owned() },
+        Code::InvalidArgument => ClientError::InvalidArgument(status.message().to_owned()),
+        Code::Unauthenticated => ClientError::Unauthenticated,
+        code => ClientError::Rejected { code, message: status.message().to_owned() },
     }
 }
 
 impl CoreClient {
-    /// A client of the nodes at `addrs` (`host:port`), authenticating with the tier `credential`.
-    pub fn new(addrs: Vec<String>, credential: TierIdentity) -> Result<Self, CoreError> {
-        let nodes = FailoverChannel::new(&addrs, &credential)
-            .map_err(|e| CoreError::Config(format!("core nodes: {e}")))?;
+    /// A client of the nodes at `addrs` (`host:port`), presenting `identity`.
+    pub fn new(addrs: Vec<String>, identity: TierIdentity) -> Result<Self, ClientError> {
+        let nodes = FailoverChannel::new(&addrs, &identity)
+            .map_err(|e| ClientError::Config(format!("core nodes: {e}")))?;
         let since_epoch =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let inner = Inner {
             ids: (0..nodes.len()).map(|_| AtomicU64::new(0)).collect(),
             nodes,
-            secret: credential,
+            identity,
             next_id: AtomicU64::new(0),
             client_tag: format!("{:x}-{:x}", std::process::id(), since_epoch.as_nanos()),
         };
@@ -146,7 +140,7 @@ impl CoreClient {
 
     /// Runs `call` on the preferred node, moving on to the next one after a retryable failure, until it
     /// succeeds, fails for good, or the deadline passes.
-    async fn with_retries<T, F, Fut>(&self, what: &str, mut call: F) -> Result<(usize, T), CoreError>
+    async fn with_retries<T, F, Fut>(&self, what: &str, mut call: F) -> Result<(usize, T), ClientError>
     where
         F: FnMut(Channel, Duration) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
@@ -157,7 +151,7 @@ impl CoreClient {
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
-                return Err(CoreError::NoQuorum(format!(
+                return Err(ClientError::NoQuorum(format!(
                     "{what} did not succeed within {:?}: {last_error}",
                     self.timeout
                 )));
@@ -166,7 +160,9 @@ impl CoreClient {
             let attempt = remaining.min(ATTEMPT_TIMEOUT);
             match tokio::time::timeout(attempt, call(channel, attempt)).await {
                 Ok(Ok(reply)) => return Ok((index, reply)),
-                Ok(Err(status)) if !retryable(&status) => return Err(final_error(status)),
+                Ok(Err(status)) if !worth_another_node(status.code(), true) => {
+                    return Err(final_error(status))
+                }
                 Ok(Err(status)) => last_error = format!("{addr}: {}", status.message()),
                 Err(_) => last_error = format!("{addr}: no answer within {attempt:?}"),
             }
@@ -183,12 +179,12 @@ impl CoreClient {
         &self,
         request_id: &str,
         command: write_request::Command,
-    ) -> Result<WriteAck, CoreError> {
+    ) -> Result<WriteAck, ClientError> {
         let request = WriteRequest { request_id: request_id.to_owned(), command: Some(command) };
-        let secret = self.inner.secret.clone();
+        let identity = self.inner.identity.clone();
         let (index, reply) = self
             .with_retries("write", |channel, attempt| {
-                let mut call = secret.request(request.clone());
+                let mut call = identity.request(request.clone());
                 call.set_timeout(attempt);
                 async move { CoreStoreClient::new(channel).write(call).await.map(tonic::Response::into_inner) }
             })
@@ -208,7 +204,7 @@ impl CoreClient {
         request_id: &str,
         entry: CachedCompletion,
         content_class: &str,
-    ) -> Result<WriteAck, CoreError> {
+    ) -> Result<WriteAck, ClientError> {
         let put = PutEntry { entry: Some(entry.into()), content_class: content_class.to_owned() };
         self.write(request_id, write_request::Command::Put(put)).await
     }
@@ -219,7 +215,7 @@ impl CoreClient {
         tenant: &str,
         key: &str,
         consistency: Consistency,
-    ) -> Result<Option<CachedCompletion>, CoreError> {
+    ) -> Result<Option<CachedCompletion>, ClientError> {
         let (consistency, max_staleness_ms) = match consistency {
             Consistency::Linearizable => (proto::core::Consistency::Linearizable, 0),
             Consistency::Local => (proto::core::Consistency::Local, 0),
@@ -231,10 +227,10 @@ impl CoreClient {
             consistency: consistency as i32,
             max_staleness_ms,
         };
-        let secret = self.inner.secret.clone();
+        let identity = self.inner.identity.clone();
         let (index, reply) = self
             .with_retries("read", |channel, attempt| {
-                let mut call = secret.request(request.clone());
+                let mut call = identity.request(request.clone());
                 call.set_timeout(attempt);
                 async move { CoreStoreClient::new(channel).read(call).await.map(tonic::Response::into_inner) }
             })
@@ -244,24 +240,24 @@ impl CoreClient {
     }
 
     /// One node's status (no retries, no other node): its view of the cluster and its state digest.
-    pub async fn status(&self, addr: &str) -> Result<StatusReply, CoreError> {
-        let channel = self.inner.nodes.channel_to(addr).map_err(|e| CoreError::Config(e.to_string()))?;
-        let mut call = self.inner.secret.request(StatusRequest {});
+    pub async fn status(&self, addr: &str) -> Result<StatusReply, ClientError> {
+        let channel = self.inner.nodes.channel_to(addr).map_err(|e| ClientError::Config(e.to_string()))?;
+        let mut call = self.inner.identity.request(StatusRequest {});
         call.set_timeout(ATTEMPT_TIMEOUT);
         let reply = tokio::time::timeout(ATTEMPT_TIMEOUT, CoreAdminClient::new(channel).status(call))
             .await
-            .map_err(|_| CoreError::NoQuorum(format!("{addr} did not answer")))?
-            .map_err(|s| CoreError::NoQuorum(format!("{addr}: {}", s.message())))?;
+            .map_err(|_| ClientError::NoQuorum(format!("{addr} did not answer")))?
+            .map_err(|s| ClientError::NoQuorum(format!("{addr}: {}", s.message())))?;
         Ok(reply.into_inner())
     }
 
     /// Adds node `id` at `addr` as a learner and waits until it has caught up.
-    pub async fn add_learner(&self, id: NodeId, addr: &str) -> Result<MembershipReply, CoreError> {
+    pub async fn add_learner(&self, id: NodeId, addr: &str) -> Result<MembershipReply, ClientError> {
         let request = AddLearnerRequest { id, addr: addr.to_owned() };
-        let secret = self.inner.secret.clone();
+        let identity = self.inner.identity.clone();
         let (_, reply) = self
             .with_retries("add learner", |channel, attempt| {
-                let mut call = secret.request(request.clone());
+                let mut call = identity.request(request.clone());
                 call.set_timeout(attempt);
                 async move {
                     CoreAdminClient::new(channel).add_learner(call).await.map(tonic::Response::into_inner)
@@ -276,12 +272,12 @@ impl CoreClient {
         &self,
         voters: Vec<NodeId>,
         remove: Vec<NodeId>,
-    ) -> Result<MembershipReply, CoreError> {
+    ) -> Result<MembershipReply, ClientError> {
         let request = ChangeMembershipRequest { voters, remove };
-        let secret = self.inner.secret.clone();
+        let identity = self.inner.identity.clone();
         let (_, reply) = self
             .with_retries("change membership", |channel, attempt| {
-                let mut call = secret.request(request.clone());
+                let mut call = identity.request(request.clone());
                 call.set_timeout(attempt);
                 async move {
                     CoreAdminClient::new(channel)

@@ -16,7 +16,7 @@ use super::refresher::Refresher;
 use super::state_machine::StateMachineStore;
 use super::types::{NodeId, Raft};
 use super::writer::Writer;
-use proto::TierIdentity;
+use daemon_runtime::TierIdentity;
 
 /// Longest time since a leader confirmed this node's state for it to serve cached answers.
 pub const SERVING_STALENESS_MS: u64 = 5_000;

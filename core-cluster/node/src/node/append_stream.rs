@@ -5,9 +5,9 @@
 //! headers both ways, a new HTTP/2 stream and its trailers; on loopback at one client that overhead was most
 //! of a write's time. A stream that fails or times out is dropped and the next request opens another.
 
+use daemon_runtime::TierIdentity;
 use proto::raft::raft_client::RaftClient;
 use proto::raft::RaftPayload;
-use proto::TierIdentity;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;

@@ -6,15 +6,15 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use daemon_runtime::http_serving::HttpLimits;
+use daemon_runtime::identity::ClientAuth;
+use daemon_runtime::Role;
 use openraft::error::{InitializeError, RaftError};
 use openraft::{BasicNode, SnapshotPolicy};
 use proto::cache::core_cache_server::CoreCacheServer;
 use proto::core::core_admin_server::CoreAdminServer;
 use proto::core::core_store_server::CoreStoreServer;
-use proto::http_serving::HttpLimits;
-use proto::identity::ClientAuth;
 use proto::raft::raft_server::RaftServer;
-use proto::Role;
 use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Routes;
@@ -166,7 +166,7 @@ pub async fn run(
     // gRPC and HTTP/1.1 share the listener: the server detects HTTP/2 (h2c) per connection.
     let tls = identity.acceptor(ClientAuth::Optional)?;
     let mut stop = stopping_rx;
-    let serve = proto::http_serving::serve(listener, app, HttpLimits::default(), tls, async move {
+    let serve = daemon_runtime::http_serving::serve(listener, app, HttpLimits::default(), tls, async move {
         let _ = stop.wait_for(|stopping| *stopping).await;
     });
     let mut server = tokio::spawn(serve);

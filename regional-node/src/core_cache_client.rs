@@ -5,16 +5,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use proto::cache::core_cache_client::CoreCacheClient;
+use daemon_runtime::failover::FailoverChannel;
+use daemon_runtime::TierIdentity;
+use proto::cache::core_cache_client::CoreCacheClient as CoreCacheGrpc;
 use proto::cache::{CompleteEvent, CompleteRequest, LookupRequest, ModelsRequest, WatchEvent, WatchRequest};
 use proto::core::core_store_client::CoreStoreClient;
 use proto::core::{invalidate, write_outcome, write_request, Invalidate, WriteRequest};
-use proto::failover::FailoverChannel;
-use proto::TierIdentity;
 use shared::completion::CachedCompletion;
 use shared::models::{ModelRef, ModelTable};
 use tonic::transport::Channel;
-use tonic::{Code, Status, Streaming};
+use tonic::{Status, Streaming};
 
 use crate::breaker::CircuitBreaker;
 use crate::RegionalError;
@@ -29,26 +29,26 @@ pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// Client of every configured core node.
 #[derive(Clone)]
-pub struct CoreClient {
+pub struct CoreCacheClient {
     nodes: Arc<FailoverChannel>,
-    secret: TierIdentity,
+    identity: TierIdentity,
     breaker: Arc<CircuitBreaker>,
 }
 
-impl CoreClient {
+impl CoreCacheClient {
     /// Prepares channels to the given node URLs (`http://host:port`); nothing connects until first use.
     pub fn new(
         urls: &[String],
-        secret: TierIdentity,
+        identity: TierIdentity,
         breaker: CircuitBreaker,
     ) -> Result<Self, RegionalError> {
-        let nodes =
-            FailoverChannel::new(urls, &secret).map_err(|e| RegionalError::Config(format!("--core: {e}")))?;
-        Ok(Self { nodes: Arc::new(nodes), secret, breaker: Arc::new(breaker) })
+        let nodes = FailoverChannel::new(urls, &identity)
+            .map_err(|e| RegionalError::Config(format!("--core: {e}")))?;
+        Ok(Self { nodes: Arc::new(nodes), identity, breaker: Arc::new(breaker) })
     }
 
     fn request<T>(&self, message: T, timeout: Duration) -> tonic::Request<T> {
-        let mut request = self.secret.request(message);
+        let mut request = self.identity.request(message);
         request.set_timeout(timeout);
         request
     }
@@ -102,7 +102,7 @@ impl CoreClient {
         let reply = self
             .each_node(|channel| {
                 let request = self.request(ModelsRequest {}, LOOKUP_TIMEOUT);
-                async move { CoreCacheClient::new(channel).models(request).await }
+                async move { CoreCacheGrpc::new(channel).models(request).await }
             })
             .await?;
         let models = reply.into_inner().models;
@@ -111,13 +111,13 @@ impl CoreClient {
 
     /// Opens the core's change feed after `after_revision` on the first node that serves it. Returns
     /// that node's index too, so that a stream that goes quiet can be moved away from
-    /// ([`CoreClient::move_past`]). Not counted by the circuit breaker.
+    /// ([`CoreCacheClient::move_past`]). Not counted by the circuit breaker.
     pub async fn watch(&self, after_revision: u64) -> Result<(usize, Streaming<WatchEvent>), RegionalError> {
         let stream = self
             .each_node(|channel| {
                 // No deadline: the stream lives as long as the node serves it.
-                let request = self.secret.request(WatchRequest { after_revision });
-                async move { CoreCacheClient::new(channel).watch(request).await }
+                let request = self.identity.request(WatchRequest { after_revision });
+                async move { CoreCacheGrpc::new(channel).watch(request).await }
             })
             .await?;
         // A successful call made its node the preferred one.
@@ -135,7 +135,7 @@ impl CoreClient {
         let reply = self
             .with_failover(|channel| {
                 let request = self.request(message.clone(), LOOKUP_TIMEOUT);
-                async move { CoreCacheClient::new(channel).lookup(request).await }
+                async move { CoreCacheGrpc::new(channel).lookup(request).await }
             })
             .await?;
         Ok(reply.into_inner().entry.map(CachedCompletion::from))
@@ -150,15 +150,15 @@ impl CoreClient {
         let reply = self
             .with_failover(|channel| {
                 let mut request = self.request(message.clone(), COMPLETE_TIMEOUT);
-                proto::trace_context::attach(&mut request, trace);
-                async move { CoreCacheClient::new(channel).complete(request).await }
+                daemon_runtime::trace_context::attach(&mut request, trace);
+                async move { CoreCacheGrpc::new(channel).complete(request).await }
             })
             .await?;
         Ok(reply.into_inner())
     }
 }
 
-impl CoreClient {
+impl CoreCacheClient {
     /// Invalidates `key` (owned by `tenant`) in the core's state; `request_id` makes a retry apply once.
     /// Returns how many entries the core removed (0 when it held none); another tenant's key is refused.
     pub async fn invalidate(
@@ -199,14 +199,15 @@ pub struct InvalidatedAtCore {
     pub at_ms: i64,
 }
 
-impl std::fmt::Debug for CoreClient {
+impl std::fmt::Debug for CoreCacheClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let urls: Vec<&str> = self.nodes.addresses().collect();
-        f.debug_struct("CoreClient").field("nodes", &urls).field("secret", &"<redacted>").finish()
+        f.debug_struct("CoreCacheClient").field("nodes", &urls).field("identity", &"<redacted>").finish()
     }
 }
 
-/// Transport failures and a node without quorum are worth another node; a rejected request is not.
+/// Transport failures and a node without quorum are worth another node; a rejected request is not. A
+/// generation is not idempotent, so `Aborted` and `Internal` are not retried.
 fn is_retryable(status: &Status) -> bool {
-    matches!(status.code(), Code::Unavailable | Code::Unknown | Code::DeadlineExceeded | Code::Cancelled)
+    daemon_runtime::failover::worth_another_node(status.code(), false)
 }

@@ -52,8 +52,21 @@ pub enum CoreError {
     Io(#[from] std::io::Error),
 }
 
-impl From<proto::identity::IdentityError> for CoreError {
-    fn from(err: proto::identity::IdentityError) -> Self {
+impl From<core_client::ClientError> for CoreError {
+    fn from(err: core_client::ClientError) -> Self {
+        use core_client::ClientError;
+        match err {
+            ClientError::InvalidArgument(message) => CoreError::InvalidArgument(message),
+            ClientError::Unauthenticated => CoreError::Unauthenticated,
+            ClientError::Rejected { code, message } => CoreError::Rejected { code, message },
+            ClientError::NoQuorum(message) => CoreError::NoQuorum(message),
+            ClientError::Config(message) => CoreError::Config(message),
+        }
+    }
+}
+
+impl From<daemon_runtime::identity::IdentityError> for CoreError {
+    fn from(err: daemon_runtime::identity::IdentityError) -> Self {
         CoreError::Config(err.to_string())
     }
 }

@@ -7,8 +7,8 @@ use proto::core::{
     SetTenantPolicy, TenantPolicy,
 };
 
-use crate::client::CoreClient;
 use crate::node::{CoreError, NodeId};
+use core_client::CoreClient;
 
 /// `core-node admin`: manage a running core cluster. The tier secret comes from `MESH_TIER_SECRET`.
 #[derive(Debug, Parser)]
@@ -19,7 +19,7 @@ pub struct AdminArgs {
     pub nodes: Vec<String>,
     /// The operator's identity: the admin certificate (mutual TLS), or the insecure secret.
     #[command(flatten)]
-    pub identity: proto::IdentityArgs,
+    pub identity: daemon_runtime::IdentityArgs,
     /// What to do.
     #[command(subcommand)]
     pub command: AdminCommand,

@@ -5,9 +5,9 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use daemon_runtime::{Role, TierIdentity};
 use proto::core::core_store_client::CoreStoreClient;
 use proto::raft::raft_client::RaftClient;
-use proto::{Role, TierIdentity};
 use tonic::transport::Channel;
 
 use super::error::CoreError;

@@ -24,8 +24,8 @@ use tonic::{Code, Request, Response, Status};
 use super::config::{NodeConfig, RaftTuning};
 use super::error::CoreError;
 use super::types::NodeId;
+use daemon_runtime::TierIdentity;
 use proto::core::write_outcome;
-use proto::TierIdentity;
 
 const SECRET: &str = "a-development-secret-of-32-bytes!";
 
@@ -62,7 +62,7 @@ impl InferencePod for FakePod {
     ) -> Result<Response<Self::GenerateStream>, Status> {
         TierIdentity::insecure_secret(SECRET)
             .map_err(|e| Status::internal(e.to_string()))?
-            .check(&request, &[proto::Role::Core])?;
+            .check(&request, &[daemon_runtime::Role::Core])?;
         self.calls.fetch_add(1, Ordering::SeqCst);
         let last = request.into_inner().messages.last().map(|m| m.content.clone()).unwrap_or_default();
         let delta = |text: &str| GenerateEvent {
@@ -373,9 +373,9 @@ async fn a_follower_that_missed_purged_logs_catches_up_from_a_snapshot() {
     }
 }
 
-fn store_client(cluster: &Cluster) -> crate::client::CoreClient {
+fn store_client(cluster: &Cluster) -> core_client::CoreClient {
     let addrs = cluster.addrs.values().map(|a| a.to_string()).collect();
-    crate::client::CoreClient::new(addrs, credential()).expect("client").with_timeout(Duration::from_secs(10))
+    core_client::CoreClient::new(addrs, credential()).expect("client").with_timeout(Duration::from_secs(10))
 }
 
 fn entry(key: &str, tenant: &str, model: &str, content: &str) -> shared::completion::CachedCompletion {
@@ -424,7 +424,7 @@ async fn a_generation_nobody_will_store_ends_when_its_caller_hangs_up() {
 
 /// Waits until seeding (model `fake`, tenant `dev`, right after the cluster forms) is done, with probes of
 /// their own ids (a refused write's id is remembered, so the ids a test uses must not be refused).
-async fn wait_for_seeding(client: &crate::client::CoreClient) {
+async fn wait_for_seeding(client: &core_client::CoreClient) {
     let deadline = Instant::now() + Duration::from_secs(10);
     for attempt in 0.. {
         match client.put(&format!("probe-{attempt}"), entry("probe", "dev", "fake", "p"), "stable").await {
@@ -476,7 +476,7 @@ async fn a_follower_far_behind_on_large_entries_catches_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_store_api_dedupes_retries_refuses_bad_input_and_reads_linearizably() {
-    use crate::client::Consistency;
+    use core_client::Consistency;
     use proto::core::write_request::Command as Pb;
     let cluster = new_cluster(FakePod::default(), RaftTuning::default()).await;
     let mut nodes = BTreeMap::new();
@@ -493,16 +493,16 @@ async fn the_store_api_dedupes_retries_refuses_bad_input_and_reads_linearizably(
     let retry = client.put("put-1", entry("k1", "dev", "fake", "two"), "stable").await.expect("retry");
     assert!(retry.duplicate);
     for id in 1..=3u64 {
-        let local = crate::client::CoreClient::new(vec![cluster.addrs[&id].to_string()], credential())
-            .expect("client");
+        let local =
+            core_client::CoreClient::new(vec![cluster.addrs[&id].to_string()], credential()).expect("client");
         let read = local.read("dev", "k1", Consistency::Linearizable).await.expect("linearizable read");
         assert_eq!(read.map(|e| e.content).as_deref(), Some("one"), "node {id}");
     }
     assert_eq!(client.read("other", "k1", Consistency::Local).await.expect("read"), None);
 
-    let code = |r: Result<crate::client::WriteAck, CoreError>| match r {
-        Err(CoreError::Rejected { code, .. }) => Some(code),
-        Err(CoreError::InvalidArgument(_)) => Some(Code::InvalidArgument),
+    let code = |r: Result<core_client::WriteAck, core_client::ClientError>| match r {
+        Err(core_client::ClientError::Rejected { code, .. }) => Some(code),
+        Err(core_client::ClientError::InvalidArgument(_)) => Some(Code::InvalidArgument),
         _ => None,
     };
     assert_eq!(code(client.put("p2", entry("k2", "nobody", "fake", "x"), "").await), Some(Code::NotFound));
@@ -528,8 +528,8 @@ async fn the_store_api_dedupes_retries_refuses_bad_input_and_reads_linearizably(
     assert_eq!(read.map(|e| e.content).as_deref(), Some("one"), "refusals harm nothing stored");
     // Bounded-staleness reads: every node heard from the leader within the last few heartbeats.
     for id in 1..=3u64 {
-        let local = crate::client::CoreClient::new(vec![cluster.addrs[&id].to_string()], credential())
-            .expect("client");
+        let local =
+            core_client::CoreClient::new(vec![cluster.addrs[&id].to_string()], credential()).expect("client");
         let read = local.read("dev", "k1", Consistency::BoundedStaleness(5_000)).await.expect("bounded read");
         assert_eq!(read.map(|e| e.content).as_deref(), Some("one"), "node {id}");
     }

@@ -15,7 +15,7 @@ use tonic::transport::Channel;
 use tonic::{Code, Streaming};
 
 use super::error::CoreError;
-use proto::{Role, TierIdentity};
+use daemon_runtime::{Role, TierIdentity};
 
 /// How long a health probe may take before the pod counts as down.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -207,7 +207,7 @@ impl PodPool {
             let mut client = pod.client.clone();
             let guard = InFlight::start(&pod.in_flight, tokens);
             let mut call = self.secret.request(request.clone());
-            proto::trace_context::attach(&mut call, trace);
+            daemon_runtime::trace_context::attach(&mut call, trace);
             match client.generate(call).await {
                 Ok(response) => {
                     pod.set_healthy(true);

@@ -6,7 +6,6 @@ use clap::Parser;
 use core_cluster::admin_cli::{self, AdminArgs};
 use core_cluster::node::{self, NodeArgs};
 use tokio::net::TcpListener;
-use tracing_subscriber::EnvFilter;
 
 /// mimalloc instead of glibc's allocator: the Raft path allocates and frees many short-lived buffers
 /// (sled node copies, JSON payloads), where glibc spent about a quarter of the node's CPU time.
@@ -20,11 +19,9 @@ fn main() -> anyhow::Result<()> {
         runtime.block_on(admin_cli::run(args))?;
         return Ok(());
     }
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn,sled=warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    daemon_runtime::logging::init("info,openraft=warn,sled=warn");
 
-    let parsed = proto::config_file::parse::<NodeArgs>()?;
+    let parsed = daemon_runtime::config_file::parse::<NodeArgs>()?;
     if let Some(printed) = parsed.print {
         print!("{printed}");
         return Ok(());
@@ -41,6 +38,6 @@ async fn serve(args: NodeArgs) -> anyhow::Result<()> {
     let listen = args.listen;
     let config = args.into_config()?;
     let listener = TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
-    node::run(config, listener, proto::shutdown::signal()).await?;
+    node::run(config, listener, daemon_runtime::shutdown::signal()).await?;
     Ok(())
 }

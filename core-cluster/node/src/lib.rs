@@ -1,10 +1,9 @@
 //! The core cluster: the authoritative cache state replicated with Raft. The inference pod it drives is
-//! its own crate, `inference-pod` (`core-cluster/pod/`), reached only over gRPC.
+//! its own crate, `inference-pod` (`core-cluster/pod/`), reached only over gRPC; the client library is
+//! `core-client` (`core-cluster/client/`).
 //!
 //! # Layout
-//! - [`admin_cli`]: `core-node admin ...`, the operator's command line over the client.
-//! - [`client`]: `CoreClient`, the client library of the store and admin API (follows the leader, retries
-//!   safely).
+//! - [`admin_cli`]: `core-node admin ...`, the operator's command line over `core-client`.
 //! - [`node`]: the `core-node` daemon: openraft over a write-ahead log and sled, the Raft and cache gRPC
 //!   services, routing to pods.
 //! - [`wal`]: the write-ahead log that keeps the Raft log and the vote durable.
@@ -12,6 +11,5 @@
 //! The binary in `src/bin/` only parses its command line, sets up tracing and calls into these modules.
 
 pub mod admin_cli;
-pub mod client;
 pub mod node;
 pub mod wal;

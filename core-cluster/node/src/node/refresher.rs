@@ -77,7 +77,7 @@ impl Refresher {
         let key = CacheKey::derive(&job.tenant, &normalized).as_str().to_owned();
         let generate = GenerateRequest::for_request(format!("refresh-{key}"), &job.tenant, &normalized);
         let (_, mut stream, _in_flight) =
-            self.pods.generate(generate, &proto::trace_context::continue_or_start(None)).await?;
+            self.pods.generate(generate, &daemon_runtime::trace_context::continue_or_start(None)).await?;
         let mut content = String::new();
         let done = loop {
             let message = tokio::time::timeout(POD_IDLE_TIMEOUT, stream.message())

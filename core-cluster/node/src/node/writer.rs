@@ -16,7 +16,7 @@ use super::metrics::Metrics;
 use super::peers::PeerChannels;
 use super::types::{Command, NodeId, Raft, Request};
 use super::validate;
-use proto::TierIdentity;
+use daemon_runtime::TierIdentity;
 
 /// Shortest and longest pause between attempts while the cluster has no usable leader.
 const RETRY_PAUSE: (Duration, Duration) = (Duration::from_millis(20), Duration::from_millis(300));

@@ -1,0 +1,31 @@
+//! What every daemon of the mesh runs on, apart from what it does: who it is and who may call it, how
+//! it reads its configuration, how it serves HTTP, how it reaches the core cluster, how it logs, and
+//! how it stops. The core node, the regional node and the inference pod each start the same way.
+//!
+//! # Layout
+//! - [`config_file`]: each daemon's TOML configuration file, applied under its flags and `MESH_*`
+//!   environment variables; `--print-config`.
+//! - [`identity`]: who a tier is and who may call it: mutual TLS with one certificate per role, the
+//!   authorization interceptor, the flags every daemon reads its identity from.
+//! - [`credential`]: the insecure development secret (no TLS), at least 32 bytes.
+//! - [`http_serving`]: the HTTP listener's limits (connections, header and idle timeouts) with or
+//!   without TLS.
+//! - [`failover`]: the failover channel both clients of the core cluster call through.
+//! - [`shutdown`]: the SIGINT/SIGTERM future every daemon stops on.
+//! - [`trace_context`]: the W3C trace context each tier continues, logs and passes on.
+//! - [`logging`]: the tracing subscriber every binary installs (`RUST_LOG`, with a per-daemon default).
+//!
+//! Layers: `shared` <- `proto` <- `daemon-runtime` <- the daemons. Nothing here knows a protobuf
+//! message; the wire types stay in `proto`.
+
+pub mod config_file;
+pub mod credential;
+pub mod failover;
+pub mod http_serving;
+pub mod identity;
+pub mod logging;
+pub mod shutdown;
+pub mod trace_context;
+
+pub use credential::{TierCredential, TIER_SECRET_METADATA};
+pub use identity::{Caller, IdentityArgs, PeerRole, Role, TierIdentity};
