@@ -30,7 +30,8 @@ struct Args {
             "near-miss/data/semantic_pairs.jsonl",
             "near-miss/data/pairs_written_a.jsonl",
             "near-miss/data/pairs_written_b.jsonl",
-            "near-miss/data/pairs_written_c.jsonl"
+            "near-miss/data/pairs_written_c.jsonl",
+            "near-miss/data/pairs_written_d.jsonl"
         ]
     )]
     pairs: Vec<PathBuf>,
