@@ -9,8 +9,8 @@ use shared::auth::TenantKeys;
 use shared::content_class::{self, TtlPolicy};
 use shared::models::ModelTable;
 
-use crate::semantic_audit::AuditSettings;
-use crate::semantic_tier::SemanticThresholds;
+use crate::semantic::audit::AuditSettings;
+use crate::semantic::tier::SemanticThresholds;
 use crate::RegionalError;
 
 /// `regional-node` flags. Every flag can also be set through the environment variable shown.

@@ -16,7 +16,7 @@ use shared::server_timing::ServerTiming;
 use shared::RequestError;
 use tokio::sync::watch;
 
-use crate::semantic_cache::SemanticHit;
+use crate::semantic::cache::SemanticHit;
 
 /// How a flight ended well: the entry and where it came from.
 #[derive(Debug, Clone)]

@@ -15,11 +15,8 @@
 //!   the [`breaker`] (circuit breaker).
 //! - [`admission`]: admission of generations by predicted cost, with a bounded queue (429 past it).
 //! - [`caller`]: who is calling (a tenant with an API key, or the edge tier with the shared secret).
-//! - [`embedding`]: the all-MiniLM-L6-v2 sentence embedder the semantic tier builds on.
-//! - [`semantic_cache`]: the semantic tier: usearch indexes of embedded questions per partition,
-//!   with the near-miss verifier as the second check of every hit.
-//! - [`semantic_tier`]: the semantic tier as the request path uses it: embedder, indexes, thresholds.
-//! - [`semantic_eval`]: precision and recall of semantic-hit decisions on the labelled pair set.
+//! - [`semantic`]: the semantic tier: embedders, usearch indexes per partition, the near-miss
+//!   verifier as the second check of every hit, and the online audit of served hits.
 //! - [`replication`]: vector-clock replication of the hot set and of invalidations between regional
 //!   nodes over gRPC, with anti-entropy.
 //! - [`model_catalog`]: the served models and their versions, learned from the core's registry and feed.
@@ -36,8 +33,6 @@ pub mod change_feed;
 pub mod config;
 pub mod core_cache_client;
 pub mod core_view;
-pub mod edge_table;
-pub mod embedding;
 pub mod error;
 pub mod exact_cache;
 pub mod exact_store;
@@ -47,11 +42,7 @@ pub mod metrics;
 pub mod model_catalog;
 pub mod replication;
 pub mod request_path;
-pub mod semantic_audit;
-pub mod semantic_cache;
-pub mod semantic_eval;
-pub mod semantic_neighbours;
-pub mod semantic_tier;
+pub mod semantic;
 pub mod server;
 pub mod tenant_rate;
 

@@ -17,15 +17,15 @@ use crate::breaker::CircuitBreaker;
 use crate::config::Settings;
 use crate::core_cache_client::CoreCacheClient;
 use crate::core_view::CoreView;
-use crate::embedding::SentenceEmbedder;
 use crate::exact_cache::ExactCache;
 use crate::exact_store::ExactStore;
 use crate::model_catalog::ModelCatalog;
 use crate::replication::service::ReplicationService;
 use crate::replication::{Applier, Replication, ReplicationSettings};
 use crate::request_path::{PathParts, RequestPath};
-use crate::semantic_cache::SemanticLimits;
-use crate::semantic_tier::SemanticTier;
+use crate::semantic::cache::SemanticLimits;
+use crate::semantic::embedding::SentenceEmbedder;
+use crate::semantic::tier::SemanticTier;
 use crate::tenant_rate::TenantRate;
 use crate::RegionalError;
 

@@ -40,7 +40,6 @@ pub mod models;
 pub mod normalize;
 pub mod openai;
 pub mod server_timing;
-pub mod sharegpt;
 pub mod small_embedding;
 pub mod trace;
 pub mod wordpiece;

@@ -1,6 +1,6 @@
 //! The process harness: starts the real binaries of the mesh as child processes on free loopback ports,
-//! waits until each is ready, and kills them (whole process groups) when dropped. The integration tests in
-//! `tests/tests/` and the `mesh` launcher (`mesh up`) both use it.
+//! waits until each is ready, and kills them (whole process groups) when dropped. The cross-process tests
+//! in `tests/tests/` and the operator's tool (`mesh up`, the benchmarks; the `mesh/` crate) both use it.
 //!
 //! # Layout
 //! - [`paths`]: where the repository, the built binaries, the models and the edge worker are.
@@ -13,20 +13,20 @@
 //! - [`mesh`]: a whole local mesh: core nodes, the inference pod, regional nodes and the edge.
 //! - [`fault_proxy`]: a TCP proxy that refuses and cuts connections by source IP, for partitions.
 //! - [`core_cluster`]: a core cluster alone (no pods), each node behind a fault proxy, for store tests.
-//! - [`bench`]: benchmarks against peers measured side by side (`mesh bench core`: the core against etcd;
-//!   `mesh bench pod`: the inference pod against llama.cpp).
+//! - [`propagation`]: how long after an acknowledged invalidation each tier stops serving the answer.
+//! - [`poll`]: [`poll::poll_until`], the one deadline loop the tests wait with.
 
-pub mod bench;
 pub mod certs;
 pub mod client;
 pub mod core_cluster;
 pub mod daemon_config;
-pub mod dashboard;
 pub mod fault_proxy;
 pub mod mesh;
 pub mod paths;
+pub mod poll;
 pub mod ports;
 pub mod process;
+pub mod propagation;
 pub mod wrangler;
 
 pub use mesh::{Mesh, MeshSpec};

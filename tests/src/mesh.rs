@@ -481,25 +481,6 @@ impl Mesh {
         self.spec.edge.then(|| format!("http://127.0.0.1:{}", self.ports.edge))
     }
 
-    /// What `mesh dashboard` needs to watch this mesh: every daemon's metrics, read with the admin
-    /// identity when the mesh runs TLS, the page served on `listen`.
-    pub fn dashboard_options(&self, listen: &str) -> anyhow::Result<crate::dashboard::DashboardOptions> {
-        use crate::dashboard::Target;
-        let mut targets = vec![Target { name: "pod".into(), url: self.pod_url() }];
-        targets.extend(
-            (0..self.core_nodes()).map(|i| Target { name: format!("core-{}", i + 1), url: self.core_url(i) }),
-        );
-        targets.extend(
-            (0..self.regional_nodes())
-                .map(|i| Target { name: format!("regional-{}", i + 1), url: self.regional_url(i) }),
-        );
-        let client_identity = match self.tls_files("admin") {
-            Some(files) => Some((std::fs::read(&files.cert)?, std::fs::read(&files.key)?)),
-            None => None,
-        };
-        Ok(crate::dashboard::DashboardOptions::new(targets, listen, client_identity))
-    }
-
     /// The development API key.
     pub fn api_key(&self) -> &str {
         &self.spec.api_key

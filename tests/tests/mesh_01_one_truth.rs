@@ -4,7 +4,7 @@
 //! are generated again under the new version at every tier, edge included. Prints the propagation time
 //! per tier (`mesh bench propagation` measures more rounds).
 
-use mesh_harness::bench::propagation::{self, Tiers};
+use mesh_harness::propagation::{self, Tiers};
 use mesh_harness::{Mesh, MeshSpec};
 use serde_json::json;
 

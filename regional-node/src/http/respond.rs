@@ -8,7 +8,7 @@ use shared::openai::Delivery;
 use shared::server_timing::ServerTiming;
 
 use crate::request_path::ClassTtl;
-use crate::semantic_cache::SemanticHit;
+use crate::semantic::cache::SemanticHit;
 
 /// `Content-Type` of server-sent events.
 pub const EVENT_STREAM: &str = "text/event-stream";

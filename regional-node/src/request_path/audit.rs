@@ -1,6 +1,6 @@
 //! Auditing a semantic hit off the request path: the question as asked is generated again at the
 //! core, fresh and stored nowhere, and the answer served is compared with it
-//! ([`crate::semantic_audit`]).
+//! ([`crate::semantic::audit`]).
 
 use std::sync::Arc;
 
@@ -10,7 +10,7 @@ use shared::completion::CachedCompletion;
 use super::flight_task::{complete_request, next_event};
 use super::{Admitted, RequestPath};
 use crate::core_cache_client::CoreCacheClient;
-use crate::semantic_audit::answers_agree;
+use crate::semantic::audit::answers_agree;
 use crate::RegionalError;
 
 impl RequestPath {

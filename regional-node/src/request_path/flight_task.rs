@@ -16,7 +16,7 @@ use super::{elapsed_ms, Admitted, ClassTtl, RequestPath, X_CACHE_MISS, X_CACHE_S
 use crate::admission::predicted_cost;
 use crate::core_cache_client::STREAM_IDLE_TIMEOUT;
 use crate::flight::{Flight, Outcome, Piece};
-use crate::semantic_tier::EmbeddedQuestion;
+use crate::semantic::tier::EmbeddedQuestion;
 use crate::server::now_ms;
 use crate::RegionalError;
 

@@ -9,8 +9,8 @@ use shared::server_timing::ServerTiming;
 
 use super::{elapsed_ms, Admitted, RequestPath, X_CACHE_CORE, X_CACHE_SEMANTIC};
 use crate::flight::Outcome;
-use crate::semantic_cache::SemanticHit;
-use crate::semantic_tier::EmbeddedQuestion;
+use crate::semantic::cache::SemanticHit;
+use crate::semantic::tier::EmbeddedQuestion;
 use crate::server::now_ms;
 use crate::RegionalError;
 

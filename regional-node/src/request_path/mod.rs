@@ -45,7 +45,7 @@ use crate::metrics::RegionalMetrics;
 use crate::model_catalog::ModelCatalog;
 use crate::replication::record::{Record, Resolved};
 use crate::replication::{Applier, Replication};
-use crate::semantic_tier::SemanticTier;
+use crate::semantic::tier::SemanticTier;
 use crate::server::now_ms;
 use crate::RegionalError;
 

@@ -1,0 +1,30 @@
+//! Benchmarks of the mesh against the peers a user would otherwise pick, measured side by side in one run
+//! on the same machine (`shared/design/BENCHMARKS.md`): each prints a table and can write the same figures
+//! as JSON. `mesh bench <suite>` runs them; each suite is one folder.
+//!
+//! # Layout
+//! - [`common`]: what every suite uses: load generators, the report, the scratch directory, machine
+//!   figures, ShareGPT turns.
+//! - [`core`]: `mesh bench core`: the core cluster against etcd.
+//! - [`pod`]: `mesh bench pod`: the inference pod against llama.cpp (`llama-bench`, `llama-server`).
+//! - [`regional`]: `mesh bench regional`: the regional tier against Redis and GPTCache.
+//! - [`edge`]: `mesh bench edge`: the edge worker against a pass-through worker, and the scan.
+//! - [`tls`]: `mesh bench tls`: exact hits and edge misses with mutual TLS against without.
+//! - [`e2e`]: `mesh bench e2e`: the mesh, the mesh with caching off, and GPTCache before llama-server.
+//! - [`propagation`]: `mesh bench propagation`: how long each tier takes to obey an invalidation.
+
+pub mod common;
+pub mod core;
+pub mod e2e;
+pub mod edge;
+pub mod pod;
+pub mod propagation;
+pub mod regional;
+pub mod tls;
+
+pub use common::report::Report;
+pub use core::suite::CoreBenchOptions;
+pub use e2e::suite::E2eBenchOptions;
+pub use edge::suite::EdgeBenchOptions;
+pub use pod::suite::PodBenchOptions;
+pub use regional::suite::RegionalBenchOptions;

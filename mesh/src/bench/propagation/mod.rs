@@ -1,0 +1,3 @@
+//! `mesh bench propagation`: how long each tier takes to obey an invalidation.
+
+pub mod suite;
