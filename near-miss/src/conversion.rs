@@ -1,10 +1,12 @@
 //! Unit conversions, whatever their frame: `how many km are in a mile`, `1 mile in km`, `a mile equals
 //! how many km`, `convert a mile to km` and `1 mile = ? km` all convert one mile into kilometres, while
 //! `how many miles are in a km` converts the other way. Word alignment cannot see this: the frames use
-//! different words (`many`, `equals`, `convert`) and put the two units in either order.
+//! different words (`many`, `equals`, `convert`: [`Tag::ConversionFrame`] and function words) and put
+//! the two units in either order.
 
-use super::lexicon::Lexicon;
-use super::words::{Word, WordKind};
+use crate::lexicon::Lexicon;
+use crate::vocabulary::{self, Tag};
+use crate::words::{Word, WordKind};
 
 /// What a conversion question asks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,10 +21,6 @@ pub struct Conversion {
     /// liters in a US gallon`).
     pub rest: Vec<String>,
 }
-
-/// Words that frame a conversion and say nothing else (`350 degrees Fahrenheit` is `350 F`). The verb
-/// `convert` and its forms are function words already (`words.rs`).
-const FRAME_WORDS: [&str; 8] = ["many", "much", "equal", "equals", "conversion", "degree", "degrees", "per"];
 
 /// The conversion `words` ask for: exactly two units of measure, at most one quantity, and it before
 /// the unit converted from (the other unit not between them). `how many U1 ... U2` converts U2 into U1; otherwise the first unit is
@@ -70,7 +68,7 @@ pub fn conversion(words: &[Word], lexicon: &Lexicon) -> Option<Conversion> {
             *at != first_at
                 && *at != second_at
                 && w.kind == WordKind::Content
-                && !FRAME_WORDS.contains(&w.text.as_str())
+                && !vocabulary::is(&w.text, Tag::ConversionFrame)
         })
         .map(|(_, w)| lexicon.lemmas(&w.text).pop().unwrap_or_else(|| w.text.clone()))
         .collect();
@@ -80,8 +78,8 @@ pub fn conversion(words: &[Word], lexicon: &Lexicon) -> Option<Conversion> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::words::words;
     use super::*;
+    use crate::words::words;
 
     fn of(text: &str) -> Option<Conversion> {
         conversion(&words(text), Lexicon::get())

@@ -4,6 +4,11 @@
 //!
 //! Each group is one concept; a group never joins two things that could answer differently.
 
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use crate::vocabulary;
+
 /// Groups of interchangeable words, each compared after lemmatizing (`teaspoons` is `teaspoon`).
 const GROUPS: &[&[&str]] = &[
     // Programming languages, tools and formats.
@@ -89,14 +94,7 @@ const GROUPS: &[&[&str]] = &[
     // Words of one meaning that WordNet keeps apart.
     &["all", "every"],
     &["brief", "short"],
-    // Who made what.
-    &["author", "write", "writer"],
-    &["inventor", "invent"],
-    &["founder", "found"],
-    &["painter", "paint"],
-    &["composer", "compose"],
-    &["director", "direct"],
-    &["discoverer", "discover"],
+    // Who made what follows, from [`vocabulary::MAKERS`].
 ];
 
 /// Phrases that frame a question the way a single word does: `number of days` asks `how many days`.
@@ -135,21 +133,53 @@ pub const QUANTITY_PHRASES: &[(&str, &str)] = &[
     ("a billion", "1000000000"),
 ];
 
-/// Whether two words are interchangeable names of one thing (a plural `s` is ignored: the lexicon
-/// may not know `tablespoons`).
-pub fn equivalent(a: &str, b: &str) -> bool {
-    a != b
-        && GROUPS.iter().any(|group| group.iter().any(|w| names(w, a)) && group.iter().any(|w| names(w, b)))
+/// Every group: [`GROUPS`], then one per verb of [`vocabulary::MAKERS`] (`author`, `writer`, `write`).
+fn groups() -> &'static [Vec<&'static str>] {
+    static ALL: OnceLock<Vec<Vec<&'static str>>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        let mut all: Vec<Vec<&'static str>> = GROUPS.iter().map(|group| group.to_vec()).collect();
+        let mut makers: Vec<Vec<&'static str>> = Vec::new();
+        for (noun, verb) in vocabulary::MAKERS {
+            match makers.iter_mut().find(|group| group.last() == Some(&verb)) {
+                Some(group) => group.insert(group.len() - 1, noun),
+                None => makers.push(vec![noun, verb]),
+            }
+        }
+        all.extend(makers);
+        all
+    })
 }
 
-/// Whether `word` is the name `w`, or its plural.
-fn names(w: &str, word: &str) -> bool {
-    w == word || word.strip_suffix('s').is_some_and(|s| s == w)
+/// Each name and the groups that hold it, in [`groups`] order.
+fn index() -> &'static HashMap<&'static str, Vec<usize>> {
+    static INDEX: OnceLock<HashMap<&'static str, Vec<usize>>> = OnceLock::new();
+    INDEX.get_or_init(|| {
+        let mut index: HashMap<&'static str, Vec<usize>> = HashMap::new();
+        for (at, group) in groups().iter().enumerate() {
+            for name in group {
+                index.entry(name).or_default().push(at);
+            }
+        }
+        index
+    })
+}
+
+/// The groups `word` is a name of, as itself or as the plural of one (the lexicon may not know
+/// `tablespoons`), in order.
+fn groups_of(word: &str) -> impl Iterator<Item = usize> + '_ {
+    let index = index();
+    let singular = word.strip_suffix('s').and_then(|s| index.get(s));
+    index.get(word).into_iter().chain(singular).flatten().copied()
+}
+
+/// Whether two words are interchangeable names of one thing (a plural `s` is ignored).
+pub fn equivalent(a: &str, b: &str) -> bool {
+    a != b && groups_of(a).any(|g| groups_of(b).any(|h| g == h))
 }
 
 /// The first name of the group that `word` belongs to (a plural `s` ignored), if any.
 pub fn group_name(word: &str) -> Option<&'static str> {
-    GROUPS.iter().find(|group| group.iter().any(|w| names(w, word))).map(|group| group[0])
+    groups_of(word).min().map(|g| groups()[g][0])
 }
 
 /// A phrase and the words that stand for it.
@@ -158,9 +188,9 @@ pub type Rewrite = (Vec<&'static str>, Vec<&'static str>);
 /// The multiword names of the groups (each stands for the group's first, one-word name) and the
 /// quantity phrases (each stands for its digits), longest first, as word sequences.
 pub fn multiword_names() -> &'static [Rewrite] {
-    static NAMES: std::sync::OnceLock<Vec<Rewrite>> = std::sync::OnceLock::new();
+    static NAMES: OnceLock<Vec<Rewrite>> = OnceLock::new();
     NAMES.get_or_init(|| {
-        let mut names: Vec<Rewrite> = GROUPS
+        let mut names: Vec<Rewrite> = groups()
             .iter()
             .flat_map(|group| {
                 group
@@ -180,6 +210,21 @@ pub fn multiword_names() -> &'static [Rewrite] {
     })
 }
 
+/// The rewrites of [`multiword_names`] whose phrase starts with `word`, longest first.
+pub fn multiword_names_from(word: &str) -> &'static [Rewrite] {
+    static BY_FIRST: OnceLock<HashMap<&'static str, Vec<Rewrite>>> = OnceLock::new();
+    let by_first = BY_FIRST.get_or_init(|| {
+        let mut by_first: HashMap<&'static str, Vec<Rewrite>> = HashMap::new();
+        for rewrite in multiword_names() {
+            if let Some(first) = rewrite.0.first() {
+                by_first.entry(first).or_default().push(rewrite.clone());
+            }
+        }
+        by_first
+    });
+    by_first.get(word).map_or(&[], Vec::as_slice)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,6 +236,10 @@ mod tests {
         assert!(!equivalent("tsp", "tbsp"), "a teaspoon is not a tablespoon");
         assert!(!equivalent("python", "python"));
         assert!(!equivalent("fahrenheit", "celsius"));
+        assert!(equivalent("ml", "milliliter") && equivalent("ml", "machine learning"));
+        assert_eq!(group_name("ml"), Some("ml"), "the first group that holds it");
+        assert!(equivalent("author", "writer") && !equivalent("write", "write"));
+        assert!(equivalent("authors", "write") && equivalent("inventor", "invent"));
         let names = multiword_names();
         assert!(names.iter().any(|(w, one)| w == &["new", "york", "city"] && one == &["nyc"]));
         assert!(names.iter().any(|(w, digits)| w == &["half", "an", "hour"] && digits == &["30", "minutes"]));

@@ -5,66 +5,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 
+use crate::equivalents;
+use crate::vocabulary::{self, Tag};
+
 /// The lexicon file, as `scripts/build-lexicon.py` writes it.
 const LEXICON_TSV: &str = include_str!("../data/lexicon.tsv");
-
-/// Units of measure (lemmas): an answer in one is wrong in another.
-const UNITS: &[&str] = &[
-    "nanosecond",
-    "microsecond",
-    "millisecond",
-    "second",
-    "minute",
-    "hour",
-    "day",
-    "week",
-    "month",
-    "year",
-    "decade",
-    "century",
-    "millennium",
-    "millimeter",
-    "centimeter",
-    "meter",
-    "kilometer",
-    "inch",
-    "foot",
-    "yard",
-    "mile",
-    "milligram",
-    "gram",
-    "kilogram",
-    "ounce",
-    "pound",
-    "stone",
-    "ton",
-    "tonne",
-    "milliliter",
-    "liter",
-    "teaspoon",
-    "tablespoon",
-    "cup",
-    "pint",
-    "quart",
-    "gallon",
-    "bit",
-    "byte",
-    "kilobyte",
-    "megabyte",
-    "gigabyte",
-    "terabyte",
-    "celsius",
-    "fahrenheit",
-    "kelvin",
-    "calorie",
-    "joule",
-    "watt",
-    "kilowatt",
-    "volt",
-    "ampere",
-    "acre",
-    "hectare",
-];
 
 /// Prefixes that negate or reverse a word (`illegal`, `unsafe`, `disable`, `nonzero`, `decompress`).
 const NEGATIVE_PREFIXES: [&str; 8] = ["un", "in", "im", "il", "ir", "dis", "non", "de"];
@@ -192,7 +137,7 @@ impl Lexicon {
     /// Whether two lemmas share a sense. Two different units of measure never do, though WordNet
     /// puts `minute` and `second` in one sense (a short time).
     pub fn synonyms(&self, a: &str, b: &str) -> bool {
-        if a != b && UNITS.contains(&a) && UNITS.contains(&b) {
+        if a != b && vocabulary::is(a, Tag::Unit) && vocabulary::is(b, Tag::Unit) {
             return false;
         }
         match (self.synsets.get(a), self.synsets.get(b)) {
@@ -201,12 +146,15 @@ impl Lexicon {
         }
     }
 
-    /// The unit of measure `word` names (`km`, `kilometres` and `kilometer` are `kilometer`), if any.
+    /// The unit of measure `word` names (`km`, `kilometres` and `kilometer` are `kilometer`), if any:
+    /// the first of its dictionary forms that is a unit ([`Tag::Unit`]) or a name of one.
     pub fn unit(&self, word: &str) -> Option<&'static str> {
-        self.lemmas(word).iter().find_map(|form| {
-            let named = super::equivalents::group_name(form);
-            UNITS.iter().copied().find(|&unit| unit == form.as_str() || named == Some(unit))
-        })
+        let unit = |name: &str| {
+            vocabulary::entry(name).filter(|(_, tags)| tags.contains(&Tag::Unit)).map(|(u, _)| u)
+        };
+        self.lemmas(word)
+            .iter()
+            .find_map(|form| unit(form).or_else(|| equivalents::group_name(form).and_then(unit)))
     }
 
     /// Whether two lemmas are opposites: a WordNet antonym pair, or one is the other with a
@@ -277,6 +225,21 @@ mod tests {
         assert!(lexicon.antonyms("upload", "download"));
         assert!(lexicon.antonyms("decompress", "compress"));
         assert!(!lexicon.antonyms("legal", "lawful"));
+    }
+
+    #[test]
+    fn a_unit_names_no_other_unit() {
+        // `unit` prefers a form that is a unit to the unit its group names: the same answer as long as
+        // no unit belongs to a group named by another.
+        let lexicon = Lexicon::get();
+        for unit in vocabulary::words_with(Tag::Unit) {
+            assert_eq!(lexicon.unit(unit), Some(unit));
+            let named = equivalents::group_name(unit);
+            assert!(named.is_none_or(|name| name == unit || !vocabulary::is(name, Tag::Unit)), "{unit}");
+        }
+        assert_eq!(lexicon.unit("km"), Some("kilometer"));
+        assert_eq!(lexicon.unit("kilometres"), Some("kilometer"));
+        assert_eq!(lexicon.unit("python"), None);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! words (`how`, `let`, auxiliaries), so without this `let's play chess` (play a game with me) hits
 //! `how to play chess` (explain the rules).
 
-use super::words::Word;
+use crate::vocabulary::{self, Tag};
+use crate::words::Word;
 
 /// The kind of answer a question asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,25 +16,17 @@ pub enum Act {
     Other,
 }
 
-/// Auxiliaries that may follow `how` in a question about a method (`how do I`, `how can we`).
-const AUXILIARIES: &[&str] = &["can", "could", "do", "does", "should", "would", "might", "may", "must"];
-
-/// Who a method is for, after `how` and an auxiliary (`how does one`).
-const PEOPLE: &[&str] = &["i", "we", "you", "one", "u"];
-
-/// Openings that carry nothing about the act (`hi, let's ...`, `ok so let's ...`).
-const OPENERS: &[&str] =
-    &["hi", "hello", "hey", "ok", "okay", "so", "please", "now", "well", "chatgpt", "gpt"];
-
 /// The act `words` (of one question, in order) ask for.
 pub fn act(words: &[Word]) -> Act {
     let texts: Vec<&str> = words.iter().map(|w| w.text.as_str()).collect();
     let asks_method = texts.windows(2).any(|w| w == ["how", "to"])
-        || texts.windows(3).any(|w| w[0] == "how" && AUXILIARIES.contains(&w[1]) && PEOPLE.contains(&w[2]));
+        || texts.windows(3).any(|w| {
+            w[0] == "how" && vocabulary::is(w[1], Tag::Auxiliary) && vocabulary::is(w[2], Tag::Person)
+        });
     if asks_method {
         return Act::Method;
     }
-    let start = texts.iter().position(|t| !OPENERS.contains(t)).unwrap_or(texts.len());
+    let start = texts.iter().position(|t| !vocabulary::is(t, Tag::Opener)).unwrap_or(texts.len());
     match &texts[start..] {
         // `let's` is `let` before its verb; `let me` and `let them` ask for something else.
         ["let", next, ..] if !matches!(*next, "me" | "him" | "her" | "them" | "it" | "my") => Act::Proposal,
@@ -50,8 +43,8 @@ pub fn compatible(cached: Act, asked: Act) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::words::words;
     use super::*;
+    use crate::words::words;
 
     fn of(text: &str) -> Act {
         act(&words(text))

@@ -1,8 +1,11 @@
 //! Splits a question into the words the verifier compares: numbers, negators, relation markers,
 //! function words and content words.
 //!
-//! Everything here is English grammar (contractions, number words, function words), not a list
-//! of questions: the same rules hold for any two texts.
+//! The kinds come from [`crate::vocabulary`] and the numbers from `numbers.rs`; `first`, `list`,
+//! `name` and `enumerate` change kind with their neighbours.
+
+use crate::numbers::{join_number_words, join_percents, number};
+use crate::vocabulary::{self, Tag};
 
 /// What a word is to the verifier.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -11,7 +14,7 @@ pub enum WordKind {
     Number(String),
     /// A word that negates (`not`, `no`, `never`, `without`, ...; `n't` is split off as `not`).
     Negator,
-    /// A preposition that orders a relation (`from`, `to`, `into`, `than`, `before`, `after`, `vs`):
+    /// A preposition that orders a relation (`from`, `to`, `into`, `than`, `before`, `after`, `by`):
     /// the content word after it plays a role that must not swap.
     Marker,
     /// An article, pronoun, auxiliary, question word or politeness word: carries no content.
@@ -39,23 +42,14 @@ pub fn words(text: &str) -> Vec<Word> {
         .flat_map(|raw| expand_contraction(&raw))
         .collect();
     for piece in join_percents(join_number_words(rewrite_phrases(pieces))) {
-        {
-            let kind = classify(&piece);
-            let text = if kind == WordKind::Marker && (piece == "into" || piece == "onto") {
-                "to".into()
-            } else {
-                piece
-            };
-            out.push(Word { text, kind });
-        }
+        let kind = classify(&piece);
+        let text = if kind == WordKind::Marker { vocabulary::spelling(&piece).to_string() } else { piece };
+        out.push(Word { text, kind });
     }
     mark_request_verb(&mut out);
     mark_first_as_adverb(&mut out);
     out
 }
-
-/// Words after which `first` is an ordinal (`the first book`, `its first album`).
-const DETERMINERS: [&str; 9] = ["the", "a", "my", "your", "his", "her", "its", "their", "our"];
 
 /// `first` with no determiner before it and no noun after it says when (`who first discovered
 /// penicillin`, `invest or pay debt first`), not which one: a function word. `the first book`, `sum of
@@ -67,7 +61,7 @@ fn mark_first_as_adverb(words: &mut [Word]) {
             continue;
         }
         let after_determiner =
-            at.checked_sub(1).is_some_and(|b| DETERMINERS.contains(&words[b].text.as_str()));
+            at.checked_sub(1).is_some_and(|b| vocabulary::is(&words[b].text, Tag::Determiner));
         let before_noun = words.get(at + 1).is_some_and(|next| match next.kind {
             WordKind::Number(_) => true,
             WordKind::Content => !next.text.ends_with("ed"),
@@ -79,22 +73,15 @@ fn mark_first_as_adverb(words: &mut [Word]) {
     }
 }
 
-/// Verbs that, first in an imperative, ask for an answer as `give` and `tell` do (`list the seven
-/// continents`, `name the largest ocean`); elsewhere they are nouns (`a list on commas`, `the name
-/// of the largest ocean`).
-const REQUEST_VERBS: [&str; 3] = ["list", "name", "enumerate"];
-
-/// Words that may come before an imperative's verb (`please list ...`, `can you name ...`).
-const BEFORE_IMPERATIVE: [&str; 9] =
-    ["please", "kindly", "can", "could", "would", "you", "hi", "hello", "now"];
-
-/// Makes the first word of an imperative a function word when it is one of [`REQUEST_VERBS`].
+/// Makes the first word of an imperative a function word when it asks for an answer as `give` and
+/// `tell` do ([`Tag::RequestVerb`]: `list the seven continents`, `name the largest ocean`); elsewhere
+/// it is a noun (`a list on commas`, `the name of the largest ocean`).
 fn mark_request_verb(words: &mut [Word]) {
-    let Some(at) = words.iter().position(|w| !BEFORE_IMPERATIVE.contains(&w.text.as_str())) else {
+    let Some(at) = words.iter().position(|w| !vocabulary::is(&w.text, Tag::BeforeImperative)) else {
         return;
     };
     let noun = words.get(at + 1).is_some_and(|next| next.text == "of" || next.text == "for");
-    if REQUEST_VERBS.contains(&words[at].text.as_str()) && words[at].kind == WordKind::Content && !noun {
+    if vocabulary::is(&words[at].text, Tag::RequestVerb) && words[at].kind == WordKind::Content && !noun {
         words[at].kind = WordKind::Function;
     }
 }
@@ -109,84 +96,13 @@ fn lowercase(token: &str, first: bool) -> String {
     }
 }
 
-/// Numbers written in several words become one: `ninety-one` and `ninety one` are `91`, `two and a
-/// half` is `2.5`, `one third` and `two thirds` are `1/3` and `2/3`.
-fn join_number_words(pieces: Vec<String>) -> Vec<String> {
-    let mut out: Vec<String> = Vec::with_capacity(pieces.len());
-    let mut i = 0;
-    while i < pieces.len() {
-        let piece = &pieces[i];
-        let tens = TENS.iter().position(|&w| w == piece).map(|k| 20 + 10 * k as u64);
-        let unit = pieces.get(i + 1).and_then(|next| CARDINALS[1..10].iter().position(|&w| w == next));
-        if let (Some(tens), Some(unit)) = (tens, unit) {
-            out.push((tens + unit as u64 + 1).to_string());
-            i += 2;
-            continue;
-        }
-        let whole = number(piece).filter(|n| n.chars().all(|c| c.is_ascii_digit()));
-        if let (Some(whole), Some(parts)) = (&whole, pieces.get(i + 1).and_then(|next| fraction_of(next))) {
-            out.push(format!("{whole}/{parts}"));
-            i += 2;
-            continue;
-        }
-        let and_a_half = pieces.get(i + 1..i + 4).is_some_and(|rest| rest == ["and", "a", "half"]);
-        if let (true, Some(whole)) = (and_a_half, &whole) {
-            out.push(format!("{whole}.5"));
-            i += 4;
-            continue;
-        }
-        out.push(match tens {
-            Some(tens) => tens.to_string(),
-            None => piece.clone(),
-        });
-        i += 1;
-    }
-    out
-}
-
-/// The parts a fraction word divides into (`third` and `thirds`: 3, `quarter`: 4, `half`: 2);
-/// `second` is left alone, since `1 second` is a time.
-fn fraction_of(word: &str) -> Option<u32> {
-    let singular = word.strip_suffix('s').unwrap_or(word);
-    match singular {
-        "half" | "halve" => Some(2),
-        "quarter" => Some(4),
-        "second" => None,
-        _ => ORDINALS.iter().position(|&w| w == singular).map(|n| n as u32 + 1).filter(|&n| n >= 3),
-    }
-}
-
-/// Multiples of ten from twenty on.
-const TENS: [&str; 8] = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"];
-
-/// Words that turn the number before them into a percentage.
-const PERCENT_WORDS: [&str; 3] = ["%", "percent", "pct"];
-
-/// `20 percent` and `20%` are one quantity, `20%`, which is not the plain `20` of `20 is what
-/// percent of 80`.
-fn join_percents(pieces: Vec<String>) -> Vec<String> {
-    let mut out: Vec<String> = Vec::with_capacity(pieces.len());
-    for piece in pieces {
-        let quantity = out.last().and_then(|last| number(last)).filter(|n| !n.ends_with('%'));
-        if let (Some(n), true) = (quantity, PERCENT_WORDS.contains(&piece.as_str())) {
-            if let Some(last) = out.last_mut() {
-                *last = format!("{n}%");
-            }
-            continue;
-        }
-        out.push(if piece == "%" { "percent".into() } else { piece });
-    }
-    out
-}
-
 /// Replaces multiword names and quantities written in words by the word or digits that stand for
-/// them ([`super::equivalents`]): `new york city` is `nyc`, `half an hour` is `30 minutes`.
+/// them ([`crate::equivalents`]): `new york city` is `nyc`, `half an hour` is `30 minutes`.
 fn rewrite_phrases(pieces: Vec<String>) -> Vec<String> {
-    let names = super::equivalents::multiword_names();
     let mut out = Vec::with_capacity(pieces.len());
     let mut i = 0;
     while i < pieces.len() {
-        let found = names.iter().find(|(phrase, _)| {
+        let found = crate::equivalents::multiword_names_from(&pieces[i]).iter().find(|(phrase, _)| {
             pieces.len() - i >= phrase.len() && phrase.iter().zip(&pieces[i..]).all(|(p, w)| p == w)
         });
         match found {
@@ -287,7 +203,8 @@ fn mentioned(token: String, quoted: bool) -> String {
         return token;
     }
     let lower = token.to_lowercase();
-    let grammar = [FUNCTION_WORDS, MARKERS, NEGATORS].iter().any(|list| list.contains(&lower.as_str()));
+    let grammar =
+        vocabulary::tags(&lower).iter().any(|t| matches!(t, Tag::Function | Tag::Marker | Tag::Negator));
     if grammar {
         as_symbol(&token)
     } else {
@@ -295,7 +212,7 @@ fn mentioned(token: String, quoted: bool) -> String {
     }
 }
 
-/// A word kept as a symbol: in quotes, which no word list holds, so it is a content word that aligns only
+/// A word kept as a symbol: in quotes, which the vocabulary does not hold, so it is a content word that aligns only
 /// with itself.
 fn as_symbol(word: &str) -> String {
     format!("\"{word}\"")
@@ -330,246 +247,24 @@ fn expand_contraction(token: &str) -> Vec<String> {
     }
 }
 
+/// What a word is: a number, or what the vocabulary says it is (a negator before a marker before a
+/// function word), or a content word.
 fn classify(word: &str) -> WordKind {
-    // `into` and `onto` relate what `to` does.
-    let word = match word {
-        "into" | "onto" => "to",
-        other => other,
-    };
+    let word = vocabulary::spelling(word);
     if let Some(number) = number(word) {
         return WordKind::Number(number);
     }
-    if NEGATORS.contains(&word) {
+    let tags = vocabulary::tags(word);
+    if tags.contains(&Tag::Negator) {
         WordKind::Negator
-    } else if MARKERS.contains(&word) {
+    } else if tags.contains(&Tag::Marker) {
         WordKind::Marker
-    } else if FUNCTION_WORDS.contains(&word) {
+    } else if tags.contains(&Tag::Function) {
         WordKind::Function
     } else {
         WordKind::Content
     }
 }
-
-/// The normalized quantity a word stands for, if it is one.
-fn number(word: &str) -> Option<String> {
-    let digits: String = word.chars().filter(|&c| c != ',').collect();
-    if digits.chars().next().is_some_and(|c| c.is_ascii_digit()) {
-        // `3rd`, `10th`, `2nd` -> ordinal; `5k`, `10kg`, `3.5`, `24/7` stay as written.
-        for suffix in ["st", "nd", "rd", "th"] {
-            if let Some(n) = digits.strip_suffix(suffix) {
-                if n.chars().all(|c| c.is_ascii_digit()) {
-                    return Some(format!("{n}th"));
-                }
-            }
-        }
-        return Some(digits);
-    }
-    let cardinal = CARDINALS.iter().position(|&w| w == word).map(|n| n.to_string());
-    let ordinal = ORDINALS.iter().position(|&w| w == word).map(|n| format!("{}th", n + 1));
-    let large = match word {
-        "hundred" => Some("100".to_string()),
-        "thousand" => Some("1000".to_string()),
-        "million" => Some("1000000".to_string()),
-        "billion" => Some("1000000000".to_string()),
-        "dozen" => Some("12".to_string()),
-        "half" => Some("0.5".to_string()),
-        "twice" | "double" => Some("2x".to_string()),
-        "triple" => Some("3x".to_string()),
-        _ => None,
-    };
-    cardinal.or(ordinal).or(large)
-}
-
-const CARDINALS: [&str; 21] = [
-    "zero",
-    "one",
-    "two",
-    "three",
-    "four",
-    "five",
-    "six",
-    "seven",
-    "eight",
-    "nine",
-    "ten",
-    "eleven",
-    "twelve",
-    "thirteen",
-    "fourteen",
-    "fifteen",
-    "sixteen",
-    "seventeen",
-    "eighteen",
-    "nineteen",
-    "twenty",
-];
-
-const ORDINALS: [&str; 10] =
-    ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth"];
-
-const NEGATORS: &[&str] =
-    &["not", "no", "never", "without", "none", "nothing", "nobody", "neither", "nor", "cannot", "non"];
-
-/// Prepositions whose object plays a role in a relation; `to` also marks an infinitive, so a
-/// marker is compared only when both texts have it.
-pub const MARKERS: &[&str] =
-    &["from", "to", "than", "before", "after", "over", "under", "above", "below", "by"];
-
-/// Markers that reverse each other's relation.
-pub const OPPOSITE_MARKERS: [(&str, &str); 3] = [("before", "after"), ("above", "below"), ("over", "under")];
-
-/// Articles, pronouns, auxiliaries, question words, prepositions and conjunctions that relate no
-/// roles, politeness words, and the verbs of a request itself ("write me", "give me", "make a
-/// list of"), which say that an answer is wanted, not what it is about.
-const FUNCTION_WORDS: &[&str] = &[
-    "a",
-    "an",
-    "the",
-    "this",
-    "that",
-    "these",
-    "those",
-    "some",
-    "any",
-    "i",
-    "me",
-    "my",
-    "mine",
-    "we",
-    "us",
-    "our",
-    "you",
-    "your",
-    "yours",
-    "he",
-    "him",
-    "his",
-    "she",
-    "her",
-    "it",
-    "its",
-    "they",
-    "them",
-    "their",
-    "is",
-    "am",
-    "are",
-    "was",
-    "were",
-    "be",
-    "been",
-    "being",
-    "do",
-    "does",
-    "did",
-    "doing",
-    "have",
-    "has",
-    "had",
-    "can",
-    "could",
-    "will",
-    "would",
-    "shall",
-    "should",
-    "may",
-    "might",
-    "must",
-    "what",
-    "whats",
-    "which",
-    "who",
-    "whom",
-    "whose",
-    "how",
-    "why",
-    "when",
-    "where",
-    "in",
-    "on",
-    "at",
-    "of",
-    "for",
-    "with",
-    "by",
-    "about",
-    "as",
-    "and",
-    "or",
-    "but",
-    "if",
-    "so",
-    "then",
-    "there",
-    "here",
-    "please",
-    "kindly",
-    "thanks",
-    "thank",
-    "hi",
-    "hello",
-    "hey",
-    "tell",
-    "give",
-    "show",
-    "let",
-    "know",
-    "want",
-    "like",
-    "need",
-    "just",
-    "also",
-    "way",
-    "whether",
-    "according",
-    "along",
-    "regarding",
-    "via",
-    "through",
-    "within",
-    "using",
-    "vs",
-    "versus",
-    "between",
-    "against",
-    "write",
-    "provide",
-    "make",
-    "create",
-    "generate",
-    "help",
-    "get",
-    "something",
-    "anything",
-    "possible",
-    "calculate",
-    "calculates",
-    "calculated",
-    "calculating",
-    "compute",
-    "computes",
-    "computed",
-    "computing",
-    "convert",
-    "converts",
-    "converted",
-    "converting",
-    "determine",
-    "determines",
-    "determined",
-    "located",
-    "new",
-    "given",
-    "actually",
-    "exactly",
-    "basically",
-    "really",
-    "explain",
-    "describe",
-    "define",
-    "definition",
-    "concept",
-];
 
 #[cfg(test)]
 mod tests {

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use near_miss::{verify, NearMiss};
+use near_miss::{verify, NearMiss, Rule};
 use serde::Deserialize;
 use shared::content_class::{classify_text, SemanticThresholds};
 
@@ -359,7 +359,7 @@ mod tests {
             },
             similarity,
             small_similarity: None,
-            verdict: if ok { Ok(()) } else { Err(NearMiss::Negation) },
+            verdict: if ok { Ok(()) } else { Err(NearMiss::new(Rule::Negation, "one side is negated")) },
         }
     }
 
