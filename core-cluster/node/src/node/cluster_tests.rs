@@ -451,7 +451,7 @@ async fn a_follower_far_behind_on_large_entries_catches_up() {
     // More than the largest gRPC message between nodes, in entries near the value limit: the backlog only
     // reaches the follower if AppendEntries is split by bytes.
     let value_bytes = super::apply::MAX_VALUE_BYTES as usize - 4096;
-    let count = super::peers::MAX_RAFT_MESSAGE_BYTES / value_bytes + 6;
+    let count = crate::node::raft::peers::MAX_RAFT_MESSAGE_BYTES / value_bytes + 6;
     for i in 0..count {
         let content = format!("{i:04}").repeat(value_bytes / 4);
         client

@@ -10,7 +10,7 @@ use shared::models::{ModelRef, ModelTable};
 
 use super::error::CoreError;
 use super::types::NodeId;
-use super::validate;
+use crate::node::writes::validate;
 use daemon_runtime::{IdentityArgs, TierIdentity};
 
 /// The `core-node` command line. Every flag can also come from its environment variable.
@@ -216,7 +216,7 @@ pub struct RaftTuning {
     /// Log entries since the last snapshot that trigger a new one, whatever their size.
     pub snapshot_logs: u64,
     /// Bytes of log since the last snapshot that trigger a new one, or the last snapshot's size if larger
-    /// ([`super::snapshot_trigger`]).
+    /// ([`crate::node::raft::snapshot_trigger`]).
     pub snapshot_log_bytes: u64,
     /// Log entries kept behind a snapshot, so that a briefly lagging follower catches up from the log
     /// instead of receiving the whole snapshot.

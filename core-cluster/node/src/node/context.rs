@@ -5,17 +5,17 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::error::CoreError;
-use super::hit_reporter::HitCounter;
-use super::leader_contact::LeaderContact;
-use super::log_store::LogStore;
 use super::metrics::Metrics;
-use super::peers::PeerChannels;
 use super::pods::PodPool;
-use super::read_barrier::ReadBarrier;
-use super::refresher::Refresher;
 use super::state_machine::StateMachineStore;
 use super::types::{NodeId, Raft};
-use super::writer::Writer;
+use crate::node::background::hit_reporter::HitCounter;
+use crate::node::background::refresher::Refresher;
+use crate::node::raft::leader_contact::LeaderContact;
+use crate::node::raft::log_store::LogStore;
+use crate::node::raft::peers::PeerChannels;
+use crate::node::raft::read_barrier::ReadBarrier;
+use crate::node::writes::writer::Writer;
 use daemon_runtime::TierIdentity;
 
 /// Longest time since a leader confirmed this node's state for it to serve cached answers.

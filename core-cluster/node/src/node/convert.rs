@@ -11,7 +11,7 @@ use tonic::Code;
 
 use super::error::CoreError;
 use super::types::{Command, InvalidateScope, Outcome, Rejection, Request, TenantPolicy};
-use super::validate;
+use crate::node::writes::validate;
 
 /// Wraps a value as a JSON Raft payload.
 pub fn encode<T: Serialize>(value: &T) -> Result<RaftPayload, CoreError> {

@@ -4,9 +4,9 @@
 use openraft::{BasicNode, RaftMetrics, ServerState};
 use shared::metrics::{Counter, Histogram, MetricsText};
 
-use super::log_store::SyncStats;
 use super::pods::PodPool;
 use super::types::NodeId;
+use crate::node::raft::log_store::SyncStats;
 
 /// Bucket bounds of the group-commit batch size.
 const BATCH_BOUNDS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];

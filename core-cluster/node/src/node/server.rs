@@ -19,31 +19,31 @@ use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Routes;
 
-use super::admin_service::AdminService;
-use super::cache_service::CacheService;
 use super::clean_stop;
 use super::config::NodeConfig;
 use super::context::NodeContext;
-use super::durable_log::DurableLog;
 use super::error::CoreError;
-use super::group_commit::GroupCommit;
-use super::hit_reporter::{self, HitCounter};
-use super::http;
-use super::leader_contact::LeaderContact;
-use super::log_store::LogStore;
 use super::metrics::Metrics;
-use super::network::Network;
-use super::peers::{PeerChannels, MAX_RAFT_MESSAGE_BYTES};
 use super::pods::PodPool;
-use super::raft_service::RaftService;
-use super::read_barrier::ReadBarrier;
-use super::refresher::Refresher;
-use super::snapshot_trigger;
 use super::state_machine::StateMachineStore;
-use super::store_service::StoreService;
-use super::ticker;
 use super::types::{Command, Raft, Request, TenantPolicy};
-use super::writer::Writer;
+use crate::node::background::hit_reporter::{self, HitCounter};
+use crate::node::background::refresher::Refresher;
+use crate::node::background::ticker;
+use crate::node::raft::durable_log::DurableLog;
+use crate::node::raft::leader_contact::LeaderContact;
+use crate::node::raft::log_store::LogStore;
+use crate::node::raft::network::Network;
+use crate::node::raft::peers::{PeerChannels, MAX_RAFT_MESSAGE_BYTES};
+use crate::node::raft::raft_service::RaftService;
+use crate::node::raft::read_barrier::ReadBarrier;
+use crate::node::raft::snapshot_trigger;
+use crate::node::services::admin_service::AdminService;
+use crate::node::services::cache_service::CacheService;
+use crate::node::services::http;
+use crate::node::services::store_service::StoreService;
+use crate::node::writes::group_commit::GroupCommit;
+use crate::node::writes::writer::Writer;
 
 /// How often the inference pods are probed.
 const POD_PROBE_INTERVAL: Duration = Duration::from_secs(2);
@@ -240,7 +240,7 @@ async fn open_db(path: std::path::PathBuf) -> Result<sled::Db, CoreError> {
 }
 
 /// Sends a heartbeat whenever a sync of the leader's log makes a commit index that AppendEntries held back
-/// sendable ([`super::durable_log`]), so followers apply it now rather than at the next heartbeat.
+/// sendable ([`crate::node::raft::durable_log`]), so followers apply it now rather than at the next heartbeat.
 async fn release_held_back_commits(raft: Raft, durable_log: DurableLog) {
     loop {
         durable_log.held_back_commits().await;

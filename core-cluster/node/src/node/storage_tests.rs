@@ -17,13 +17,13 @@ use shared::completion::CachedCompletion;
 
 use super::clean_stop;
 use super::hot_prompts::HotPrompts;
-use super::log_store::LogStore;
 use super::records::ModelState;
 use super::state_machine::{now_ms, FeedRead, StateMachineStore};
 use super::types::{
     Command, Entry, NodeId, Outcome, Proposal, ProposalResponse, Request, StorageError, TenantPolicy,
     TypeConfig,
 };
+use crate::node::raft::log_store::LogStore;
 
 /// A directory under the system temp dir, removed when dropped.
 pub(super) struct TempDir(PathBuf);
@@ -57,7 +57,7 @@ impl Drop for TempDir {
 pub(super) async fn transfer(
     snapshot: &openraft::Snapshot<super::types::TypeConfig>,
     store: &mut StateMachineStore,
-) -> Box<super::snapshot_file::SnapshotFile> {
+) -> Box<crate::node::raft::snapshot_file::SnapshotFile> {
     use tokio::io::{AsyncSeekExt as _, AsyncWriteExt as _};
     let mut source = snapshot.snapshot.try_clone().expect("the snapshot's file");
     source.rewind().await.expect("rewind");
@@ -512,7 +512,7 @@ fn a_leaders_own_entries_become_durable_after_they_are_reported_and_apply_waits_
 
         // An entry the log does not hold durably yet is applied only once it is.
         let (_, sm) = open(&dir.0.join("lagging")).expect("open");
-        let durable = super::durable_log::DurableLog::new(Some(log_id(1, 1)));
+        let durable = crate::node::raft::durable_log::DurableLog::new(Some(log_id(1, 1)));
         let mut sm = sm.applying_durable(durable.clone());
         let entries = vec![seed(), put(2, now_ms(), completion("b", "dev", 600))];
         let applying = tokio::spawn(async move { sm.apply(entries).await });

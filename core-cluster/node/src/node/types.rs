@@ -14,13 +14,13 @@ pub type NodeId = u64;
 
 openraft::declare_raft_types!(
     /// The core cluster's Raft types: entries are [`Proposal`]s, snapshots are files
-    /// ([`super::snapshot_file`]).
+    /// ([`crate::node::raft::snapshot_file`]).
     pub TypeConfig:
         D = Proposal,
         R = ProposalResponse,
         NodeId = NodeId,
         Node = BasicNode,
-        SnapshotData = super::snapshot_file::SnapshotFile,
+        SnapshotData = crate::node::raft::snapshot_file::SnapshotFile,
 );
 
 /// A running Raft node of the core cluster.

@@ -1,13 +1,13 @@
-//! Applying a batch of log entries: once this node's log holds them durably ([`super::super::durable_log`]),
+//! Applying a batch of log entries: once this node's log holds them durably ([`crate::node::raft::durable_log`]),
 //! the commands through an overlay, then the batch's writes to the trees ([`super::overlay`]).
 
 use openraft::{EntryPayload, StorageIOError};
 
 use super::super::apply::apply_proposal;
-use super::super::durable_log::DurableLog;
 use super::super::types::{Entry, NodeId, ProposalResponse, StorageError};
 use super::snapshots::blocking;
 use super::{entry_heads, overlay, Membership, StateMachineStore, CLOCK, LAST_APPLIED, LAST_MEMBERSHIP};
+use crate::node::raft::durable_log::DurableLog;
 
 /// Batches of at least this many requests are applied on tokio's blocking pool, so that the node's runtime
 /// (one thread by default) meanwhile sends and answers Raft messages: at 64 clients the leader's apply

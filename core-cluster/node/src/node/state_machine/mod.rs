@@ -1,6 +1,6 @@
 //! The replicated state machine: cache entries (heads in memory, [`entry_index`], and rows in the content
 //! log, [`contents`]), and in sled tenants, models, applied request ids, the state machine's clock, the last
-//! applied log id and the last membership; snapshots are files of [`super::snapshot_file`], written and read
+//! applied log id and the last membership; snapshots are files of [`crate::node::raft::snapshot_file`], written and read
 //! one row at a time, with their metadata beside them.
 //!
 //! Durability: `apply` writes each batch of log entries to the trees without a sync and without making it
@@ -21,7 +21,7 @@
 //!
 //! The change feed: every log entry that invalidated something, moved a model's version or changed a
 //! tenant's settings leaves a [`FeedRow`] at its index (its revision), which `CoreCache.Watch` streams to
-//! the regional tier ([`super::change_feed`]). Sweeps compact rows older than [`FEED_RETENTION_MS`] and
+//! the regional tier ([`crate::node::services::change_feed`]). Sweeps compact rows older than [`FEED_RETENTION_MS`] and
 //! raise the feed's floor, below which a watcher must resync.
 
 // openraft's storage error is large, and every trait method returns it; the private helpers return it too
@@ -55,15 +55,15 @@ use rows::Row;
 use snapshots::blocking;
 pub use snapshots::SnapshotBuilder;
 
-use super::durable_log::DurableLog;
 use super::error::CoreError;
 #[cfg(test)]
 use super::records::AppliedRequest;
 use super::records::{
     EntryHead, FeedRow, ModelState, StoredEntry, TenantState, FEED_RETENTION_MS, REQUEST_ID_RETENTION_MS,
 };
-use super::snapshot_file::{SnapshotDir, SnapshotFile};
 use super::types::{Command, Entry, NodeId, ProposalResponse, StorageError, TypeConfig};
+use crate::node::raft::durable_log::DurableLog;
+use crate::node::raft::snapshot_file::{SnapshotDir, SnapshotFile};
 use shared::changes::Resync;
 
 const LAST_APPLIED: &[u8] = b"last_applied";
@@ -132,7 +132,7 @@ pub struct StateMachineStore {
     /// The last applied log index, for watchers of the feed.
     applied: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
     /// How far this node's log is durable: an entry is applied only once it is
-    /// ([`super::durable_log`]). Absent in tests that apply entries no log holds.
+    /// ([`crate::node::raft::durable_log`]). Absent in tests that apply entries no log holds.
     durable_log: Option<DurableLog>,
 }
 

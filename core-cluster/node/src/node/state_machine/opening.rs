@@ -10,12 +10,12 @@ use std::sync::Arc;
 use openraft::{LogId, SnapshotMeta, StorageIOError};
 
 use super::super::error::CoreError;
-use super::super::snapshot_file::SnapshotDir;
 use super::super::types::NodeId;
 use super::{
     contents, decode, entry_heads, entry_index, models, request_rows, snapshots, write_permit, Membership,
     PreviousStop, StateMachineStore, LAST_APPLIED, LEGACY_SNAPSHOT_META,
 };
+use crate::node::raft::snapshot_file::SnapshotDir;
 
 /// Moves the current snapshot's metadata that an older binary kept in the `sm_snapshot` tree into the
 /// snapshot directory, beside its file (once: the tree goes after).

@@ -20,10 +20,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::super::hot_prompts::HotPrompts;
-use super::super::log_codec::{prompt_from_pb, prompt_to_pb};
 use super::super::records::{AppliedRequest, FeedRow, ModelState, StoredEntry, TenantState};
 use super::super::types::NodeId;
 use super::Membership;
+use crate::node::raft::log_codec::{prompt_from_pb, prompt_to_pb};
 
 /// A value the state machine stores as a sled row.
 pub trait Row: Sized {

@@ -14,7 +14,7 @@ use super::{
     decode, entry_heads, tx_error, Membership, StateMachineStore, Written, CLOCK, FEED_FLOOR, LAST_APPLIED,
     LAST_MEMBERSHIP,
 };
-use crate::node::snapshot_file::{Header, SnapshotDir, SnapshotFile, SnapshotReader};
+use crate::node::raft::snapshot_file::{Header, SnapshotDir, SnapshotFile, SnapshotReader};
 use crate::node::types::{NodeId, StorageError, TypeConfig};
 
 impl StateMachineStore {

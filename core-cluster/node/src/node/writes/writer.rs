@@ -9,13 +9,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::convert;
-use super::error::CoreError;
-use super::group_commit::{Committed, GroupCommit, SubmitError};
-use super::metrics::Metrics;
-use super::peers::PeerChannels;
-use super::types::{Command, NodeId, Raft, Request};
-use super::validate;
+use crate::node::convert;
+use crate::node::error::CoreError;
+use crate::node::metrics::Metrics;
+use crate::node::raft::peers::PeerChannels;
+use crate::node::types::{Command, NodeId, Raft, Request};
+use crate::node::writes::group_commit::{Committed, GroupCommit, SubmitError};
+use crate::node::writes::validate;
 use daemon_runtime::TierIdentity;
 
 /// Shortest and longest pause between attempts while the cluster has no usable leader.

@@ -7,7 +7,7 @@
 //! sync through [`DurableLog`]. `save_vote`, `truncate` and `purge` return only after their sync. The
 //! committed pointer is written without waiting: it may lag after a crash, which only means that
 //! openraft re-applies fewer entries at startup before the leader tells it more.
-//! Entries are stored in the binary form of [`log_codec`](super::log_codec); the newest are also kept
+//! Entries are stored in the binary form of [`log_codec`](crate::node::raft::log_codec); the newest are also kept
 //! decoded ([`RecentEntries`]), since the leader reads each one again for every follower and to apply it.
 
 // openraft's storage error is large, and every trait method returns it; the private helpers return it too
@@ -26,10 +26,10 @@ use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{LogId, LogState, OptionalSend, RaftLogReader, StorageIOError, Vote};
 use tokio::sync::oneshot;
 
-use super::durable_log::DurableLog;
-use super::log_codec;
-use super::recent_entries::RecentEntries;
-use super::types::{Entry, NodeId, StorageError, TypeConfig};
+use crate::node::raft::durable_log::DurableLog;
+use crate::node::raft::log_codec;
+use crate::node::raft::recent_entries::RecentEntries;
+use crate::node::types::{Entry, NodeId, StorageError, TypeConfig};
 use crate::wal::fs::OsDir;
 use crate::wal::{Done, Wal, WalOptions};
 
@@ -68,7 +68,7 @@ impl LogStore {
     /// Makes node `me` sync entries that another leader sent on the appending task
     /// ([`Wal::append_and_sync`]) rather than on the log's flusher thread (at one client on 2 cores this
     /// took a follower's two thread wake-ups off every write's path), and report the entries it appends
-    /// as the leader at once, leaving their sync to the flusher thread ([`super::durable_log`]).
+    /// as the leader at once, leaving their sync to the flusher thread ([`crate::node::raft::durable_log`]).
     pub fn syncing_followed_entries(mut self, me: NodeId) -> Self {
         self.me = Some(me);
         self

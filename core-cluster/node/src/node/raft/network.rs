@@ -10,7 +10,7 @@
 //! `RPCError::PayloadTooLarge` with a smaller entry count, and openraft at once resends fewer entries. A
 //! single entry cannot be split; it is sent whatever its size, up to the gRPC message cap.
 //!
-//! A replication target's AppendEntries travel over one long-lived stream ([`super::append_stream`]), opened
+//! A replication target's AppendEntries travel over one long-lived stream ([`crate::node::raft::append_stream`]), opened
 //! by the first request that carries entries; heartbeats of a connection that never carried entries (a
 //! linearizable read's quorum round) stay unary calls. A peer that does not know the stream
 //! (`Unimplemented`, an older binary) is sent unary calls from then on.
@@ -33,19 +33,19 @@ use proto::raft::RaftPayload;
 use tonic::transport::Channel;
 use tonic::Code;
 
-use super::append_stream::AppendStream;
-use super::durable_log::DurableLog;
-use super::error::CoreError;
-use super::log_codec;
-use super::peers::{PeerChannels, MAX_RAFT_MESSAGE_BYTES};
-use super::reply_codec::{self, Reply};
-use super::types::{NodeId, TypeConfig};
+use crate::node::error::CoreError;
+use crate::node::raft::append_stream::AppendStream;
+use crate::node::raft::durable_log::DurableLog;
+use crate::node::raft::log_codec;
+use crate::node::raft::peers::{PeerChannels, MAX_RAFT_MESSAGE_BYTES};
+use crate::node::raft::reply_codec::{self, Reply};
+use crate::node::types::{NodeId, TypeConfig};
 use daemon_runtime::TierIdentity;
 
 /// Largest AppendEntries sent with more than one entry, in encoded bytes; a larger one is split. openraft gives
 /// an AppendEntries one heartbeat interval (200 ms by default) to be encoded, sent, parsed and fsynced, and a
 /// timed-out one is resent whole, so a message stays at a few MiB: still several full group-commit
-/// proposals ([`super::group_commit::MAX_BATCH_BYTES`]) per message.
+/// proposals ([`crate::node::writes::group_commit::MAX_BATCH_BYTES`]) per message.
 pub const MAX_APPEND_BYTES: usize = 4 * 1024 * 1024;
 
 // A split request must never meet the peers' decode limit (the `Raft` server's and client's message cap).

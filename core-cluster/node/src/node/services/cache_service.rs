@@ -19,13 +19,13 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Request, Response, Status, Streaming};
 use tracing::Instrument;
 
-use super::change_feed;
-use super::context::NodeContext;
-use super::convert;
-use super::error::CoreError;
-use super::state_machine::now_ms;
-use super::types::{self, Command, Outcome, Prompt};
-use super::validate;
+use crate::node::context::NodeContext;
+use crate::node::convert;
+use crate::node::error::CoreError;
+use crate::node::services::change_feed;
+use crate::node::state_machine::now_ms;
+use crate::node::types::{self, Command, Outcome, Prompt};
+use crate::node::writes::validate;
 
 /// Numbers this node's completion writes.
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use super::state_machine::StateMachineStore;
-use super::types::{Command, NodeId, Raft, Request};
-use super::writer::Writer;
+use crate::node::state_machine::StateMachineStore;
+use crate::node::types::{Command, NodeId, Raft, Request};
+use crate::node::writes::writer::Writer;
 
 /// How often the leader proposes a tick: the bound on how late an expiry is observed.
 pub const TICK_INTERVAL: Duration = Duration::from_secs(1);
@@ -43,7 +43,9 @@ pub async fn run(id: NodeId, raft: Raft, state: StateMachineStore, writer: Write
         };
         match writer.write(Request { id: String::new(), command }).await {
             Ok(committed) => {
-                if let super::types::Outcome::Swept { entries, requests, feed } = committed.applied.outcome {
+                if let crate::node::types::Outcome::Swept { entries, requests, feed } =
+                    committed.applied.outcome
+                {
                     if entries + requests + feed > 0 {
                         tracing::info!(
                             entries,

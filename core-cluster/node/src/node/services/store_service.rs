@@ -9,10 +9,10 @@ use proto::core::core_store_server::CoreStore;
 use proto::core::{Consistency, ReadReply, ReadRequest, WriteReply, WriteRequest};
 use tonic::{Request, Response, Status};
 
-use super::context::NodeContext;
-use super::convert;
-use super::error::CoreError;
-use super::validate;
+use crate::node::context::NodeContext;
+use crate::node::convert;
+use crate::node::error::CoreError;
+use crate::node::writes::validate;
 
 /// Metadata that marks a read forwarded by a follower, so that it is never forwarded twice.
 const FORWARDED: &str = "x-mesh-forwarded";
@@ -67,7 +67,7 @@ impl CoreStore for StoreService {
         let request = convert::write_request(request.into_inner())?;
         let committed = self.node.writer.write(request).await?;
         let outcome = convert::write_outcome(&committed.applied.outcome)?;
-        if let super::types::Outcome::ModelVersion { model, version, refresh, .. } =
+        if let crate::node::types::Outcome::ModelVersion { model, version, refresh, .. } =
             &committed.applied.outcome
         {
             if !committed.applied.duplicate {

@@ -14,8 +14,8 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
-use super::error::CoreError;
-use super::state_machine::{FeedRead, StateMachineStore};
+use crate::node::error::CoreError;
+use crate::node::state_machine::{FeedRead, StateMachineStore};
 
 /// Longest quiet time on a watch stream.
 pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);

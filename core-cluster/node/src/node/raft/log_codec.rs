@@ -13,8 +13,8 @@ use proto::inference as inference_pb;
 use proto::raft as pb;
 use shared::normalize::{Message, Role};
 
-use super::error::CoreError;
-use super::types::{Command, Entry, InvalidateScope, NodeId, Prompt, Proposal, Request, TypeConfig};
+use crate::node::error::CoreError;
+use crate::node::types::{Command, Entry, InvalidateScope, NodeId, Prompt, Proposal, Request, TypeConfig};
 
 fn missing(what: &str) -> CoreError {
     CoreError::InvalidArgument(format!("raft log: {what} is missing"))
@@ -125,19 +125,19 @@ fn membership_from_pb(m: pb::Membership) -> Membership<NodeId, BasicNode> {
     Membership::new(configs, nodes)
 }
 
-pub(super) fn log_id_to_pb(log_id: &LogId<NodeId>) -> pb::LogId {
+pub(crate) fn log_id_to_pb(log_id: &LogId<NodeId>) -> pb::LogId {
     pb::LogId { term: log_id.leader_id.term, node_id: log_id.leader_id.node_id, index: log_id.index }
 }
 
-pub(super) fn log_id_from_pb(log_id: pb::LogId) -> LogId<NodeId> {
+pub(crate) fn log_id_from_pb(log_id: pb::LogId) -> LogId<NodeId> {
     LogId::new(LeaderId::new(log_id.term, log_id.node_id), log_id.index)
 }
 
-pub(super) fn vote_to_pb(vote: &Vote<NodeId>) -> pb::Vote {
+pub(crate) fn vote_to_pb(vote: &Vote<NodeId>) -> pb::Vote {
     pb::Vote { term: vote.leader_id.term, node_id: vote.leader_id.node_id, committed: vote.committed }
 }
 
-pub(super) fn vote_from_pb(vote: pb::Vote) -> Vote<NodeId> {
+pub(crate) fn vote_from_pb(vote: pb::Vote) -> Vote<NodeId> {
     if vote.committed {
         Vote::new_committed(vote.term, vote.node_id)
     } else {
@@ -254,7 +254,7 @@ fn scope_from_pb(invalidate: core_pb::Invalidate) -> Result<InvalidateScope, Cor
     })
 }
 
-pub(super) fn prompt_to_pb(prompt: &Prompt) -> pb::LoggedPrompt {
+pub(crate) fn prompt_to_pb(prompt: &Prompt) -> pb::LoggedPrompt {
     let s = &prompt.sampling;
     pb::LoggedPrompt {
         messages: prompt
@@ -269,7 +269,7 @@ pub(super) fn prompt_to_pb(prompt: &Prompt) -> pb::LoggedPrompt {
     }
 }
 
-pub(super) fn prompt_from_pb(prompt: pb::LoggedPrompt) -> Result<Prompt, CoreError> {
+pub(crate) fn prompt_from_pb(prompt: pb::LoggedPrompt) -> Result<Prompt, CoreError> {
     let messages = prompt
         .messages
         .into_iter()
@@ -285,8 +285,8 @@ pub(super) fn prompt_from_pb(prompt: pb::LoggedPrompt) -> Result<Prompt, CoreErr
 
 #[cfg(test)]
 mod tests {
-    use super::super::types::TenantPolicy;
     use super::*;
+    use crate::node::types::TenantPolicy;
     use shared::completion::{AnsweredQuestion, CachedCompletion};
     use shared::normalize::Sampling;
 

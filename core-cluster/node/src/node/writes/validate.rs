@@ -4,9 +4,9 @@
 use shared::cache_key::MAX_SEMANTIC_QUESTION_BYTES;
 use shared::completion::CachedCompletion;
 
-use super::apply::MAX_VALUE_BYTES;
-use super::error::CoreError;
-use super::types::{Command, InvalidateScope, Prompt, Request};
+use crate::node::apply::MAX_VALUE_BYTES;
+use crate::node::error::CoreError;
+use crate::node::types::{Command, InvalidateScope, Prompt, Request};
 
 /// Longest cache key accepted, in bytes.
 pub const MAX_KEY_BYTES: usize = 512;

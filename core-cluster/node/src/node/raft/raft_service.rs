@@ -12,16 +12,16 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::convert::{decode, encode};
-use super::error::CoreError;
-use super::group_commit::GroupCommit;
-use super::leader_contact::LeaderContact;
-use super::log_codec;
-use super::metrics::Metrics;
-use super::reply_codec::{self, Reply as _};
-use super::types::{Raft, Request as ClientRequest};
-use super::validate;
-use super::writer::ForwardReply;
+use crate::node::convert::{decode, encode};
+use crate::node::error::CoreError;
+use crate::node::metrics::Metrics;
+use crate::node::raft::leader_contact::LeaderContact;
+use crate::node::raft::log_codec;
+use crate::node::raft::reply_codec::{self, Reply as _};
+use crate::node::types::{Raft, Request as ClientRequest};
+use crate::node::writes::group_commit::GroupCommit;
+use crate::node::writes::validate;
+use crate::node::writes::writer::ForwardReply;
 
 /// Serves the `Raft` gRPC service of one core node. Callers have passed the tier-secret check.
 #[derive(Clone)]
@@ -140,8 +140,8 @@ fn forwarded_request(payload: &RaftPayload) -> Result<ClientRequest, CoreError> 
 
 #[cfg(test)]
 mod tests {
-    use super::super::types::{Command, InvalidateScope};
     use super::*;
+    use crate::node::types::{Command, InvalidateScope};
 
     /// `command` as a follower forwards it.
     fn payload(command: Command) -> RaftPayload {

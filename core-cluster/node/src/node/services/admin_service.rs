@@ -11,10 +11,10 @@ use proto::core::{
 };
 use tonic::{Request, Response, Status};
 
-use super::context::NodeContext;
-use super::error::CoreError;
-use super::types::NodeId;
-use super::validate;
+use crate::node::context::NodeContext;
+use crate::node::error::CoreError;
+use crate::node::types::NodeId;
+use crate::node::writes::validate;
 
 /// Serves `CoreAdmin` on one core node. Callers have passed the tier-secret check.
 #[derive(Clone)]

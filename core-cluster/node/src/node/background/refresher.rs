@@ -14,11 +14,11 @@ use shared::cache_key::CacheKey;
 use shared::models::ModelRef;
 use shared::normalize::NormalizedRequest;
 
-use super::error::CoreError;
-use super::metrics::Metrics;
-use super::pods::PodPool;
-use super::types::{Command, RefreshJob, Request};
-use super::writer::Writer;
+use crate::node::error::CoreError;
+use crate::node::metrics::Metrics;
+use crate::node::pods::PodPool;
+use crate::node::types::{Command, RefreshJob, Request};
+use crate::node::writes::writer::Writer;
 
 /// Longest silence from a pod during a refresh generation.
 const POD_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -104,7 +104,7 @@ impl Refresher {
         .entry(content, &done);
         let command = Command::Put { entry, content_class: job.content_class, prompt: Some(job.prompt) };
         let committed = self.writer.write(Request { id: format!("refresh-{key}"), command }).await?;
-        super::convert::outcome_result(&committed.applied.outcome)?;
+        crate::node::convert::outcome_result(&committed.applied.outcome)?;
         Ok(key)
     }
 }

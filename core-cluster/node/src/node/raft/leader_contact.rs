@@ -7,8 +7,8 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use super::state_machine::now_ms;
-use super::types::{NodeId, Raft};
+use crate::node::state_machine::now_ms;
+use crate::node::types::{NodeId, Raft};
 
 /// The time of the last accepted AppendEntries.
 #[derive(Debug, Default)]

@@ -21,9 +21,9 @@ use openraft::error::{ClientWriteError, RaftError};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use super::metrics::Metrics;
-use super::state_machine::now_ms;
-use super::types::{Applied, NodeId, Proposal, Raft, Request};
+use crate::node::metrics::Metrics;
+use crate::node::state_machine::now_ms;
+use crate::node::types::{Applied, NodeId, Proposal, Raft, Request};
 
 /// Most requests in one proposal.
 pub const MAX_BATCH: usize = 512;
@@ -229,8 +229,8 @@ async fn top_up(
 
 #[cfg(test)]
 mod tests {
-    use super::super::types::Command;
     use super::*;
+    use crate::node::types::Command;
 
     /// A queued request of `bytes` bytes (a model name of that length).
     fn pending(bytes: usize) -> Pending {

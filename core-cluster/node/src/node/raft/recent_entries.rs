@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
-use super::types::Entry;
+use crate::node::types::Entry;
 
 /// Decoded entries `first..first + len`, newest last.
 #[derive(Debug)]

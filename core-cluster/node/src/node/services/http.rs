@@ -8,7 +8,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
 
-use super::context::NodeContext;
+use crate::node::context::NodeContext;
 
 /// The HTTP routes, to be merged with the gRPC routes on the node's one listener.
 pub fn router(node: Arc<NodeContext>) -> Router {

@@ -5,11 +5,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::types::{Command, Request};
+use crate::node::types::{Command, Request};
 // Distinct keys counted between reports: as many as one `RecordHits` may carry (further new keys wait
 // for the next period).
-use super::validate::MAX_HIT_KEYS;
-use super::writer::Writer;
+use crate::node::writes::validate::MAX_HIT_KEYS;
+use crate::node::writes::writer::Writer;
 
 /// How often hits are reported.
 pub const REPORT_INTERVAL: Duration = Duration::from_secs(5);

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use tokio::sync::Mutex;
 
-use super::error::CoreError;
-use super::types::Raft;
+use crate::node::error::CoreError;
+use crate::node::types::Raft;
 
 /// Shares quorum rounds between concurrent linearizable reads.
 #[derive(Debug, Default)]

@@ -7,7 +7,7 @@
 //! of its puts. With the log since the last snapshot at least as large as the snapshot, a node writes at
 //! most about as much snapshot as log. Replicas wait a quarter or a half of that longer by their id, so
 //! that they do not all write theirs at once. openraft's count policy stays as a backstop
-//! ([`super::config::RaftTuning::snapshot_logs`]).
+//! ([`crate::node::config::RaftTuning::snapshot_logs`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::types::{NodeId, Raft};
+use crate::node::types::{NodeId, Raft};
 
 /// How often the log's growth is checked.
 const CHECK_INTERVAL: Duration = Duration::from_secs(1);

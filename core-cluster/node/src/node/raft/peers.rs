@@ -10,7 +10,7 @@ use proto::core::core_store_client::CoreStoreClient;
 use proto::raft::raft_client::RaftClient;
 use tonic::transport::Channel;
 
-use super::error::CoreError;
+use crate::node::error::CoreError;
 
 /// Largest gRPC message between core nodes: snapshot chunks and entry batches travel as JSON.
 pub const MAX_RAFT_MESSAGE_BYTES: usize = 64 * 1024 * 1024;

@@ -11,9 +11,9 @@ use openraft::SnapshotSegmentId;
 use prost::Message as _;
 use proto::raft as pb;
 
-use super::error::CoreError;
-use super::log_codec::{log_id_from_pb, log_id_to_pb, vote_from_pb, vote_to_pb};
-use super::types::NodeId;
+use crate::node::error::CoreError;
+use crate::node::raft::log_codec::{log_id_from_pb, log_id_to_pb, vote_from_pb, vote_to_pb};
+use crate::node::types::NodeId;
 
 /// What a node answers to one RPC: openraft's response or its error.
 pub type RpcResult<T, E> = Result<T, RaftError<NodeId, E>>;

@@ -4,7 +4,7 @@
 //! sends the new entries to any follower. Reported only after the leader's `fdatasync`, every write paid
 //! the leader's sync and then a follower's, one after the other (an strace of one client showed the
 //! AppendEntries leaving the leader only once its own sync had returned). So the log store reports a
-//! leader's own appends at once ([`super::log_store`]) and keeps here what is really durable.
+//! leader's own appends at once ([`crate::node::raft::log_store`]) and keeps here what is really durable.
 //!
 //! openraft then counts the leader's copy towards a commit before it is on disk. Raft only needs a
 //! majority of durable copies before anything depends on the entry, so two things wait here:
@@ -27,7 +27,7 @@ use std::sync::Arc;
 use openraft::LogId;
 use tokio::sync::watch;
 
-use super::types::NodeId;
+use crate::node::types::NodeId;
 
 /// What is durable in the log.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

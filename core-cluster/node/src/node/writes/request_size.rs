@@ -3,7 +3,7 @@
 
 use shared::completion::CachedCompletion;
 
-use super::types::{Command, InvalidateScope, Prompt, Request};
+use crate::node::types::{Command, InvalidateScope, Prompt, Request};
 
 /// Bytes counted for each number in a list (a change-feed revision, a hit count).
 const NUMBER_BYTES: usize = 8;

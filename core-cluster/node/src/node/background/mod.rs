@@ -1,0 +1,11 @@
+//! The node's background tasks: the leader's ticker (sweeps, log time), hit reports, and the
+//! refresher that regenerates the hottest prompts after a bump.
+//!
+//! # Layout
+//! - [`ticker`]: the leader's periodic sweep proposal, which also keeps the log time moving.
+//! - [`hit_reporter`]: counts served hits and reports them through Raft.
+//! - [`refresher`]: regenerates the hottest prompts after a model-version bump.
+
+pub mod hit_reporter;
+pub mod refresher;
+pub mod ticker;

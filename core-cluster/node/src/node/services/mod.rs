@@ -1,0 +1,14 @@
+//! The gRPC services a core node serves (`CoreCache`, `CoreStore`, `CoreAdmin`) and its HTTP routes.
+//!
+//! # Layout
+//! - [`admin_service`]: the `CoreAdmin` gRPC server (membership, status).
+//! - [`cache_service`]: the `CoreCache` gRPC server (lookup, complete).
+//! - [`store_service`]: the `CoreStore` gRPC server (write, linearizable or local read).
+//! - [`http`]: `/healthz` and `/metrics`.
+//! - [`change_feed`]: the `CoreCache.Watch` stream of the feed, resumable by revision.
+
+pub mod admin_service;
+pub mod cache_service;
+pub mod change_feed;
+pub mod http;
+pub mod store_service;
