@@ -15,8 +15,8 @@
 //! - [`trace_context`]: the W3C trace context each tier continues, logs and passes on.
 //! - [`logging`]: the tracing subscriber every binary installs (`RUST_LOG`, with a per-daemon default).
 //!
-//! Layers: `shared` <- `proto` <- `daemon-runtime` <- the daemons. Nothing here knows a protobuf
-//! message; the wire types stay in `proto`.
+//! Layers: `shared` <- `daemon-runtime` <- the daemons, beside `shared` <- `proto` <- the daemons.
+//! Nothing here knows a protobuf message; the wire types stay in `proto`.
 
 pub mod config_file;
 pub mod credential;

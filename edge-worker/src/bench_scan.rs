@@ -4,10 +4,10 @@
 //! one with none), because workerd's clocks stand still while a worker computes.
 
 use shared::completion::{AnsweredQuestion, CachedCompletion};
-use shared::hotset::{encode_embedding, HotEntry, HotSet as WireHotSet};
+use shared::hot_set::{encode_embedding, HotEntry, HotSet as WireHotSet};
 use shared::small_embedding::SmallEmbedder;
 
-use crate::hot_set::{HotSet, HotSetLimits};
+use crate::hot_set::{HotSetLimits, IsolateHotSet};
 
 /// Largest synthetic set.
 pub const MAX_ENTRIES: usize = 100_000;
@@ -48,7 +48,8 @@ pub fn run(embedder: &SmallEmbedder, entries: usize, queries: usize) -> usize {
             embedding: Some(encode_embedding(&vector())),
         })
         .collect();
-    let mut set = HotSet::new(HotSetLimits { per_tenant: entries.max(1), total: entries.max(1) }, dims);
+    let mut set =
+        IsolateHotSet::new(HotSetLimits { per_tenant: entries.max(1), total: entries.max(1) }, dims);
     set.apply(
         WireHotSet {
             version: "bench".into(),

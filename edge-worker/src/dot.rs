@@ -18,6 +18,7 @@ pub fn dot(a: &[i8], b: &[i8]) -> i32 {
         if simd::verified() {
             // SAFETY: workerd's V8 implements wasm simd128, and `verified` compared this very function
             // with the scalar loop.
+            #[allow(unsafe_code)]
             return unsafe { simd::dot(a, b) };
         }
     }
@@ -25,6 +26,7 @@ pub fn dot(a: &[i8], b: &[i8]) -> i32 {
 }
 
 #[cfg(target_arch = "wasm32")]
+#[allow(unsafe_code)]
 mod simd {
     use core::arch::wasm32::{
         i16x8_extend_high_i8x16, i16x8_extend_low_i8x16, i32x4_add, i32x4_dot_i16x8, i32x4_extract_lane,

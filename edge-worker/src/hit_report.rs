@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use shared::hotset::{EdgeHit, EdgeHits};
+use shared::hot_set::{EdgeHit, EdgeHits};
 use worker::Context;
 
 use crate::clock::Clock;

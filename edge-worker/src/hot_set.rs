@@ -13,7 +13,7 @@ use std::rc::Rc;
 
 use near_miss::verify;
 use shared::completion::CachedCompletion;
-use shared::hotset::{encode_embedding, HotEntry, HotSet as WireHotSet};
+use shared::hot_set::{encode_embedding, HotEntry, HotSet as WireHotSet};
 use shared::small_embedding::SmallEmbedder;
 
 use crate::dot::dot;
@@ -64,7 +64,7 @@ struct Partition {
 }
 
 /// The isolate's hot set.
-pub struct HotSet {
+pub struct IsolateHotSet {
     limits: HotSetLimits,
     dims: usize,
     version: Option<String>,
@@ -75,7 +75,7 @@ pub struct HotSet {
     next: u64,
 }
 
-impl HotSet {
+impl IsolateHotSet {
     /// An empty set for embeddings of `dims` (0: exact lookups only).
     pub fn new(limits: HotSetLimits, dims: usize) -> Self {
         Self {

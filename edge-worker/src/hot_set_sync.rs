@@ -13,14 +13,14 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use shared::completion::CachedCompletion;
-use shared::hotset::HotSet as WireHotSet;
+use shared::hot_set::HotSet as WireHotSet;
 use shared::small_embedding::SmallEmbedder;
 use worker::js_sys::{self, Date, Reflect, Uint8Array};
 use worker::wasm_bindgen::JsValue;
 use worker::{Context, KvStore};
 
 use crate::config::Config;
-use crate::hot_set::HotSet;
+use crate::hot_set::IsolateHotSet;
 use crate::recent::RecentFills;
 use crate::regional;
 
@@ -64,7 +64,7 @@ pub fn exact(key: &str, tenant: &str, now_ms: i64) -> Option<Rc<CachedCompletion
 
 #[derive(Default)]
 struct IsolateState {
-    set: Option<HotSet>,
+    set: Option<IsolateHotSet>,
     last_pull_ms: i64,
     pulling: bool,
     kv_loaded: bool,
@@ -97,7 +97,7 @@ fn load_table() -> Option<Rc<SmallEmbedder>> {
 }
 
 /// Runs `f` on this isolate's hot set, if it has one yet.
-pub fn with_hot_set<R>(f: impl FnOnce(&HotSet) -> R) -> Option<R> {
+pub fn with_hot_set<R>(f: impl FnOnce(&IsolateHotSet) -> R) -> Option<R> {
     STATE.with(|state| state.borrow().set.as_ref().map(f))
 }
 
@@ -174,7 +174,7 @@ async fn pull(config: &Config, path: &str) -> Result<WireHotSet, String> {
 fn apply(config: &Config, set: WireHotSet, embedder: Option<&SmallEmbedder>, dims: usize) {
     STATE.with(|state| {
         let mut state = state.borrow_mut();
-        let held = state.set.get_or_insert_with(|| HotSet::new(config.hotset_limits, dims));
+        let held = state.set.get_or_insert_with(|| IsolateHotSet::new(config.hotset_limits, dims));
         let applied = held.apply(set, embedder);
         if applied.upserted + applied.removed > 0 {
             worker::console_log!(

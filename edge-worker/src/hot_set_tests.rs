@@ -1,5 +1,5 @@
 use shared::completion::{AnsweredQuestion, CachedCompletion};
-use shared::hotset::{HotEntry, HotSet as WireHotSet};
+use shared::hot_set::{HotEntry, HotSet as WireHotSet};
 use shared::small_embedding::SmallEmbedder;
 
 use super::*;
@@ -50,7 +50,13 @@ fn limits() -> HotSetLimits {
     HotSetLimits { per_tenant: 100, total: 1000 }
 }
 
-fn find(set: &HotSet, e: &SmallEmbedder, partition: &str, question: &str, threshold: f32) -> Option<String> {
+fn find(
+    set: &IsolateHotSet,
+    e: &SmallEmbedder,
+    partition: &str,
+    question: &str,
+    threshold: f32,
+) -> Option<String> {
     let query = e.embed_i8(question).expect("embedding");
     set.nearest(partition, &query, question, threshold, 2_000).map(|m| m.entry.key.clone())
 }
@@ -58,7 +64,7 @@ fn find(set: &HotSet, e: &SmallEmbedder, partition: &str, question: &str, thresh
 #[test]
 fn a_hot_question_is_found_in_its_partition_only_and_near_misses_are_refused() {
     let e = embedder();
-    let mut set = HotSet::new(limits(), DIMS);
+    let mut set = IsolateHotSet::new(limits(), DIMS);
     let applied = set.apply(
         snapshot(
             vec![
@@ -87,7 +93,7 @@ fn a_hot_question_is_found_in_its_partition_only_and_near_misses_are_refused() {
 #[test]
 fn deltas_upsert_and_remove_and_snapshots_replace() {
     let e = embedder();
-    let mut set = HotSet::new(limits(), DIMS);
+    let mut set = IsolateHotSet::new(limits(), DIMS);
     set.apply(snapshot(vec![entry("k1", "t", "P", "What is 3 times 7?")], None), Some(&e));
     let delta = WireHotSet {
         version: "1.2".into(),
@@ -111,7 +117,7 @@ fn deltas_upsert_and_remove_and_snapshots_replace() {
 #[test]
 fn bounds_evict_the_oldest_entries_of_the_tenant_then_of_the_set() {
     let e = embedder();
-    let mut set = HotSet::new(HotSetLimits { per_tenant: 2, total: 3 }, DIMS);
+    let mut set = IsolateHotSet::new(HotSetLimits { per_tenant: 2, total: 3 }, DIMS);
     let entries = vec![
         entry("a1", "a", "P", "What is 3 times 7?"),
         entry("a2", "a", "P", "What is 3 times 8?"),
@@ -127,7 +133,7 @@ fn bounds_evict_the_oldest_entries_of_the_tenant_then_of_the_set() {
     assert_eq!(find(&set, &e, "P", "What is 3 times 7?", 0.0), None);
     assert_eq!(find(&set, &e, "P", "Tell me the capital of France", 0.99).as_deref(), Some("a3"));
     // The row that moved into an evicted one is still the survivor's own (the KV snapshot reads it).
-    let mut restored = HotSet::new(limits(), DIMS);
+    let mut restored = IsolateHotSet::new(limits(), DIMS);
     restored.apply(set.snapshot(10, Some(e.id())), Some(&e));
     assert_eq!(find(&restored, &e, "P", "Tell me the capital of France", 0.99).as_deref(), Some("a3"));
 }
@@ -135,7 +141,7 @@ fn bounds_evict_the_oldest_entries_of_the_tenant_then_of_the_set() {
 #[test]
 fn a_snapshot_for_kv_restores_the_same_answers_with_or_without_the_same_table() {
     let e = embedder();
-    let mut set = HotSet::new(limits(), DIMS);
+    let mut set = IsolateHotSet::new(limits(), DIMS);
     set.apply(
         snapshot(
             vec![
@@ -150,12 +156,12 @@ fn a_snapshot_for_kv_restores_the_same_answers_with_or_without_the_same_table() 
     assert_eq!(saved.entries.len(), 2);
     assert!(saved.entries.iter().all(|h| h.embedding.is_some()));
     for table in [Some(e.id()), Some("another-table"), None] {
-        let mut restored = HotSet::new(limits(), DIMS);
+        let mut restored = IsolateHotSet::new(limits(), DIMS);
         restored.apply(WireHotSet { table: table.map(str::to_owned), ..saved.clone() }, Some(&e));
         assert_eq!(find(&restored, &e, "P", "Tell me the capital of France", 0.99).as_deref(), Some("k2"));
     }
     // Without a table the set still answers exact lookups.
-    let mut exact_only = HotSet::new(limits(), 0);
+    let mut exact_only = IsolateHotSet::new(limits(), 0);
     exact_only.apply(saved, None);
     assert!(exact_only.get("k1", "t", 2_000).is_some());
     assert_eq!(exact_only.nearest("P", &[], "What is 3 times 7?", 0.0, 2_000).map(|m| m.similarity), None);

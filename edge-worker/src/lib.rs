@@ -6,6 +6,7 @@
 //! and table; it also starts a hot-set pull when one is due). Every error is OpenAI-shaped JSON.
 //!
 //! # Layout
+//! - [`entry`]: the `#[event(fetch)]` entry point, alone with its `unsafe` glue; it calls [`route`].
 //! - [`chat`]: the chat-completions handler (auth, validation, L1 lookup, relay, fill).
 //! - [`config`]: wrangler vars and secrets, checked on every request.
 //! - [`core_view`]: the core's invalidations and model versions as this isolate knows them (pulled from
@@ -29,9 +30,6 @@
 //! so the edge and the regional tier always decide the same way; this crate holds only edge plumbing.
 //! Architecture invariant: API keys and the tier secret are never logged.
 
-// `#[event(fetch)]` expands to wasm-bindgen glue that contains `unsafe` blocks.
-#![allow(unsafe_code)]
-
 pub mod bench_scan;
 pub mod cache_control;
 pub mod chat;
@@ -39,6 +37,7 @@ pub mod clock;
 pub mod config;
 pub mod core_view;
 pub mod dot;
+pub mod entry;
 pub mod error;
 pub mod fill;
 pub mod hit_report;
@@ -53,14 +52,14 @@ pub mod respond;
 pub mod sse;
 
 use shared::RequestError;
-use worker::{event, Context, Env, Method, Request, Response, Result};
+use worker::{Context, Env, Method, Request, Response, Result};
 
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::EdgeError;
 
-#[event(fetch)]
-async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
+/// Answers one request to the worker: the routes, each tier's errors in OpenAI's shape.
+pub async fn route(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let clock = Clock::start();
     let path = req.path();
     let outcome = match (path.as_str(), req.method()) {

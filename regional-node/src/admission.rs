@@ -293,10 +293,10 @@ mod tests {
 
     #[test]
     fn every_generated_choice_counts_and_greedy_copies_do_not() {
-        use shared::normalize::{Message, Role, Sampling};
+        use shared::normalize::{ChatRole, Message, Sampling};
         let request = |sampling: Sampling| NormalizedRequest {
             model: shared::models::ModelRef { name: "m".into(), version: 1 },
-            messages: vec![Message { role: Role::User, content: "x".repeat(40) }],
+            messages: vec![Message { role: ChatRole::User, content: "x".repeat(40) }],
             sampling,
             delivery: shared::openai::Delivery::Whole,
         };

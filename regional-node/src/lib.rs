@@ -22,7 +22,9 @@
 //! - [`model_catalog`]: the served models and their versions, learned from the core's registry and feed.
 //! - [`core_view`]: the core's invalidations as cutoffs every answer is checked against, kept across
 //!   restarts, and the recent changes the edge pulls (`/v1/changes`).
+//! - [`clock`]: the wall clock in Unix milliseconds, as every cache record carries it.
 //! - [`change_feed`]: follows the core's change feed (`CoreCache.Watch`) into the request path.
+//! - [`tenant_rate`]: a token bucket per tenant for requests that cost the whole mesh (invalidations).
 //! - [`metrics`]: the Prometheus metrics of this daemon.
 //! - [`error`]: [`RegionalError`], and its conversion to OpenAI-shaped HTTP errors.
 
@@ -30,6 +32,7 @@ pub mod admission;
 pub mod breaker;
 pub mod caller;
 pub mod change_feed;
+pub mod clock;
 pub mod config;
 pub mod core_cache_client;
 pub mod core_view;

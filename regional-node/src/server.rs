@@ -14,6 +14,7 @@ use crate::replication::link::MAX_MESSAGE_BYTES;
 
 use crate::admission::{Admission, AdmissionLimits};
 use crate::breaker::CircuitBreaker;
+use crate::clock::now_ms;
 use crate::config::Settings;
 use crate::core_cache_client::CoreCacheClient;
 use crate::core_view::CoreView;
@@ -268,11 +269,6 @@ pub async fn run(
     state.path().flush().await;
     state.path().view().save(true);
     Ok(())
-}
-
-/// Wall-clock time in Unix milliseconds.
-pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 #[cfg(test)]

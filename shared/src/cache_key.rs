@@ -10,7 +10,7 @@ use std::fmt;
 use sha2::{Digest, Sha256};
 
 use crate::hex;
-use crate::normalize::{Message, NormalizedRequest, Role};
+use crate::normalize::{ChatRole, Message, NormalizedRequest};
 
 /// Version of the key derivation; part of every key.
 pub const KEY_VERSION: &str = "v1";
@@ -39,7 +39,7 @@ impl<'a> SemanticQuery<'a> {
     /// [`MAX_SEMANTIC_QUESTION_BYTES`] long; `None` otherwise.
     pub fn derive(tenant: &str, request: &'a NormalizedRequest) -> Option<Self> {
         let (last, context) = request.messages.split_last()?;
-        if last.role != Role::User || last.content.len() > MAX_SEMANTIC_QUESTION_BYTES {
+        if last.role != ChatRole::User || last.content.len() > MAX_SEMANTIC_QUESTION_BYTES {
             return None;
         }
         let digest = digest(b"mesh-semantic-partition", tenant, request, context);

@@ -38,7 +38,7 @@
 //! Misclassification is asymmetric: calling a stable question realtime costs one generation, calling a
 //! realtime question stable serves a stale answer for a day. The cue lists lean towards the former.
 
-use crate::normalize::{NormalizedRequest, Role};
+use crate::normalize::{ChatRole, NormalizedRequest};
 
 /// How fast the answer to a request goes stale, which decides how long caches keep it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -354,7 +354,7 @@ pub fn classify(request: &NormalizedRequest) -> ContentClass {
         .messages
         .iter()
         .rev()
-        .find(|m| m.role == Role::User)
+        .find(|m| m.role == ChatRole::User)
         .map_or(ContentClass::Default, |m| classify_text(&m.content))
 }
 
@@ -452,7 +452,7 @@ mod tests {
     use crate::models::ModelRef;
     use crate::normalize::{Message, Sampling};
 
-    fn request(messages: &[(Role, &str)], temperature: f32) -> NormalizedRequest {
+    fn request(messages: &[(ChatRole, &str)], temperature: f32) -> NormalizedRequest {
         NormalizedRequest {
             model: ModelRef { name: "m".into(), version: 1 },
             messages: messages
@@ -599,22 +599,25 @@ mod tests {
     fn only_the_last_user_message_counts() {
         let r = request(
             &[
-                (Role::System, "You report live news and weather."),
-                (Role::User, "What is the weather today?"),
-                (Role::Assistant, "Sunny."),
-                (Role::User, "What is a cumulus cloud?"),
+                (ChatRole::System, "You report live news and weather."),
+                (ChatRole::User, "What is the weather today?"),
+                (ChatRole::Assistant, "Sunny."),
+                (ChatRole::User, "What is a cumulus cloud?"),
             ],
             0.0,
         );
         assert_eq!(classify(&r), ContentClass::Stable);
-        let r = request(&[(Role::User, "What is a monad?"), (Role::Assistant, "Right now, a burrito.")], 0.0);
+        let r = request(
+            &[(ChatRole::User, "What is a monad?"), (ChatRole::Assistant, "Right now, a burrito.")],
+            0.0,
+        );
         assert_eq!(classify(&r), ContentClass::Stable);
-        assert_eq!(classify(&request(&[(Role::System, "today")], 0.0)), ContentClass::Default);
+        assert_eq!(classify(&request(&[(ChatRole::System, "today")], 0.0)), ContentClass::Default);
     }
 
     #[test]
     fn sampling_does_not_change_the_class() {
-        let question = [(Role::User, "weather in Oslo")];
+        let question = [(ChatRole::User, "weather in Oslo")];
         assert_eq!(classify(&request(&question, 0.0)), ContentClass::Realtime);
         assert_eq!(classify(&request(&question, 1.3)), ContentClass::Realtime);
     }

@@ -11,7 +11,7 @@
 //! - [`completion`]: a cached chat completion and how it renders as a response or an SSE stream.
 //! - [`wordpiece`]: BERT's uncased WordPiece tokenizer (all-MiniLM-L6-v2's vocabulary) for wasm.
 //! - [`small_embedding`]: the edge's distilled int8 token table, its file format and int8 cosine.
-//! - [`hotset`]: the hot set a regional node serves to the edge (versioned snapshots and deltas).
+//! - [`hot_set`]: the hot set a regional node serves to the edge (versioned snapshots and deltas).
 //! - [`changes`]: the core's change feed (invalidations, model versions, tenant settings) by revision.
 //! - [`cutoffs`]: that feed as cutoff times every cache layer checks before it serves or keeps an entry.
 //! - [`auth`]: API-key hashing, the tenant key table, constant-time comparison of secrets.
@@ -33,7 +33,7 @@ pub mod content_class;
 pub mod cutoffs;
 pub mod error;
 pub mod hex;
-pub mod hotset;
+pub mod hot_set;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod models;

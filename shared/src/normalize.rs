@@ -33,7 +33,7 @@ use crate::RequestError;
 /// A message role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Role {
+pub enum ChatRole {
     /// Instructions for the assistant.
     System,
     /// The user's turn.
@@ -42,13 +42,13 @@ pub enum Role {
     Assistant,
 }
 
-impl Role {
+impl ChatRole {
     /// The role a client's role name stands for (`developer` is a system message), if any.
     pub fn from_name(name: &str) -> Option<Self> {
         match name.trim().to_ascii_lowercase().as_str() {
-            "system" | "developer" => Some(Role::System),
-            "user" => Some(Role::User),
-            "assistant" => Some(Role::Assistant),
+            "system" | "developer" => Some(ChatRole::System),
+            "user" => Some(ChatRole::User),
+            "assistant" => Some(ChatRole::Assistant),
             _ => None,
         }
     }
@@ -56,9 +56,9 @@ impl Role {
     /// The role's name as the chat template writes it.
     pub fn as_str(self) -> &'static str {
         match self {
-            Role::System => "system",
-            Role::User => "user",
-            Role::Assistant => "assistant",
+            ChatRole::System => "system",
+            ChatRole::User => "user",
+            ChatRole::Assistant => "assistant",
         }
     }
 }
@@ -67,7 +67,7 @@ impl Role {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
     /// Who speaks.
-    pub role: Role,
+    pub role: ChatRole,
     /// Normalized text.
     pub content: String,
 }
@@ -240,7 +240,7 @@ pub fn normalize(
             Ok(Message { role: parse_role(&m.role, i)?, content: normalize_content(m.content.as_ref(), i)? })
         })
         .collect::<Result<Vec<_>, RequestError>>()?;
-    if !messages.iter().any(|m| m.role == Role::User) {
+    if !messages.iter().any(|m| m.role == ChatRole::User) {
         return Err(RequestError::invalid_param("messages", "`messages` must contain a user message"));
     }
     Ok(NormalizedRequest {
@@ -282,8 +282,8 @@ fn reject_unsupported(request: &ChatCompletionRequest) -> Result<(), RequestErro
     Ok(())
 }
 
-fn parse_role(role: &str, index: usize) -> Result<Role, RequestError> {
-    Role::from_name(role).ok_or_else(|| {
+fn parse_role(role: &str, index: usize) -> Result<ChatRole, RequestError> {
+    ChatRole::from_name(role).ok_or_else(|| {
         RequestError::invalid_param(
             &format!("messages[{index}].role"),
             format!("unsupported role {:?}; use system, user or assistant", role.trim().to_ascii_lowercase()),
@@ -450,7 +450,7 @@ mod tests {
         let r = norm(r#"{"model":"SmolLM2-135M-Instruct","messages":[{"role":" User ","content":"hi"}],"temperature":0,"top_p":0.5,"seed":9}"#)
             .expect("valid");
         assert_eq!(r.model.name, "smollm2-135m-instruct");
-        assert_eq!(r.messages, vec![Message { role: Role::User, content: "hi".into() }]);
+        assert_eq!(r.messages, vec![Message { role: ChatRole::User, content: "hi".into() }]);
         assert_eq!(r.sampling, Sampling::greedy(256));
         let sampled = norm(r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"hi"}],"top_p":0.5,"seed":9}"#)
             .expect("valid");

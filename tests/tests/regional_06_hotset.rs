@@ -83,7 +83,7 @@ fn the_hot_set_carries_questions_and_small_embeddings_as_snapshots_and_deltas() 
     let entry = &delta["entries"][0];
     assert_eq!(entry["entry"]["question"]["text"].as_str(), Some(text));
     assert!(entry["entry"]["question"]["partition"].as_str().is_some_and(|p| p.starts_with("p1:")));
-    let expected = shared::hotset::encode_embedding(&table.embed_i8(text).context("embedding")?);
+    let expected = shared::hot_set::encode_embedding(&table.embed_i8(text).context("embedding")?);
     assert_eq!(entry["embedding"].as_str(), Some(expected.as_str()));
     let v1 = delta["version"].as_str().context("version")?.to_owned();
     assert_ne!(v1, v0);

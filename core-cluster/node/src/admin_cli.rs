@@ -10,7 +10,8 @@ use proto::core::{
 use crate::node::{CoreError, NodeId};
 use core_client::CoreClient;
 
-/// `core-node admin`: manage a running core cluster. The tier secret comes from `MESH_TIER_SECRET`.
+/// `core-node admin`: manage a running core cluster, presenting the admin identity (its certificate
+/// flags, or `MESH_INSECURE_TIER_SECRET` on a mesh without TLS).
 #[derive(Debug, Parser)]
 #[command(name = "core-node admin", about = "Manage a running core cluster.")]
 pub struct AdminArgs {

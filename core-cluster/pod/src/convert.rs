@@ -3,7 +3,7 @@
 use proto::inference as pb;
 
 use super::generation::LoggedToken;
-use super::request::{ChatMessage, GenerationRequest, Penalties, Priority, Role, SamplingParams, Timings};
+use super::request::{ChatMessage, GenerationRequest, Penalties, Priority, SamplingParams, Timings};
 use super::worker::GenerationEvent;
 use super::InferenceError;
 
@@ -14,7 +14,7 @@ impl TryFrom<pb::GenerateRequest> for GenerationRequest {
         let messages = r
             .messages
             .into_iter()
-            .map(|m| Ok(ChatMessage { role: Role::parse(&m.role)?, content: m.content }))
+            .map(|m| Ok(ChatMessage { role: crate::request::parse_role(&m.role)?, content: m.content }))
             .collect::<Result<Vec<_>, InferenceError>>()?;
         let s = r.sampling.unwrap_or_default();
         Ok(Self {

@@ -17,7 +17,8 @@
 //! - [`speculative`]: prompt-lookup drafts, their adaptive length, and exact verification.
 //! - [`generation`]: one sequence's output side (detokenizing, stop strings, events, timings).
 //! - [`step_loop`]: the loop that runs one batched forward step after another.
-//! - [`worker`]: the handle to the step loop's thread (queueing, load).
+//! - [`worker`]: the handle to the step loop's thread (queueing).
+//! - [`load`]: how busy the step loop is, published after every step.
 //! - [`convert`]: protobuf <-> domain conversions (prost types stop there).
 //! - [`service`]: the tonic `InferencePod` service.
 //! - [`metrics`]: Prometheus counters, histograms and gauges.
@@ -39,6 +40,7 @@ pub mod engine;
 pub mod error;
 pub mod generation;
 pub mod kv;
+pub mod load;
 pub mod metrics;
 pub mod model;
 pub mod request;

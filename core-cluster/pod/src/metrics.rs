@@ -2,8 +2,8 @@
 
 use shared::metrics::{Counter, Histogram, MetricsText};
 
+use super::load::Load;
 use super::request::{FinishReason, GenerationSummary};
-use super::worker::Load;
 
 /// Every metric the pod exports at `/metrics`.
 #[derive(Debug)]

@@ -16,50 +16,28 @@ pub const MAX_CHOICES: u32 = 16;
 /// Most alternatives listed per position with log-probabilities.
 pub const MAX_TOP_LOGPROBS: u32 = 20;
 
-/// Who wrote a chat message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Instructions that frame the conversation.
-    System,
-    /// The person asking.
-    User,
-    /// The model's earlier answers.
-    Assistant,
-}
+pub use shared::normalize::ChatRole;
 
-impl Role {
-    /// Parses a normalized role name (`"system"`, `"user"`, `"assistant"`).
-    pub fn parse(role: &str) -> Result<Self, InferenceError> {
-        match role {
-            "system" => Ok(Self::System),
-            "user" => Ok(Self::User),
-            "assistant" => Ok(Self::Assistant),
-            other => Err(InferenceError::InvalidRequest(format!("unknown role {other:?}"))),
-        }
-    }
-
-    /// The role's name as the chat template writes it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::System => "system",
-            Self::User => "user",
-            Self::Assistant => "assistant",
-        }
-    }
+/// Parses a normalized role name (`"system"`, `"user"`, `"assistant"`), exactly as the core sends it.
+pub fn parse_role(role: &str) -> Result<ChatRole, InferenceError> {
+    [ChatRole::System, ChatRole::User, ChatRole::Assistant]
+        .into_iter()
+        .find(|known| known.as_str() == role)
+        .ok_or_else(|| InferenceError::InvalidRequest(format!("unknown role {role:?}")))
 }
 
 /// One turn of the conversation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChatMessage {
     /// Who wrote it.
-    pub role: Role,
+    pub role: ChatRole,
     /// What was written.
     pub content: String,
 }
 
 impl ChatMessage {
     /// A message from `role`.
-    pub fn new(role: Role, content: impl Into<String>) -> Self {
+    pub fn new(role: ChatRole, content: impl Into<String>) -> Self {
         Self { role, content: content.into() }
     }
 }
@@ -242,7 +220,7 @@ mod tests {
             request_id: "r".into(),
             tenant: "t".into(),
             model: "m".into(),
-            messages: vec![ChatMessage::new(Role::User, "hi")],
+            messages: vec![ChatMessage::new(ChatRole::User, "hi")],
             sampling: SamplingParams::greedy(8),
             priority: Priority::Interactive,
             speculative: None,
@@ -270,6 +248,7 @@ mod tests {
         let mut r = request();
         r.sampling.stop = vec![String::new()];
         assert!(r.validate("m", 100).is_err());
-        assert!(Role::parse("tool").is_err());
+        assert!(parse_role("tool").is_err());
+        assert_eq!(parse_role("assistant").ok(), Some(ChatRole::Assistant));
     }
 }

@@ -10,11 +10,12 @@ use tokio_stream::{Stream, StreamExt as _};
 use tonic::{Request, Response, Status};
 
 use super::chat_template::encode_prompt;
+use super::load::Load;
 use super::metrics::PodMetrics;
 use super::request::GenerationRequest;
 use super::step_loop::LoopConfig;
 use super::tokenizer::ChatTokenizer;
-use super::worker::{GenerationEvent, Load, Submission, Worker};
+use super::worker::{GenerationEvent, Submission, Worker};
 use super::{Engine, InferenceError};
 
 /// The pod's request handling, shared by the gRPC service and the HTTP routes. Cheap to clone.

@@ -16,12 +16,12 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::engine::Engine;
 use super::generation::{Generation, GenerationEvent, Progress};
 use super::kv::BlockManager;
+use super::load::Load;
 use super::metrics::PodMetrics;
 use super::model::{Batch, BatchSequence, KvPool, KvPrecision};
 use super::request::{FinishReason, Priority, SamplingParams};
 use super::scheduler::{PlanItem, Scheduler, SchedulerConfig, SchedulerError, SeqId};
 use super::speculative::{SpeculativeConfig, Speculator};
-use super::worker::Load;
 use super::InferenceError;
 
 /// How the step loop sizes its cache and batches.

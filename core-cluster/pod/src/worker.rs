@@ -3,61 +3,18 @@
 //! The forward pass is CPU-bound and parallel inside (candle's thread pool), so the loop runs on
 //! its own OS thread rather than on the async runtime.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 pub use super::generation::GenerationEvent;
+use super::load::Load;
 use super::metrics::PodMetrics;
 use super::request::{Priority, SamplingParams};
 use super::step_loop::{Job, LoopConfig, StepLoop};
 use super::{Engine, InferenceError};
-
-/// How busy the step loop is, published after every step.
-#[derive(Debug, Default)]
-pub struct Load {
-    /// Requests queued and not yet running (in the channel or the scheduler's waiting queues).
-    pub(super) queued: AtomicUsize,
-    /// The scheduler's waiting sequences, as of the last step.
-    pub(super) waiting: AtomicUsize,
-    /// Sequences in the running batch.
-    pub(super) running: AtomicUsize,
-    /// KV blocks free or evictable.
-    pub(super) free_blocks: AtomicUsize,
-    /// KV blocks in the pool.
-    pub(super) total_blocks: AtomicUsize,
-    /// Tokens per KV block.
-    pub(super) block_size: AtomicUsize,
-}
-
-impl Load {
-    /// Requests waiting to start.
-    pub fn queued(&self) -> usize {
-        self.queued.load(Ordering::Relaxed) + self.waiting.load(Ordering::Relaxed)
-    }
-
-    /// Sequences being generated.
-    pub fn running(&self) -> usize {
-        self.running.load(Ordering::Relaxed)
-    }
-
-    /// KV blocks that could be handed out now.
-    pub fn free_blocks(&self) -> usize {
-        self.free_blocks.load(Ordering::Relaxed)
-    }
-
-    /// KV blocks in the pool.
-    pub fn total_blocks(&self) -> usize {
-        self.total_blocks.load(Ordering::Relaxed)
-    }
-
-    /// Tokens per KV block.
-    pub fn block_size(&self) -> usize {
-        self.block_size.load(Ordering::Relaxed)
-    }
-}
 
 /// What a caller asks of the worker, besides the prompt.
 #[derive(Debug, Clone)]

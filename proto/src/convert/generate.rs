@@ -4,7 +4,7 @@
 use shared::cache_key::CacheKey;
 use shared::completion::CachedCompletion;
 use shared::models::ModelRef;
-use shared::normalize::{Message, NormalizedRequest, Penalties, Role, Sampling};
+use shared::normalize::{ChatRole, Message, NormalizedRequest, Penalties, Sampling};
 
 use crate::cache::CompleteRequest;
 use crate::inference::{self as pb, GenerateDone, GenerateRequest};
@@ -31,7 +31,7 @@ impl GenerateRequest {
     pub fn normalized_messages(&self) -> Option<Vec<Message>> {
         self.messages
             .iter()
-            .map(|m| Some(Message { role: Role::from_name(&m.role)?, content: m.content.clone() }))
+            .map(|m| Some(Message { role: ChatRole::from_name(&m.role)?, content: m.content.clone() }))
             .collect()
     }
 
@@ -179,8 +179,8 @@ mod tests {
         NormalizedRequest {
             model: ModelRef { name: "m".into(), version: 3 },
             messages: vec![
-                Message { role: Role::System, content: "Be brief.".into() },
-                Message { role: Role::User, content: "What is 2 + 2?".into() },
+                Message { role: ChatRole::System, content: "Be brief.".into() },
+                Message { role: ChatRole::User, content: "What is 2 + 2?".into() },
             ],
             sampling: Sampling {
                 max_tokens: 16,

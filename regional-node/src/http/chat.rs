@@ -26,10 +26,11 @@ use super::respond::{
     cache_headers, entry_response, mark_coalesced, semantic_headers, with_headers, Labels, EVENT_STREAM,
 };
 use crate::caller::resolve_tenant;
+use crate::clock::now_ms;
 use crate::error::error_response;
 use crate::flight::{FlightItem, Outcome, Subscription};
 use crate::request_path::{Admitted, Answered, Directives, X_CACHE_MISS};
-use crate::server::{now_ms, AppState};
+use crate::server::AppState;
 use crate::RegionalError;
 
 /// The handler.

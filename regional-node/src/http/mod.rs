@@ -4,7 +4,7 @@ mod body;
 mod changes;
 mod chat;
 mod choices;
-mod hotset;
+mod hot_set;
 mod invalidate;
 mod ops;
 mod respond;
@@ -21,8 +21,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions).fallback(ops::method_not_allowed))
         .route("/v1/cache/invalidate", post(invalidate::invalidate).fallback(ops::method_not_allowed))
-        .route("/v1/hotset", get(hotset::hotset).fallback(ops::method_not_allowed))
-        .route("/v1/hotset/hits", post(hotset::edge_hits).fallback(ops::method_not_allowed))
+        .route("/v1/hotset", get(hot_set::hot_set).fallback(ops::method_not_allowed))
+        .route("/v1/hotset/hits", post(hot_set::edge_hits).fallback(ops::method_not_allowed))
         .route("/v1/changes", get(changes::changes).fallback(ops::method_not_allowed))
         .route("/v1/replication", get(ops::replication).fallback(ops::method_not_allowed))
         .route("/v1/models", get(ops::models).fallback(ops::method_not_allowed))

@@ -48,7 +48,7 @@ pub fn cache_headers(
     if !store {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     } else if let Some(entry) = entry {
-        let max_age = entry.remaining_ttl_s(crate::server::now_ms()).unwrap_or(365 * 86_400);
+        let max_age = entry.remaining_ttl_s(crate::clock::now_ms()).unwrap_or(365 * 86_400);
         insert(&mut headers, header::CACHE_CONTROL, &format!("private, max-age={max_age}"));
     }
     headers
@@ -131,7 +131,7 @@ mod tests {
             prompt_tokens: 1,
             completion_tokens: 1,
             etag: CachedCompletion::etag_of("hi", "stop"),
-            created_ms: crate::server::now_ms(),
+            created_ms: crate::clock::now_ms(),
             ttl_s,
             question: None,
         }

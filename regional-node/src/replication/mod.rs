@@ -235,7 +235,7 @@ impl Replication {
             let mut tick = tokio::time::interval(this.settings.anti_entropy_interval);
             loop {
                 tick.tick().await;
-                let sweep = this.store.sweep(crate::server::now_ms());
+                let sweep = this.store.sweep(crate::clock::now_ms());
                 this.metrics.tombstones_collected.add(sweep.collected as u64);
                 this.metrics.records_expired.add(sweep.expired as u64);
             }

@@ -24,7 +24,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use sha2::{Digest as _, Sha256};
 use shared::completion::CachedCompletion;
-use shared::hotset::HotSetVersion;
+use shared::hot_set::HotSetVersion;
 
 use super::record::{Clock, Record, Resolved, Value};
 use crate::RegionalError;

@@ -174,7 +174,7 @@ impl Admitted {
 #[cfg(test)]
 mod tests {
     use shared::models::ModelRef;
-    use shared::normalize::{Message, Role, Sampling};
+    use shared::normalize::{ChatRole, Message, Sampling};
 
     use super::*;
 
@@ -189,7 +189,7 @@ mod tests {
 
     #[test]
     fn the_query_is_the_one_semantic_query_derive_gives() {
-        let asked = request(vec![Message { role: Role::User, content: "What is a monad?".into() }]);
+        let asked = request(vec![Message { role: ChatRole::User, content: "What is a monad?".into() }]);
         let admitted = Admitted::new(
             "t".into(),
             asked.clone(),
@@ -204,7 +204,7 @@ mod tests {
         assert_eq!(admitted.key, CacheKey::derive("t", &asked));
         assert_eq!(admitted.class.class, ContentClass::Stable);
 
-        let answered = request(vec![Message { role: Role::Assistant, content: "Hi".into() }]);
+        let answered = request(vec![Message { role: ChatRole::Assistant, content: "Hi".into() }]);
         let admitted = Admitted::new(
             "t".into(),
             answered,
@@ -219,7 +219,7 @@ mod tests {
     #[test]
     fn sampled_requests_and_directives_decide_what_the_caches_may_do() {
         let class = ClassTtl::new(ContentClass::Stable, &TtlPolicy::default());
-        let mut asked = request(vec![Message { role: Role::User, content: "What is a monad?".into() }]);
+        let mut asked = request(vec![Message { role: ChatRole::User, content: "What is a monad?".into() }]);
         let both = Caching { lookup: true, store: true };
         assert_eq!(Caching::decide(class, &asked, false, Directives::default()), both, "greedy");
         asked.sampling.temperature = 0.7;

@@ -14,10 +14,10 @@ use tonic::Streaming;
 
 use super::{elapsed_ms, Admitted, ClassTtl, RequestPath, X_CACHE_MISS, X_CACHE_STALE};
 use crate::admission::predicted_cost;
+use crate::clock::now_ms;
 use crate::core_cache_client::STREAM_IDLE_TIMEOUT;
 use crate::flight::{Flight, Outcome, Piece};
 use crate::semantic::tier::EmbeddedQuestion;
-use crate::server::now_ms;
 use crate::RegionalError;
 
 /// TTL asked of the core for an answer that must not be cached: the core commits every answer it
@@ -223,7 +223,7 @@ mod tests {
 
     use shared::content_class::{ContentClass, TtlPolicy};
     use shared::models::ModelRef;
-    use shared::normalize::{Message, NormalizedRequest, Role, Sampling};
+    use shared::normalize::{ChatRole, Message, NormalizedRequest, Sampling};
 
     use super::*;
     use crate::request_path::admitted::Directives;
@@ -231,7 +231,7 @@ mod tests {
     fn core_request(text: &str, policy: &TtlPolicy) -> CompleteRequest {
         let request = NormalizedRequest {
             model: ModelRef { name: "m".into(), version: 3 },
-            messages: vec![Message { role: Role::User, content: text.into() }],
+            messages: vec![Message { role: ChatRole::User, content: text.into() }],
             sampling: Sampling::greedy(16),
             delivery: shared::openai::Delivery::Whole,
         };

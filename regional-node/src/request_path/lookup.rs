@@ -8,10 +8,10 @@ use shared::completion::CachedCompletion;
 use shared::server_timing::ServerTiming;
 
 use super::{elapsed_ms, Admitted, RequestPath, X_CACHE_CORE, X_CACHE_SEMANTIC};
+use crate::clock::now_ms;
 use crate::flight::Outcome;
 use crate::semantic::cache::SemanticHit;
 use crate::semantic::tier::EmbeddedQuestion;
-use crate::server::now_ms;
 use crate::RegionalError;
 
 impl RequestPath {

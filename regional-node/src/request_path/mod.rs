@@ -36,6 +36,7 @@ use shared::RequestError;
 pub use self::admitted::{Admitted, Caching, ClassTtl, Directives};
 use self::flight_task::FlightTask;
 use crate::admission::Admission;
+use crate::clock::now_ms;
 use crate::core_cache_client::{CoreCacheClient, InvalidatedAtCore};
 use crate::core_view::CoreView;
 use crate::exact_cache::ExactCache;
@@ -46,7 +47,6 @@ use crate::model_catalog::ModelCatalog;
 use crate::replication::record::{Record, Resolved};
 use crate::replication::{Applier, Replication};
 use crate::semantic::tier::SemanticTier;
-use crate::server::now_ms;
 use crate::RegionalError;
 
 /// `X-Cache` of an answer from this node's exact cache.

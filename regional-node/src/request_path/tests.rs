@@ -24,7 +24,7 @@ use proto::inference::{GenerateDone, TokenDelta};
 use shared::completion::CachedCompletion;
 use shared::content_class::TtlPolicy;
 use shared::models::ModelRef;
-use shared::normalize::{Message, NormalizedRequest, Role, Sampling};
+use shared::normalize::{ChatRole, Message, NormalizedRequest, Sampling};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
@@ -268,7 +268,7 @@ fn path_without_feed(core_addr: SocketAddr, extra: &[&str]) -> Arc<RequestPath> 
 fn admitted(question: &str, only_if_cached: bool) -> Admitted {
     let request = NormalizedRequest {
         model: ModelRef { name: "smollm2-135m-instruct".into(), version: 1 },
-        messages: vec![Message { role: Role::User, content: question.into() }],
+        messages: vec![Message { role: ChatRole::User, content: question.into() }],
         sampling: Sampling::greedy(16),
         delivery: shared::openai::Delivery::Whole,
     };

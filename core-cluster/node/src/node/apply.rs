@@ -14,7 +14,11 @@ use super::records::{
     AppliedRequest, EntryHead, FeedRow, ModelState, StoredEntry, TenantState, FEED_RETENTION_MS,
     REQUEST_ID_RETENTION_MS,
 };
-use super::types::{Applied, Command, InvalidateScope, Outcome, RefreshJob, Rejection, Request};
+use shared::completion::CachedCompletion;
+
+use super::types::{
+    Applied, Command, InvalidateScope, Outcome, Prompt, RefreshJob, Rejection, Request, TenantPolicy,
+};
 
 /// Largest cached answer the cluster accepts, in bytes (a tenant policy may set less).
 pub const MAX_VALUE_BYTES: u64 = 1024 * 1024;
@@ -147,158 +151,167 @@ impl<T: Tables> Applier<'_, T> {
 
     fn command(&mut self, command: &Command) -> Result<Outcome, T::Error> {
         match command {
-            Command::Put { entry, content_class, prompt } => {
-                let Some(tenant) = self.tenant(&entry.tenant)? else {
-                    return Ok(rejected(
-                        Rejection::UnknownTenant,
-                        format!("unknown tenant {:?}", entry.tenant),
-                    ));
-                };
-                let clock_ms = self.clock_ms;
-                let Some(model) = self.model(&entry.model)? else {
-                    return Ok(rejected(Rejection::UnknownModel, format!("unknown model {:?}", entry.model)));
-                };
-                if entry.model_version < model.version {
-                    return Ok(rejected(
-                        Rejection::StaleModelVersion,
-                        format!(
-                            "model {:?} is at version {}, not {}",
-                            entry.model, model.version, entry.model_version
-                        ),
-                    ));
-                }
-                if entry.model_version > model.version {
-                    return Ok(rejected(
-                        Rejection::Conflict,
-                        format!(
-                            "model {:?} has no version {} yet (current {})",
-                            entry.model, entry.model_version, model.version
-                        ),
-                    ));
-                }
-                let model_epoch = model.epoch;
-                let limit = match tenant.policy.max_value_bytes {
-                    0 => MAX_VALUE_BYTES,
-                    n => n.min(MAX_VALUE_BYTES),
-                };
-                if entry.content.len() as u64 > limit {
-                    return Ok(rejected(
-                        Rejection::ValueTooLarge,
-                        format!(
-                            "the value has {} bytes; tenant {:?} accepts at most {limit}",
-                            entry.content.len(),
-                            entry.tenant
-                        ),
-                    ));
-                }
-                if let Some(existing) = self.tables.entry_head(&entry.key)? {
-                    if existing.tenant != entry.tenant {
-                        return Ok(rejected(Rejection::WrongTenant, "the key belongs to another tenant"));
-                    }
-                }
-                let mut ttl_s = if entry.ttl_s == 0 { tenant.policy.default_ttl_s } else { entry.ttl_s };
-                if tenant.policy.max_ttl_s != 0 && (ttl_s == 0 || ttl_s > tenant.policy.max_ttl_s) {
-                    ttl_s = tenant.policy.max_ttl_s;
-                }
-                let mut stored_entry = entry.clone();
-                stored_entry.created_ms = clock_ms;
-                stored_entry.ttl_s = ttl_s;
-                let stored = StoredEntry {
-                    entry: stored_entry,
-                    content_class: content_class.clone(),
-                    tenant_epoch: tenant.epoch,
-                    model_epoch,
-                    prompt: prompt.clone(),
-                };
-                self.tables.put_entry(&entry.key, &stored)?;
-                if let Some(model) = self.model(&entry.model)? {
-                    model.hot.record(&entry.key, 1);
-                }
-                Ok(Outcome::Stored { key: entry.key.clone(), created_ms: clock_ms, ttl_s })
-            }
+            Command::Put { entry, content_class, prompt } => self.put(entry, content_class, prompt.as_ref()),
             Command::Invalidate { scope } => self.invalidate(scope),
-            Command::BumpModelVersion { model: name, version } => {
-                let Some(model) = self.model(name)?.cloned() else {
-                    return Ok(rejected(Rejection::UnknownModel, format!("unknown model {name:?}")));
-                };
-                let next = if *version == 0 { model.version + 1 } else { *version };
-                if next <= model.version {
-                    return Ok(rejected(
-                        Rejection::Conflict,
-                        format!(
-                            "model {name:?} is at version {}; a bump must go higher than that",
-                            model.version
-                        ),
-                    ));
-                }
-                let mut refresh = Vec::new();
-                for (key, _) in model.hot.hottest(REFRESH_TOP) {
-                    let Some(stored) = self.tables.entry(&key)? else { continue };
-                    let tenant = self.tenant(&stored.entry.tenant)?;
-                    let Some(prompt) = stored.prompt.clone() else { continue };
-                    if stored.is_live(tenant.as_ref(), Some(&model), i64::MIN) {
-                        refresh.push(RefreshJob {
-                            tenant: stored.entry.tenant.clone(),
-                            content_class: stored.content_class.clone(),
-                            ttl_s: stored.entry.ttl_s,
-                            prompt,
-                        });
-                    }
-                }
-                if let Some(current) = self.model(name)? {
-                    current.version = next;
-                    current.hot = Default::default();
-                }
-                self.changes.push(Change::ModelCurrent { model: name.clone(), version: next });
-                Ok(Outcome::ModelVersion {
-                    model: name.clone(),
-                    previous: model.version,
-                    version: next,
-                    refresh,
-                })
-            }
-            Command::RegisterModel { model: name, version } => {
-                if *version == 0 {
-                    return Ok(rejected(Rejection::Conflict, "model versions start at 1"));
-                }
-                match self.model(name)? {
-                    Some(existing) if existing.version == *version => {}
-                    Some(existing) => {
-                        return Ok(rejected(
-                            Rejection::Conflict,
-                            format!("model {name:?} is registered at version {}", existing.version),
-                        ))
-                    }
-                    None => {
-                        let model = ModelState { version: *version, ..Default::default() };
-                        self.models.insert(name.clone(), Some(model));
-                        self.changes.push(Change::ModelCurrent { model: name.clone(), version: *version });
-                    }
-                }
-                Ok(Outcome::ModelRegistered { model: name.clone(), version: *version })
-            }
-            Command::SetTenantPolicy { tenant: name, policy } => {
-                let mut tenant = self.tenant(name)?.unwrap_or_default();
-                tenant.policy = policy.clone();
-                let epoch = tenant.epoch;
-                self.put_tenant(name, tenant)?;
-                let cache_sampled = policy.cache_sampled;
-                self.changes.push(Change::TenantSettings { tenant: name.clone(), cache_sampled });
-                Ok(Outcome::TenantPolicySet { tenant: name.clone(), epoch })
-            }
-            Command::RecordHits { hits } => {
-                for (key, count) in hits {
-                    let Some(head) = self.tables.entry_head(key)? else { continue };
-                    if let Some(model) = self.model(&head.model)? {
-                        if model.version == head.model_version {
-                            model.hot.record(key, u64::from(*count));
-                        }
-                    }
-                }
-                Ok(Outcome::HitsRecorded)
-            }
+            Command::BumpModelVersion { model: name, version } => self.bump_model_version(name, *version),
+            Command::RegisterModel { model: name, version } => self.register_model(name, *version),
+            Command::SetTenantPolicy { tenant: name, policy } => self.set_tenant_policy(name, policy),
+            Command::RecordHits { hits } => self.record_hits(hits),
             Command::Sweep { entries, requests, feed } => self.sweep(entries, requests, feed),
         }
+    }
+
+    /// Stores `entry` under its key, stamped with this command's log time and the tenant's TTL policy.
+    fn put(
+        &mut self,
+        entry: &CachedCompletion,
+        content_class: &str,
+        prompt: Option<&Prompt>,
+    ) -> Result<Outcome, T::Error> {
+        let Some(tenant) = self.tenant(&entry.tenant)? else {
+            return Ok(rejected(Rejection::UnknownTenant, format!("unknown tenant {:?}", entry.tenant)));
+        };
+        let clock_ms = self.clock_ms;
+        let Some(model) = self.model(&entry.model)? else {
+            return Ok(rejected(Rejection::UnknownModel, format!("unknown model {:?}", entry.model)));
+        };
+        if entry.model_version < model.version {
+            return Ok(rejected(
+                Rejection::StaleModelVersion,
+                format!(
+                    "model {:?} is at version {}, not {}",
+                    entry.model, model.version, entry.model_version
+                ),
+            ));
+        }
+        if entry.model_version > model.version {
+            return Ok(rejected(
+                Rejection::Conflict,
+                format!(
+                    "model {:?} has no version {} yet (current {})",
+                    entry.model, entry.model_version, model.version
+                ),
+            ));
+        }
+        let model_epoch = model.epoch;
+        let limit = match tenant.policy.max_value_bytes {
+            0 => MAX_VALUE_BYTES,
+            n => n.min(MAX_VALUE_BYTES),
+        };
+        if entry.content.len() as u64 > limit {
+            return Ok(rejected(
+                Rejection::ValueTooLarge,
+                format!(
+                    "the value has {} bytes; tenant {:?} accepts at most {limit}",
+                    entry.content.len(),
+                    entry.tenant
+                ),
+            ));
+        }
+        if let Some(existing) = self.tables.entry_head(&entry.key)? {
+            if existing.tenant != entry.tenant {
+                return Ok(rejected(Rejection::WrongTenant, "the key belongs to another tenant"));
+            }
+        }
+        let mut ttl_s = if entry.ttl_s == 0 { tenant.policy.default_ttl_s } else { entry.ttl_s };
+        if tenant.policy.max_ttl_s != 0 && (ttl_s == 0 || ttl_s > tenant.policy.max_ttl_s) {
+            ttl_s = tenant.policy.max_ttl_s;
+        }
+        let mut stored_entry = entry.clone();
+        stored_entry.created_ms = clock_ms;
+        stored_entry.ttl_s = ttl_s;
+        let stored = StoredEntry {
+            entry: stored_entry,
+            content_class: content_class.to_owned(),
+            tenant_epoch: tenant.epoch,
+            model_epoch,
+            prompt: prompt.cloned(),
+        };
+        self.tables.put_entry(&entry.key, &stored)?;
+        if let Some(model) = self.model(&entry.model)? {
+            model.hot.record(&entry.key, 1);
+        }
+        Ok(Outcome::Stored { key: entry.key.clone(), created_ms: clock_ms, ttl_s })
+    }
+
+    /// Moves `name` to `version` (the next one when 0), listing its hottest live prompts to regenerate.
+    fn bump_model_version(&mut self, name: &str, version: u64) -> Result<Outcome, T::Error> {
+        let Some(model) = self.model(name)?.cloned() else {
+            return Ok(rejected(Rejection::UnknownModel, format!("unknown model {name:?}")));
+        };
+        let next = if version == 0 { model.version + 1 } else { version };
+        if next <= model.version {
+            return Ok(rejected(
+                Rejection::Conflict,
+                format!("model {name:?} is at version {}; a bump must go higher than that", model.version),
+            ));
+        }
+        let mut refresh = Vec::new();
+        for (key, _) in model.hot.hottest(REFRESH_TOP) {
+            let Some(stored) = self.tables.entry(&key)? else { continue };
+            let tenant = self.tenant(&stored.entry.tenant)?;
+            let Some(prompt) = stored.prompt.clone() else { continue };
+            if stored.is_live(tenant.as_ref(), Some(&model), i64::MIN) {
+                refresh.push(RefreshJob {
+                    tenant: stored.entry.tenant.clone(),
+                    content_class: stored.content_class.clone(),
+                    ttl_s: stored.entry.ttl_s,
+                    prompt,
+                });
+            }
+        }
+        if let Some(current) = self.model(name)? {
+            current.version = next;
+            current.hot = Default::default();
+        }
+        self.changes.push(Change::ModelCurrent { model: name.to_owned(), version: next });
+        Ok(Outcome::ModelVersion { model: name.to_owned(), previous: model.version, version: next, refresh })
+    }
+
+    /// Registers `name` at `version`; registering it again at the same version changes nothing.
+    fn register_model(&mut self, name: &str, version: u64) -> Result<Outcome, T::Error> {
+        if version == 0 {
+            return Ok(rejected(Rejection::Conflict, "model versions start at 1"));
+        }
+        match self.model(name)? {
+            Some(existing) if existing.version == version => {}
+            Some(existing) => {
+                return Ok(rejected(
+                    Rejection::Conflict,
+                    format!("model {name:?} is registered at version {}", existing.version),
+                ))
+            }
+            None => {
+                let model = ModelState { version: version, ..Default::default() };
+                self.models.insert(name.to_owned(), Some(model));
+                self.changes.push(Change::ModelCurrent { model: name.to_owned(), version: version });
+            }
+        }
+        Ok(Outcome::ModelRegistered { model: name.to_owned(), version: version })
+    }
+
+    /// Sets a tenant's limits (creating the tenant), and tells the feed whether it caches sampled answers.
+    fn set_tenant_policy(&mut self, name: &str, policy: &TenantPolicy) -> Result<Outcome, T::Error> {
+        let mut tenant = self.tenant(name)?.unwrap_or_default();
+        tenant.policy = policy.clone();
+        let epoch = tenant.epoch;
+        self.put_tenant(name, tenant)?;
+        let cache_sampled = policy.cache_sampled;
+        self.changes.push(Change::TenantSettings { tenant: name.to_owned(), cache_sampled });
+        Ok(Outcome::TenantPolicySet { tenant: name.to_owned(), epoch })
+    }
+
+    /// Counts served hits toward each key's hotness, for the key's current model version only.
+    fn record_hits(&mut self, hits: &[(String, u32)]) -> Result<Outcome, T::Error> {
+        for (key, count) in hits {
+            let Some(head) = self.tables.entry_head(key)? else { continue };
+            if let Some(model) = self.model(&head.model)? {
+                if model.version == head.model_version {
+                    model.hot.record(key, u64::from(*count));
+                }
+            }
+        }
+        Ok(Outcome::HitsRecorded)
     }
 
     /// Removes the listed entries, request ids and feed rows that are dead at this command's log time;
@@ -360,7 +373,7 @@ impl<T: Tables> Applier<'_, T> {
                     }
                 };
                 // Announced whether or not the core held it: a tier in front may still hold a copy.
-                self.changes.push(Change::Key { tenant: tenant.clone(), key: key.clone() });
+                self.changes.push(Change::from(scope));
                 Ok(Outcome::Invalidated { removed, at_ms: self.clock_ms })
             }
             InvalidateScope::Tenant { tenant: name } => {
@@ -369,7 +382,7 @@ impl<T: Tables> Applier<'_, T> {
                 };
                 tenant.epoch += 1;
                 self.put_tenant(name, tenant)?;
-                self.changes.push(Change::Tenant { tenant: name.clone() });
+                self.changes.push(Change::from(scope));
                 Ok(Outcome::Invalidated { removed: 0, at_ms: self.clock_ms })
             }
             InvalidateScope::ModelVersion { model: name, version } => {
@@ -380,7 +393,7 @@ impl<T: Tables> Applier<'_, T> {
                     model.epoch += 1;
                     model.hot = Default::default();
                 }
-                self.changes.push(Change::ModelVersion { model: name.clone(), version: *version });
+                self.changes.push(Change::from(scope));
                 Ok(Outcome::Invalidated { removed: 0, at_ms: self.clock_ms })
             }
         }

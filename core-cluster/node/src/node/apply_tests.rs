@@ -4,7 +4,7 @@ use super::*;
 use crate::node::memory_tables::Memory;
 use crate::node::types::{Prompt, TenantPolicy};
 use shared::completion::CachedCompletion;
-use shared::normalize::{Message, Role, Sampling};
+use shared::normalize::{ChatRole, Message, Sampling};
 
 fn entry(key: &str, tenant: &str, version: u64, content: &str) -> CachedCompletion {
     CachedCompletion {
@@ -25,7 +25,7 @@ fn entry(key: &str, tenant: &str, version: u64, content: &str) -> CachedCompleti
 
 fn put(key: &str, tenant: &str, version: u64) -> Command {
     let prompt = Prompt {
-        messages: vec![Message { role: Role::User, content: format!("q {key}") }],
+        messages: vec![Message { role: ChatRole::User, content: format!("q {key}") }],
         sampling: Sampling::greedy(8),
     };
     Command::Put {

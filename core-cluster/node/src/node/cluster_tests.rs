@@ -541,7 +541,7 @@ async fn the_store_api_dedupes_retries_refuses_bad_input_and_reads_linearizably(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_version_bump_stales_old_entries_and_regenerates_the_hottest() {
     use proto::core::write_request::Command as Pb;
-    use shared::normalize::{Message, NormalizedRequest, Role, Sampling};
+    use shared::normalize::{ChatRole, Message, NormalizedRequest, Sampling};
     let pod = FakePod::default();
     let cluster = new_cluster(pod.clone(), RaftTuning::default()).await;
     let mut nodes = BTreeMap::new();
@@ -577,7 +577,7 @@ async fn a_version_bump_stales_old_entries_and_regenerates_the_hottest() {
     let new_key = |text: &str| {
         let request = NormalizedRequest {
             model: shared::models::ModelRef { name: "fake".into(), version: 2 },
-            messages: vec![Message { role: Role::User, content: text.into() }],
+            messages: vec![Message { role: ChatRole::User, content: text.into() }],
             sampling: sampling.clone(),
             delivery: shared::openai::Delivery::Whole,
         };

@@ -135,7 +135,8 @@ pub enum Command {
     },
 }
 
-/// Which entries an [`Command::Invalidate`] removes.
+/// Which entries an [`Command::Invalidate`] removes. The log keeps its own type (its serialized form is
+/// part of the log); the feed announces it as the matching [`shared::changes::Change`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "scope", rename_all = "snake_case")]
 pub enum InvalidateScope {
@@ -158,6 +159,18 @@ pub enum InvalidateScope {
         /// The version.
         version: u64,
     },
+}
+
+impl From<&InvalidateScope> for shared::changes::Change {
+    /// The change feed's announcement of an invalidation: the same three scopes, under the feed's name.
+    fn from(scope: &InvalidateScope) -> Self {
+        use shared::changes::Change;
+        match scope.clone() {
+            InvalidateScope::Key { tenant, key } => Change::Key { tenant, key },
+            InvalidateScope::Tenant { tenant } => Change::Tenant { tenant },
+            InvalidateScope::ModelVersion { model, version } => Change::ModelVersion { model, version },
+        }
+    }
 }
 
 /// A tenant's limits.

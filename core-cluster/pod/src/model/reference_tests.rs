@@ -8,7 +8,7 @@ use candle_transformers::models::quantized_llama::ModelWeights;
 
 use super::*;
 use crate::chat_template::{render, ChatTemplate};
-use crate::request::{ChatMessage, Role};
+use crate::request::{ChatMessage, ChatRole};
 use crate::test_support::{model_path, tokenizer};
 
 /// Greatest |ours - exact| allowed on any logit, after removing the constant shift (the top logits
@@ -70,7 +70,7 @@ fn load_reference(image: &[u8]) -> ModelWeights {
 /// The question in plain ChatML, without the model template's default system turn: these tests compare
 /// forward passes on fixed prompts, chosen where the quantized model's top token is not a near tie.
 fn prompt(question: &str) -> Vec<u32> {
-    let text = render(&ChatTemplate::default(), &[ChatMessage::new(Role::User, question)]);
+    let text = render(&ChatTemplate::default(), &[ChatMessage::new(ChatRole::User, question)]);
     tokenizer().encode_with_special(&text).expect("prompt")
 }
 

@@ -5,15 +5,15 @@ use std::time::Duration;
 use super::*;
 use crate::chat_template::encode_prompt;
 use crate::config::EngineConfig;
-use crate::request::{ChatMessage, FinishReason, GenerationSummary, Role};
+use crate::request::{ChatMessage, ChatRole, FinishReason, GenerationSummary};
 use crate::test_support::engine;
 
 fn prompt(system: Option<&str>, question: &str) -> Vec<u32> {
     let mut messages = Vec::new();
     if let Some(system) = system {
-        messages.push(ChatMessage::new(Role::System, system));
+        messages.push(ChatMessage::new(ChatRole::System, system));
     }
-    messages.push(ChatMessage::new(Role::User, question));
+    messages.push(ChatMessage::new(ChatRole::User, question));
     encode_prompt(engine().tokenizer(), &messages).expect("prompt")
 }
 

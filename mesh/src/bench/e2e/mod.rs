@@ -1,6 +1,11 @@
 //! `mesh bench e2e`: the whole mesh, the mesh with caching off, and the stack a user would assemble
 //! instead (GPTCache in front of llama-server), on ShareGPT conversations.
 //!
+//! # Figures seen
+//!
+//! 2026-12-02, on 2 cores (the machine was not recorded further): a run with `--concurrency 1,8,32`
+//! took about 25 minutes.
+//!
 //! # Layout
 //! - [`workload`]: the ShareGPT mixes (natural, Zipf-popular).
 //! - [`driver`]: clients replaying conversations over the streaming API, and each step's figures.

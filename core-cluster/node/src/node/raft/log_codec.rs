@@ -11,7 +11,7 @@ use prost::Message as _;
 use proto::core as core_pb;
 use proto::inference as inference_pb;
 use proto::raft as pb;
-use shared::normalize::{Message, Role};
+use shared::normalize::{ChatRole, Message};
 
 use crate::node::error::CoreError;
 use crate::node::types::{Command, Entry, InvalidateScope, NodeId, Prompt, Proposal, Request, TypeConfig};
@@ -274,7 +274,7 @@ pub(crate) fn prompt_from_pb(prompt: pb::LoggedPrompt) -> Result<Prompt, CoreErr
         .messages
         .into_iter()
         .map(|m| {
-            let role = Role::from_name(&m.role)
+            let role = ChatRole::from_name(&m.role)
                 .ok_or_else(|| CoreError::InvalidArgument(format!("raft log: unknown role {:?}", m.role)))?;
             Ok(Message { role, content: m.content })
         })
@@ -306,7 +306,7 @@ mod tests {
             question: Some(AnsweredQuestion { partition: "p".into(), text: "what?".into() }),
         };
         let prompt = Prompt {
-            messages: vec![Message { role: Role::User, content: "hi".into() }],
+            messages: vec![Message { role: ChatRole::User, content: "hi".into() }],
             sampling: Sampling {
                 max_tokens: 16,
                 temperature: 0.5,

@@ -126,7 +126,7 @@ impl Row for ModelState {
 #[cfg(test)]
 mod tests {
     use shared::completion::{AnsweredQuestion, CachedCompletion};
-    use shared::normalize::{Message, Role, Sampling};
+    use shared::normalize::{ChatRole, Message, Sampling};
 
     use super::super::super::types::Prompt;
     use super::*;
@@ -157,7 +157,7 @@ mod tests {
     #[test]
     fn entries_round_trip_with_and_without_their_prompt() {
         let prompt = Prompt {
-            messages: vec![Message { role: Role::User, content: "What?".into() }],
+            messages: vec![Message { role: ChatRole::User, content: "What?".into() }],
             sampling: Sampling { seed: Some(7), stop: vec!["x".into()], ..Sampling::greedy(16) },
         };
         for entry in [stored(None), stored(Some(prompt))] {

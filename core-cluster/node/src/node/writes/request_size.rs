@@ -72,7 +72,7 @@ fn strings_bytes(strings: &[String]) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use shared::normalize::{Message, Role, Sampling};
+    use shared::normalize::{ChatRole, Message, Sampling};
 
     use super::*;
 
@@ -102,7 +102,7 @@ mod tests {
         // id 2 + key 2 + tenant 3 + model 1 + content 5 + finish reason 4 + class 6.
         assert_eq!(put.approx_bytes(), 23);
         let prompt = Prompt {
-            messages: vec![Message { role: Role::User, content: "hi there".into() }],
+            messages: vec![Message { role: ChatRole::User, content: "hi there".into() }],
             sampling: Sampling { stop: vec!["\n".into()], ..Sampling::greedy(1) },
         };
         assert_eq!(prompt.approx_bytes(), 4 + 8 + 1);

@@ -238,9 +238,9 @@ mod tests {
 
     #[test]
     fn bounds_the_prompt_kept_for_refreshes() {
-        use shared::normalize::{Message, Role, Sampling};
+        use shared::normalize::{ChatRole, Message, Sampling};
         let prompt = |bytes: usize| Prompt {
-            messages: vec![Message { role: Role::User, content: "q".repeat(bytes) }],
+            messages: vec![Message { role: ChatRole::User, content: "q".repeat(bytes) }],
             sampling: Sampling::greedy(8),
         };
         let with = |p: Prompt| Command::Put { entry: entry(), content_class: String::new(), prompt: Some(p) };

@@ -2,8 +2,8 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use super::kernel::TILE_ROWS;
 use super::BLOCK;
+use super::TILE_ROWS;
 
 /// Rows of activations as signed 8-bit blocks: each block of 32 values keeps its scale `d`
 /// (value ≈ `d * q`) and `d * Σq`, which the Q4_1 weights' offset term needs.

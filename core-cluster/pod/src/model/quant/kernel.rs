@@ -18,10 +18,7 @@
 
 use super::activations::QuantizedRows;
 use super::matrix::{to_f32, BlockFormat, QuantMatrix, QUAD};
-use super::BLOCK;
-
-/// Activation rows of one tile.
-pub const TILE_ROWS: usize = 8;
+use super::{BLOCK, TILE_ROWS};
 
 /// The kernels for one CPU. Outputs are whole quads (the matrix pads them), so `o + 1` and
 /// `o..o + 4` exist.

@@ -19,7 +19,7 @@ use std::cell::RefCell;
 use std::sync::{Mutex, PoisonError};
 
 use activations::QuantizedRows;
-use kernel::{Kernels, TILE_ROWS};
+use kernel::Kernels;
 pub use matrix::{BlockFormat, QuantMatrix, QUAD};
 
 /// Weights (and activations) per quantization block.
@@ -27,6 +27,9 @@ pub const BLOCK: usize = 32;
 
 /// Outputs per unit of parallel work.
 const GROUP_OUTPUTS: usize = 16;
+
+/// Activation rows of one tile: the kernels and the activation layout share it.
+pub const TILE_ROWS: usize = 8;
 
 /// Fewest real rows for which the tile kernel (which always computes eight) beats the row kernel.
 /// Outputs per group are a multiple of [`QUAD`] (and so of the tile kernel's two).

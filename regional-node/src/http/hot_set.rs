@@ -1,4 +1,4 @@
-//! `GET /v1/hotset?since=<version>`: the hot set for the edge ([`shared::hotset`]).
+//! `GET /v1/hotset?since=<version>`: the hot set for the edge ([`shared::hot_set`]).
 //!
 //! The hot set is the node's replicated live answers: the keys its frequency sketch found hot, and
 //! what the peers replicated. Each entry comes with the small embedding of the question it answers
@@ -18,14 +18,15 @@ use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use daemon_runtime::PeerRole;
-use shared::hotset::{encode_embedding, HotEntry, HotSet, HotSetVersion};
+use shared::hot_set::{encode_embedding, HotEntry, HotSet, HotSetVersion};
 use shared::RequestError;
 
 use crate::caller::require_edge;
-use crate::server::{now_ms, AppState};
+use crate::clock::now_ms;
+use crate::server::AppState;
 
 /// The handler.
-pub async fn hotset(
+pub async fn hot_set(
     State(state): State<Arc<AppState>>,
     peer: Option<Extension<PeerRole>>,
     headers: HeaderMap,
@@ -93,7 +94,7 @@ fn build(state: &AppState, since: Option<HotSetVersion>) -> HotSet {
 const MAX_HITS_BYTES: usize = 1024 * 1024;
 
 /// `POST /v1/hotset/hits` (the edge only): hits the edge served from its own caches
-/// ([`shared::hotset::EdgeHits`]), counted toward each key's hotness as if this node had served them.
+/// ([`shared::hot_set::EdgeHits`]), counted toward each key's hotness as if this node had served them.
 pub async fn edge_hits(
     State(state): State<Arc<AppState>>,
     peer: Option<Extension<PeerRole>>,
@@ -110,7 +111,7 @@ pub async fn edge_hits(
         Ok(bytes) => bytes,
         Err(error) => return crate::error::error_response(&error),
     };
-    let report: shared::hotset::EdgeHits = match serde_json::from_slice(&bytes) {
+    let report: shared::hot_set::EdgeHits = match serde_json::from_slice(&bytes) {
         Ok(report) => report,
         Err(e) => {
             return crate::error::error_response(&RequestError::invalid(format!("not a hit report: {e}")))
