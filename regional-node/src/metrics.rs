@@ -1,8 +1,45 @@
 //! Prometheus metrics of the regional daemon, rendered at `/metrics`.
 
-use shared::metrics::{Counter, Histogram, MetricsText};
+use shared::label_values;
+use shared::metrics::{Counter, Family, Histogram, MetricsText};
 
 use crate::exact_cache::CacheStats;
+
+label_values! {
+    /// The cache tier that answered a request.
+    pub enum HitTier("tier") {
+        /// This node's exact cache.
+        Regional = "regional",
+        /// The core's state.
+        Core = "core",
+        /// A paraphrase's cached entry (the semantic tier).
+        Semantic = "semantic",
+    }
+}
+
+label_values! {
+    /// What answered a request, for its latency: a cache tier or a generation.
+    pub enum AnsweredBy("tier") {
+        /// A paraphrase's cached entry (embedding included).
+        Semantic = "semantic",
+        /// This node's exact cache.
+        Regional = "regional",
+        /// The core's state.
+        Core = "core",
+        /// A generation (to the last byte).
+        Miss = "miss",
+    }
+}
+
+label_values! {
+    /// A call to the core cluster.
+    pub enum CoreCall("call") {
+        /// A lookup of the core's state.
+        Lookup = "lookup",
+        /// A generation.
+        Complete = "complete",
+    }
+}
 
 /// Every metric the regional daemon exports.
 #[derive(Debug)]
@@ -11,40 +48,28 @@ pub struct RegionalMetrics {
     pub requests: Counter,
     /// Requests rejected before lookup (auth, bad body, unknown model).
     pub rejected: Counter,
-    /// Answers from the regional exact cache.
-    pub hits_regional: Counter,
-    /// Answers from the core's state.
-    pub hits_core: Counter,
-    /// Answers from a paraphrase's cached entry (the semantic tier).
-    pub hits_semantic: Counter,
+    /// Answers from a cache, by tier.
+    pub hits: Family<HitTier, Counter>,
     /// Semantic lookups that found a candidate the verifier or the threshold refused, or none.
     pub semantic_misses: Counter,
     /// Completion tokens of the answers served from a cache here (generation the pod did not do).
     pub tokens_avoided: Counter,
-    /// Latency of semantic hits (embedding included).
-    pub latency_hit_semantic: Histogram,
     /// Answers generated for this request.
     pub misses: Counter,
     /// Requests answered by an identical request's flight to the core.
     pub coalesced: Counter,
     /// Generations this node stopped waiting for because every client of the flight had left.
     pub flights_abandoned: Counter,
-    /// Lookup calls to the core.
-    pub core_lookups: Counter,
-    /// Generation calls to the core.
-    pub core_completions: Counter,
+    /// Calls to the core, by kind.
+    pub core_calls: Family<CoreCall, Counter>,
     /// Requests that failed because the core could not answer.
     pub core_errors: Counter,
     /// Answers past their TTL served while the core was out of reach.
     pub stale_served: Counter,
     /// Hot-set reads by the edge (`/v1/hotset`).
     pub hotset_reads: Counter,
-    /// Latency of regional hits.
-    pub latency_hit_regional: Histogram,
-    /// Latency of core hits.
-    pub latency_hit_core: Histogram,
-    /// Latency of misses (to the last byte).
-    pub latency_miss: Histogram,
+    /// Request latency, by what answered.
+    pub latency: Family<AnsweredBy, Histogram>,
 }
 
 impl Default for RegionalMetrics {
@@ -52,23 +77,17 @@ impl Default for RegionalMetrics {
         Self {
             requests: Counter::default(),
             rejected: Counter::default(),
-            hits_regional: Counter::default(),
-            hits_core: Counter::default(),
-            hits_semantic: Counter::default(),
+            hits: Family::default(),
             semantic_misses: Counter::default(),
             tokens_avoided: Counter::default(),
-            latency_hit_semantic: Histogram::latency(),
             misses: Counter::default(),
             coalesced: Counter::default(),
             flights_abandoned: Counter::default(),
-            core_lookups: Counter::default(),
-            core_completions: Counter::default(),
+            core_calls: Family::default(),
             core_errors: Counter::default(),
             stale_served: Counter::default(),
             hotset_reads: Counter::default(),
-            latency_hit_regional: Histogram::latency(),
-            latency_hit_core: Histogram::latency(),
-            latency_miss: Histogram::latency(),
+            latency: Family::new(Histogram::latency),
         }
     }
 }
@@ -76,10 +95,13 @@ impl Default for RegionalMetrics {
 impl RegionalMetrics {
     /// Appends the regional daemon's own metrics and the exact cache's to `text`.
     pub fn render(&self, text: MetricsText, region: &str, cache: CacheStats) -> MetricsText {
+        let text = self.requests(text, region);
+        exact_cache(text, region, cache)
+    }
+
+    /// Requests, their answers by tier, calls to the core and latency.
+    fn requests(&self, text: MetricsText, region: &str) -> MetricsText {
         let r = [("region", region)];
-        let tier = |t: &'static str| [("region", region), ("tier", t)];
-        let outcome = |o: &'static str| [("region", region), ("outcome", o)];
-        let cause = |c: &'static str| [("region", region), ("cause", c)];
         text.counter("mesh_regional_requests_total", "Chat completion requests received.", &r, &self.requests)
             .counter(
                 "mesh_regional_rejected_total",
@@ -99,24 +121,7 @@ impl RegionalMetrics {
                 &r,
                 &self.stale_served,
             )
-            .counter(
-                "mesh_regional_hits_total",
-                "Requests answered from a cache, by tier.",
-                &tier("regional"),
-                &self.hits_regional,
-            )
-            .counter(
-                "mesh_regional_hits_total",
-                "Requests answered from a cache, by tier.",
-                &tier("core"),
-                &self.hits_core,
-            )
-            .counter(
-                "mesh_regional_hits_total",
-                "Requests answered from a cache, by tier.",
-                &tier("semantic"),
-                &self.hits_semantic,
-            )
+            .family("mesh_regional_hits_total", "Requests answered from a cache, by tier.", &r, &self.hits)
             .counter(
                 "mesh_regional_semantic_misses_total",
                 "Semantic lookups that found no verified match.",
@@ -130,17 +135,11 @@ impl RegionalMetrics {
                 &r,
                 &self.tokens_avoided,
             )
-            .counter(
+            .family(
                 "mesh_regional_core_calls_total",
                 "Calls to the core cluster, by kind.",
-                &[("region", region), ("call", "lookup")],
-                &self.core_lookups,
-            )
-            .counter(
-                "mesh_regional_core_calls_total",
-                "Calls to the core cluster, by kind.",
-                &[("region", region), ("call", "complete")],
-                &self.core_completions,
+                &r,
+                &self.core_calls,
             )
             .counter("mesh_regional_hotset_reads_total", "Hot-set reads by the edge.", &r, &self.hotset_reads)
             .counter(
@@ -155,69 +154,38 @@ impl RegionalMetrics {
                 &r,
                 &self.flights_abandoned,
             )
-            .histogram(
+            .family(
                 "mesh_regional_request_seconds",
                 "Request latency by the tier that answered.",
-                &tier("semantic"),
-                &self.latency_hit_semantic,
-            )
-            .histogram(
-                "mesh_regional_request_seconds",
-                "Request latency by the tier that answered.",
-                &tier("regional"),
-                &self.latency_hit_regional,
-            )
-            .histogram(
-                "mesh_regional_request_seconds",
-                "Request latency by the tier that answered.",
-                &tier("core"),
-                &self.latency_hit_core,
-            )
-            .histogram(
-                "mesh_regional_request_seconds",
-                "Request latency by the tier that answered.",
-                &tier("miss"),
-                &self.latency_miss,
-            )
-            .gauge("mesh_regional_cache_entries", "Entries in the exact cache.", &r, cache.entries as f64)
-            .gauge("mesh_regional_cache_bytes", "Bytes in the exact cache.", &r, cache.bytes as f64)
-            .count(
-                "mesh_regional_cache_admissions_total",
-                "Entries offered to the exact cache's main space, by outcome.",
-                &outcome("admitted"),
-                cache.admitted,
-            )
-            .count(
-                "mesh_regional_cache_admissions_total",
-                "Entries offered to the exact cache's main space, by outcome.",
-                &outcome("rejected"),
-                cache.rejected,
-            )
-            .count(
-                "mesh_regional_cache_admissions_total",
-                "Entries offered to the exact cache's main space, by outcome.",
-                &outcome("oversized"),
-                cache.oversized,
-            )
-            .count(
-                "mesh_regional_cache_admissions_total",
-                "Entries offered to the exact cache's main space, by outcome.",
-                &outcome("over_quota"),
-                cache.over_quota,
-            )
-            .count(
-                "mesh_regional_cache_removals_total",
-                "Entries removed from the exact cache, by cause.",
-                &cause("evicted"),
-                cache.evicted,
-            )
-            .count(
-                "mesh_regional_cache_removals_total",
-                "Entries removed from the exact cache, by cause.",
-                &cause("expired"),
-                cache.expired,
+                &r,
+                &self.latency,
             )
     }
+}
+
+/// The exact cache's size, admissions by outcome and removals by cause.
+fn exact_cache(text: MetricsText, region: &str, cache: CacheStats) -> MetricsText {
+    const ADMISSIONS: &str = "mesh_regional_cache_admissions_total";
+    const ADMISSIONS_HELP: &str = "Entries offered to the exact cache's main space, by outcome.";
+    const REMOVALS: &str = "mesh_regional_cache_removals_total";
+    const REMOVALS_HELP: &str = "Entries removed from the exact cache, by cause.";
+    let r = [("region", region)];
+    let admissions = [
+        ("admitted", cache.admitted),
+        ("rejected", cache.rejected),
+        ("oversized", cache.oversized),
+        ("over_quota", cache.over_quota),
+    ];
+    let removals = [("evicted", cache.evicted), ("expired", cache.expired)];
+    let text = text
+        .gauge("mesh_regional_cache_entries", "Entries in the exact cache.", &r, cache.entries as f64)
+        .gauge("mesh_regional_cache_bytes", "Bytes in the exact cache.", &r, cache.bytes as f64);
+    let text = admissions.into_iter().fold(text, |text, (outcome, n)| {
+        text.count(ADMISSIONS, ADMISSIONS_HELP, &[("region", region), ("outcome", outcome)], n)
+    });
+    removals.into_iter().fold(text, |text, (cause, n)| {
+        text.count(REMOVALS, REMOVALS_HELP, &[("region", region), ("cause", cause)], n)
+    })
 }
 
 #[cfg(test)]

@@ -192,7 +192,7 @@ fn replication_settings(settings: &Settings) -> Result<ReplicationSettings, Regi
         peers: config.peers.clone(),
         min_lookups: config.replicate_min_lookups,
         anti_entropy_interval: std::time::Duration::from_millis(config.anti_entropy_interval_ms),
-        secret: settings.identity.clone(),
+        identity: settings.identity.clone(),
         // A tenant's replicated answers are bounded as its share of the exact cache is.
         tenant_bytes: (config.cache_bytes as f64 * config.tenant_cache_share) as usize,
     })

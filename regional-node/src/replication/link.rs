@@ -52,7 +52,7 @@ impl Link {
     pub fn new(replication: Arc<Replication>, index: usize, url: &str) -> Result<Self, RegionalError> {
         let endpoint = replication
             .settings
-            .secret
+            .identity
             .endpoint(url, daemon_runtime::Role::Regional)
             .map_err(|e| RegionalError::Config(format!("peer URL {url:?}: {e}")))?
             .connect_timeout(Duration::from_millis(500))
@@ -81,7 +81,7 @@ impl Link {
     }
 
     fn request<T>(&self, message: T) -> tonic::Request<T> {
-        self.replication.settings.secret.request(message)
+        self.replication.settings.identity.request(message)
     }
 
     /// One connection's life; returns only on failure (or when the change feed closes).

@@ -80,7 +80,7 @@ pub struct ReplicationSettings {
     /// Time between anti-entropy rounds with each peer (and between sweeps).
     pub anti_entropy_interval: Duration,
     /// This node's identity, presented to peers and required of them.
-    pub secret: daemon_runtime::TierIdentity,
+    pub identity: daemon_runtime::TierIdentity,
     /// Bytes of live answers one tenant may have replicated here: past them its new keys are neither
     /// replicated from here nor accepted from peers (keys it has keep being updated).
     pub tenant_bytes: usize,
@@ -280,7 +280,7 @@ mod offer_tests {
             peers: vec![],
             min_lookups: 1,
             anti_entropy_interval: Duration::from_secs(5),
-            secret: daemon_runtime::TierIdentity::insecure_secret("a-development-secret-of-32-bytes!")
+            identity: daemon_runtime::TierIdentity::insecure_secret("a-development-secret-of-32-bytes!")
                 .expect("credential"),
             tenant_bytes,
         };

@@ -61,7 +61,7 @@ impl Node {
             peers: vec!["http://127.0.0.1:1".into(), "http://127.0.0.1:2".into()],
             min_lookups: 1,
             anti_entropy_interval: std::time::Duration::from_secs(1),
-            secret: daemon_runtime::TierIdentity::insecure_secret("a-development-secret-of-32-bytes!")
+            identity: daemon_runtime::TierIdentity::insecure_secret("a-development-secret-of-32-bytes!")
                 .expect("credential"),
             tenant_bytes: usize::MAX,
         };

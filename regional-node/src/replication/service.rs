@@ -28,7 +28,7 @@ impl ReplicationService {
 
     fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
         // The replication row of the authorization table: regional peers only.
-        self.replication.settings.secret.check(request, &[daemon_runtime::Role::Regional]).map(|_| ())
+        self.replication.settings.identity.check(request, &[daemon_runtime::Role::Regional]).map(|_| ())
     }
 }
 
@@ -140,7 +140,7 @@ mod tests {
             peers: vec![],
             min_lookups: 2,
             anti_entropy_interval: Duration::from_secs(5),
-            secret: credential.clone(),
+            identity: credential.clone(),
             tenant_bytes: usize::MAX,
         };
         let replication = Arc::new(Replication::new(settings, None).expect("replication"));

@@ -17,6 +17,7 @@ use crate::admission::predicted_cost;
 use crate::clock::now_ms;
 use crate::core_cache_client::STREAM_IDLE_TIMEOUT;
 use crate::flight::{Flight, Outcome, Piece};
+use crate::metrics::{AnsweredBy, CoreCall};
 use crate::semantic::tier::EmbeddedQuestion;
 use crate::RegionalError;
 
@@ -121,7 +122,7 @@ impl FlightTask {
     ) -> Result<Outcome, RegionalError> {
         let path = &self.path;
         let generate_started = Instant::now();
-        path.metrics.core_completions.inc();
+        path.metrics.core_calls.get(CoreCall::Complete).inc();
         // Generations are what a slow request is usually waiting for: each is logged with its trace.
         tracing::info!(trace_id = %admitted.trace.trace_id(), tenant = %admitted.tenant, key = %admitted.key, "generating at the core");
         let mut events = path.core.complete(complete_request(admitted), &admitted.trace).await?;
@@ -163,7 +164,10 @@ impl FlightTask {
                         .push_ms("core-lookup", lookup_ms)
                         .push_ms("core", elapsed_ms(generate_started));
                     push_core_timings(&mut timing, &done);
-                    path.metrics.latency_miss.observe(admitted.started.elapsed().as_secs_f64());
+                    path.metrics
+                        .latency
+                        .get(AnsweredBy::Miss)
+                        .observe(admitted.started.elapsed().as_secs_f64());
                     return Ok(Outcome {
                         entry: Arc::new(entry),
                         x_cache: X_CACHE_MISS,

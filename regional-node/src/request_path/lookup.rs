@@ -10,6 +10,7 @@ use shared::server_timing::ServerTiming;
 use super::{elapsed_ms, Admitted, RequestPath, X_CACHE_CORE, X_CACHE_SEMANTIC};
 use crate::clock::now_ms;
 use crate::flight::Outcome;
+use crate::metrics::{AnsweredBy, CoreCall, HitTier};
 use crate::semantic::cache::SemanticHit;
 use crate::semantic::tier::EmbeddedQuestion;
 use crate::RegionalError;
@@ -26,7 +27,7 @@ impl RequestPath {
         }
         let key = admitted.key.as_str();
         let lookup_started = Instant::now();
-        self.metrics.core_lookups.inc();
+        self.metrics.core_calls.get(CoreCall::Lookup).inc();
         let found = self.core.lookup(key, &admitted.tenant).await?;
         let lookup_ms = elapsed_ms(lookup_started);
         // A core node behind this node's view of the feed may still hold what the feed invalidated.
@@ -34,11 +35,11 @@ impl RequestPath {
         if let Some(entry) = found {
             let entry = entry.answering(admitted.query());
             self.remember(entry.clone());
-            self.metrics.hits_core.inc();
+            self.metrics.hits.get(HitTier::Core).inc();
             self.metrics.tokens_avoided.add(entry.completion_tokens.into());
             let mut timing = ServerTiming::default();
             timing.push_ms("regional", elapsed_ms(admitted.started)).push_ms("core-lookup", lookup_ms);
-            self.metrics.latency_hit_core.observe(admitted.started.elapsed().as_secs_f64());
+            self.metrics.latency.get(AnsweredBy::Core).observe(admitted.started.elapsed().as_secs_f64());
             let outcome = Outcome { entry: Arc::new(entry), x_cache: X_CACHE_CORE, timing, semantic: None };
             return Ok((Some(outcome), None));
         }
@@ -59,7 +60,7 @@ impl RequestPath {
             self.audit_hit(admitted, &entry);
             let mut timing = ServerTiming::default();
             timing.push_ms("regional", elapsed_ms(admitted.started)).push_ms("core-lookup", lookup_ms);
-            self.metrics.latency_hit_semantic.observe(admitted.started.elapsed().as_secs_f64());
+            self.metrics.latency.get(AnsweredBy::Semantic).observe(admitted.started.elapsed().as_secs_f64());
             Outcome { entry, x_cache: X_CACHE_SEMANTIC, timing, semantic: Some(hit) }
         });
         Ok((found, question))
@@ -123,7 +124,7 @@ impl RequestPath {
         let entry = match self.cached(&hit.key, now) {
             Some(entry) => Some(entry),
             None => {
-                self.metrics.core_lookups.inc();
+                self.metrics.core_calls.get(CoreCall::Lookup).inc();
                 let found = self.core.lookup(&hit.key, &admitted.tenant).await?;
                 let admitted_entry =
                     |e: &CachedCompletion| !e.is_expired(now) && e.key == hit.key && self.view.admits(e);
@@ -134,7 +135,7 @@ impl RequestPath {
             }
         };
         if let Some(entry) = &entry {
-            self.metrics.hits_semantic.inc();
+            self.metrics.hits.get(HitTier::Semantic).inc();
             self.metrics.tokens_avoided.add(entry.completion_tokens.into());
         }
         Ok(entry.map(|entry| (entry, hit)))

@@ -43,6 +43,7 @@ use crate::exact_cache::ExactCache;
 use crate::exact_store::ExactStore;
 use crate::flight::{Flight, Flights, Joined, Outcome, Subscription};
 use crate::metrics::RegionalMetrics;
+use crate::metrics::{AnsweredBy, HitTier};
 use crate::model_catalog::ModelCatalog;
 use crate::replication::record::{Record, Resolved};
 use crate::replication::{Applier, Replication};
@@ -175,11 +176,14 @@ impl RequestPath {
             let hot = self.replication.touch(key);
             if let Some(entry) = self.cached(key, now_ms()) {
                 self.replication.offer(&entry, Some(hot), now_ms());
-                self.metrics.hits_regional.inc();
+                self.metrics.hits.get(HitTier::Regional).inc();
                 self.metrics.tokens_avoided.add(entry.completion_tokens.into());
                 let mut timing = ServerTiming::default();
                 timing.push_ms("regional", elapsed_ms(admitted.started));
-                self.metrics.latency_hit_regional.observe(admitted.started.elapsed().as_secs_f64());
+                self.metrics
+                    .latency
+                    .get(AnsweredBy::Regional)
+                    .observe(admitted.started.elapsed().as_secs_f64());
                 return Ok(Answered::Ready(Outcome {
                     entry,
                     x_cache: X_CACHE_REGIONAL,

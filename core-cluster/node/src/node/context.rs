@@ -37,8 +37,8 @@ pub struct NodeContext {
     pub pods: Arc<PodPool>,
     /// Channels to the other core nodes.
     pub channels: PeerChannels,
-    /// The tier secret, for calls to other nodes.
-    pub secret: TierIdentity,
+    /// This node's identity, presented on calls to other nodes.
+    pub identity: TierIdentity,
     /// Regenerates hot prompts after a model-version bump.
     pub refresher: Refresher,
     /// Hits served here, reported through Raft.

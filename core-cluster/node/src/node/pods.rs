@@ -148,15 +148,15 @@ pub struct PodPool {
     /// The pods in order of preference.
     pods: Vec<Pod>,
     /// Sent with every call.
-    secret: TierIdentity,
+    identity: TierIdentity,
 }
 
 impl PodPool {
     /// A pool over `urls` (`http://host:port`); connections open lazily.
-    pub fn new(urls: &[String], secret: TierIdentity) -> Result<Self, CoreError> {
+    pub fn new(urls: &[String], identity: TierIdentity) -> Result<Self, CoreError> {
         let mut pods = Vec::with_capacity(urls.len());
         for url in urls {
-            let channel = secret
+            let channel = identity
                 .endpoint(url, Role::Pod)
                 .map_err(|e| CoreError::Config(format!("pod URL {url:?}: {e}")))?
                 .connect_timeout(Duration::from_secs(1))
@@ -172,7 +172,7 @@ impl PodPool {
                 in_flight: Arc::default(),
             });
         }
-        Ok(Self { pods, secret })
+        Ok(Self { pods, identity })
     }
 
     /// Whether no pod is configured (the node then serves the store only).
@@ -206,7 +206,7 @@ impl PodPool {
             pod.generate_calls.inc();
             let mut client = pod.client.clone();
             let guard = InFlight::start(&pod.in_flight, tokens);
-            let mut call = self.secret.request(request.clone());
+            let mut call = self.identity.request(request.clone());
             daemon_runtime::trace_context::attach(&mut call, trace);
             match client.generate(call).await {
                 Ok(response) => {
@@ -234,7 +234,7 @@ impl PodPool {
     pub async fn probe(&self) {
         for pod in &self.pods {
             let mut client = pod.client.clone();
-            let mut request = self.secret.request(HealthRequest {});
+            let mut request = self.identity.request(HealthRequest {});
             request.set_timeout(PROBE_TIMEOUT);
             let reply = match tokio::time::timeout(PROBE_TIMEOUT, client.health(request)).await {
                 Ok(Ok(reply)) => Some(reply.into_inner()),

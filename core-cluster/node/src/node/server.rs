@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use daemon_runtime::http_serving::HttpLimits;
 use daemon_runtime::identity::ClientAuth;
-use daemon_runtime::Role;
+use daemon_runtime::{Role, TierIdentity};
 use openraft::error::{InitializeError, RaftError};
 use openraft::{BasicNode, SnapshotPolicy};
 use proto::cache::core_cache_server::CoreCacheServer;
@@ -116,7 +116,7 @@ pub async fn run(
         writer: writer.clone(),
         pods: pods.clone(),
         channels,
-        secret: config.identity.clone(),
+        identity: config.identity.clone(),
         refresher: Refresher::new(pods, writer.clone(), metrics.clone()),
         hits: hits.clone(),
         read_barrier: ReadBarrier::default(),
@@ -147,21 +147,8 @@ pub async fn run(
     let identity = &config.identity;
     // Set once at shutdown: the server drains, and open AppendEntries streams end.
     let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
-    let raft_rpc =
-        RaftServer::new(RaftService::new(raft.clone(), group, contact, metrics, stopping_rx.clone()))
-            .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES);
-    let cache_rpc = CoreCacheServer::new(CacheService::new(node.clone()));
-    let store_rpc = CoreStoreServer::new(StoreService::new(node.clone()));
-    let admin_rpc = CoreAdminServer::new(AdminService::new(node.clone()));
-    // The core's rows of the authorization table: only core nodes speak Raft; regional nodes look up,
-    // complete, watch and write; operators administer (and may write entries).
-    let app = Routes::new(InterceptedService::new(raft_rpc, identity.interceptor(&[Role::Core])))
-        .add_service(InterceptedService::new(cache_rpc, identity.interceptor(&[Role::Regional])))
-        .add_service(InterceptedService::new(store_rpc, identity.interceptor(&[Role::Regional, Role::Admin])))
-        .add_service(InterceptedService::new(admin_rpc, identity.interceptor(&[Role::Admin])))
-        .into_axum_router()
-        .merge(http::router(node));
+    let raft_rpc = RaftService::new(raft.clone(), group, contact, metrics, stopping_rx.clone());
+    let app = routes(identity, raft_rpc, node);
 
     // gRPC and HTTP/1.1 share the listener: the server detects HTTP/2 (h2c) per connection.
     let tls = identity.acceptor(ClientAuth::Optional)?;
@@ -172,16 +159,57 @@ pub async fn run(
     let mut server = tokio::spawn(serve);
     tracing::info!(id = config.id, addr = %local_addr, peers = config.peers.len(), pods = config.pods.len(), "core node serving");
 
+    let result = serve_until_shutdown(shutdown, &mut server, &stopping).await;
+    for task in background {
+        task.abort();
+    }
+    if let Err(e) = raft.shutdown().await {
+        tracing::warn!(error = %e, "raft did not stop cleanly");
+    }
+    close_state(&state, &config.data_dir, state_dir).await?;
+    tracing::info!("core node stopped");
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(CoreError::Io(e)),
+        Err(e) => Err(CoreError::Io(std::io::Error::other(e))),
+    }
+}
+
+/// Every service on one router, behind the core's rows of the authorization table: only core nodes
+/// speak Raft; regional nodes look up, complete, watch and write; operators administer (and may write
+/// entries).
+fn routes(identity: &TierIdentity, raft_rpc: RaftService, node: Arc<NodeContext>) -> axum::Router {
+    let raft_rpc = RaftServer::new(raft_rpc)
+        .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES);
+    let cache_rpc = CoreCacheServer::new(CacheService::new(node.clone()));
+    let store_rpc = CoreStoreServer::new(StoreService::new(node.clone()));
+    let admin_rpc = CoreAdminServer::new(AdminService::new(node.clone()));
+    Routes::new(InterceptedService::new(raft_rpc, identity.interceptor(&[Role::Core])))
+        .add_service(InterceptedService::new(cache_rpc, identity.interceptor(&[Role::Regional])))
+        .add_service(InterceptedService::new(store_rpc, identity.interceptor(&[Role::Regional, Role::Admin])))
+        .add_service(InterceptedService::new(admin_rpc, identity.interceptor(&[Role::Admin])))
+        .into_axum_router()
+        .merge(http::router(node))
+}
+
+/// Serves until `shutdown` (or until the server stops by itself); then tells the server to drain, and
+/// closes what is still open after [`DRAIN_TIMEOUT`].
+async fn serve_until_shutdown(
+    shutdown: impl Future<Output = ()>,
+    server: &mut tokio::task::JoinHandle<std::io::Result<()>>,
+    stopping: &tokio::sync::watch::Sender<bool>,
+) -> Result<std::io::Result<()>, tokio::task::JoinError> {
     let served = tokio::select! {
         () = shutdown => None,
-        result = &mut server => Some(result),
+        result = &mut *server => Some(result),
     };
-    let result = match served {
+    match served {
         Some(result) => result,
         None => {
             tracing::info!("shutting down");
             let _ = stopping.send(true);
-            match tokio::time::timeout(DRAIN_TIMEOUT, &mut server).await {
+            match tokio::time::timeout(DRAIN_TIMEOUT, &mut *server).await {
                 Ok(result) => result,
                 Err(_) => {
                     tracing::info!("connections still open after the drain timeout; closing them");
@@ -190,27 +218,25 @@ pub async fn run(
                 }
             }
         }
-    };
-    for task in background {
-        task.abort();
     }
-    if let Err(e) = raft.shutdown().await {
-        tracing::warn!(error = %e, "raft did not stop cleanly");
-    }
+}
+
+/// Closes the state machine and, when every write reached it, leaves the clean-stop marker that lets the
+/// next start trust its trees.
+async fn close_state(
+    state: &StateMachineStore,
+    data_dir: &std::path::Path,
+    state_dir: std::path::PathBuf,
+) -> Result<(), CoreError> {
     if state.close().await? {
-        let data_dir = config.data_dir.clone();
+        let data_dir = data_dir.to_owned();
         tokio::task::spawn_blocking(move || clean_stop::leave(&data_dir, &state_dir))
             .await
             .map_err(std::io::Error::other)??;
     } else {
         tracing::warn!("a write to the state machine failed part way; the next start rebuilds it");
     }
-    tracing::info!("core node stopped");
-    match result {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(CoreError::Io(e)),
-        Err(e) => Err(CoreError::Io(std::io::Error::other(e))),
-    }
+    Ok(())
 }
 
 /// Opens a sled database at `path` (sled's open blocks, so it runs off the runtime).

@@ -59,15 +59,15 @@ pub struct Network {
     /// Channels shared with write forwarding.
     channels: PeerChannels,
     /// Sent with every call.
-    secret: TierIdentity,
+    identity: TierIdentity,
     /// How far this node's log is durable: the commit index sent is never beyond it.
     durable_log: Option<DurableLog>,
 }
 
 impl Network {
     /// A network for node `id` over `channels`.
-    pub fn new(id: NodeId, channels: PeerChannels, secret: TierIdentity) -> Self {
-        Self { id, channels, secret, durable_log: None }
+    pub fn new(id: NodeId, channels: PeerChannels, identity: TierIdentity) -> Self {
+        Self { id, channels, identity, durable_log: None }
     }
 
     /// Makes every AppendEntries tell a commit index no higher than what this node's log holds durably
@@ -91,7 +91,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             target,
             node: node.clone(),
             client,
-            secret: self.secret.clone(),
+            identity: self.identity.clone(),
             stream: StreamState::default(),
             durable_log: self.durable_log.clone(),
         }
@@ -110,7 +110,7 @@ pub struct PeerConnection {
     /// The client, or why none could be built (a malformed address).
     client: Result<RaftClient<Channel>, String>,
     /// Sent with every call.
-    secret: TierIdentity,
+    identity: TierIdentity,
     /// The AppendEntries stream to the peer.
     stream: StreamState,
     /// How far this node's log is durable ([`Network::committing_durable`]).
@@ -238,7 +238,7 @@ impl PeerConnection {
                 self.over_stream(&mut client, rpc, payload, ttl).await?
             }
             _ => {
-                let mut request = self.secret.request(payload);
+                let mut request = self.identity.request(payload);
                 request.set_timeout(ttl);
                 let sent = async {
                     match rpc {
@@ -272,7 +272,7 @@ impl PeerConnection {
         let exchanged = tokio::time::timeout(ttl, async {
             match open {
                 Some(mut open) => Ok((open.exchange(payload).await?, open)),
-                None => AppendStream::open(client, &self.secret, payload).await,
+                None => AppendStream::open(client, &self.identity, payload).await,
             }
         })
         .await;

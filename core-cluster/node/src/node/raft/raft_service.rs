@@ -3,6 +3,7 @@
 //! writes forwarded by followers once they pass the same checks as the store API's writes
 //! ([`validate::request`]).
 
+use crate::node::metrics::Rpc;
 use std::sync::Arc;
 
 use openraft::raft::{AppendEntriesResponse, InstallSnapshotResponse, VoteResponse};
@@ -53,7 +54,7 @@ impl RaftService {
 
     /// Hands one encoded AppendEntries to the local Raft node and encodes its answer.
     async fn append(&self, request: &RaftPayload) -> Result<RaftPayload, Status> {
-        self.metrics.rpc_append_entries.inc();
+        self.metrics.rpcs.get(Rpc::AppendEntries).inc();
         let req = log_codec::decode_append(&request.body)?;
         let result = self.raft.append_entries(req).await;
         if matches!(result, Ok(AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_))) {
@@ -106,7 +107,7 @@ impl RaftRpc for RaftService {
 
     #[tracing::instrument(level = "debug", name = "raft.vote", skip_all)]
     async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
-        self.metrics.rpc_vote.inc();
+        self.metrics.rpcs.get(Rpc::Vote).inc();
         let req = reply_codec::decode_vote(&request.get_ref().body)?;
         let result = self.raft.vote(req).await;
         Ok(Response::new(RaftPayload { body: VoteResponse::encode(&result) }))
@@ -114,7 +115,7 @@ impl RaftRpc for RaftService {
 
     #[tracing::instrument(level = "debug", name = "raft.install_snapshot", skip_all)]
     async fn install_snapshot(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
-        self.metrics.rpc_install_snapshot.inc();
+        self.metrics.rpcs.get(Rpc::InstallSnapshot).inc();
         let req = log_codec::decode_install(&request.get_ref().body)?;
         let result = self.raft.install_snapshot(req).await;
         Ok(Response::new(RaftPayload { body: InstallSnapshotResponse::encode(&result) }))
@@ -122,7 +123,7 @@ impl RaftRpc for RaftService {
 
     #[tracing::instrument(level = "debug", name = "raft.client_write", skip_all)]
     async fn client_write(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
-        self.metrics.rpc_client_write.inc();
+        self.metrics.rpcs.get(Rpc::ClientWrite).inc();
         let request = forwarded_request(request.get_ref())?;
         // A node that is not the leader answers NotLeader, and the sender retries elsewhere.
         let result: ForwardReply = self.group.submit(request).await;

@@ -1,6 +1,7 @@
 //! The `CoreCache` gRPC server: lookups read the local state machine; completions that miss are generated
 //! on an inference pod, streamed to the caller as they decode, and committed through Raft before `Done`.
 
+use crate::node::metrics::{CacheResult, Rpc};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -114,7 +115,7 @@ impl CoreCache for CacheService {
     #[tracing::instrument(name = "core.lookup", skip_all, fields(key = %request.get_ref().key, tenant = %request.get_ref().tenant))]
     async fn lookup(&self, request: Request<LookupRequest>) -> Result<Response<LookupReply>, Status> {
         let metrics = &self.node.metrics;
-        metrics.rpc_lookup.inc();
+        metrics.rpcs.get(Rpc::Lookup).inc();
         let request = request.into_inner();
         validate::key(&request.key)?;
         validate::name("tenant", &request.tenant)?;
@@ -122,9 +123,9 @@ impl CoreCache for CacheService {
         let entry = self.node.state.read(&request.key, &request.tenant)?.map(|s| s.entry);
         if entry.is_some() {
             self.node.hits.record(&request.key);
-            metrics.lookup_hits.inc()
+            metrics.lookups.get(CacheResult::Hit).inc()
         } else {
-            metrics.lookup_misses.inc()
+            metrics.lookups.get(CacheResult::Miss).inc()
         }
         tracing::debug!(hit = entry.is_some(), "lookup");
         Ok(Response::new(LookupReply { entry: entry.map(Into::into) }))
@@ -161,7 +162,7 @@ impl CoreCache for CacheService {
         let trace = daemon_runtime::trace_context::from_metadata(request.metadata());
         tracing::Span::current().record("trace_id", trace.trace_id());
         let metrics = &self.node.metrics;
-        metrics.rpc_complete.inc();
+        metrics.rpcs.get(Rpc::Complete).inc();
         let input = validate_complete(request.into_inner())?;
         // A version this node knows to be old is refused before anything is generated: the commit would
         // refuse it anyway, after the pod's work and the caller's stream.
@@ -181,7 +182,7 @@ impl CoreCache for CacheService {
         };
         if let Some(entry) = cached.filter(|e| e.model_version == input.model_version) {
             self.node.hits.record(&input.key);
-            metrics.complete_hits.inc();
+            metrics.completions.get(CacheResult::Hit).inc();
             let (tx, rx) = mpsc::channel(1);
             // A fresh channel with room for one event: this send cannot fail.
             let _ = tx.try_send(Ok(done_event(entry, None, 0)));
@@ -189,7 +190,7 @@ impl CoreCache for CacheService {
             tracing::info!(hit = true, "complete");
             return Ok(Response::new(ReceiverStream::new(rx)));
         }
-        metrics.complete_misses.inc();
+        metrics.completions.get(CacheResult::Miss).inc();
 
         tracing::info!("generating on a pod");
         let (pod, stream, in_flight) = match self.node.pods.generate(input.generate.clone(), &trace).await {

@@ -2,6 +2,7 @@
 //! reads are linearizable (read index on the leader; a follower forwards them to the leader) unless the
 //! caller asks for the local applied state.
 
+use crate::node::metrics::Rpc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,7 +38,7 @@ impl StoreService {
         let (leader, addr) =
             self.node.writer.leader().ok_or_else(|| CoreError::NoQuorum("no leader known".into()))?;
         let mut client = self.node.channels.store_client(&addr)?;
-        let mut call = self.node.secret.request(read);
+        let mut call = self.node.identity.request(read);
         call.metadata_mut().insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
         call.set_timeout(READ_TIMEOUT);
         let reply = client.read(call).await.map_err(|s| {
@@ -63,7 +64,7 @@ impl StoreService {
 impl CoreStore for StoreService {
     #[tracing::instrument(name = "core.write", skip_all)]
     async fn write(&self, request: Request<WriteRequest>) -> Result<Response<WriteReply>, Status> {
-        self.node.metrics.rpc_write.inc();
+        self.node.metrics.rpcs.get(Rpc::Write).inc();
         let request = convert::write_request(request.into_inner())?;
         let committed = self.node.writer.write(request).await?;
         let outcome = convert::write_outcome(&committed.applied.outcome)?;
@@ -85,7 +86,7 @@ impl CoreStore for StoreService {
 
     #[tracing::instrument(name = "core.read", skip_all, fields(key = %request.get_ref().key))]
     async fn read(&self, request: Request<ReadRequest>) -> Result<Response<ReadReply>, Status> {
-        self.node.metrics.rpc_read.inc();
+        self.node.metrics.rpcs.get(Rpc::Read).inc();
         let forwarded = request.metadata().contains_key(FORWARDED);
         let read = request.into_inner();
         validate::key(&read.key)?;

@@ -36,7 +36,7 @@ pub struct Writer {
     /// Channels to the other nodes, for forwarding.
     channels: PeerChannels,
     /// Sent with forwarded writes.
-    secret: TierIdentity,
+    identity: TierIdentity,
     /// How long a write may wait for a leader and a quorum.
     timeout: Duration,
     /// Counts forwarded writes.
@@ -50,11 +50,11 @@ impl Writer {
         raft: Raft,
         group: GroupCommit,
         channels: PeerChannels,
-        secret: TierIdentity,
+        identity: TierIdentity,
         timeout: Duration,
         metrics: Arc<Metrics>,
     ) -> Self {
-        Self { id, raft, group, channels, secret, timeout, metrics }
+        Self { id, raft, group, channels, identity, timeout, metrics }
     }
 
     /// The local group commit, for writes forwarded to this node.
@@ -141,7 +141,7 @@ impl Writer {
         remaining: Duration,
     ) -> Result<ForwardReply, CoreError> {
         let mut client = self.channels.raft_client(addr)?;
-        let mut call = self.secret.request(convert::encode(request)?);
+        let mut call = self.identity.request(convert::encode(request)?);
         call.set_timeout(remaining);
         let reply = tokio::time::timeout(remaining, client.client_write(call))
             .await

@@ -1,7 +1,8 @@
 //! Counters, histograms and the `/metrics` exposition shared by every daemon's `metrics.rs` (the
 //! `metrics` feature: the daemons enable it, the edge worker does not).
 //!
-//! Each daemon declares its metrics as plain struct fields (cheap atomics) and, on each scrape, feeds
+//! Each daemon declares its metrics as plain struct fields (cheap atomics), a label with values known
+//! in advance as a [`Family`] over a [`label_values!`](crate::label_values) enum, and, on each scrape, feeds
 //! their values to a [`MetricsText`]. The builder groups the samples by family and hands them to
 //! prometheus-client as a [`Collector`]; the exposition is prometheus-client's OpenMetrics text encoder
 //! (`prometheus_client::encoding::text::encode`): one `HELP` and `TYPE` per family, whatever order the
@@ -13,6 +14,10 @@
 //! `mesh_core_`, `mesh_pod_`), the unit as a suffix (`_seconds`, `_bytes`), and `_total` on counters
 //! (given to [`MetricsText::counter`] with it, as PromQL names the series). Labels: `tier` for the tier
 //! of an answer, `tenant`, `model`.
+
+mod family;
+
+pub use family::{Family, FamilyMember, LabelValue};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -114,13 +119,13 @@ impl Histogram {
 #[derive(Debug, Default)]
 pub struct MetricsText {
     /// Families in the order their first sample was added.
-    families: Vec<Family>,
+    families: Vec<SampleFamily>,
     /// Index of each family in `families`, by name.
     index: HashMap<String, usize>,
 }
 
 #[derive(Debug)]
-struct Family {
+struct SampleFamily {
     /// The family's name (for a counter, without `_total`: the encoder appends it to each sample).
     name: String,
     help: String,
@@ -167,7 +172,7 @@ impl MetricsText {
         let next = self.families.len();
         let index = *self.index.entry(name.to_owned()).or_insert(next);
         if index == next {
-            self.families.push(Family {
+            self.families.push(SampleFamily {
                 name: name.to_owned(),
                 help: help.to_owned(),
                 kind,
