@@ -12,11 +12,12 @@
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::ops::ControlFlow::{Break, Continue};
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{bail, Context as _};
+use anyhow::{anyhow, bail, Context as _};
 use core_client::CoreClient;
 use proto::core::StatusReply;
 use sha2::{Digest, Sha256};
@@ -24,6 +25,7 @@ use shared::completion::CachedCompletion;
 
 use crate::fault_proxy::FaultProxy;
 use crate::paths;
+use crate::poll::{poll_reporting, poll_until, POLL_INTERVAL};
 use crate::process::ManagedProcess;
 
 /// How long a starting node may take to answer `/healthz` with 200 (a leader known).
@@ -167,17 +169,13 @@ impl CoreCluster {
 
     /// Waits until node 1 has applied the tenants and model that it seeds when it forms the cluster.
     fn wait_seeded(&self, timeout: Duration) -> anyhow::Result<()> {
-        let deadline = Instant::now() + timeout;
-        loop {
+        poll_reporting(POLL_INTERVAL, timeout, "the cluster seeded", || {
             let health = self.health(1);
-            if health.as_ref().is_some_and(|h| h.tenants >= SEEDED_TENANTS && h.models >= 1) {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!("the cluster was not seeded within {timeout:?}: {health:?}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            Ok(match health {
+                Some(h) if h.tenants >= SEEDED_TENANTS && h.models >= 1 => Break(()),
+                _ => Continue(format!("{health:?}")),
+            })
+        })
     }
 
     /// Starts another node `id` (not a member yet: `--peers` names only itself, no bootstrap) and waits
@@ -192,14 +190,11 @@ impl CoreCluster {
         let data_dir = self.spec.dir.join(format!("core-{id}"));
         self.nodes.insert(id, Node { listen, proxy, data_dir, peers, bootstrap: false, process: None });
         self.spawn(id)?;
-        let deadline = Instant::now() + NODE_READY;
-        while std::net::TcpStream::connect_timeout(&listen, Duration::from_millis(200)).is_err() {
-            if Instant::now() > deadline {
-                bail!("node {id} does not accept connections at {listen}; log tail:\n{}", self.log_tail(id));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(())
+        poll_until(NODE_READY, &format!("node {id} accepting connections at {listen}"), || {
+            Ok(std::net::TcpStream::connect_timeout(&listen, Duration::from_millis(200)).ok())
+        })
+        .map(drop)
+        .map_err(|e| anyhow!("{e}; log tail:\n{}", self.log_tail(id)))
     }
 
     /// Node ids, in order.
@@ -305,24 +300,23 @@ impl CoreCluster {
 
     /// Waits until every running node among `ids` reports the same leader, itself one of `ids`.
     pub fn wait_leader_among(&self, ids: &[u64], timeout: Duration) -> anyhow::Result<u64> {
-        let deadline = Instant::now() + timeout;
-        loop {
+        let what = format!("nodes {ids:?} agreeing on a leader among them");
+        poll_reporting(POLL_INTERVAL, timeout, &what, || {
             let running = self.running_ids();
             let leaders: Vec<Option<u64>> = ids
                 .iter()
                 .filter(|id| running.contains(id))
                 .map(|id| self.health(*id).and_then(|h| h.leader))
                 .collect();
-            if let Some(Some(leader)) = leaders.first() {
-                if ids.contains(leader) && leaders.iter().all(|l| *l == Some(*leader)) {
-                    return Ok(*leader);
+            Ok(match leaders.first() {
+                Some(&Some(leader))
+                    if ids.contains(&leader) && leaders.iter().all(|l| *l == Some(leader)) =>
+                {
+                    Break(leader)
                 }
-            }
-            if Instant::now() > deadline {
-                bail!("nodes {ids:?} did not agree on a leader among them within {timeout:?}: {leaders:?}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+                _ => Continue(format!("leaders {leaders:?}")),
+            })
+        })
     }
 
     /// Waits until every running node reports the same leader.
@@ -401,33 +395,28 @@ impl CoreCluster {
 
     /// [`CoreCluster::wait_converged`] over the nodes `ids` only.
     pub fn wait_converged_among(&self, ids: &[u64], timeout: Duration) -> anyhow::Result<Vec<StatusReply>> {
-        let deadline = Instant::now() + timeout;
-        loop {
+        poll_reporting(Duration::from_millis(100), timeout, &format!("nodes {ids:?} converged"), || {
             let statuses: Vec<anyhow::Result<StatusReply>> = ids.iter().map(|id| self.status(*id)).collect();
-            if statuses.iter().all(Result::is_ok) {
-                let statuses: Vec<StatusReply> = statuses.into_iter().flatten().collect();
-                if let Some(first) = statuses.first() {
-                    let same = statuses.iter().all(|s| {
-                        s.leader_id != 0
-                            && s.leader_id == first.leader_id
-                            && s.applied_index == first.applied_index
-                            && s.state_digest == first.state_digest
-                    });
-                    if same {
-                        return Ok(statuses);
-                    }
-                }
-                if Instant::now() > deadline {
-                    let views: Vec<String> = statuses.iter().map(describe).collect();
-                    bail!("nodes {ids:?} did not converge within {timeout:?}: {}", views.join("; "));
-                }
-            } else if Instant::now() > deadline {
+            if !statuses.iter().all(Result::is_ok) {
                 let errors: Vec<String> =
                     statuses.iter().map(|s| format!("{:?}", s.as_ref().err())).collect();
-                bail!("nodes {ids:?} did not all answer Status within {timeout:?}: {errors:?}");
+                return Ok(Continue(format!("not all answered Status: {errors:?}")));
             }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            let statuses: Vec<StatusReply> = statuses.into_iter().flatten().collect();
+            let same = statuses.first().is_some_and(|first| {
+                statuses.iter().all(|s| {
+                    s.leader_id != 0
+                        && s.leader_id == first.leader_id
+                        && s.applied_index == first.applied_index
+                        && s.state_digest == first.state_digest
+                })
+            });
+            if same {
+                return Ok(Break(statuses));
+            }
+            let views: Vec<String> = statuses.iter().map(describe).collect();
+            Ok(Continue(views.join("; ")))
+        })
     }
 
     /// Picks node `id`'s listen address (its own IP, a free port) and starts its proxy.

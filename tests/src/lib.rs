@@ -10,11 +10,13 @@
 //! - [`ports`]: free loopback ports.
 //! - [`client`]: a small blocking HTTP client for the OpenAI endpoint (plain and streamed).
 //! - [`wrangler`]: the `wrangler dev` command the edge and the benchmark's pass-through worker run under.
-//! - [`mesh`]: a whole local mesh: core nodes, the inference pod, regional nodes and the edge.
+//! - [`mesh`]: a whole local mesh: core nodes, the inference pod, regional nodes and the edge (a folder:
+//!   the spec, ports, identities, start-up of each tier, the core's waits, peer links, accessors).
 //! - [`fault_proxy`]: a TCP proxy that refuses and cuts connections by source IP, for partitions.
 //! - [`core_cluster`]: a core cluster alone (no pods), each node behind a fault proxy, for store tests.
 //! - [`propagation`]: how long after an acknowledged invalidation each tier stops serving the answer.
-//! - [`poll`]: [`poll::poll_until`], the one deadline loop the tests wait with.
+//! - [`poll`]: [`poll::poll_until`] and its variants, the one deadline loop the harness and the tests wait
+//!   with.
 
 pub mod certs;
 pub mod client;

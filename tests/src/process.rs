@@ -7,9 +7,11 @@ use std::io::Read as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{bail, Context as _};
+use anyhow::{anyhow, bail, Context as _};
+
+use crate::poll::poll_every;
 
 /// A running child process with its log file; stopped (SIGTERM, then SIGKILL) when dropped.
 #[derive(Debug)]
@@ -82,40 +84,27 @@ impl ManagedProcess {
             return;
         }
         signal_group(self.child.id(), Signal::Term);
-        let deadline = Instant::now() + grace;
-        while Instant::now() < deadline {
-            if !self.is_running() {
-                // The leader is gone; make sure nothing it started lingers.
-                signal_group(self.child.id(), Signal::Kill);
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(25));
+        let exited = poll_every(Duration::from_millis(25), grace, "an exit after SIGTERM", || {
+            Ok((!self.is_running()).then_some(()))
+        });
+        match exited {
+            // The leader is gone; make sure nothing it started lingers.
+            Ok(()) => signal_group(self.child.id(), Signal::Kill),
+            Err(_) => self.kill(),
         }
-        self.kill();
     }
 
     /// Polls `url` until it answers 200, failing early if the process exits.
     pub fn wait_ready(&mut self, url: &str, timeout: Duration) -> anyhow::Result<()> {
         let agent = crate::client::agent(Duration::from_secs(2));
-        let deadline = Instant::now() + timeout;
-        loop {
+        let what = format!("{} answering 200 at {url}", self.name);
+        poll_every(Duration::from_millis(100), timeout, &what, || {
             if !self.is_running() {
-                bail!("{} exited during start-up; log tail:\n{}", self.name, self.log_tail(4000));
+                bail!("{} exited during start-up", self.name);
             }
-            if let Ok(response) = agent.get(url).call() {
-                if response.status() == 200 {
-                    return Ok(());
-                }
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "{} not ready at {url} after {timeout:?}; log tail:\n{}",
-                    self.name,
-                    self.log_tail(4000)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            Ok(agent.get(url).call().is_ok_and(|response| response.status() == 200).then_some(()))
+        })
+        .map_err(|e| anyhow!("{e}; log tail:\n{}", self.log_tail(4000)))
     }
 }
 

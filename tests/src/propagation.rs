@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use crate::client::ChatClient;
 use crate::mesh::Mesh;
 use crate::paths;
+use crate::poll::poll_every;
 
 /// Longest wait for one tier to refuse an answer.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
@@ -160,20 +161,19 @@ impl Tiers {
             etag: first.header("etag").unwrap_or_default().to_owned(),
             body,
         };
+        // One time limit for warming every tier, one after another.
         let deadline = Instant::now() + PROBE_TIMEOUT;
         for tier in &self.tiers {
-            loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let what = format!("{} serving {}", tier.name, answer.key);
+            poll_every(Duration::from_millis(20), left, &what, || {
                 if let Probe::Edge(client) | Probe::Regional(client) = &tier.probe {
                     // A plain request fills the tier (an edge fill, a regional copy of the core's entry).
                     let reply = client.chat(&answer.body)?;
                     ensure!(reply.status == 200, "warming {}: {}", tier.name, reply.body);
                 }
-                if self.serves(tier, &answer)? {
-                    break;
-                }
-                ensure!(Instant::now() < deadline, "{} never served {}", tier.name, answer.key);
-                std::thread::sleep(Duration::from_millis(20));
-            }
+                Ok(self.serves(tier, &answer)?.then_some(()))
+            })?;
         }
         Ok(answer)
     }
@@ -211,16 +211,14 @@ impl Tiers {
 
     /// When `tier` first refused `answer`: the start of the refusing probe, in ms after `acked` (probes
     /// run back to back, so the switch happened between the start of the last probe that was served
-    /// and the end of this one).
+    /// and the end of this one). Fails [`PROBE_TIMEOUT`] after `acked`.
     fn probe_until_refused(&self, tier: &Tier, answer: &Warmed, acked: Instant) -> anyhow::Result<f64> {
-        loop {
+        let left = PROBE_TIMEOUT.saturating_sub(acked.elapsed());
+        let what = format!("{} refusing {}", tier.name, answer.key);
+        poll_every(Duration::from_millis(1), left, &what, || {
             let started = acked.elapsed().as_secs_f64() * 1000.0;
-            if !self.serves(tier, answer)? {
-                return Ok(started);
-            }
-            ensure!(acked.elapsed() < PROBE_TIMEOUT, "{} still served after {PROBE_TIMEOUT:?}", tier.name);
-            std::thread::sleep(Duration::from_millis(1));
-        }
+            Ok((!self.serves(tier, answer)?).then_some(started))
+        })
     }
 }
 

@@ -1,8 +1,10 @@
 //! One trace id from the edge to the pod: a request that carries a W3C `traceparent` is logged under
 //! that trace id by the edge, the regional node, the core node and the pod it passes through.
 
-use std::time::{Duration, Instant};
+use std::ops::ControlFlow::{Break, Continue};
+use std::time::Duration;
 
+use mesh_harness::poll::poll_reporting;
 use mesh_harness::{Mesh, MeshSpec};
 use serde_json::json;
 
@@ -20,8 +22,8 @@ fn a_traceparent_is_followed_and_logged_by_every_tier() -> anyhow::Result<()> {
 
     // Every tier's log names the trace (the edge's reaches its log through wrangler a moment later).
     let tiers = ["edge", "regional-1", "core-1", "inference-pod"];
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let missing = loop {
+    let what = "a log line with the trace id from every tier";
+    poll_reporting(Duration::from_millis(200), Duration::from_secs(10), what, || {
         let missing: Vec<&str> = tiers
             .iter()
             .copied()
@@ -34,16 +36,12 @@ fn a_traceparent_is_followed_and_logged_by_every_tier() -> anyhow::Result<()> {
                     .all(|file| !std::fs::read_to_string(file.path()).unwrap_or_default().contains(trace_id))
             })
             .collect();
-        if missing.is_empty() || Instant::now() > deadline {
-            break missing;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    assert!(
-        missing.is_empty(),
-        "no log line with the trace id from {missing:?} (logs in {})",
-        mesh.log_dir().display()
-    );
+        Ok(if missing.is_empty() {
+            Break(())
+        } else {
+            Continue(format!("none from {missing:?} (logs in {})", mesh.log_dir().display()))
+        })
+    })?;
     drop(mesh);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

@@ -10,6 +10,7 @@ use mesh_harness::core_cluster::{describe, entry, test_dir, CoreCluster};
 
 const WRITERS: usize = 8;
 const LOAD: Duration = Duration::from_secs(8);
+/// When the leader is killed: a deliberate wait into the load, so writes are in flight at the kill.
 const KILL_AFTER: Duration = Duration::from_secs(3);
 /// The longest the writers together may go without an acknowledgement: an election and a retry or two.
 const MAX_PAUSE: Duration = Duration::from_secs(4);

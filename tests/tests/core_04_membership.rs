@@ -49,6 +49,7 @@ fn a_node_joins_and_another_leaves_under_writes() -> anyhow::Result<()> {
             (acked, failed)
         })
     };
+    // Deliberate: a second of writes on the first configuration before it changes.
     std::thread::sleep(Duration::from_secs(1));
 
     // Node 4 joins as a learner, then becomes a voter.
@@ -62,6 +63,7 @@ fn a_node_joins_and_another_leaves_under_writes() -> anyhow::Result<()> {
     println!("voters {:?} after {:?}", four.voters, promoted_at.elapsed());
     assert_eq!(sorted(four.voters.clone()), [1, 2, 3, 4]);
     assert!(four.learners.is_empty(), "learners left: {four:?}");
+    // Deliberate: a second of writes on the four voters before one leaves.
     std::thread::sleep(Duration::from_secs(1));
 
     // Node 1 (the bootstrap node, often the leader) leaves.
@@ -74,6 +76,7 @@ fn a_node_joins_and_another_leaves_under_writes() -> anyhow::Result<()> {
     assert!(three.learners.is_empty(), "learners left: {three:?}");
     let leader = cluster.wait_leader_among(&[2, 3, 4], Duration::from_secs(15))?;
     println!("leader of the new configuration: {leader}");
+    // Deliberate: two seconds of writes on the new configuration, inside the measured pauses.
     std::thread::sleep(Duration::from_secs(2));
 
     stop.store(true, Ordering::Relaxed);

@@ -3,8 +3,10 @@
 //! regional node with an audited semantic hit).
 
 use std::collections::BTreeSet;
+use std::ops::ControlFlow::{Break, Continue};
 use std::time::Duration;
 
+use mesh_harness::poll::poll_reporting;
 use mesh_harness::{paths, Mesh, MeshSpec};
 use serde_json::json;
 
@@ -79,17 +81,18 @@ fn the_dashboard_and_alerts_name_only_exported_metrics() -> anyhow::Result<()> {
     assert_eq!(regional.chat(&ask("How do I reverse a list in Python?"))?.status, 200);
     let paraphrase = regional.chat(&ask("How can I reverse a list in python"))?;
     assert_eq!(paraphrase.header("x-cache"), Some("HIT-REGIONAL-SEMANTIC"), "{:?}", paraphrase.headers);
-    // The audit of that hit runs off the request path.
-    let mut exports = BTreeSet::new();
-    for _ in 0..100 {
-        exports = exported(&mesh.pod_url())?;
+    // The audit of that hit runs off the request path: its agreement metric appears a moment later.
+    let what = "the audit's mesh_semantic_agreement exported";
+    let exports = poll_reporting(Duration::from_millis(200), Duration::from_secs(20), what, || {
+        let mut exports = exported(&mesh.pod_url())?;
         exports.extend(exported(&mesh.core_url(0))?);
         exports.extend(exported(&mesh.regional_url(0))?);
-        if exports.contains("mesh_semantic_agreement") {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        Ok(if exports.contains("mesh_semantic_agreement") {
+            Break(exports)
+        } else {
+            Continue(format!("not exported: {:?}", referenced.difference(&exports).collect::<Vec<_>>()))
+        })
+    })?;
     let missing: Vec<&String> = referenced.difference(&exports).collect();
     println!("deploy: {} metrics referenced, all of them exported", referenced.len());
     assert!(missing.is_empty(), "named in deploy/ but exported by no daemon: {missing:?}");

@@ -3,11 +3,16 @@
 //! paraphrase (small int8 embeddings scanned in wasm), near misses refused, and failover when the
 //! first regional node is down.
 
+use std::ops::ControlFlow::{Break, Continue};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
+use mesh_harness::poll::{poll_every, poll_reporting};
 use mesh_harness::{Mesh, MeshSpec};
 use serde_json::{json, Value};
+
+/// Pause between two looks at the edge or the regional tier while waiting.
+const POLL: Duration = Duration::from_millis(300);
 
 fn question(text: &str) -> Value {
     json!({"model": "smollm2-135m-instruct", "temperature": 0, "max_tokens": 8,
@@ -27,17 +32,15 @@ fn from_behind_the_edge(x_cache: Option<&str>) -> bool {
 
 /// Waits until the edge's hot set holds at least `entries` entries.
 fn wait_for_hot_set(mesh: &Mesh, entries: u64) -> anyhow::Result<Value> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let what = format!("the edge's hot set reaching {entries} entries");
+    poll_reporting(POLL, Duration::from_secs(30), &what, || {
         let status = edge_status(mesh)?;
-        if status["hotset"]["entries"].as_u64().unwrap_or(0) >= entries {
-            return Ok(status);
-        }
-        if Instant::now() > deadline {
-            bail!("the edge's hot set never reached {entries} entries: {status}");
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    }
+        Ok(if status["hotset"]["entries"].as_u64().unwrap_or(0) >= entries {
+            Break(status)
+        } else {
+            Continue(status)
+        })
+    })
 }
 
 #[test]
@@ -121,8 +124,7 @@ fn the_edge_revalidates_honours_cache_control_serves_the_hot_set_and_fails_over(
     let first_ask = client.chat(&edge_only)?;
     assert_eq!(first_ask.header("x-cache"), Some("MISS"));
     let edge_key = first_ask.header("x-cache-key").context("key")?.to_owned();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
+    poll_every(POLL, Duration::from_secs(15), "edge hits making the key hot at the regional tier", || {
         let reply = client.chat(&edge_only)?;
         assert_eq!(reply.header("x-cache"), Some("HIT-EDGE"), "{:?}", reply.headers);
         let hot = (0..2).any(|i| {
@@ -134,12 +136,8 @@ fn the_edge_revalidates_honours_cache_control_serves_the_hot_set_and_fails_over(
                     .any(|e| e["entry"]["key"] == edge_key.as_str())
             })
         });
-        if hot {
-            break;
-        }
-        assert!(Instant::now() < deadline, "edge hits never made the key hot at the regional tier");
-        std::thread::sleep(Duration::from_millis(300));
-    }
+        Ok(hot.then_some(()))
+    })?;
 
     // The node the edge tries first goes down: the edge fails over to the other.
     let order = edge_status(&mesh)?["regional_order"].clone();

@@ -60,6 +60,7 @@ fn reader(name: &str, client: ChatClient, seed: u64, stop: Arc<AtomicBool>, hist
             let read = Op::Read { question: q, start, created_ms, x_cache, tier: name.to_owned() };
             history.lock().expect("history").push(read);
         }
+        // Deliberate: the readers' pace, a pause of 20 ms between two reads.
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -98,6 +99,7 @@ fn no_invalidated_answer_returns_and_no_acknowledged_answer_is_lost_under_faults
         threads.push(std::thread::spawn(move || {
             let mut rng = Rng(99);
             while !stop.load(Ordering::Relaxed) {
+                // Deliberate: about one invalidation a second, at random moments.
                 std::thread::sleep(Duration::from_millis(700 + rng.below(600) as u64));
                 let q = rng.below(QUESTIONS);
                 let Ok(reply) = invalidator.invalidate(&keys[q]) else { continue };
@@ -110,7 +112,8 @@ fn no_invalidated_answer_returns_and_no_acknowledged_answer_is_lost_under_faults
         }));
     }
 
-    // The faults, spread over the run.
+    // The faults, spread over the run: each sleep is a deliberate step of the fault schedule
+    // (`MESH_HISTORY_SECONDS` in all), with the readers and the invalidator running throughout.
     let step = Duration::from_secs(seconds / 6);
     std::thread::sleep(step);
     let leader = mesh.leader_id().and_then(|id| (0..3).find(|i| Mesh::core_id(*i) == id));

@@ -2,7 +2,11 @@
 //! question is served from that answer's entry, with its similarity and key in headers; near
 //! misses (another language, another number) and the same words in another conversation are not.
 
+use std::ops::ControlFlow::{Break, Continue};
+use std::time::Duration;
+
 use mesh_harness::client::Reply;
+use mesh_harness::poll::poll_reporting;
 use mesh_harness::{Mesh, MeshSpec};
 use serde_json::json;
 
@@ -66,23 +70,24 @@ fn paraphrases_hit_and_near_misses_do_not() -> anyhow::Result<()> {
 
     // Both hits are audited off the request path (or counted as skipped), with the agreement's
     // interval exported for the tenant and class.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let metrics = regional.get("/metrics")?.body;
-        let audited = sum(&metrics, "mesh_semantic_audits_total{");
-        let skipped = sum(&metrics, "mesh_semantic_audits_skipped_total{");
-        if audited + skipped >= 2.0 {
-            assert!(audited >= 1.0, "at most one audit may be skipped (two run at once):\n{metrics}");
-            assert!(
-                metrics.contains("tier=\"regional\",tenant=\"dev\",class=\"stable\",bound=\"low\"}"),
-                "{metrics}"
-            );
-            println!("audits: {audited} done, {skipped} skipped");
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "the semantic hits were never audited:\n{metrics}");
-        std::thread::sleep(std::time::Duration::from_millis(250));
-    }
+    let what = "both semantic hits audited or skipped";
+    let (metrics, audited, skipped) =
+        poll_reporting(Duration::from_millis(250), Duration::from_secs(60), what, || {
+            let metrics = regional.get("/metrics")?.body;
+            let audited = sum(&metrics, "mesh_semantic_audits_total{");
+            let skipped = sum(&metrics, "mesh_semantic_audits_skipped_total{");
+            Ok(if audited + skipped >= 2.0 {
+                Break((metrics, audited, skipped))
+            } else {
+                Continue(format!("\n{metrics}"))
+            })
+        })?;
+    assert!(audited >= 1.0, "at most one audit may be skipped (two run at once):\n{metrics}");
+    assert!(
+        metrics.contains("tier=\"regional\",tenant=\"dev\",class=\"stable\",bound=\"low\"}"),
+        "{metrics}"
+    );
+    println!("audits: {audited} done, {skipped} skipped");
     drop(mesh);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

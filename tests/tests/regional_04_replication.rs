@@ -6,9 +6,10 @@
 //! restart, and the tombstones are collected once every peer has them. A question made hot at one node
 //! is a semantic hit when paraphrased at another.
 
-use std::time::{Duration, Instant};
+use std::ops::ControlFlow::{Break, Continue};
+use std::time::Duration;
 
-use anyhow::bail;
+use mesh_harness::poll::poll_reporting;
 use mesh_harness::{Mesh, MeshSpec};
 use serde_json::{json, Value};
 
@@ -44,18 +45,11 @@ fn wait_for(
     what: &str,
     done: impl Fn(&[Value]) -> bool,
 ) -> anyhow::Result<Vec<Value>> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    poll_reporting(Duration::from_millis(200), Duration::from_secs(60), what, || {
         let statuses =
             nodes.iter().map(|&i| mesh.replication_status(i)).collect::<anyhow::Result<Vec<_>>>()?;
-        if done(&statuses) {
-            return Ok(statuses);
-        }
-        if Instant::now() > deadline {
-            bail!("timed out waiting for {what}: {statuses:#?}");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        Ok(if done(&statuses) { Break(statuses) } else { Continue(format!("{statuses:#?}")) })
+    })
 }
 
 fn same_root(statuses: &[Value]) -> bool {
@@ -144,15 +138,16 @@ fn regional_nodes_converge_after_a_partition_and_a_restart() -> anyhow::Result<(
     wait_for(&mesh, &all, "the question everywhere", |s| {
         same_root(s) && s.iter().all(|n| n["live"].as_u64() >= Some(3))
     })?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let paraphrase = loop {
+    let what = "the paraphrase answered from the cache at node 3";
+    let paraphrase = poll_reporting(Duration::from_millis(100), Duration::from_secs(10), what, || {
         let reply =
             mesh.regional_client(2).chat_only_if_cached(&question("How can I reverse a list in python"))?;
-        if reply.status == 200 || Instant::now() > deadline {
-            break reply;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+        Ok(if reply.status == 200 {
+            Break(reply)
+        } else {
+            Continue(format!("{} {:?}", reply.status, reply.headers))
+        })
+    })?;
     assert_eq!(paraphrase.header("x-cache"), Some("HIT-REGIONAL-SEMANTIC"), "{:?}", paraphrase.headers);
     assert_eq!(paraphrase.header("x-cache-matched-key"), Some(asked_key.as_str()));
     assert_eq!(paraphrase.content(), Some(asked_answer));

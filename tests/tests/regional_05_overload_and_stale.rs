@@ -3,9 +3,10 @@
 //! grace (`X-Cache: STALE`), anything else gets 503, and after a few failures the circuit breaker opens
 //! (calls fail at once) until a probe finds the core back.
 
+use std::ops::ControlFlow::{Break, Continue};
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use mesh_harness::poll::poll_reporting;
 use mesh_harness::{Mesh, MeshSpec};
 use serde_json::{json, Value};
 
@@ -79,6 +80,7 @@ fn overload_gets_429_and_a_core_outage_serves_stale_then_opens_the_breaker() -> 
     let q = question("Name a primary colour.", 8);
     let fresh = mesh.regional_client(0).chat(&q)?;
     assert_eq!(fresh.status, 200, "{}", fresh.body);
+    // Deliberate: the answer's 2 s TTL must pass (with a margin) before the core goes down.
     std::thread::sleep(Duration::from_millis(2_500));
     mesh.kill_core(0);
     let stale = mesh.regional_client(0).chat(&q)?;
@@ -102,17 +104,10 @@ fn overload_gets_429_and_a_core_outage_serves_stale_then_opens_the_breaker() -> 
 
     // The core comes back; once the breaker half-opens, a probe closes it and generation resumes.
     mesh.start_all()?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    poll_reporting(Duration::from_millis(500), Duration::from_secs(60), "the region recovering", || {
         let reply = mesh.regional_client(0).chat(&question("Name a mountain.", 8))?;
-        if reply.status == 200 {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("the region did not recover: {} {}", reply.status, reply.body);
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+        Ok(if reply.status == 200 { Break(()) } else { Continue(format!("{} {}", reply.status, reply.body)) })
+    })?;
     assert_eq!(metric(&mesh, "mesh_regional_core_breaker_state")?, 0.0, "closed again");
     drop(mesh);
     let _ = std::fs::remove_dir_all(&dir);

@@ -5,12 +5,17 @@
 //! an invalidation shows up as a removal in the next delta; a restarted node (a new epoch) answers an
 //! old version with a snapshot. Bad requests get errors in the OpenAI shape.
 
-use std::time::{Duration, Instant};
+use std::ops::ControlFlow::{Break, Continue};
+use std::time::Duration;
 
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
+use mesh_harness::poll::{poll_every, poll_reporting};
 use mesh_harness::{paths, Mesh, MeshSpec};
 use serde_json::{json, Value};
 use shared::small_embedding::SmallEmbedder;
+
+/// Pause between two `GET /v1/hotset` while waiting.
+const POLL: Duration = Duration::from_millis(200);
 
 fn question(text: &str) -> Value {
     json!({"model": "smollm2-135m-instruct", "temperature": 0, "max_tokens": 8,
@@ -29,17 +34,11 @@ fn keys(set: &Value) -> Vec<String> {
 
 /// Waits until node `index`'s snapshot holds `key`.
 fn wait_for_key(mesh: &Mesh, index: usize, key: &str) -> anyhow::Result<Value> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let what = format!("node {index}'s hot set holding {key}");
+    poll_reporting(POLL, Duration::from_secs(30), &what, || {
         let (status, set) = mesh.hotset(index, None, None)?;
-        if status == 200 && keys(&set).iter().any(|k| k == key) {
-            return Ok(set);
-        }
-        if Instant::now() > deadline {
-            bail!("node {index}'s hot set never held {key}: {set}");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        Ok(if status == 200 && keys(&set).iter().any(|k| k == key) { Break(set) } else { Continue(set) })
+    })
 }
 
 #[test]
@@ -100,11 +99,9 @@ fn the_hot_set_carries_questions_and_small_embeddings_as_snapshots_and_deltas() 
     assert_eq!(reply.status, 200, "{}", reply.body);
     let (_, after) = mesh.hotset(0, Some(&v1), None)?;
     assert_eq!((keys(&after).len(), after["removed"].clone()), (0, json!([key])), "{after}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while keys(&mesh.hotset(1, None, None)?.1).contains(&key) {
-        assert!(Instant::now() < deadline, "the peer kept the invalidated entry");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    poll_every(POLL, Duration::from_secs(30), "the peer dropping the invalidated entry", || {
+        Ok((!keys(&mesh.hotset(1, None, None)?.1).contains(&key)).then_some(()))
+    })?;
 
     // A restarted node has a new epoch: an old version gets a snapshot, without the invalidated entry.
     mesh.restart_regional(0)?;

@@ -57,6 +57,7 @@ fn a_version_bump_reaches_the_regional_tier_without_a_restart() -> anyhow::Resul
             learned = Some(bumped_at.elapsed());
             break;
         }
+        // The pace of new questions (at most 40 of them), not a wait for a condition: each one counts.
         std::thread::sleep(Duration::from_millis(100));
     }
     let learned = learned.ok_or_else(|| anyhow::anyhow!("the regional node never learned version 2"))?;

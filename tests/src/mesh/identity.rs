@@ -1,0 +1,66 @@
+//! How the mesh's daemons know each other: a development CA and one certificate per node when the mesh
+//! runs TLS, else a random shared secret between tiers (which regional nodes of a TLS mesh also take,
+//! for the local edge).
+
+use std::collections::HashMap;
+use std::process::Command;
+
+use daemon_runtime::identity::TlsFiles;
+
+use super::{Mesh, MeshSpec};
+use crate::certs::DevCa;
+
+impl Mesh {
+    /// The TLS files of node `name` (`pod`, `core-1`, `regional-1`, `edge`, `admin`), when the mesh
+    /// runs TLS.
+    pub fn tls_files(&self, name: &str) -> Option<&TlsFiles> {
+        self.certs.get(name)
+    }
+
+    /// The mesh's CA, when it runs TLS.
+    pub fn ca(&self) -> Option<&DevCa> {
+        self.ca.as_ref()
+    }
+
+    /// The shared secret between tiers of this mesh.
+    pub fn tier_secret(&self) -> &str {
+        &self.secret
+    }
+
+    /// The identity daemon `name` starts with: its TLS files, or the insecure secret. Regional nodes
+    /// of a TLS mesh get the secret too, for the local edge.
+    pub(super) fn give_identity(&self, command: &mut Command, name: &str) {
+        match self.certs.get(name) {
+            Some(files) => {
+                command.envs(crate::certs::env(files));
+                if name.starts_with("regional") {
+                    command.env("MESH_INSECURE_TIER_SECRET", &self.secret);
+                }
+            }
+            None => {
+                command.env("MESH_INSECURE_TIER_SECRET", &self.secret);
+            }
+        }
+    }
+}
+
+/// The development CA and every node's certificate of a TLS mesh, in `<data_dir>/certs`; the
+/// harness's own clients trust the CA from now on.
+pub(super) fn mesh_certs(spec: &MeshSpec) -> anyhow::Result<(Option<DevCa>, HashMap<String, TlsFiles>)> {
+    use daemon_runtime::Role;
+    let mut nodes = vec![("inference-pod".to_owned(), Role::Pod), ("edge".to_owned(), Role::Edge)];
+    nodes.push(("admin".to_owned(), Role::Admin));
+    nodes.extend((0..spec.core_nodes).map(|i| (format!("core-{}", Mesh::core_id(i)), Role::Core)));
+    nodes.extend((0..spec.regional_nodes).map(|i| (format!("regional-{}", i + 1), Role::Regional)));
+    let dir = spec.data_dir.join("certs");
+    let (ca, files) = crate::certs::write_mesh_certs(&dir, &nodes)?;
+    crate::client::trust_mesh_ca(ca.pem().as_bytes());
+    Ok((Some(ca), files.into_iter().collect()))
+}
+
+/// 32 random bytes as hex, from the operating system.
+pub(super) fn random_secret() -> anyhow::Result<String> {
+    let mut bytes = [0u8; 32];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut bytes)?;
+    Ok(shared::hex::encode(&bytes))
+}
