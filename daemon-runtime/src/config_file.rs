@@ -3,8 +3,8 @@
 //! by the flag's own `--help`. A setting comes from, in order of precedence: the command line, its
 //! `MESH_*` environment variable, the file (`--config FILE`), its default.
 //!
-//! `--print-config` prints the settings in effect as a file: every setting with its help as a
-//! comment, ready to be saved and edited.
+//! `--print-config` prints the settings in effect as a file: every setting with its help, its flag and
+//! its environment variable as a comment, ready to be saved and edited.
 //!
 //! The file is applied through the command-line parser itself, so a value in a file is checked exactly
 //! as the same value given as a flag, and a key that names no setting is an error.
@@ -42,7 +42,8 @@ pub enum ConfigFileError {
 }
 
 /// Parses the daemon's settings from the process's command line, its environment and its configuration
-/// file. A bad flag (or `--help`) exits as clap does; a bad file is an error.
+/// file. A bad flag (or `--help`) exits as clap does, and so does `--print-flags` after printing the
+/// table of settings ([`crate::flag_table`]); a bad file is an error.
 pub fn parse<T: CommandFactory + FromArgMatches>() -> Result<Parsed<T>, ConfigFileError> {
     parse_from(std::env::args_os().collect(), |name| std::env::var_os(name).filter(|v| !v.is_empty()))
 }
@@ -62,6 +63,10 @@ pub fn parse_from<T: CommandFactory + FromArgMatches>(
     env: impl Fn(&str) -> Option<OsString>,
 ) -> Result<Parsed<T>, ConfigFileError> {
     let command = T::command();
+    if crate::flag_table::asked(&args) {
+        print!("{}", crate::flag_table::markdown(&command));
+        std::process::exit(0);
+    }
     let file = config_path(&command, &args, &env);
     let from_file = match &file {
         Some(path) => file_args(&command, path, &args, &env)?,
@@ -177,6 +182,11 @@ fn render(command: &clap::Command, matches: &ArgMatches) -> String {
         out.push('\n');
         for line in arg.get_help().map(|h| h.to_string()).unwrap_or_default().lines() {
             out.push_str(&format!("# {line}\n"));
+        }
+        let flag = arg.get_long().map(|long| format!("--{long}")).unwrap_or_default();
+        match arg.get_env() {
+            Some(env) => out.push_str(&format!("# flag {flag}, environment {}\n", env.to_string_lossy())),
+            None => out.push_str(&format!("# flag {flag}\n")),
         }
         let values: Vec<String> = matches
             .get_raw(id)
@@ -311,7 +321,12 @@ mod tests {
         let parsed = parse(&["--cache-bytes", "42", "--peers", "x,y", "--bootstrap", "--print-config"], &[])
             .expect("parses");
         let printed = parsed.print.expect("asked to print");
-        assert!(printed.contains("# Bytes of cache\ncache_bytes = 42\n"), "{printed}");
+        assert!(
+            printed.contains(
+                "# Bytes of cache\n# flag --cache-bytes, environment MESH_T_CACHE_BYTES\ncache_bytes = 42\n"
+            ),
+            "{printed}"
+        );
         let path = file(&printed);
         let s = parse(&["--config", path.to_str().expect("utf-8")], &[]).expect("reads back").settings;
         assert_eq!((s.cache_bytes, s.peers, s.bootstrap), (42, vec!["x".into(), "y".into()], true));

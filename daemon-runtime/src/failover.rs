@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tonic::transport::Channel;
 
-use crate::identity::{Role, TierIdentity};
+use crate::identity::{TierIdentity, TierRole};
 
 /// Longest wait for a TCP connection to a node before the call fails over.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -120,13 +120,27 @@ fn channel(address: &str, identity: &TierIdentity) -> Result<Channel, ChannelErr
         format!("{}://{address}", identity.scheme())
     };
     let endpoint = identity
-        .endpoint(&url, Role::Core)
+        .endpoint(&url, TierRole::Core)
         .map_err(|e| ChannelError::BadAddress { address: address.to_owned(), reason: e.to_string() })?
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
         .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
         .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
     Ok(endpoint.connect_lazy())
+}
+
+/// Whether a failed call may succeed on another node or later: the transport failed, the node did
+/// not answer in time, or it could not commit. A rejected request (invalid, unauthenticated, not
+/// found, ...) fails the same everywhere. `idempotent` calls (writes under a request id, reads) also
+/// retry `Aborted` and `Internal`, which a node returns when it lost leadership mid-call; a
+/// generation is not retried on them, since the first node may still be generating.
+pub fn worth_another_node(code: tonic::Code, idempotent: bool) -> bool {
+    use tonic::Code;
+    match code {
+        Code::Unavailable | Code::Unknown | Code::DeadlineExceeded | Code::Cancelled => true,
+        Code::Aborted | Code::Internal => idempotent,
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -167,19 +181,5 @@ mod tests {
             FailoverChannel::new(&["not a url".into()], &identity()),
             Err(ChannelError::BadAddress { .. })
         ));
-    }
-}
-
-/// Whether a failed call may succeed on another node or later: the transport failed, the node did
-/// not answer in time, or it could not commit. A rejected request (invalid, unauthenticated, not
-/// found, ...) fails the same everywhere. `idempotent` calls (writes under a request id, reads) also
-/// retry `Aborted` and `Internal`, which a node returns when it lost leadership mid-call; a
-/// generation is not retried on them, since the first node may still be generating.
-pub fn worth_another_node(code: tonic::Code, idempotent: bool) -> bool {
-    use tonic::Code;
-    match code {
-        Code::Unavailable | Code::Unknown | Code::DeadlineExceeded | Code::Cancelled => true,
-        Code::Aborted | Code::Internal => idempotent,
-        _ => false,
     }
 }

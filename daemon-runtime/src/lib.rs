@@ -5,6 +5,7 @@
 //! # Layout
 //! - [`config_file`]: each daemon's TOML configuration file, applied under its flags and `MESH_*`
 //!   environment variables; `--print-config`.
+//! - [`flag_table`]: `--print-flags`, the settings as the Markdown table README shows.
 //! - [`identity`]: who a tier is and who may call it: mutual TLS with one certificate per role, the
 //!   authorization interceptor, the flags every daemon reads its identity from.
 //! - [`credential`]: the insecure development secret (no TLS), at least 32 bytes.
@@ -21,6 +22,7 @@
 pub mod config_file;
 pub mod credential;
 pub mod failover;
+pub mod flag_table;
 pub mod http_serving;
 pub mod identity;
 pub mod logging;
@@ -28,4 +30,4 @@ pub mod shutdown;
 pub mod trace_context;
 
 pub use credential::{TierCredential, TIER_SECRET_METADATA};
-pub use identity::{Caller, IdentityArgs, PeerRole, Role, TierIdentity};
+pub use identity::{Caller, IdentityArgs, PeerRole, TierIdentity, TierRole};

@@ -9,6 +9,8 @@
 //! Nothing cached is served unless the isolate's view of the core's changes is within its bound and
 //! admits it ([`crate::core_view`]).
 
+use std::rc::Rc;
+
 use shared::cache_key::{CacheKey, SemanticQuery};
 use shared::completion::CachedCompletion;
 use shared::content_class::classify;
@@ -78,7 +80,6 @@ pub async fn handle(
     let normalized = normalize(&request, &crate::core_view::models(&config), &Limits::default())?;
     let key = CacheKey::derive(&tenant, &normalized);
     let delivery = normalized.delivery;
-    let copies = normalized.sampling.copies();
     // The edge keeps plain answers of one choice (copies carry their usage times `n`; log-probabilities
     // are not kept anywhere).
     let fillable = normalized.sampling.n == 1 && normalized.sampling.cache_can_hold();
@@ -88,38 +89,8 @@ pub async fn handle(
     crate::hit_report::report_if_due(&job.config, ctx);
 
     let l1 = L1::open();
-    if job.config.cache_ttl_s != 0 && caching.may_read() && crate::core_view::ensure_fresh(&job.config).await
-    {
-        let now = Clock::now_ms();
-        let not_modified =
-            |etag: &str| if_none_match.as_deref().is_some_and(|v| respond::etag_matches(v, etag));
-        // The isolate's memory first (microseconds), then the data center's Cache API, then paraphrases.
-        let accepts =
-            |e: &CachedCompletion| caching.accepts_age(e.created_ms, now) && crate::core_view::admits(e);
-        // An entry kept under the request's key may be a paraphrase's that the regional tier matched.
-        let matched = |entry: &CachedCompletion| match entry.key == job.key.as_str() {
-            true => EdgeMatch::Exact,
-            false => EdgeMatch::Semantic { request_key: job.key.as_str(), similarity: None },
-        };
-        if let Some(entry) =
-            crate::hot_set_sync::exact(job.key.as_str(), &job.tenant, now).filter(|e| accepts(e))
-        {
-            crate::hit_report::record(&entry.key, &entry.tenant);
-            let fresh = not_modified(&entry.etag);
-            return Ok(respond::edge_hit(&entry, matched(&entry), delivery, copies, fresh, clock.edge_ms())?);
-        }
-        if let Some(entry) = l1.get(&job.key, &job.tenant, now).await.filter(|e| accepts(e)) {
-            crate::hit_report::record(&entry.key, &entry.tenant);
-            let fresh = not_modified(&entry.etag);
-            return Ok(respond::edge_hit(&entry, matched(&entry), delivery, copies, fresh, clock.edge_ms())?);
-        }
-        if let Some(hit) = semantic_hit(&job, &normalized, now) {
-            crate::hit_report::record(&hit.entry.key, &hit.entry.tenant);
-            let matched =
-                EdgeMatch::Semantic { request_key: job.key.as_str(), similarity: Some(hit.similarity) };
-            let fresh = not_modified(&hit.entry.etag);
-            return Ok(respond::edge_hit(&hit.entry, matched, delivery, copies, fresh, clock.edge_ms())?);
-        }
+    if let Some(hit) = edge_answer(&job, &normalized, &l1, if_none_match.as_deref(), &clock).await? {
+        return Ok(hit);
     }
 
     // The client's own directives go on: `only-if-cached` is for the regional tier to honour too. So
@@ -187,6 +158,55 @@ pub async fn handle(
     }
     let out_headers = respond::relayed_headers(&headers, &job.key, clock.edge_ms())?;
     Ok(ResponseBuilder::new().with_status(status).with_headers(out_headers).fixed(bytes))
+}
+
+/// The edge's own answer, if it holds one the client accepts and the core's view admits: the isolate's
+/// memory first (microseconds), then the data center's Cache API, then a verified paraphrase in the hot
+/// set. A 304 where the client's `If-None-Match` names its ETag.
+async fn edge_answer(
+    job: &Job,
+    request: &NormalizedRequest,
+    l1: &L1,
+    if_none_match: Option<&str>,
+    clock: &Clock,
+) -> Result<Option<Response>, EdgeError> {
+    let caching = job.caching;
+    if job.config.cache_ttl_s == 0
+        || !caching.may_read()
+        || !crate::core_view::ensure_fresh(&job.config).await
+    {
+        return Ok(None);
+    }
+    let (delivery, copies) = (request.delivery, request.sampling.copies());
+    let now = Clock::now_ms();
+    let not_modified = |etag: &str| if_none_match.is_some_and(|v| respond::etag_matches(v, etag));
+    let accepts =
+        |e: &CachedCompletion| caching.accepts_age(e.created_ms, now) && crate::core_view::admits(e);
+    // An entry kept under the request's key may be a paraphrase's that the regional tier matched.
+    let matched = |entry: &CachedCompletion| match entry.key == job.key.as_str() {
+        true => EdgeMatch::Exact,
+        false => EdgeMatch::Semantic { request_key: job.key.as_str(), similarity: None },
+    };
+    let by_key = match crate::hot_set_sync::exact(job.key.as_str(), &job.tenant, now).filter(|e| accepts(e)) {
+        Some(entry) => Some(entry),
+        None => l1.get(&job.key, &job.tenant, now).await.filter(|e| accepts(e)).map(Rc::new),
+    };
+    let (entry, matched) = match by_key {
+        Some(entry) => {
+            let matched = matched(&entry);
+            (entry, matched)
+        }
+        None => match semantic_hit(job, request, now) {
+            Some(hit) => {
+                let similarity = Some(hit.similarity);
+                (hit.entry, EdgeMatch::Semantic { request_key: job.key.as_str(), similarity })
+            }
+            None => return Ok(None),
+        },
+    };
+    crate::hit_report::record(&entry.key, &entry.tenant);
+    let fresh = not_modified(&entry.etag);
+    Ok(Some(respond::edge_hit(&entry, matched, delivery, copies, fresh, clock.edge_ms())?))
 }
 
 /// The hot set's nearest paraphrase of the request's last user turn, in its partition, that passes the

@@ -21,18 +21,14 @@ fn embedder() -> SmallEmbedder {
 
 fn entry(key: &str, tenant: &str, partition: &str, question: &str) -> CachedCompletion {
     CachedCompletion {
-        key: key.into(),
         tenant: tenant.into(),
-        model: "m".into(),
-        model_version: 1,
-        content: format!("answer to {question}"),
-        finish_reason: "stop".into(),
         prompt_tokens: 5,
         completion_tokens: 3,
         etag: CachedCompletion::etag_of(question, "stop"),
         created_ms: 1_000,
         ttl_s: 60,
         question: Some(AnsweredQuestion { partition: partition.into(), text: question.into() }),
+        ..CachedCompletion::example(key, format!("answer to {question}"))
     }
 }
 

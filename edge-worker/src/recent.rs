@@ -64,18 +64,10 @@ mod tests {
 
     fn entry(key: &str, tenant: &str, ttl_s: u64) -> CachedCompletion {
         CachedCompletion {
-            key: key.into(),
             tenant: tenant.into(),
-            model: "m".into(),
-            model_version: 1,
-            content: "c".into(),
-            finish_reason: "stop".into(),
-            prompt_tokens: 1,
-            completion_tokens: 1,
             etag: "\"e\"".into(),
-            created_ms: 0,
             ttl_s,
-            question: None,
+            ..CachedCompletion::example(key, "c")
         }
     }
 

@@ -103,18 +103,11 @@ mod tests {
     fn entry() -> CachedCompletion {
         let content = "Paris is the capital of France.\nIt is \"big\".".to_owned();
         CachedCompletion {
-            key: format!("v1:{}", "ab".repeat(32)),
-            tenant: "dev".into(),
-            model: "m".into(),
-            model_version: 1,
-            etag: CachedCompletion::etag_of(&content, "stop"),
-            content,
-            finish_reason: "stop".into(),
             prompt_tokens: 10,
             completion_tokens: 7,
             created_ms: 1_000_000,
             ttl_s: 60,
-            question: None,
+            ..CachedCompletion::example(format!("v1:{}", "ab".repeat(32)), content)
         }
     }
 

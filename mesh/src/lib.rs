@@ -4,16 +4,21 @@
 //! here too. Processes are started through the harness (`mesh-harness`, in `tests/`).
 //!
 //! # Layout
-//! - [`bench`]: the benchmark suites, one folder each.
+//! - [`cli`]: `mesh`'s command line and its commands (`up`, `dashboard`, `certs`, `bench`).
+//! - [`bench`]: the benchmark suites, one folder each; each suite's options are its command line.
 //! - [`dashboard`]: the live operator page: scrapes every daemon's `/metrics`, keeps recent frames,
 //!   serves `deploy/dashboard/`.
 //! - [`semantic`]: precision and recall of semantic-hit decisions on the labelled pairs, the
 //!   ShareGPT neighbour study, and the distillation of the edge's small embedding table.
 //! - [`sharegpt`]: parsing ShareGPT V3 conversations (the benchmarks' and the semantic tools' workload).
+//! - [`stop`]: the process's stop flag, set by SIGINT or SIGTERM.
 //!
-//! The binaries in `src/bin/` parse their command lines and call into these modules.
+//! The binaries in `src/bin/` parse their command lines and call into these modules (`mesh` into
+//! [`cli`]).
 
 pub mod bench;
+pub mod cli;
 pub mod dashboard;
 pub mod semantic;
 pub mod sharegpt;
+pub mod stop;

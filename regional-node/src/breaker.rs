@@ -71,15 +71,20 @@ impl CircuitBreaker {
 
     /// A permit to call, or the whole seconds until a probe will be let through.
     pub fn admit(&self) -> Result<Permit, u64> {
+        self.admit_at(Instant::now())
+    }
+
+    /// [`CircuitBreaker::admit`] with `now` as the time.
+    fn admit_at(&self, now: Instant) -> Result<Permit, u64> {
         let mut inner = self.lock();
         match inner.state {
             BreakerState::Closed => Ok(Permit { probe: false }),
             BreakerState::Open => {
-                let waited = inner.opened_at.elapsed();
+                let waited = now.saturating_duration_since(inner.opened_at);
                 if waited >= self.open_for {
                     inner.state = BreakerState::HalfOpen;
                     // From now on `opened_at` is when the probe went out.
-                    inner.opened_at = Instant::now();
+                    inner.opened_at = now;
                     Ok(Permit { probe: true })
                 } else {
                     Err((self.open_for - waited).as_secs().max(1))
@@ -87,8 +92,8 @@ impl CircuitBreaker {
             }
             // A probe whose outcome never came (its caller went away, its task was dropped) must not
             // hold the breaker half-open for good: after another open period, another probe goes.
-            BreakerState::HalfOpen if inner.opened_at.elapsed() >= self.open_for => {
-                inner.opened_at = Instant::now();
+            BreakerState::HalfOpen if now.saturating_duration_since(inner.opened_at) >= self.open_for => {
+                inner.opened_at = now;
                 tracing::warn!("the last probe of the core never reported: probing again");
                 Ok(Permit { probe: true })
             }
@@ -98,6 +103,11 @@ impl CircuitBreaker {
 
     /// How the permitted call went: `reached` is false when no core node could be reached.
     pub fn record(&self, permit: Permit, reached: bool) {
+        self.record_at(permit, reached, Instant::now());
+    }
+
+    /// [`CircuitBreaker::record`] with `now` as the time.
+    fn record_at(&self, permit: Permit, reached: bool, now: Instant) {
         let mut inner = self.lock();
         if reached {
             inner.consecutive = 0;
@@ -111,7 +121,7 @@ impl CircuitBreaker {
         let trips = permit.probe || inner.consecutive >= self.failures;
         if trips && inner.state != BreakerState::Open {
             inner.state = BreakerState::Open;
-            inner.opened_at = Instant::now();
+            inner.opened_at = now;
             inner.opened += 1;
             tracing::warn!(failures = inner.consecutive, "core unreachable: circuit open");
         }
@@ -136,9 +146,42 @@ impl CircuitBreaker {
 mod tests {
     use super::*;
 
+    /// A breaker on a clock the test moves: `admit` and `record` at the clock's time.
+    struct Clocked {
+        breaker: CircuitBreaker,
+        now: Instant,
+    }
+
+    impl Clocked {
+        fn new(failures: u32, open_for: Duration) -> Self {
+            Self { breaker: CircuitBreaker::new(failures, open_for), now: Instant::now() }
+        }
+
+        fn admit(&self) -> Result<Permit, u64> {
+            self.breaker.admit_at(self.now)
+        }
+
+        fn record(&self, permit: Permit, reached: bool) {
+            self.breaker.record_at(permit, reached, self.now);
+        }
+
+        fn state(&self) -> BreakerState {
+            self.breaker.state()
+        }
+
+        fn times_opened(&self) -> u64 {
+            self.breaker.times_opened()
+        }
+
+        /// Moves the clock on by `by`, in place of sleeping.
+        fn advance(&mut self, by: Duration) {
+            self.now += by;
+        }
+    }
+
     #[test]
     fn opens_after_consecutive_failures_probes_once_and_closes_on_success() {
-        let breaker = CircuitBreaker::new(2, Duration::from_millis(50));
+        let mut breaker = Clocked::new(2, Duration::from_millis(50));
         let permit = breaker.admit().expect("closed");
         breaker.record(permit, false);
         let permit = breaker.admit().expect("one failure keeps it closed");
@@ -149,12 +192,12 @@ mod tests {
         }
         assert_eq!(breaker.state(), BreakerState::Open);
         assert!(breaker.admit().is_err(), "open: fail fast");
-        std::thread::sleep(Duration::from_millis(60));
+        breaker.advance(Duration::from_millis(60));
         let probe = breaker.admit().expect("half-open lets one probe through");
         assert!(breaker.admit().is_err(), "only one probe at a time");
         breaker.record(probe, false);
         assert_eq!(breaker.state(), BreakerState::Open, "a failed probe opens it again");
-        std::thread::sleep(Duration::from_millis(60));
+        breaker.advance(Duration::from_millis(60));
         let probe = breaker.admit().expect("probe");
         breaker.record(probe, true);
         assert_eq!(breaker.state(), BreakerState::Closed);
@@ -163,14 +206,14 @@ mod tests {
 
     #[test]
     fn an_abandoned_probe_does_not_hold_the_breaker_half_open() {
-        let breaker = CircuitBreaker::new(1, Duration::from_millis(50));
+        let mut breaker = Clocked::new(1, Duration::from_millis(50));
         breaker.record(breaker.admit().expect("closed"), false);
-        std::thread::sleep(Duration::from_millis(60));
+        breaker.advance(Duration::from_millis(60));
         // The probe's caller disconnects: its permit is dropped unrecorded.
         drop(breaker.admit().expect("probe"));
         assert_eq!(breaker.state(), BreakerState::HalfOpen);
         assert!(breaker.admit().is_err(), "the probe may still be running");
-        std::thread::sleep(Duration::from_millis(60));
+        breaker.advance(Duration::from_millis(60));
         let probe = breaker.admit().expect("another probe after an open period");
         breaker.record(probe, true);
         assert_eq!(breaker.state(), BreakerState::Closed);

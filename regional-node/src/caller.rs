@@ -3,7 +3,7 @@
 //! insecure secret ([`daemon_runtime::identity`]).
 
 use axum::http::HeaderMap;
-use daemon_runtime::{PeerRole, Role, TierIdentity};
+use daemon_runtime::{PeerRole, TierIdentity, TierRole};
 use shared::auth::TenantKeys;
 use shared::{RequestError, TENANT_HEADER, TIER_SECRET_HEADER};
 
@@ -19,7 +19,7 @@ pub fn resolve_tenant(
     tenants: &TenantKeys,
     identity: &TierIdentity,
 ) -> Result<String, RequestError> {
-    let edge_certificate = matches!(peer, Some(PeerRole(Some(Role::Edge))));
+    let edge_certificate = matches!(peer, Some(PeerRole(Some(TierRole::Edge))));
     if edge_certificate || headers.contains_key(TIER_SECRET_HEADER) {
         require_edge(headers, peer, identity)?;
         let tenant = headers
@@ -47,7 +47,7 @@ pub fn require_edge(
 ) -> Result<(), RequestError> {
     let secret = headers.get(TIER_SECRET_HEADER).map(|v| v.as_bytes());
     match identity.caller(peer, secret) {
-        Some(caller) if caller.may(&[Role::Edge]) => Ok(()),
+        Some(caller) if caller.may(&[TierRole::Edge]) => Ok(()),
         Some(caller) => Err(RequestError::forbidden(format!("{caller:?} may not make this call"))),
         None => Err(RequestError::unauthorized("this route is for the edge: present its certificate")),
     }
@@ -100,10 +100,10 @@ mod tests {
         let keys = TenantKeys::single("dev", "sk-dev");
         let resolve =
             |h: &HeaderMap, peer: Option<&PeerRole>| status(resolve_tenant(h, peer, &keys, &identity()));
-        let edge = PeerRole(Some(Role::Edge));
+        let edge = PeerRole(Some(TierRole::Edge));
         assert_eq!(resolve(&headers(&[("x-mesh-tenant", "acme")]), Some(&edge)), Ok("acme".into()));
         // A regional node's certificate is a client like any other: its tenant comes from its key.
-        let regional = PeerRole(Some(Role::Regional));
+        let regional = PeerRole(Some(TierRole::Regional));
         let named = headers(&[("x-mesh-tenant", "acme"), ("authorization", "Bearer sk-dev")]);
         assert_eq!(resolve(&named, Some(&regional)), Ok("dev".into()));
         let hotset =

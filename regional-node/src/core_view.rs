@@ -211,18 +211,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("core-view-{}-{}", std::process::id(), line!()));
         std::fs::create_dir_all(&dir).expect("dir");
         let entry = |key: &str, created_ms| CachedCompletion {
-            key: key.into(),
             tenant: "t".into(),
-            model: "m".into(),
-            model_version: 1,
-            content: "a".into(),
-            finish_reason: "stop".into(),
-            prompt_tokens: 1,
-            completion_tokens: 1,
             etag: String::new(),
             created_ms,
-            ttl_s: 0,
-            question: None,
+            ..CachedCompletion::example(key, "a")
         };
         {
             let view = CoreView::open(Some(&dir));

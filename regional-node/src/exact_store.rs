@@ -145,18 +145,13 @@ mod tests {
 
     fn entry(key: &str, created_ms: i64, ttl_s: u64) -> CachedCompletion {
         CachedCompletion {
-            key: key.into(),
             tenant: "t".into(),
-            model: "m".into(),
-            model_version: 1,
-            content: format!("answer of {key}"),
-            finish_reason: "stop".into(),
             prompt_tokens: 3,
             completion_tokens: 4,
             etag: CachedCompletion::etag_of("x", "stop"),
             created_ms,
             ttl_s,
-            question: None,
+            ..CachedCompletion::example(key, format!("answer of {key}"))
         }
     }
 

@@ -219,18 +219,9 @@ mod tests {
 
     fn outcome() -> Outcome {
         let entry = CachedCompletion {
-            key: "k".into(),
             tenant: "t".into(),
-            model: "m".into(),
-            model_version: 1,
-            content: "ab".into(),
-            finish_reason: "stop".into(),
-            prompt_tokens: 1,
             completion_tokens: 2,
-            etag: CachedCompletion::etag_of("ab", "stop"),
-            created_ms: 0,
-            ttl_s: 0,
-            question: None,
+            ..CachedCompletion::example("k", "ab")
         };
         Outcome { entry: Arc::new(entry), x_cache: "MISS", timing: ServerTiming::default(), semantic: None }
     }

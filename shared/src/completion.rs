@@ -197,6 +197,32 @@ pub fn expired(created_ms: i64, ttl_s: u64, now_ms: i64) -> bool {
     ttl_s != 0 && now_ms >= created_ms.saturating_add((ttl_s as i64).saturating_mul(1000))
 }
 
+/// An example entry for tests (feature `test-support`, and this crate's own tests).
+#[cfg(any(test, feature = "test-support"))]
+impl CachedCompletion {
+    /// An entry under `key` answering `content`: tenant `dev`, model `m` at version 1, finished with
+    /// `stop`, one prompt and one completion token, its ETag derived, created at 0 and never expiring.
+    /// Tests name only what they depend on: `CachedCompletion { tenant: "acme".into(),
+    /// ..CachedCompletion::example("k", "an answer") }`.
+    pub fn example(key: impl Into<String>, content: impl Into<String>) -> Self {
+        let content = content.into();
+        Self {
+            key: key.into(),
+            tenant: "dev".into(),
+            model: "m".into(),
+            model_version: 1,
+            etag: Self::etag_of(&content, "stop"),
+            content,
+            finish_reason: "stop".into(),
+            prompt_tokens: 1,
+            completion_tokens: 1,
+            created_ms: 0,
+            ttl_s: 0,
+            question: None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,18 +230,11 @@ mod tests {
     fn entry() -> CachedCompletion {
         let content = "Paris is the capital of France.".to_owned();
         CachedCompletion {
-            key: format!("v1:{}", "ab".repeat(32)),
-            tenant: "dev".into(),
-            model: "m".into(),
-            model_version: 1,
-            etag: CachedCompletion::etag_of(&content, "stop"),
-            content,
-            finish_reason: "stop".into(),
             prompt_tokens: 10,
             completion_tokens: 7,
             created_ms: 1_000_000,
             ttl_s: 60,
-            question: None,
+            ..CachedCompletion::example(format!("v1:{}", "ab".repeat(32)), content)
         }
     }
 

@@ -180,18 +180,11 @@ mod tests {
 
     fn entry(key: &str, tenant: &str, version: u64, created_ms: i64) -> CachedCompletion {
         CachedCompletion {
-            key: key.into(),
             tenant: tenant.into(),
-            model: "m".into(),
             model_version: version,
-            content: "a".into(),
-            finish_reason: "stop".into(),
-            prompt_tokens: 1,
-            completion_tokens: 1,
             etag: String::new(),
             created_ms,
-            ttl_s: 0,
-            question: None,
+            ..CachedCompletion::example(key, "a")
         }
     }
 

@@ -1,5 +1,5 @@
 //! A development certificate authority for the mesh (`mesh certs`, and every TLS mesh the harness
-//! starts): one CA, and per node a certificate naming its role ([`daemon_runtime::Role::dns_name`]) plus
+//! starts): one CA, and per node a certificate naming its role ([`daemon_runtime::TierRole::dns_name`]) plus
 //! `localhost` and the loopback addresses, usable as a server's and as a client's certificate. Keys are
 //! written readable by their owner only, as the daemons demand.
 
@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use daemon_runtime::identity::TlsFiles;
-use daemon_runtime::Role;
+use daemon_runtime::TierRole;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, SanType,
@@ -71,7 +71,7 @@ impl DevCa {
     }
 
     /// A certificate for node `name` in `role`.
-    pub fn issue(&self, name: &str, role: Role, validity: Validity) -> anyhow::Result<NodeCert> {
+    pub fn issue(&self, name: &str, role: TierRole, validity: Validity) -> anyhow::Result<NodeCert> {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(vec![role.dns_name().to_owned(), "localhost".to_owned()])?;
         params.subject_alt_names.push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
@@ -114,7 +114,7 @@ impl NodeCert {
 #[allow(clippy::type_complexity)]
 pub fn write_mesh_certs(
     dir: &Path,
-    nodes: &[(String, Role)],
+    nodes: &[(String, TierRole)],
 ) -> anyhow::Result<(DevCa, Vec<(String, TlsFiles)>)> {
     let ca = DevCa::new("llm-cache-mesh development CA")?;
     ca.write(dir)?;

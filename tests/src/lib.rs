@@ -12,6 +12,7 @@
 //! - [`wrangler`]: the `wrangler dev` command the edge and the benchmark's pass-through worker run under.
 //! - [`mesh`]: a whole local mesh: core nodes, the inference pod, regional nodes and the edge (a folder:
 //!   the spec, ports, identities, start-up of each tier, the core's waits, peer links, accessors).
+//! - [`flag_table`]: README's flag tables, each daemon's `--print-flags`.
 //! - [`fault_proxy`]: a TCP proxy that refuses and cuts connections by source IP, for partitions.
 //! - [`core_cluster`]: a core cluster alone (no pods), each node behind a fault proxy, for store tests.
 //! - [`propagation`]: how long after an acknowledged invalidation each tier stops serving the answer.
@@ -23,6 +24,7 @@ pub mod client;
 pub mod core_cluster;
 pub mod daemon_config;
 pub mod fault_proxy;
+pub mod flag_table;
 pub mod mesh;
 pub mod paths;
 pub mod poll;

@@ -9,6 +9,7 @@ mod core_02_full_restart;
 mod core_03_partition;
 mod core_04_membership;
 mod deploy_01_dashboard;
+mod docs_01_flag_tables;
 mod edge_02_hot_set_and_failover;
 mod faults_01_core_follower_and_restart;
 mod mesh_01_one_truth;

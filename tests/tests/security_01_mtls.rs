@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use daemon_runtime::Role;
+use daemon_runtime::TierRole;
 use mesh_harness::certs::{DevCa, NodeCert, Validity};
 use mesh_harness::{Mesh, MeshSpec};
 use serde_json::json;
@@ -16,7 +16,7 @@ use tonic::Code;
 /// mesh), and its certificate.
 struct Caller {
     name: &'static str,
-    role: Option<Role>,
+    role: Option<TierRole>,
     cert: Option<NodeCert>,
 }
 
@@ -24,18 +24,18 @@ struct Caller {
 struct Row {
     name: &'static str,
     daemon: &'static str,
-    allowed: &'static [Role],
+    allowed: &'static [TierRole],
 }
 
 const ROWS: &[Row] = &[
-    Row { name: "Raft.Vote", daemon: "core", allowed: &[Role::Core] },
-    Row { name: "CoreCache.Models", daemon: "core", allowed: &[Role::Regional] },
-    Row { name: "CoreStore.Read", daemon: "core", allowed: &[Role::Regional, Role::Admin] },
-    Row { name: "CoreAdmin.Status", daemon: "core", allowed: &[Role::Admin] },
-    Row { name: "InferencePod.Health", daemon: "pod", allowed: &[Role::Core] },
-    Row { name: "Replication.Digest", daemon: "regional", allowed: &[Role::Regional] },
-    Row { name: "GET /v1/hotset", daemon: "regional", allowed: &[Role::Edge] },
-    Row { name: "GET /v1/changes", daemon: "regional", allowed: &[Role::Edge] },
+    Row { name: "Raft.Vote", daemon: "core", allowed: &[TierRole::Core] },
+    Row { name: "CoreCache.Models", daemon: "core", allowed: &[TierRole::Regional] },
+    Row { name: "CoreStore.Read", daemon: "core", allowed: &[TierRole::Regional, TierRole::Admin] },
+    Row { name: "CoreAdmin.Status", daemon: "core", allowed: &[TierRole::Admin] },
+    Row { name: "InferencePod.Health", daemon: "pod", allowed: &[TierRole::Core] },
+    Row { name: "Replication.Digest", daemon: "regional", allowed: &[TierRole::Regional] },
+    Row { name: "GET /v1/hotset", daemon: "regional", allowed: &[TierRole::Edge] },
+    Row { name: "GET /v1/changes", daemon: "regional", allowed: &[TierRole::Edge] },
 ];
 
 /// What a call got: a gRPC status code or an HTTP status, or a refused connection.
@@ -70,7 +70,7 @@ fn request(question: &str) -> serde_json::Value {
            "messages": [{"role": "user", "content": question}]})
 }
 
-async fn channel(url: &str, server: Role, ca: &str, cert: Option<&NodeCert>) -> Result<Channel, String> {
+async fn channel(url: &str, server: TierRole, ca: &str, cert: Option<&NodeCert>) -> Result<Channel, String> {
     let mut tls =
         ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)).domain_name(server.dns_name());
     if let Some(cert) = cert {
@@ -105,9 +105,9 @@ async fn call(mesh: &Mesh, row: &Row, ca: &str, cert: Option<&NodeCert>) -> Outc
         };
     }
     let (url, server) = match row.daemon {
-        "core" => (mesh.core_url(0), Role::Core),
-        "pod" => (mesh.pod_url(), Role::Pod),
-        _ => (mesh.regional_peer_url(0), Role::Regional),
+        "core" => (mesh.core_url(0), TierRole::Core),
+        "pod" => (mesh.pod_url(), TierRole::Pod),
+        _ => (mesh.regional_peer_url(0), TierRole::Regional),
     };
     let channel = match channel(&url, server, ca, cert).await {
         Ok(channel) => channel,
@@ -165,18 +165,18 @@ fn every_hop_is_mutual_tls_and_each_role_reaches_only_its_rows() -> anyhow::Resu
     assert_eq!(direct.status, 200, "{}", direct.body);
 
     let ca = mesh.ca().ok_or_else(|| anyhow::anyhow!("a TLS mesh has a CA"))?;
-    let foreign = DevCa::new("not the mesh CA")?.issue("intruder", Role::Admin, Validity::Current)?;
-    let expired = ca.issue("old-admin", Role::Admin, Validity::Expired)?;
+    let foreign = DevCa::new("not the mesh CA")?.issue("intruder", TierRole::Admin, Validity::Current)?;
+    let expired = ca.issue("old-admin", TierRole::Admin, Validity::Expired)?;
     let mut callers = vec![
-        Caller { name: "edge", role: Some(Role::Edge), cert: Some(node_cert(&mesh, "edge")?) },
+        Caller { name: "edge", role: Some(TierRole::Edge), cert: Some(node_cert(&mesh, "edge")?) },
         Caller {
             name: "regional-2",
-            role: Some(Role::Regional),
+            role: Some(TierRole::Regional),
             cert: Some(node_cert(&mesh, "regional-2")?),
         },
-        Caller { name: "core-2", role: Some(Role::Core), cert: Some(node_cert(&mesh, "core-2")?) },
-        Caller { name: "pod", role: Some(Role::Pod), cert: Some(node_cert(&mesh, "inference-pod")?) },
-        Caller { name: "admin", role: Some(Role::Admin), cert: Some(node_cert(&mesh, "admin")?) },
+        Caller { name: "core-2", role: Some(TierRole::Core), cert: Some(node_cert(&mesh, "core-2")?) },
+        Caller { name: "pod", role: Some(TierRole::Pod), cert: Some(node_cert(&mesh, "inference-pod")?) },
+        Caller { name: "admin", role: Some(TierRole::Admin), cert: Some(node_cert(&mesh, "admin")?) },
     ];
     callers.push(Caller { name: "no certificate", role: None, cert: None });
     callers.push(Caller { name: "another CA's admin", role: None, cert: Some(foreign) });

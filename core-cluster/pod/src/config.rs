@@ -1,8 +1,12 @@
-//! The inference pod's configuration.
+//! The inference pod's configuration: its settings as flags, environment variables and a file
+//! ([`PodArgs`]), and what [`run`](super::run) takes ([`PodConfig`]).
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use daemon_runtime::TierIdentity;
+use clap::Parser;
+
+use daemon_runtime::{IdentityArgs, TierIdentity};
 use serde::Deserialize;
 
 use super::model::KvPrecision;
@@ -117,4 +121,74 @@ fn default_model_name() -> String {
 
 fn default_max_queue() -> usize {
     64
+}
+
+/// The inference pod: a quantized model behind a gRPC streaming API.
+#[derive(Debug, Parser)]
+#[command(name = "inference-pod", version)]
+pub struct PodArgs {
+    /// Address to serve gRPC and HTTP (`/healthz`, `/metrics`) on.
+    #[arg(long, env = "MESH_POD_LISTEN", default_value = "127.0.0.1:7400")]
+    pub listen: SocketAddr,
+    /// Path of the GGUF model file (SmolLM2-135M-Instruct, Q4_1).
+    #[arg(long, env = "MESH_POD_MODEL_PATH")]
+    pub model_path: PathBuf,
+    /// Model name requests must use.
+    #[arg(long, env = "MESH_POD_MODEL_NAME", default_value = DEFAULT_MODEL_NAME)]
+    pub model_name: String,
+    /// CPU threads for the model's kernels. candle's pool pins its threads and spins while it waits
+    /// for them, which collapses throughput (10x here) when the cores are shared with other
+    /// processes; raise it only on a host whose cores the pod has to itself.
+    #[arg(long, env = "MESH_POD_THREADS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: u16,
+    /// Most requests waiting for the model before new ones are refused.
+    #[arg(long, env = "MESH_POD_MAX_QUEUE", default_value_t = 64)]
+    pub max_queue: usize,
+    /// KV cache blocks (f32: about 46 KiB per token, so the default 2,048 blocks of 16 take 1.4 GiB).
+    #[arg(long, env = "MESH_POD_KV_BLOCKS", default_value_t = 2048)]
+    pub kv_blocks: usize,
+    /// Tokens per KV block, the unit of prefix caching.
+    #[arg(long, env = "MESH_POD_BLOCK_SIZE", default_value_t = 16)]
+    pub block_size: usize,
+    /// How the KV cache stores keys and values: `f32` (exact), `f16` (half the memory) or `int8`
+    /// (a quarter).
+    #[arg(long, env = "MESH_POD_KV_PRECISION", value_enum, default_value = "f32")]
+    pub kv_precision: KvPrecision,
+    /// Most sequences in one batched step.
+    #[arg(long, env = "MESH_POD_MAX_RUNNING", default_value_t = 32)]
+    pub max_running: usize,
+    /// Token budget of one step; longer prompts are prefilled in chunks between decode steps.
+    #[arg(long, env = "MESH_POD_MAX_BATCHED_TOKENS", default_value_t = 512)]
+    pub max_batched_tokens: usize,
+    /// Prompt-lookup speculative decoding for requests that do not say (`true` or `false`). Off by
+    /// default: on a CPU where the matmuls are compute-bound, verifying drafts costs what it saves.
+    #[arg(long, env = "MESH_POD_SPECULATIVE", default_value_t = false, action = clap::ArgAction::Set)]
+    pub speculative: bool,
+    /// This pod's identity: mutual TLS files, or the insecure development secret.
+    #[command(flatten)]
+    pub identity: IdentityArgs,
+    /// TOML file with any of these settings, one key per flag (`--cache-bytes` is `cache_bytes`); the
+    /// command line and the environment variables override it.
+    #[arg(long, env = "MESH_POD_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Print the settings in effect as such a file, with each one's help, and exit.
+    #[arg(long)]
+    pub print_config: bool,
+}
+
+impl PodArgs {
+    /// The pod's configuration from its settings and the identity they name.
+    pub fn pod_config(&self, identity: TierIdentity) -> PodConfig {
+        PodConfig::new(self.model_path.clone(), identity)
+            .with_model_name(self.model_name.clone())
+            .with_max_queue(self.max_queue)
+            .with_engine(EngineConfig {
+                kv_blocks: self.kv_blocks.max(1),
+                block_size: self.block_size.max(1),
+                kv_precision: self.kv_precision,
+                max_running: self.max_running.max(1),
+                max_batched_tokens: self.max_batched_tokens.max(1),
+                speculative: self.speculative,
+            })
+    }
 }

@@ -17,7 +17,7 @@ use tonic::server::NamedService;
 use super::service::InferenceService;
 use super::{Engine, PodConfig};
 use daemon_runtime::identity::{ClientAuth, RoleCheck};
-use daemon_runtime::Role;
+use daemon_runtime::TierRole;
 
 /// Serves the pod on `listener` until `shutdown` completes, then drains in-flight requests.
 ///
@@ -30,7 +30,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let service = InferenceService::new(config.model_name.clone());
     // The pod's row of the authorization table: only core nodes call it.
-    let app = router(service.clone(), config.identity.interceptor(&[Role::Core]));
+    let app = router(service.clone(), config.identity.interceptor(&[TierRole::Core]));
     let tls = config.identity.acceptor(ClientAuth::Optional)?;
     tracing::info!(addr = %listener.local_addr()?, model = %config.model_name, "inference pod listening");
     let server = daemon_runtime::http_serving::serve(

@@ -3,7 +3,7 @@
 //! ([`TierIdentity::caller`]) that enforce each daemon's authorization table.
 //!
 //! **Mutual TLS** (the default of `mesh up`): every node holds a certificate of the mesh CA that names
-//! its [`Role`]. Servers verify clients against the CA and read the role from the certificate;
+//! its [`TierRole`]. Servers verify clients against the CA and read the role from the certificate;
 //! clients verify servers against the CA and ask for the role they meant to call as the server name.
 //!
 //! **Insecure development mode**: without TLS files, every tier holds one shared secret of at least
@@ -22,7 +22,7 @@ use tonic::service::Interceptor;
 use tonic::transport::Endpoint;
 use tonic::{Request, Status};
 
-pub use role::{Role, ROLE_DOMAIN};
+pub use role::{TierRole, ROLE_DOMAIN};
 pub use tls::{role_of, ClientAuth, TlsFiles, TlsMaterial};
 
 use crate::credential::{CredentialError, TierCredential};
@@ -122,16 +122,16 @@ impl IdentityArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Caller {
     /// A peer whose certificate names this role (or the edge, by the insecure secret beside TLS).
-    Role(Role),
+    TierRole(TierRole),
     /// Insecure development mode: the shared secret, which stands for every tier.
     AnyTier,
 }
 
 impl Caller {
     /// Whether this caller may make a call open to `allowed`.
-    pub fn may(self, allowed: &[Role]) -> bool {
+    pub fn may(self, allowed: &[TierRole]) -> bool {
         match self {
-            Caller::Role(role) => allowed.contains(&role),
+            Caller::TierRole(role) => allowed.contains(&role),
             Caller::AnyTier => true,
         }
     }
@@ -141,7 +141,7 @@ impl Caller {
 /// [`crate::http_serving`]; `None` when the peer presented no certificate (allowed on listeners with
 /// [`ClientAuth::Optional`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PeerRole(pub Option<Role>);
+pub struct PeerRole(pub Option<TierRole>);
 
 /// A daemon's identity: what it presents, and how it recognises callers.
 #[derive(Clone)]
@@ -176,7 +176,7 @@ impl TierIdentity {
     }
 
     /// This node's role when it runs TLS.
-    pub fn role(&self) -> Option<Role> {
+    pub fn role(&self) -> Option<TierRole> {
         self.tls.as_ref().map(|tls| tls.role())
     }
 
@@ -207,7 +207,7 @@ impl TierIdentity {
 
     /// An endpoint for calling a server of role `target` at `url`, with this node's TLS client
     /// configuration when TLS is on. The URL's scheme must match the mode.
-    pub fn endpoint(&self, url: &str, target: Role) -> Result<Endpoint, IdentityError> {
+    pub fn endpoint(&self, url: &str, target: TierRole) -> Result<Endpoint, IdentityError> {
         let bad = |why: &str| IdentityError::Url { url: url.to_owned(), why: why.to_owned() };
         let scheme = url.split_once("://").map(|(scheme, _)| scheme).unwrap_or_default();
         if scheme != self.scheme() {
@@ -245,18 +245,18 @@ impl TierIdentity {
     /// header's bytes); `None` when it proves no tier at all.
     pub fn caller(&self, peer: Option<&PeerRole>, presented_secret: Option<&[u8]>) -> Option<Caller> {
         if let Some(PeerRole(Some(role))) = peer {
-            return Some(Caller::Role(*role));
+            return Some(Caller::TierRole(*role));
         }
         let secret = self.secret.as_ref()?;
         if !secret.matches(presented_secret?) {
             return None;
         }
-        Some(if self.tls.is_some() { Caller::Role(Role::Edge) } else { Caller::AnyTier })
+        Some(if self.tls.is_some() { Caller::TierRole(TierRole::Edge) } else { Caller::AnyTier })
     }
 
     /// Checks a gRPC call against `allowed`: `unauthenticated` without a tier identity,
     /// `permission_denied` for a role not allowed.
-    pub fn check<T>(&self, request: &Request<T>, allowed: &[Role]) -> Result<Caller, Status> {
+    pub fn check<T>(&self, request: &Request<T>, allowed: &[TierRole]) -> Result<Caller, Status> {
         let presented = request.metadata().get(crate::TIER_SECRET_METADATA).map(|v| v.as_bytes());
         let caller = self.caller(request.extensions().get::<PeerRole>(), presented).ok_or_else(|| {
             Status::unauthenticated("no tier identity: a client certificate of the mesh CA is needed")
@@ -269,7 +269,7 @@ impl TierIdentity {
     }
 
     /// The interceptor that admits only callers of `allowed` roles.
-    pub fn interceptor(&self, allowed: &'static [Role]) -> RoleCheck {
+    pub fn interceptor(&self, allowed: &'static [TierRole]) -> RoleCheck {
         RoleCheck { identity: self.clone(), allowed }
     }
 }
@@ -278,7 +278,7 @@ impl TierIdentity {
 #[derive(Clone, Debug)]
 pub struct RoleCheck {
     identity: TierIdentity,
-    allowed: &'static [Role],
+    allowed: &'static [TierRole],
 }
 
 impl Interceptor for RoleCheck {
@@ -297,7 +297,7 @@ mod tests {
     #[test]
     fn insecure_secret_stands_for_every_tier() {
         let identity = TierIdentity::insecure_secret(SECRET).expect("secret");
-        let mut check = identity.interceptor(&[Role::Core]);
+        let mut check = identity.interceptor(&[TierRole::Core]);
         assert!(check.call(identity.request(())).is_ok());
         let missing = check.call(Request::new(())).map_err(|s| s.code()).err();
         assert_eq!(missing, Some(tonic::Code::Unauthenticated));
@@ -309,21 +309,21 @@ mod tests {
     fn a_certified_role_passes_only_its_rows() {
         let identity = TierIdentity::insecure_secret(SECRET).expect("secret");
         let mut request = Request::new(());
-        request.extensions_mut().insert(PeerRole(Some(Role::Edge)));
-        let mut core_only = identity.interceptor(&[Role::Core]);
+        request.extensions_mut().insert(PeerRole(Some(TierRole::Edge)));
+        let mut core_only = identity.interceptor(&[TierRole::Core]);
         let denied = core_only.call(request).map_err(|s| s.code()).err();
         assert_eq!(denied, Some(tonic::Code::PermissionDenied));
         let mut request = Request::new(());
-        request.extensions_mut().insert(PeerRole(Some(Role::Core)));
+        request.extensions_mut().insert(PeerRole(Some(TierRole::Core)));
         assert!(core_only.call(request).is_ok());
     }
 
     #[test]
     fn urls_must_match_the_mode() {
         let identity = TierIdentity::insecure_secret(SECRET).expect("secret");
-        assert!(identity.endpoint("http://127.0.0.1:1", Role::Core).is_ok());
+        assert!(identity.endpoint("http://127.0.0.1:1", TierRole::Core).is_ok());
         assert!(matches!(
-            identity.endpoint("https://127.0.0.1:1", Role::Core),
+            identity.endpoint("https://127.0.0.1:1", TierRole::Core),
             Err(IdentityError::Url { .. })
         ));
     }

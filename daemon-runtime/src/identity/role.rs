@@ -3,9 +3,9 @@
 use std::fmt;
 
 /// What a caller or a server is in the mesh. A node's certificate carries its role as a DNS name
-/// ([`Role::dns_name`]); the authorization table of every daemon is written in roles.
+/// ([`TierRole::dns_name`]); the authorization table of every daemon is written in roles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Role {
+pub enum TierRole {
     /// The CDN edge worker.
     Edge,
     /// A regional daemon.
@@ -21,18 +21,19 @@ pub enum Role {
 /// The suffix every role name shares; nothing else is ever issued under it.
 pub const ROLE_DOMAIN: &str = "role.mesh.internal";
 
-impl Role {
+impl TierRole {
     /// Every role.
-    pub const ALL: [Role; 5] = [Role::Edge, Role::Regional, Role::Core, Role::Pod, Role::Admin];
+    pub const ALL: [TierRole; 5] =
+        [TierRole::Edge, TierRole::Regional, TierRole::Core, TierRole::Pod, TierRole::Admin];
 
     /// The role's short name: `edge`, `regional`, `core`, `pod`, `admin`.
     pub fn as_str(self) -> &'static str {
         match self {
-            Role::Edge => "edge",
-            Role::Regional => "regional",
-            Role::Core => "core",
-            Role::Pod => "pod",
-            Role::Admin => "admin",
+            TierRole::Edge => "edge",
+            TierRole::Regional => "regional",
+            TierRole::Core => "core",
+            TierRole::Pod => "pod",
+            TierRole::Admin => "admin",
         }
     }
 
@@ -41,21 +42,21 @@ impl Role {
     /// to a server of the role it meant to call.
     pub fn dns_name(self) -> &'static str {
         match self {
-            Role::Edge => "edge.role.mesh.internal",
-            Role::Regional => "regional.role.mesh.internal",
-            Role::Core => "core.role.mesh.internal",
-            Role::Pod => "pod.role.mesh.internal",
-            Role::Admin => "admin.role.mesh.internal",
+            TierRole::Edge => "edge.role.mesh.internal",
+            TierRole::Regional => "regional.role.mesh.internal",
+            TierRole::Core => "core.role.mesh.internal",
+            TierRole::Pod => "pod.role.mesh.internal",
+            TierRole::Admin => "admin.role.mesh.internal",
         }
     }
 
     /// The role with this short name.
-    pub fn parse(name: &str) -> Option<Role> {
-        Role::ALL.into_iter().find(|role| role.as_str() == name.trim())
+    pub fn parse(name: &str) -> Option<TierRole> {
+        TierRole::ALL.into_iter().find(|role| role.as_str() == name.trim())
     }
 }
 
-impl fmt::Display for Role {
+impl fmt::Display for TierRole {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
@@ -67,10 +68,10 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_share_the_role_domain() {
-        for role in Role::ALL {
-            assert_eq!(Role::parse(role.as_str()), Some(role));
+        for role in TierRole::ALL {
+            assert_eq!(TierRole::parse(role.as_str()), Some(role));
             assert_eq!(role.dns_name(), format!("{role}.{ROLE_DOMAIN}"));
         }
-        assert_eq!(Role::parse("root"), None);
+        assert_eq!(TierRole::parse("root"), None);
     }
 }

@@ -10,7 +10,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
-use super::{IdentityError, Role};
+use super::{IdentityError, TierRole};
 
 /// The three files of a node's identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +35,7 @@ pub enum ClientAuth {
 
 /// A node's loaded TLS identity.
 pub struct TlsMaterial {
-    role: Role,
+    role: TierRole,
     roots: Arc<RootCertStore>,
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
@@ -89,7 +89,7 @@ impl TlsMaterial {
     }
 
     /// The role this node's certificate names.
-    pub fn role(&self) -> Role {
+    pub fn role(&self) -> TierRole {
         self.role
     }
 
@@ -117,7 +117,7 @@ impl TlsMaterial {
 
     /// The client side of a gRPC call to a server of `target`'s role: the mesh CA as the only root,
     /// this node's certificate as the client's, and the role's name as the server name checked.
-    pub fn client_config(&self, target: Role) -> ClientTlsConfig {
+    pub fn client_config(&self, target: TierRole) -> ClientTlsConfig {
         ClientTlsConfig::new()
             .ca_certificate(Certificate::from_pem(&self.ca_pem))
             .identity(Identity::from_pem(&self.chain_pem, &self.key_pem))
@@ -127,10 +127,10 @@ impl TlsMaterial {
 
 /// The role a verified peer certificate names. A certificate naming none, or more than one, proves no
 /// role.
-pub fn role_of(cert: &CertificateDer<'_>) -> Result<Role, IdentityError> {
+pub fn role_of(cert: &CertificateDer<'_>) -> Result<TierRole, IdentityError> {
     let parsed = webpki::EndEntityCert::try_from(cert)
         .map_err(|e| IdentityError::Tls(format!("unreadable certificate: {e}")))?;
-    let mut named = Role::ALL.into_iter().filter(|role| {
+    let mut named = TierRole::ALL.into_iter().filter(|role| {
         DnsName::try_from(role.dns_name())
             .map(|name| parsed.verify_is_valid_for_subject_name(&ServerName::DnsName(name)).is_ok())
             .unwrap_or(false)

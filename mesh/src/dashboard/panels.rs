@@ -1,4 +1,5 @@
-//! The dashboard's charts: what each plots, from which of the daemons' metric families.
+//! The dashboard's charts: what each plots, from which of the daemons' metric families. [`all`] lists
+//! them in page order, one function per section of the page.
 
 use std::collections::BTreeMap;
 
@@ -105,12 +106,43 @@ fn quantile(q: f64, family: &'static str) -> Query {
     Query::Quantile(q, metric(family, NO_LABELS))
 }
 
+/// A section's chart maker: charts under the heading `group`, their lines not stacked.
+fn section(group: &'static str) -> impl Fn(&'static str, &'static str, Unit, Vec<Line>) -> Panel {
+    move |id, title, unit, lines| Panel { id, group, title, unit, stacked: false, lines }
+}
+
+/// Every chart, in page order: one function per section.
+pub fn all() -> Vec<Panel> {
+    [where_the_time_goes(), cache_efficiency(), protection(), replication(), raft(), pods()].concat()
+}
+
+/// "Where the time goes": a miss by part, and the answer latency by answering tier.
+fn where_the_time_goes() -> Vec<Panel> {
+    let panel = section(TIME_GROUP);
+    vec![
+        decomposition("miss_p50", "A miss, p50, by part (stacked)", 0.5),
+        decomposition("miss_p99", "A miss, p99, by part (stacked)", 0.99),
+        panel(
+            "answer_latency",
+            "Regional answer latency by answering tier, p50 and p99",
+            Unit::Seconds,
+            vec![
+                by("p50", "tier", quantile(0.5, "mesh_regional_request_seconds")),
+                by("p99", "tier", quantile(0.99, "mesh_regional_request_seconds")),
+            ],
+        ),
+    ]
+}
+
+/// The heading of [`where_the_time_goes`] and of [`decomposition`]'s charts.
+const TIME_GROUP: &str = "Where the time goes";
+
 /// A miss's time split into the parts each tier measures; the rest (regional and core work, the
 /// network between them) is what the regional node's miss latency leaves.
 fn decomposition(id: &'static str, title: &'static str, q: f64) -> Panel {
     Panel {
         id,
-        group: "Where the time goes",
+        group: TIME_GROUP,
         title,
         unit: Unit::Seconds,
         stacked: true,
@@ -127,27 +159,14 @@ fn decomposition(id: &'static str, title: &'static str, q: f64) -> Panel {
     }
 }
 
-/// Every chart, in page order.
-pub fn all() -> Vec<Panel> {
-    let panel = |id, group, title, unit, lines| Panel { id, group, title, unit, stacked: false, lines };
+/// "Cache efficiency": hits by tier, tokens, semantic lookups, and the agreement of audited hits.
+fn cache_efficiency() -> Vec<Panel> {
+    let panel = section("Cache efficiency");
     vec![
-        decomposition("miss_p50", "A miss, p50, by part (stacked)", 0.5),
-        decomposition("miss_p99", "A miss, p99, by part (stacked)", 0.99),
-        panel(
-            "answer_latency",
-            "Where the time goes",
-            "Regional answer latency by answering tier, p50 and p99",
-            Unit::Seconds,
-            vec![
-                by("p50", "tier", quantile(0.5, "mesh_regional_request_seconds")),
-                by("p99", "tier", quantile(0.99, "mesh_regional_request_seconds")),
-            ],
-        ),
         Panel {
             stacked: true,
             ..panel(
                 "hit_ratio",
-                "Cache efficiency",
                 "Answered from a cache, by tier (share of regional requests, stacked)",
                 Unit::Ratio,
                 vec![by(
@@ -162,7 +181,6 @@ pub fn all() -> Vec<Panel> {
         },
         panel(
             "tokens",
-            "Cache efficiency",
             "Tokens per second: generated, and prompt tokens served by the prefix cache",
             Unit::PerSecond,
             vec![
@@ -174,7 +192,6 @@ pub fn all() -> Vec<Panel> {
         ),
         panel(
             "semantic",
-            "Cache efficiency",
             "Semantic hits and lookups that found no verified match",
             Unit::PerSecond,
             vec![
@@ -184,7 +201,6 @@ pub fn all() -> Vec<Panel> {
         ),
         panel(
             "agreement",
-            "Cache efficiency",
             "Audited semantic hits agreeing with a fresh answer, by tenant (lowest across regions)",
             Unit::Ratio,
             vec![
@@ -200,9 +216,15 @@ pub fn all() -> Vec<Panel> {
                 ),
             ],
         ),
+    ]
+}
+
+/// "Protection": admission refusals and sheds, stale answers, coalescing, and the core breaker.
+fn protection() -> Vec<Panel> {
+    let panel = section("Protection");
+    vec![
         panel(
             "protection",
-            "Protection",
             "Refused (429), shed for a TTFT target, stale answers served, coalesced",
             Unit::PerSecond,
             vec![
@@ -214,7 +236,6 @@ pub fn all() -> Vec<Panel> {
         ),
         panel(
             "breaker",
-            "Protection",
             "Core circuit breaker by region (0 closed, 1 half-open, 2 open) and requests waiting",
             Unit::Count,
             vec![
@@ -222,9 +243,15 @@ pub fn all() -> Vec<Panel> {
                 by("waiting", "region", gauge(Aggregate::Sum, "mesh_regional_admission_waiting")),
             ],
         ),
+    ]
+}
+
+/// "Replication": records between regions, anti-entropy repairs, and each region's record count.
+fn replication() -> Vec<Panel> {
+    let panel = section("Replication");
+    vec![
         panel(
             "replication",
-            "Replication",
             "Records sent, merged and refused over budget; anti-entropy ranges repaired",
             Unit::PerSecond,
             vec![
@@ -236,14 +263,19 @@ pub fn all() -> Vec<Panel> {
         ),
         panel(
             "replica_records",
-            "Replication",
             "Replicated records by region (regions apart = replication lag)",
             Unit::Count,
             vec![by("", "region", gauge(Aggregate::Max, "mesh_regional_replica_records"))],
         ),
+    ]
+}
+
+/// "Raft": the core cluster's leader and term, commit latency, and each node's applied index.
+fn raft() -> Vec<Panel> {
+    let panel = section("Raft");
+    vec![
         panel(
             "raft",
-            "Raft",
             "Leader id and term",
             Unit::Count,
             vec![
@@ -253,7 +285,6 @@ pub fn all() -> Vec<Panel> {
         ),
         panel(
             "commit",
-            "Raft",
             "Commit latency p50 and p99",
             Unit::Seconds,
             vec![
@@ -263,14 +294,19 @@ pub fn all() -> Vec<Panel> {
         ),
         panel(
             "applied",
-            "Raft",
             "Last applied index by core node",
             Unit::Count,
             vec![by("", TARGET_LABEL, gauge(Aggregate::Max, "mesh_core_raft_last_applied"))],
         ),
+    ]
+}
+
+/// "Pods": queue, batch and KV blocks, and time to first token and per output token.
+fn pods() -> Vec<Panel> {
+    let panel = section("Pods");
+    vec![
         panel(
             "pod_load",
-            "Pods",
             "Queue depth, batch size, KV blocks in use",
             Unit::Count,
             vec![
@@ -287,7 +323,6 @@ pub fn all() -> Vec<Panel> {
         ),
         panel(
             "pod_latency",
-            "Pods",
             "Time to first token and time per output token, p50 and p99",
             Unit::Seconds,
             vec![

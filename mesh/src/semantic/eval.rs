@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use near_miss::{verify, NearMiss, Rule};
+use near_miss::{verify, NearMiss};
 use serde::Deserialize;
 use shared::content_class::{classify_text, SemanticThresholds};
 
@@ -215,8 +215,19 @@ pub fn report(
     listing: Listing,
     classes: &SemanticThresholds,
 ) -> String {
-    use std::fmt::Write as _;
     let mut out = String::new();
+    write_decisions(&mut out, pairs, listing, classes);
+    write_threshold_tables(&mut out, pairs, thresholds);
+    if listing != Listing::Totals {
+        write_listings(&mut out, pairs, threshold, listing);
+    }
+    out
+}
+
+/// The deployed decision (and, unless `listing` is [`Listing::Totals`], its wrong hits), the decision
+/// with `--semantic-minilm-lookups`, and the set's size.
+fn write_decisions(out: &mut String, pairs: &[ScoredPair], listing: Listing, classes: &SemanticThresholds) {
+    use std::fmt::Write as _;
     let decided = deployed(pairs, classes);
     let small = SemanticThresholds::SMALL_ONLY;
     let how = if pairs.iter().any(|p| p.small_similarity.is_some()) {
@@ -257,6 +268,12 @@ pub fn report(
     let misses = pairs.iter().filter(|p| !p.pair.should_hit()).count();
     let _ =
         writeln!(out, "{} pairs: {} labelled hits, {misses} near misses", pairs.len(), pairs.len() - misses);
+}
+
+/// Precision and recall by MiniLM threshold, plain and with the verifier; by small-embedding gate with
+/// the verifier (when the pairs were scored with the small table); and of the verifier alone.
+fn write_threshold_tables(out: &mut String, pairs: &[ScoredPair], thresholds: &[f32]) {
+    use std::fmt::Write as _;
     let _ = writeln!(
         out,
         "| threshold | plain precision | plain recall | +verifier precision | +verifier recall |"
@@ -301,10 +318,12 @@ pub fn report(
         alone.false_hits,
         alone.recall()
     );
-    if listing == Listing::Totals {
-        return out;
-    }
+}
 
+/// At `threshold`: the near misses served by kind, every wrong hit with the verifier, and the labelled
+/// hits the verifier refused by reason (each one too, with [`Listing::Refusals`]).
+fn write_listings(out: &mut String, pairs: &[ScoredPair], threshold: f32, listing: Listing) {
+    use std::fmt::Write as _;
     let mut by_kind: BTreeMap<&str, (usize, usize, usize)> = BTreeMap::new();
     for p in pairs.iter().filter(|p| !p.pair.should_hit()) {
         let entry = by_kind.entry(p.pair.kind.as_str()).or_default();
@@ -341,7 +360,6 @@ pub fn report(
     }
     let _ =
         writeln!(out, "labelled hits above {threshold:.2} that the verifier refused, by reason: {refused:?}");
-    out
 }
 
 #[cfg(test)]
@@ -359,7 +377,11 @@ mod tests {
             },
             similarity,
             small_similarity: None,
-            verdict: if ok { Ok(()) } else { Err(NearMiss::new(Rule::Negation, "one side is negated")) },
+            verdict: if ok {
+                Ok(())
+            } else {
+                Err(NearMiss::new(near_miss::Rule::Negation, "one side is negated"))
+            },
         }
     }
 

@@ -6,18 +6,11 @@ use shared::completion::CachedCompletion;
 /// empty one), created at `created_ms`, living `ttl_s`.
 pub(super) fn entry_sized(key: &str, size: usize, created_ms: i64, ttl_s: u64) -> CachedCompletion {
     let mut entry = CachedCompletion {
-        key: key.to_owned(),
         tenant: "t".into(),
-        model: "m".into(),
-        model_version: 1,
-        content: String::new(),
-        finish_reason: "stop".into(),
-        prompt_tokens: 1,
-        completion_tokens: 1,
         etag: "\"e\"".into(),
         created_ms,
         ttl_s,
-        question: None,
+        ..CachedCompletion::example(key, String::new())
     };
     entry.content = "x".repeat(size.saturating_sub(entry.size_bytes()));
     entry

@@ -122,18 +122,10 @@ mod tests {
 
     fn entry(ttl_s: u64) -> CachedCompletion {
         CachedCompletion {
-            key: "k".into(),
             tenant: "t".into(),
-            model: "m".into(),
-            model_version: 1,
-            content: "hi".into(),
-            finish_reason: "stop".into(),
-            prompt_tokens: 1,
-            completion_tokens: 1,
-            etag: CachedCompletion::etag_of("hi", "stop"),
             created_ms: crate::clock::now_ms(),
             ttl_s,
-            question: None,
+            ..CachedCompletion::example("k", "hi")
         }
     }
 

@@ -53,7 +53,7 @@ impl Link {
         let endpoint = replication
             .settings
             .identity
-            .endpoint(url, daemon_runtime::Role::Regional)
+            .endpoint(url, daemon_runtime::TierRole::Regional)
             .map_err(|e| RegionalError::Config(format!("peer URL {url:?}: {e}")))?
             .connect_timeout(Duration::from_millis(500))
             .http2_keep_alive_interval(Duration::from_secs(2))

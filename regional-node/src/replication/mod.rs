@@ -288,20 +288,7 @@ mod offer_tests {
     }
 
     fn entry(key: &str, created_ms: i64) -> CachedCompletion {
-        CachedCompletion {
-            key: key.into(),
-            tenant: "t".into(),
-            model: "m".into(),
-            model_version: 1,
-            content: "answer".into(),
-            finish_reason: "stop".into(),
-            prompt_tokens: 1,
-            completion_tokens: 1,
-            etag: CachedCompletion::etag_of("answer", "stop"),
-            created_ms,
-            ttl_s: 0,
-            question: None,
-        }
+        CachedCompletion { tenant: "t".into(), created_ms, ..CachedCompletion::example(key, "answer") }
     }
 
     /// What an offer decides and writes happens under one lock: a peer's tombstone that arrives while

@@ -4,18 +4,11 @@ use super::*;
 
 pub(crate) fn answer(key: &str, content: &str, created_ms: i64) -> CachedCompletion {
     CachedCompletion {
-        key: key.to_owned(),
         tenant: "acme".into(),
-        model: "m".into(),
-        model_version: 1,
-        content: content.to_owned(),
-        finish_reason: "stop".into(),
         prompt_tokens: 3,
         completion_tokens: 2,
-        etag: CachedCompletion::etag_of(content, "stop"),
         created_ms,
-        ttl_s: 0,
-        question: None,
+        ..CachedCompletion::example(key, content)
     }
 }
 

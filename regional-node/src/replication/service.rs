@@ -28,7 +28,7 @@ impl ReplicationService {
 
     fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
         // The replication row of the authorization table: regional peers only.
-        self.replication.settings.identity.check(request, &[daemon_runtime::Role::Regional]).map(|_| ())
+        self.replication.settings.identity.check(request, &[daemon_runtime::TierRole::Regional]).map(|_| ())
     }
 }
 

@@ -217,11 +217,11 @@ async fn serve(core: FakeCore) -> SocketAddr {
     let credential = TierIdentity::insecure_secret(SECRET).expect("credential");
     let cache = InterceptedService::new(
         CoreCacheServer::new(core.clone()),
-        credential.interceptor(&[daemon_runtime::Role::Regional]),
+        credential.interceptor(&[daemon_runtime::TierRole::Regional]),
     );
     let store = InterceptedService::new(
         CoreStoreServer::new(core),
-        credential.interceptor(&[daemon_runtime::Role::Regional]),
+        credential.interceptor(&[daemon_runtime::TierRole::Regional]),
     );
     tokio::spawn(
         tonic::transport::Server::builder()
@@ -234,16 +234,22 @@ async fn serve(core: FakeCore) -> SocketAddr {
 
 /// A request path whose core is at `core_addr`, configured the way the daemon is (flags, then
 /// [`crate::server::path_parts`]), following the core's feed, once the feed delivered its first batch.
-fn path_to(core_addr: SocketAddr, extra: &[&str]) -> Arc<RequestPath> {
+async fn path_to(core_addr: SocketAddr, extra: &[&str]) -> Arc<RequestPath> {
     let path = path_without_feed(core_addr, extra);
     // Follows the fake core's feed, as the daemon does, and waits for its first batch.
     crate::change_feed::spawn(Arc::clone(&path));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !path.view().caught_up() {
-        assert!(Instant::now() < deadline, "the feed never delivered");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(Duration::from_secs(10), "the feed never delivered", || path.view().caught_up()).await;
     path
+}
+
+/// Polls `done` every 5 ms, yielding to the runtime in between, until it holds; fails the test with
+/// `failure` once `limit` has passed.
+async fn wait_until(limit: Duration, failure: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "{failure}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// A request path whose core is at `core_addr`, not following any feed.
@@ -295,7 +301,7 @@ async fn fake_core(delay: Duration) -> (FakeCore, SocketAddr) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_miss_is_generated_once_then_served_from_the_exact_cache() {
     let (core, addr) = fake_core(Duration::ZERO).await;
-    let path = path_to(addr, &[]);
+    let path = path_to(addr, &[]).await;
     let (first, _) = outcome(path.answer(admitted("What is a monad?", false)).await.expect("answer")).await;
     assert_eq!(first.x_cache, X_CACHE_MISS);
     assert_eq!(first.entry.content, "answer: What is a monad?");
@@ -311,13 +317,13 @@ async fn a_miss_is_generated_once_then_served_from_the_exact_cache() {
     assert_eq!(second.x_cache, X_CACHE_REGIONAL);
     assert_eq!(second.entry.content, first.entry.content);
     assert_eq!(core.state.completes.load(Ordering::SeqCst), 1);
-    assert_eq!(path.metrics().hits_regional.get(), 1);
+    assert_eq!(path.metrics().hits.get(crate::metrics::HitTier::Regional).get(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identical_concurrent_misses_share_one_generation() {
     let (core, addr) = fake_core(Duration::from_millis(300)).await;
-    let path = path_to(addr, &[]);
+    let path = path_to(addr, &[]).await;
     let answers = (0..5).map(|_| {
         let path = Arc::clone(&path);
         tokio::spawn(async move {
@@ -339,13 +345,13 @@ async fn identical_concurrent_misses_share_one_generation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cores_entry_and_only_if_cached() {
     let (core, addr) = fake_core(Duration::ZERO).await;
-    let path = path_to(addr, &[]);
+    let path = path_to(addr, &[]).await;
     let missing = path.answer(admitted("Who wrote Hamlet?", true)).await.map(|_| ()).expect_err("not cached");
     assert_eq!(missing.to_request_error().status, 504);
     assert_eq!(core.state.completes.load(Ordering::SeqCst), 0, "only-if-cached never generates");
 
     // Another region had it generated: the core holds it, so this node answers from there.
-    let elsewhere = path_to(addr, &[]);
+    let elsewhere = path_to(addr, &[]).await;
     outcome(elsewhere.answer(admitted("Who wrote Hamlet?", false)).await.expect("answer")).await;
     let (found, _) = outcome(path.answer(admitted("Who wrote Hamlet?", true)).await.expect("cached")).await;
     assert_eq!(found.x_cache, X_CACHE_CORE);
@@ -358,7 +364,7 @@ async fn the_cores_entry_and_only_if_cached() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn realtime_questions_are_generated_every_time() {
     let (core, addr) = fake_core(Duration::ZERO).await;
-    let path = path_to(addr, &[]);
+    let path = path_to(addr, &[]).await;
     for _ in 0..2 {
         let answered = path.answer(admitted("What's the weather right now?", false)).await.expect("answer");
         let (outcome, coalesced) = outcome(answered).await;
@@ -376,18 +382,14 @@ async fn a_stale_answer_is_served_while_the_core_is_out_of_reach() {
     let path = path_without_feed(unreachable, &["--stale-grace-s", "600"]);
     let question = admitted("What is the speed of light?", false);
     let mut entry = CachedCompletion {
-        key: question.key.as_str().to_owned(),
         tenant: "acme".into(),
         model: "smollm2-135m-instruct".into(),
-        model_version: 1,
-        content: "about 300,000 km/s".into(),
-        finish_reason: "stop".into(),
         prompt_tokens: 5,
         completion_tokens: 4,
         etag: String::new(),
         created_ms: now_ms() - 120_000,
         ttl_s: 60,
-        question: None,
+        ..CachedCompletion::example(question.key.as_str(), "about 300,000 km/s")
     };
     entry.etag = CachedCompletion::etag_of(&entry.content, &entry.finish_reason);
     path.remember(entry);
@@ -416,7 +418,7 @@ async fn outcome_error(answered: Result<Answered, RegionalError>) -> shared::Req
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalidation_reaches_the_core_and_this_node() {
     let (core, addr) = fake_core(Duration::ZERO).await;
-    let path = path_to(addr, &[]);
+    let path = path_to(addr, &[]).await;
     let asked = admitted("What is Rust?", false);
     let key = asked.key.as_str().to_owned();
     outcome(path.answer(asked).await.expect("answer")).await;
@@ -447,12 +449,18 @@ fn invalidation_ids_never_repeat_and_fit_the_core() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_bump_at_the_core_is_learned_and_the_question_generated_under_it() {
     let (core, addr) = fake_core(Duration::ZERO).await;
-    let path = path_to(addr, &[]);
+    // The node starts at version 0 (its flag), the core at 1: the catalog shows when the refresh at start
+    // has seen the core's version.
+    let path = path_to(addr, &["--models", "smollm2-135m-instruct@0"]).await;
     // Refreshes once at start, then only when asked (the interval is an hour).
     let refresher = path.models().spawn(path.core().clone(), Duration::from_secs(3600));
     let version = || path.models().current().resolve("smollm2-135m-instruct").map(|m| m.version).ok();
-    // Let the refresh at start see version 1, then bump: only the refusal can make the node ask again.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Wait for the refresh at start to see version 1, then bump: only the refusal can make the node ask
+    // again.
+    wait_until(Duration::from_secs(10), "the refresh at start never learned version 1", || {
+        version() == Some(1)
+    })
+    .await;
     core.state.version.store(2, Ordering::SeqCst);
     let asked = admitted("What is Go?", false);
     let old_key = asked.key.clone();
@@ -467,18 +475,17 @@ async fn a_version_bump_at_the_core_is_learned_and_the_question_generated_under_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalidation_made_elsewhere_reaches_this_node_through_the_feed() {
     let (core, addr) = fake_core(Duration::ZERO).await;
-    let path = path_to(addr, &[]);
+    let path = path_to(addr, &[]).await;
     let (first, _) = outcome(path.answer(admitted("What is a monad?", false)).await.expect("answer")).await;
     assert!(matches!(path.answer(admitted("What is a monad?", false)).await, Ok(Answered::Ready(_))));
     // Another regional node invalidates the key at the core; the core's feed carries it here.
     core.entries().remove(first.entry.key.as_str());
     let change = shared::changes::Change::Key { tenant: "acme".into(), key: first.entry.key.to_string() };
     core.state.announce(change);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while path.cache().peek(first.entry.key.as_str()).is_some() {
-        assert!(Instant::now() < deadline, "the feed's invalidation never reached the exact cache");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_until(Duration::from_secs(5), "the feed's invalidation never reached the exact cache", || {
+        path.cache().peek(first.entry.key.as_str()).is_none()
+    })
+    .await;
     let (again, _) = outcome(path.answer(admitted("What is a monad?", false)).await.expect("answer")).await;
     assert_eq!(again.x_cache, X_CACHE_MISS, "generated again, not served from any cache");
     assert_eq!(core.state.completes.load(Ordering::SeqCst), 2);
@@ -487,7 +494,7 @@ async fn an_invalidation_made_elsewhere_reaches_this_node_through_the_feed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sampled_request_is_generated_every_time_and_no_cache_skips_the_caches() {
     let (core, addr) = fake_core(Duration::ZERO).await;
-    let path = path_to(addr, &[]);
+    let path = path_to(addr, &[]).await;
     let sampled = || {
         let mut request = admitted("Tell me a story", false).request;
         request.sampling.temperature = 0.8;
@@ -517,7 +524,7 @@ async fn a_sampled_request_is_generated_every_time_and_no_cache_skips_the_caches
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hits_served_at_the_edge_make_a_key_hot_here() {
     let (_core, addr) = fake_core(Duration::ZERO).await;
-    let path = path_to(addr, &[]);
+    let path = path_to(addr, &[]).await;
     let (first, _) = outcome(path.answer(admitted("What is a monad?", false)).await.expect("answer")).await;
     let key = first.entry.key.to_string();
     assert!(path.replication().store().get(&key).is_none(), "asked once here: not hot yet");

@@ -47,11 +47,11 @@ impl Mesh {
 /// The development CA and every node's certificate of a TLS mesh, in `<data_dir>/certs`; the
 /// harness's own clients trust the CA from now on.
 pub(super) fn mesh_certs(spec: &MeshSpec) -> anyhow::Result<(Option<DevCa>, HashMap<String, TlsFiles>)> {
-    use daemon_runtime::Role;
-    let mut nodes = vec![("inference-pod".to_owned(), Role::Pod), ("edge".to_owned(), Role::Edge)];
-    nodes.push(("admin".to_owned(), Role::Admin));
-    nodes.extend((0..spec.core_nodes).map(|i| (format!("core-{}", Mesh::core_id(i)), Role::Core)));
-    nodes.extend((0..spec.regional_nodes).map(|i| (format!("regional-{}", i + 1), Role::Regional)));
+    use daemon_runtime::TierRole;
+    let mut nodes = vec![("inference-pod".to_owned(), TierRole::Pod), ("edge".to_owned(), TierRole::Edge)];
+    nodes.push(("admin".to_owned(), TierRole::Admin));
+    nodes.extend((0..spec.core_nodes).map(|i| (format!("core-{}", Mesh::core_id(i)), TierRole::Core)));
+    nodes.extend((0..spec.regional_nodes).map(|i| (format!("regional-{}", i + 1), TierRole::Regional)));
     let dir = spec.data_dir.join("certs");
     let (ca, files) = crate::certs::write_mesh_certs(&dir, &nodes)?;
     crate::client::trust_mesh_ca(ca.pem().as_bytes());

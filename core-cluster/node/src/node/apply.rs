@@ -282,12 +282,12 @@ impl<T: Tables> Applier<'_, T> {
                 ))
             }
             None => {
-                let model = ModelState { version: version, ..Default::default() };
+                let model = ModelState { version, ..Default::default() };
                 self.models.insert(name.to_owned(), Some(model));
-                self.changes.push(Change::ModelCurrent { model: name.to_owned(), version: version });
+                self.changes.push(Change::ModelCurrent { model: name.to_owned(), version });
             }
         }
-        Ok(Outcome::ModelRegistered { model: name.to_owned(), version: version })
+        Ok(Outcome::ModelRegistered { model: name.to_owned(), version })
     }
 
     /// Sets a tenant's limits (creating the tenant), and tells the feed whether it caches sampled answers.

@@ -8,18 +8,9 @@ use shared::normalize::{ChatRole, Message, Sampling};
 
 fn entry(key: &str, tenant: &str, version: u64, content: &str) -> CachedCompletion {
     CachedCompletion {
-        key: key.into(),
         tenant: tenant.into(),
-        model: "m".into(),
         model_version: version,
-        content: content.into(),
-        finish_reason: "stop".into(),
-        prompt_tokens: 1,
-        completion_tokens: 1,
-        etag: CachedCompletion::etag_of(content, "stop"),
-        created_ms: 0,
-        ttl_s: 0,
-        question: None,
+        ..CachedCompletion::example(key, content)
     }
 }
 

@@ -290,7 +290,7 @@ mod tests {
         a.identity.insecure_tier_secret_file = Some(path.clone());
         let config = a.into_config().expect("valid config");
         let call = config.identity.request(());
-        assert!(config.identity.check(&call, &[daemon_runtime::Role::Core]).is_ok());
+        assert!(config.identity.check(&call, &[daemon_runtime::TierRole::Core]).is_ok());
         assert_eq!(config.advertised_addr(), Some("127.0.0.1:7002"));
         let _ = std::fs::remove_file(&path);
 

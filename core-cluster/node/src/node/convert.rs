@@ -143,18 +143,13 @@ mod tests {
 
     fn sample() -> CachedCompletion {
         CachedCompletion {
-            key: "k1".into(),
-            tenant: "dev".into(),
             model: "smollm2".into(),
             model_version: 3,
-            content: "hello".into(),
-            finish_reason: "stop".into(),
             prompt_tokens: 5,
-            completion_tokens: 1,
             etag: String::new(),
             created_ms: 1_700_000_000_000,
             ttl_s: 60,
-            question: None,
+            ..CachedCompletion::example("k1", "hello")
         }
     }
 

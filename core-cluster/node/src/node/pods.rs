@@ -15,7 +15,7 @@ use tonic::transport::Channel;
 use tonic::{Code, Streaming};
 
 use super::error::CoreError;
-use daemon_runtime::{Role, TierIdentity};
+use daemon_runtime::{TierIdentity, TierRole};
 
 /// How long a health probe may take before the pod counts as down.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -157,7 +157,7 @@ impl PodPool {
         let mut pods = Vec::with_capacity(urls.len());
         for url in urls {
             let channel = identity
-                .endpoint(url, Role::Pod)
+                .endpoint(url, TierRole::Pod)
                 .map_err(|e| CoreError::Config(format!("pod URL {url:?}: {e}")))?
                 .connect_timeout(Duration::from_secs(1))
                 .tcp_nodelay(true)

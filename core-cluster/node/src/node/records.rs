@@ -134,18 +134,10 @@ impl StoredEntry {
     #[cfg(test)]
     pub fn sample(key: &str, tenant: &str, content: &str) -> Self {
         let entry = CachedCompletion {
-            key: key.into(),
             tenant: tenant.into(),
-            model: "m".into(),
-            model_version: 1,
-            content: content.into(),
-            finish_reason: "stop".into(),
-            prompt_tokens: 1,
-            completion_tokens: 1,
             etag: "\"e\"".into(),
             created_ms: 5,
-            ttl_s: 0,
-            question: None,
+            ..CachedCompletion::example(key, content)
         };
         Self { entry, content_class: "c".into(), tenant_epoch: 1, model_epoch: 2, prompt: None }
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use daemon_runtime::http_serving::HttpLimits;
 use daemon_runtime::identity::ClientAuth;
-use daemon_runtime::{Role, TierIdentity};
+use daemon_runtime::{TierIdentity, TierRole};
 use openraft::error::{InitializeError, RaftError};
 use openraft::{BasicNode, SnapshotPolicy};
 use proto::cache::core_cache_server::CoreCacheServer;
@@ -185,10 +185,13 @@ fn routes(identity: &TierIdentity, raft_rpc: RaftService, node: Arc<NodeContext>
     let cache_rpc = CoreCacheServer::new(CacheService::new(node.clone()));
     let store_rpc = CoreStoreServer::new(StoreService::new(node.clone()));
     let admin_rpc = CoreAdminServer::new(AdminService::new(node.clone()));
-    Routes::new(InterceptedService::new(raft_rpc, identity.interceptor(&[Role::Core])))
-        .add_service(InterceptedService::new(cache_rpc, identity.interceptor(&[Role::Regional])))
-        .add_service(InterceptedService::new(store_rpc, identity.interceptor(&[Role::Regional, Role::Admin])))
-        .add_service(InterceptedService::new(admin_rpc, identity.interceptor(&[Role::Admin])))
+    Routes::new(InterceptedService::new(raft_rpc, identity.interceptor(&[TierRole::Core])))
+        .add_service(InterceptedService::new(cache_rpc, identity.interceptor(&[TierRole::Regional])))
+        .add_service(InterceptedService::new(
+            store_rpc,
+            identity.interceptor(&[TierRole::Regional, TierRole::Admin]),
+        ))
+        .add_service(InterceptedService::new(admin_rpc, identity.interceptor(&[TierRole::Admin])))
         .into_axum_router()
         .merge(http::router(node))
 }

@@ -74,18 +74,11 @@ fn local() -> impl Strategy<Value = Local> {
 
 fn completion(key: &str, tenant: &str, version: u64, ttl_s: u64) -> CachedCompletion {
     CachedCompletion {
-        key: key.into(),
         tenant: tenant.into(),
-        model: "m".into(),
         model_version: version,
-        content: format!("answer {key}"),
-        finish_reason: "stop".into(),
-        prompt_tokens: 1,
-        completion_tokens: 1,
         etag: String::new(),
-        created_ms: 0,
         ttl_s,
-        question: None,
+        ..CachedCompletion::example(key, format!("answer {key}"))
     }
 }
 

@@ -124,18 +124,13 @@ fn log_id(term: u64, index: u64) -> LogId<NodeId> {
 
 fn completion(key: &str, tenant: &str, ttl_s: u64) -> CachedCompletion {
     CachedCompletion {
-        key: key.into(),
         tenant: tenant.into(),
-        model: "m".into(),
-        model_version: 1,
-        content: format!("answer for {key}"),
-        finish_reason: "stop".into(),
         prompt_tokens: 3,
         completion_tokens: 4,
         etag: CachedCompletion::etag_of(key, "stop"),
         created_ms: now_ms(),
         ttl_s,
-        question: None,
+        ..CachedCompletion::example(key, format!("answer for {key}"))
     }
 }
 

@@ -1,10 +1,28 @@
 //! A scratch directory for one benchmark run (cluster data, logs, the fsync file), removed when dropped
-//! unless the run failed and its logs are worth keeping.
+//! unless the run failed and its logs are worth keeping. [`run_kept`] is every suite's entry: it runs the
+//! suite in a fresh one and keeps it when the run fails.
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
+
+/// Runs `run` in a fresh scratch directory under `parent` (see [`ScratchDir::create`] for `prefix`). The
+/// directory is removed afterwards, unless `run` failed: then it is kept, and where is printed to stderr,
+/// so that the failed run's logs can be read.
+pub fn run_kept<T>(
+    parent: &Path,
+    prefix: &str,
+    run: impl FnOnce(&Path) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let mut scratch = ScratchDir::create(parent, prefix)?;
+    let result = run(scratch.path());
+    if result.is_err() {
+        scratch.keep();
+        eprintln!("logs of the failed run kept in {}", scratch.path().display());
+    }
+    result
+}
 
 /// A fresh directory under a parent; removed on drop unless [`ScratchDir::keep`] was called.
 #[derive(Debug)]

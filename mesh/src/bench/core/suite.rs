@@ -1,7 +1,7 @@
 //! `mesh bench core`: the core cluster against etcd 3.4, both three members on loopback with fsync on,
 //! driven side by side by the same load generator, with a plain write+fsync loop as the floor.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use crate::bench::common::floor::write_fsync_floor;
 use crate::bench::common::load::LoadResult;
 use crate::bench::common::report::{cpu_model, Better, Machine, Report, Row};
-use crate::bench::common::scratch::ScratchDir;
+use crate::bench::common::scratch::run_kept;
 use crate::bench::core::etcd::{EtcdCluster, EtcdTarget};
 use crate::bench::core::kv_target::{drive, KvFigures, Workload};
 use crate::bench::core::ours::CoreTarget;
@@ -34,20 +34,27 @@ const GOAL_PUT_P99_MANY: f64 = 1.0;
 const GOAL_READS: f64 = 1.0;
 
 /// What `mesh bench core` runs.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct CoreBenchOptions {
     /// Measured seconds of each phase.
+    #[arg(long, default_value_t = 5)]
     pub seconds: u64,
-    /// Client counts of the put phases; the largest also drives the read phase.
+    /// Concurrent clients of the put phases (comma-separated); the largest also drives the reads.
+    #[arg(long, value_delimiter = ',', default_value = "1,64")]
     pub clients: Vec<usize>,
-    /// Bytes of each value (etcd) or completion content (ours).
+    /// Bytes of each value (etcd) and of each completion's content (ours).
+    #[arg(long, default_value_t = 1024)]
     pub value_bytes: usize,
-    /// Rounds: in each, both systems run every phase, the first to go alternating; the report gives each
-    /// figure's median over the rounds.
+    /// Rounds in which both systems run every phase, taking turns; each figure reported is the
+    /// median over the rounds (this machine's speed drifts between minutes).
+    #[arg(long, default_value_t = 3)]
     pub rounds: usize,
-    /// Parent of the run's scratch directory (cluster data, logs, the fsync file).
+    /// Where the run keeps cluster data and logs (removed after a successful run).
+    #[arg(long, env = "MESH_BENCH_DIR", default_value = ".cache/bench")]
     pub dir: PathBuf,
-    /// Set (by a signal handler) to end the run early; every process is still stopped.
+    /// Set (by a signal handler) to end the run early; every process is still stopped. From the command
+    /// line: the process's [`crate::stop::flag`].
+    #[arg(skip = crate::stop::flag())]
     pub stop: &'static AtomicBool,
 }
 
@@ -59,16 +66,10 @@ pub fn run(options: &CoreBenchOptions) -> anyhow::Result<Report> {
         "--clients needs counts of at least 1"
     );
     anyhow::ensure!(options.rounds > 0, "--rounds must be at least 1");
-    let mut scratch = ScratchDir::create(&options.dir, "core")?;
-    let result = run_in(options, &scratch);
-    if result.is_err() {
-        scratch.keep();
-        eprintln!("logs of the failed run kept in {}", scratch.path().display());
-    }
-    result
+    run_kept(&options.dir, "core", |scratch| run_in(options, scratch))
 }
 
-fn run_in(options: &CoreBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Report> {
+fn run_in(options: &CoreBenchOptions, scratch: &Path) -> anyhow::Result<Report> {
     let duration = Duration::from_secs(options.seconds);
     let workload = |round, server_pids| Workload {
         duration,
@@ -80,27 +81,25 @@ fn run_in(options: &CoreBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Re
     };
     // Two workers, like the runtime `CoreCluster` drives its clients on.
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let log_dir = scratch.path().join("logs");
+    let log_dir = scratch.join("logs");
 
     eprintln!("CPU: {}", cpu_model());
     eprintln!("floor: write+fsync of {FLOOR_RECORD_BYTES} B records for {}s", options.seconds);
-    let floor = write_fsync_floor(scratch.path(), FLOOR_RECORD_BYTES, duration, options.stop)?;
+    let floor = write_fsync_floor(scratch, FLOOR_RECORD_BYTES, duration, options.stop)?;
     eprintln!("  {}", floor.summary());
     interrupted(options)?;
 
     let peer = etcd_version()?;
     eprintln!("{peer}: starting {MEMBERS} members");
-    let etcd_cluster = EtcdCluster::start(MEMBERS, &scratch.path().join("etcd"), &log_dir)?;
+    let etcd_cluster = EtcdCluster::start(MEMBERS, &scratch.join("etcd"), &log_dir)?;
     let etcd = Arc::new(runtime.block_on(async {
         let leader = etcd_cluster.leader_url(Duration::from_secs(20)).await?;
         EtcdTarget::connect(&leader, options.value_bytes).await
     })?);
     eprintln!("core: starting {MEMBERS} nodes");
     // Raft traffic goes straight between the nodes, as etcd's does (no fault proxy in the way).
-    let spec = CoreClusterSpec {
-        direct_peers: true,
-        ..CoreClusterSpec::new(MEMBERS as u64, scratch.path().join("core"))
-    };
+    let spec =
+        CoreClusterSpec { direct_peers: true, ..CoreClusterSpec::new(MEMBERS as u64, scratch.join("core")) };
     let cluster = CoreCluster::start_with(spec)?;
     let ours = Arc::new(CoreTarget::new(cluster.client()?, options.value_bytes));
 

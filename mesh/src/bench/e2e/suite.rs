@@ -17,12 +17,13 @@
 //! questions they repeat.
 
 use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::bench::common::report::{cpu_model, Better, Machine, Report, Row};
-use crate::bench::common::scratch::ScratchDir;
+use crate::bench::common::scratch::run_kept;
 use crate::bench::e2e::agreement::{audit, paraphrase_ceiling, Agreement};
 use crate::bench::e2e::driver::{learn_generated, Endpoint, Load, Phase, StepFigures, Turn, Until};
 use crate::bench::e2e::peer::GptCacheStack;
@@ -39,43 +40,66 @@ pub const PEER_STACK: &str = "GPTCache + llama-server";
 const WARMUP_CLIENTS: usize = 8;
 
 /// What `mesh bench e2e` runs.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct E2eBenchOptions {
     /// Measured seconds of each concurrency step.
+    #[arg(long, default_value_t = 30)]
     pub seconds: u64,
-    /// The concurrency steps.
+    /// The concurrency steps (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32,64")]
     pub concurrency: Vec<usize>,
-    /// The arrival-rate steps, in conversations per second (open loop; none by default).
+    /// Arrival-rate steps after the concurrency steps, in conversations per second (comma-separated):
+    /// conversations start at Poisson arrivals, however many are in flight (an open loop).
+    #[arg(long, value_delimiter = ',')]
     pub rates: Vec<f64>,
     /// Most tokens of every answer.
+    #[arg(long, default_value_t = 32)]
     pub max_tokens: u32,
-    /// Conversations of the warm-up.
+    /// Conversations of each system's warm-up, per mix.
+    #[arg(long, default_value_t = 64)]
     pub warmup: usize,
-    /// Conversations of each mix's sequence, and distinct first turns of the popular mix.
+    /// Conversations of each mix's sequence.
+    #[arg(long, default_value_t = 4000)]
     pub length: usize,
     /// Distinct first turns the popular mix draws from.
+    #[arg(long, default_value_t = 1000)]
     pub popular_pool: usize,
-    /// Conversations each client replays in a natural step.
+    /// Conversations each client replays in a natural step (steps run back to back through the mix).
+    #[arg(long, default_value_t = 6)]
     pub natural_per_client: usize,
-    /// A labelled pair is woven into the natural mix every this many conversations (0: none).
+    /// A labelled ShareGPT question and, 24 conversations later, its paraphrase or near miss are woven
+    /// into the natural mix every this many conversations (0: none).
+    #[arg(long, default_value_t = 10)]
     pub pair_every: usize,
     /// Longest user turn sent, in characters.
+    #[arg(long, default_value_t = 600)]
     pub max_prompt_chars: usize,
-    /// The time-to-first-token p99 each system should hold; the report gives the highest step holding it.
+    /// The TTFT p99 target; the report gives the highest step each system holds it at.
+    #[arg(long, default_value_t = 5000)]
     pub ttft_target_ms: u64,
-    /// Semantic hits audited per system and mix.
+    /// Semantic hits audited against fresh answers, per system and mix.
+    #[arg(long, default_value_t = 40)]
     pub agreement_samples: usize,
     /// CPU threads of llama-server and of the mesh's pod.
+    #[arg(long, default_value_t = 2)]
     pub threads: usize,
-    /// Which mixes (default both).
-    pub mixes: Vec<Mix>,
-    /// A directory holding llama-server (default: the installer's).
-    pub llama_bin_dir: Option<std::path::PathBuf>,
-    /// Build llama.cpp and install GPTCache when missing.
+    /// Which mixes (natural, popular; comma-separated).
+    // Names, each read by [`Mix::parse`] when the run starts.
+    #[arg(long, value_delimiter = ',', default_value = "natural,popular")]
+    pub mixes: Vec<String>,
+    /// A directory holding llama-server (default: scripts/install-llama-cpp.sh's).
+    #[arg(long)]
+    pub llama_bin_dir: Option<PathBuf>,
+    /// Fail instead of building llama.cpp or installing GPTCache when they are missing.
+    // True (run the installer) unless `--no-install` is given.
+    #[arg(long = "no-install", action = clap::ArgAction::SetFalse)]
     pub install: bool,
-    /// Parent of the run's scratch directory.
-    pub dir: std::path::PathBuf,
-    /// Set (by a signal handler) to end the run early.
+    /// Where the run keeps its data and logs (removed after a successful run).
+    #[arg(long, env = "MESH_BENCH_DIR", default_value = ".cache/bench")]
+    pub dir: PathBuf,
+    /// Set (by a signal handler) to end the run early. From the command line: the
+    /// process's [`crate::stop::flag`].
+    #[arg(skip = crate::stop::flag())]
     pub stop: &'static AtomicBool,
 }
 
@@ -96,18 +120,13 @@ struct Running {
 
 /// Runs the suite; every process it starts is stopped before it returns.
 pub fn run(options: &E2eBenchOptions) -> anyhow::Result<Report> {
+    let mixes = options.mixes.iter().map(|name| Mix::parse(name)).collect::<anyhow::Result<Vec<_>>>()?;
     anyhow::ensure!(!options.concurrency.is_empty() && options.seconds > 0, "--concurrency and --seconds");
-    let mut scratch = ScratchDir::create(&options.dir, "e2e")?;
-    let result = run_in(options, &scratch);
-    if result.is_err() {
-        scratch.keep();
-        eprintln!("logs of the failed run kept in {}", scratch.path().display());
-    }
-    result
+    run_kept(&options.dir, "e2e", |scratch| run_in(options, &mixes, scratch))
 }
 
-fn run_in(options: &E2eBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Report> {
-    let log_dir = scratch.path().join("logs");
+fn run_in(options: &E2eBenchOptions, mixes: &[Mix], scratch: &Path) -> anyhow::Result<Report> {
+    let log_dir = scratch.join("logs");
     let llama = LlamaCpp::locate(options.llama_bin_dir.as_deref(), options.install, &log_dir, options.stop)?;
     let peers_dir = crate::bench::regional::gptcache::locate(options.install)?;
     let labelled = sharegpt_pairs(&paths::repo_root().join("near-miss/data/semantic_pairs.jsonl"))?;
@@ -120,7 +139,7 @@ fn run_in(options: &E2eBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Rep
         pair_every: options.pair_every,
     };
     let workloads: Vec<Workload> =
-        spec.build(&paths::sharegpt_json())?.into_iter().filter(|w| options.mixes.contains(&w.mix)).collect();
+        spec.build(&paths::sharegpt_json())?.into_iter().filter(|w| mixes.contains(&w.mix)).collect();
     for w in &workloads {
         let multi = w.conversations.iter().filter(|c| c.len() > 1).count();
         eprintln!(
@@ -138,10 +157,10 @@ fn run_in(options: &E2eBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Rep
     for (s, name) in names.iter().enumerate() {
         eprintln!("\n== {name}: starting");
         let running = match s {
-            0 | 1 => start_mesh(scratch.path().join(format!("mesh-{s}")), s == 0, options.threads)?,
+            0 | 1 => start_mesh(scratch.join(format!("mesh-{s}")), s == 0, options.threads)?,
             _ => {
                 let slots = options.concurrency.iter().copied().max().unwrap_or(1);
-                let stack = GptCacheStack::start(&llama, &peers_dir, options.threads, slots, scratch.path())?;
+                let stack = GptCacheStack::start(&llama, &peers_dir, options.threads, slots, scratch)?;
                 eprintln!("   {} at {}", stack.label, stack.url);
                 Running {
                     endpoint: Endpoint { base_url: stack.url.clone(), api_key: None, headers: Vec::new() },
@@ -182,7 +201,7 @@ fn run_in(options: &E2eBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Rep
 }
 
 /// The `make up` mesh, its pod on `threads` threads (as many as llama-server gets).
-fn start_mesh(dir: std::path::PathBuf, cache_off: bool, threads: usize) -> anyhow::Result<Running> {
+fn start_mesh(dir: PathBuf, cache_off: bool, threads: usize) -> anyhow::Result<Running> {
     let mesh = Mesh::start(MeshSpec { tls: true, pod_threads: Some(threads), ..MeshSpec::local(dir) })?;
     let edge = mesh.edge_url().expect("the mesh runs its edge");
     let key = Some(mesh.api_key().to_owned());
@@ -363,122 +382,165 @@ fn rows(
     ceiling: &Agreement,
 ) -> Vec<Row> {
     let at = options.concurrency.iter().copied().filter(|c| *c <= 32).max().unwrap_or(options.concurrency[0]);
-    let step = |s: usize, m: usize| -> &StepFigures {
-        let steps = &results[s][m].steps;
-        steps.iter().find(|f| f.load == Load::Closed(at)).unwrap_or(&steps[0])
-    };
     let mut rows = Vec::new();
     for (m, workload) in workloads.iter().enumerate() {
-        let mix = workload.mix.name();
-        let ours = step(1, m);
         for (s, peer) in [(0, CACHE_OFF), (2, PEER_STACK)] {
-            let theirs = step(s, m);
-            let row = |metric: String, unit: &str, better, ours: f64, peer_value: f64, goal| Row {
-                metric,
-                unit: unit.into(),
-                better,
-                ours,
-                peer: peer.into(),
-                peer_value,
-                goal_ratio: goal,
-                limit: None,
-            };
-            let rps_goal = if workload.mix == Mix::Popular && s == 0 { 2.0 } else { 1.0 };
-            rows.push(row(
+            let versus = Versus { mix: workload.mix, ours: &results[1][m], theirs: &results[s][m], peer };
+            rows.extend(versus.step_rows(at, s == 0));
+            rows.extend(versus.rate_rows(&options.rates));
+            rows.push(versus.capacity_row(options.ttft_target_ms));
+            // Without an audited semantic hit of ours there is nothing to compare (the table above
+            // prints every system's count).
+            if s == 2 && versus.ours.agreement.sampled > 0 {
+                rows.extend(versus.agreement_rows(ceiling));
+            }
+        }
+    }
+    rows
+}
+
+/// The mesh against one other system on one mix: the rows of one comparison.
+struct Versus<'a> {
+    mix: Mix,
+    /// The mesh's results.
+    ours: &'a MixResult,
+    /// The other system's results.
+    theirs: &'a MixResult,
+    /// The other system's name.
+    peer: &'static str,
+}
+
+impl<'a> Versus<'a> {
+    /// A row of this comparison.
+    fn row(
+        &self,
+        metric: String,
+        unit: &str,
+        better: Better,
+        ours: f64,
+        peer_value: f64,
+        goal: Option<f64>,
+    ) -> Row {
+        Row {
+            metric,
+            unit: unit.into(),
+            better,
+            ours,
+            peer: self.peer.into(),
+            peer_value,
+            goal_ratio: goal,
+            limit: None,
+        }
+    }
+
+    /// Throughput, latencies and cache figures at `at` clients (or the first step, when `at` did not
+    /// run); the popular mix asks twice the cache-off mesh's throughput (`against_cache_off`).
+    fn step_rows(&self, at: usize, against_cache_off: bool) -> Vec<Row> {
+        let step = |result: &'a MixResult| -> &'a StepFigures {
+            result.steps.iter().find(|f| f.load == Load::Closed(at)).unwrap_or(&result.steps[0])
+        };
+        let (ours, theirs, mix) = (step(self.ours), step(self.theirs), self.mix.name());
+        let rps_goal = if self.mix == Mix::Popular && against_cache_off { 2.0 } else { 1.0 };
+        vec![
+            self.row(
                 format!("{mix}_requests_per_s_c{at}"),
                 "req/s",
                 Better::Higher,
                 ours.per_s,
                 theirs.per_s,
                 Some(rps_goal),
-            ));
-            rows.push(row(
+            ),
+            self.row(
                 format!("{mix}_e2e_p99_c{at}"),
                 "ms",
                 Better::Lower,
                 ms(ours.e2e_p99),
                 ms(theirs.e2e_p99),
                 Some(1.0),
-            ));
-            rows.push(row(
+            ),
+            self.row(
                 format!("{mix}_ttft_p99_c{at}"),
                 "ms",
                 Better::Lower,
                 ms(ours.ttft_p99),
                 ms(theirs.ttft_p99),
                 None,
-            ));
-            rows.push(row(
-                format!("{mix}_tpot_c{at}"),
-                "ms",
-                Better::Lower,
-                ms(ours.tpot),
-                ms(theirs.tpot),
-                None,
-            ));
-            rows.push(row(
+            ),
+            self.row(format!("{mix}_tpot_c{at}"), "ms", Better::Lower, ms(ours.tpot), ms(theirs.tpot), None),
+            self.row(
                 format!("{mix}_answered_from_cache_c{at}"),
                 "share",
                 Better::Higher,
                 ours.cached,
                 theirs.cached,
                 None,
-            ));
-            rows.push(row(
+            ),
+            self.row(
                 format!("{mix}_tokens_avoided_c{at}"),
                 "share",
                 Better::Higher,
                 ours.tokens_avoided,
                 theirs.tokens_avoided,
                 None,
-            ));
-            for &rate in &options.rates {
-                let at_rate = |s: usize| results[s][m].steps.iter().find(|f| f.load == Load::Open(rate));
-                let (Some(ours), Some(theirs)) = (at_rate(1), at_rate(s)) else { continue };
-                let p99s = [("e2e", ours.e2e_p99, theirs.e2e_p99), ("ttft", ours.ttft_p99, theirs.ttft_p99)];
-                for (what, ours, theirs) in p99s {
-                    let metric = format!("{mix}_{what}_p99_at_{rate}_per_s");
-                    rows.push(row(metric, "ms", Better::Lower, ms(ours), ms(theirs), None));
-                }
-            }
-            let target = options.ttft_target_ms;
-            rows.push(row(
-                format!("{mix}_max_clients_ttft_p99_le_{target}ms"),
-                "clients",
-                Better::Higher,
-                highest_holding(&results[1][m].steps, target),
-                highest_holding(&results[s][m].steps, target),
-                None,
-            ));
-            let (a, b) = (results[1][m].agreement, results[2][m].agreement);
-            // Without an audited semantic hit of ours there is nothing to compare (the table above
-            // prints every system's count).
-            if s == 2 && a.sampled > 0 {
-                let limit = |rate: f64| (ceiling.sampled > 0).then_some(rate);
-                rows.push(Row {
-                    limit: limit(ceiling.similar_rate()),
-                    ..row(
-                        format!("{mix}_hit_agreement_similar"),
-                        "share",
-                        Better::Higher,
-                        a.similar_rate(),
-                        b.similar_rate(),
-                        Some(1.0),
-                    )
-                });
-                rows.push(Row {
-                    limit: limit(ceiling.exact_rate()),
-                    ..row(
-                        format!("{mix}_hit_agreement_equal"),
-                        "share",
-                        Better::Higher,
-                        a.exact_rate(),
-                        b.exact_rate(),
-                        None,
-                    )
-                });
+            ),
+        ]
+    }
+
+    /// The e2e and TTFT p99 at each arrival rate both systems ran.
+    fn rate_rows(&self, rates: &[f64]) -> Vec<Row> {
+        let mut rows = Vec::new();
+        for &rate in rates {
+            let at_rate = |result: &'a MixResult| result.steps.iter().find(|f| f.load == Load::Open(rate));
+            let (Some(ours), Some(theirs)) = (at_rate(self.ours), at_rate(self.theirs)) else { continue };
+            let p99s = [("e2e", ours.e2e_p99, theirs.e2e_p99), ("ttft", ours.ttft_p99, theirs.ttft_p99)];
+            for (what, ours, theirs) in p99s {
+                let metric = format!("{}_{what}_p99_at_{rate}_per_s", self.mix.name());
+                rows.push(self.row(metric, "ms", Better::Lower, ms(ours), ms(theirs), None));
             }
         }
+        rows
     }
-    rows
+
+    /// The most clients each system served within the TTFT p99 target.
+    fn capacity_row(&self, target: u64) -> Row {
+        self.row(
+            format!("{}_max_clients_ttft_p99_le_{target}ms", self.mix.name()),
+            "clients",
+            Better::Higher,
+            highest_holding(&self.ours.steps, target),
+            highest_holding(&self.theirs.steps, target),
+            None,
+        )
+    }
+
+    /// How often audited semantic hits agree with fresh answers (similar, and equal), limited by the
+    /// `ceiling` when it was measured.
+    fn agreement_rows(&self, ceiling: &Agreement) -> Vec<Row> {
+        let (a, b, mix) = (self.ours.agreement, self.theirs.agreement, self.mix.name());
+        let limit = |rate: f64| (ceiling.sampled > 0).then_some(rate);
+        vec![
+            Row {
+                limit: limit(ceiling.similar_rate()),
+                ..self.row(
+                    format!("{mix}_hit_agreement_similar"),
+                    "share",
+                    Better::Higher,
+                    a.similar_rate(),
+                    b.similar_rate(),
+                    Some(1.0),
+                )
+            },
+            Row {
+                limit: limit(ceiling.exact_rate()),
+                ..self.row(
+                    format!("{mix}_hit_agreement_equal"),
+                    "share",
+                    Better::Higher,
+                    a.exact_rate(),
+                    b.exact_rate(),
+                    None,
+                )
+            },
+        ]
+    }
 }

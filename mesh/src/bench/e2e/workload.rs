@@ -29,6 +29,15 @@ impl Mix {
             Mix::Popular => "popular",
         }
     }
+
+    /// The mix `--mixes` names `name`.
+    pub fn parse(name: &str) -> anyhow::Result<Self> {
+        match name {
+            "natural" => Ok(Mix::Natural),
+            "popular" => Ok(Mix::Popular),
+            other => anyhow::bail!("unknown mix {other:?} (natural, popular)"),
+        }
+    }
 }
 
 /// A conversation a client replays turn by turn: the user's turns, the assistant's being whatever the

@@ -8,6 +8,7 @@
 //! and runs Q lookups; (time with Q lookups - time with none) / Q is one lookup (workerd's clocks do not
 //! move while a worker computes).
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -17,26 +18,33 @@ use serde_json::{json, Value};
 use crate::bench::common::http_load::closed_loop_threads;
 use crate::bench::common::load::LoadResult;
 use crate::bench::common::report::{Better, Machine, Report, Row};
-use crate::bench::common::scratch::ScratchDir;
+use crate::bench::common::scratch::run_kept;
 use mesh_harness::client::{agent, ChatClient};
 use mesh_harness::mesh::{Mesh, MeshSpec};
 use mesh_harness::ports::free_port;
 use mesh_harness::process::ManagedProcess;
 
 /// What `mesh bench edge` runs.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct EdgeBenchOptions {
     /// Measured seconds of each latency phase.
+    #[arg(long, default_value_t = 10)]
     pub seconds: u64,
     /// Concurrent clients of the latency phases.
+    #[arg(long, default_value_t = 4)]
     pub concurrency: usize,
-    /// Hot-set sizes whose scan is timed.
+    /// Hot-set sizes whose scan is timed (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1000,5000,20000")]
     pub entries: Vec<usize>,
     /// Lookups per timed scan request.
+    #[arg(long, default_value_t = 200)]
     pub queries: usize,
-    /// Parent of the run's scratch directory.
-    pub dir: std::path::PathBuf,
-    /// Set (by a signal handler) to end the run early.
+    /// Where the run keeps its data and logs (removed after a successful run).
+    #[arg(long, env = "MESH_BENCH_DIR", default_value = ".cache/bench")]
+    pub dir: PathBuf,
+    /// Set (by a signal handler) to end the run early. From the command line: the
+    /// process's [`crate::stop::flag`].
+    #[arg(skip = crate::stop::flag())]
     pub stop: &'static AtomicBool,
 }
 
@@ -46,22 +54,13 @@ pub fn run(options: &EdgeBenchOptions) -> anyhow::Result<Report> {
         options.seconds > 0 && options.concurrency > 0 && options.queries > 0,
         "counts must be positive"
     );
-    let mut scratch = ScratchDir::create(&options.dir, "edge")?;
-    let result = run_in(options, &scratch);
-    if result.is_err() {
-        scratch.keep();
-        eprintln!("logs of the failed run kept in {}", scratch.path().display());
-    }
-    result
+    run_kept(&options.dir, "edge", |scratch| run_in(options, scratch))
 }
 
-fn run_in(options: &EdgeBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Report> {
+fn run_in(options: &EdgeBenchOptions, scratch: &Path) -> anyhow::Result<Report> {
     eprintln!("starting a mesh: 1 core node, 1 pod, 1 regional node, the edge; and the pass-through worker");
-    let mesh = Mesh::start(MeshSpec {
-        core_nodes: 1,
-        regional_nodes: 1,
-        ..MeshSpec::local(scratch.path().join("mesh"))
-    })?;
+    let mesh =
+        Mesh::start(MeshSpec { core_nodes: 1, regional_nodes: 1, ..MeshSpec::local(scratch.join("mesh")) })?;
     let passthrough = start_passthrough(&mesh, scratch)?;
     let edge = mesh.edge_url().context("the edge runs")?;
     let body = json!({"model": "smollm2-135m-instruct", "temperature": 0, "max_tokens": 48,
@@ -121,16 +120,15 @@ struct Passthrough {
     _process: ManagedProcess,
 }
 
-fn start_passthrough(mesh: &Mesh, scratch: &ScratchDir) -> anyhow::Result<Passthrough> {
+fn start_passthrough(mesh: &Mesh, scratch: &Path) -> anyhow::Result<Passthrough> {
     let (port, inspector) = (free_port()?, free_port()?);
-    let mut command =
-        mesh_harness::wrangler::dev_command(port, inspector, &scratch.path().join("passthrough"))?;
+    let mut command = mesh_harness::wrangler::dev_command(port, inspector, &scratch.join("passthrough"))?;
     command
         .arg("--config")
         .arg(mesh_harness::paths::repo_root().join("mesh/peers/passthrough-worker/wrangler.toml"))
         .arg("--var")
         .arg(format!("UPSTREAM:{}", mesh.regional_url(0)));
-    let mut process = ManagedProcess::spawn("passthrough", command, &scratch.path().join("logs"))?;
+    let mut process = ManagedProcess::spawn("passthrough", command, &scratch.join("logs"))?;
     let url = format!("http://127.0.0.1:{port}");
     process.wait_ready(&format!("{url}/healthz"), Duration::from_secs(120))?;
     Ok(Passthrough { url, _process: process })

@@ -1,21 +1,29 @@
 //! `mesh bench propagation`: how long each tier of a full local mesh takes to obey an invalidation of a
 //! key, a tenant and a model version, measured by the harness's [`mesh_harness::propagation`].
 
+use std::path::{Path, PathBuf};
+
 use mesh_harness::propagation::{keys, model_version, tenant, Tiers};
 use mesh_harness::Mesh;
 use serde_json::{json, Value};
 
+use crate::bench::common::scratch::run_kept;
+
 /// What `mesh bench propagation` runs.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct PropagationOptions {
     /// Keys invalidated one by one.
+    #[arg(long, default_value_t = 100)]
     pub keys: usize,
-    /// Tenant invalidations.
+    /// Tenant-wide invalidations.
+    #[arg(long, default_value_t = 10)]
     pub tenant_rounds: usize,
     /// Model-version bumps.
+    #[arg(long, default_value_t = 10)]
     pub model_rounds: usize,
-    /// Parent of the run's scratch directory.
-    pub dir: std::path::PathBuf,
+    /// Where the run keeps its data and logs (removed after a successful run).
+    #[arg(long, env = "MESH_BENCH_DIR", default_value = ".cache/bench")]
+    pub dir: PathBuf,
 }
 
 /// The loopback goal for every tier's p99 (CDN purges complete worldwide in about 150 ms).
@@ -24,16 +32,10 @@ pub const GOAL_P99_MS: f64 = 150.0;
 /// Runs the suite on a full local mesh (3 core nodes, 2 regional nodes, the edge): prints a table per
 /// scope and returns the figures as JSON.
 pub fn run(options: &PropagationOptions) -> anyhow::Result<Value> {
-    let mut scratch = crate::bench::common::scratch::ScratchDir::create(&options.dir, "propagation")?;
-    let result = run_in(options, scratch.path());
-    if result.is_err() {
-        scratch.keep();
-        eprintln!("logs of the failed run kept in {}", scratch.path().display());
-    }
-    result
+    run_kept(&options.dir, "propagation", |scratch| run_in(options, scratch))
 }
 
-fn run_in(options: &PropagationOptions, dir: &std::path::Path) -> anyhow::Result<Value> {
+fn run_in(options: &PropagationOptions, dir: &Path) -> anyhow::Result<Value> {
     eprintln!("starting a mesh: 3 core nodes, 1 pod, 2 regional nodes, the edge");
     let mesh = Mesh::start(mesh_harness::MeshSpec::local(dir.join("mesh")))?;
     let tiers = Tiers::of(&mesh, "dev")?;

@@ -7,7 +7,7 @@
 //! records over the same gRPC.
 
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ use shared::completion::CachedCompletion;
 use crate::bench::common::http_load::closed_loop_threads;
 use crate::bench::common::load::{percentile, LoadResult};
 use crate::bench::common::report::{Better, Machine, Report, Row};
-use crate::bench::common::scratch::ScratchDir;
+use crate::bench::common::scratch::run_kept;
 use crate::bench::regional::gptcache::{self, Decision};
 use crate::bench::regional::redis::{self, RedisFigures};
 use crate::bench::regional::replica_load;
@@ -32,23 +32,34 @@ const COSINE: f32 = 0.92;
 const MODEL: &str = "smollm2-135m-instruct";
 
 /// What `mesh bench regional` runs.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct RegionalBenchOptions {
-    /// Measured seconds of the exact-hit phases.
+    /// Measured seconds of each exact-hit phase.
+    #[arg(long, default_value_t = 20)]
     pub seconds: u64,
     /// Concurrent clients of the exact-hit phases (ours and redis-benchmark's).
+    #[arg(long, default_value_t = 16)]
     pub concurrency: usize,
-    /// Differing entries the partitioned side holds before healing.
+    /// Differing entries on one side of the healed partition.
+    #[arg(long, default_value_t = 10_000)]
     pub entries: usize,
-    /// Labelled pairs of the semantic phase (the first ones of `near-miss/data/semantic_pairs.jsonl`).
+    /// Labelled pairs of the semantic phase (the first of near-miss/data/semantic_pairs.jsonl).
+    #[arg(long, default_value_t = 60)]
     pub pairs: usize,
     /// Timed lookups per pair.
+    #[arg(long, default_value_t = 5)]
     pub reps: usize,
-    /// Run the peers' installer when they are missing.
+    /// Fail with the command to run instead of running scripts/install-regional-peers.sh when Redis or
+    /// GPTCache is missing.
+    // True (run the installer) unless `--no-install` is given.
+    #[arg(long = "no-install", action = clap::ArgAction::SetFalse)]
     pub install: bool,
-    /// Parent of the run's scratch directory.
+    /// Where the run keeps its data and logs (removed after a successful run).
+    #[arg(long, env = "MESH_BENCH_DIR", default_value = ".cache/bench")]
     pub dir: PathBuf,
-    /// Set (by a signal handler) to end the run early.
+    /// Set (by a signal handler) to end the run early. From the command line: the
+    /// process's [`crate::stop::flag`].
+    #[arg(skip = crate::stop::flag())]
     pub stop: &'static AtomicBool,
 }
 
@@ -58,16 +69,10 @@ pub fn run(options: &RegionalBenchOptions) -> anyhow::Result<Report> {
         options.seconds > 0 && options.concurrency > 0,
         "--seconds and --concurrency must be positive"
     );
-    let mut scratch = ScratchDir::create(&options.dir, "regional")?;
-    let result = run_in(options, &scratch);
-    if result.is_err() {
-        scratch.keep();
-        eprintln!("logs of the failed run kept in {}", scratch.path().display());
-    }
-    result
+    run_kept(&options.dir, "regional", |scratch| run_in(options, scratch))
 }
 
-fn run_in(options: &RegionalBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Report> {
+fn run_in(options: &RegionalBenchOptions, scratch: &Path) -> anyhow::Result<Report> {
     let peers_dir = gptcache::locate(options.install)?;
     let threshold = COSINE.to_string();
     let regional_args = ["volatile", "default", "stable"]
@@ -82,9 +87,9 @@ fn run_in(options: &RegionalBenchOptions, scratch: &ScratchDir) -> anyhow::Resul
         peer_fault_proxies: true,
         anti_entropy_ms: Some(1000),
         regional_args,
-        ..MeshSpec::local(scratch.path().join("mesh"))
+        ..MeshSpec::local(scratch.join("mesh"))
     })?;
-    let log_dir = scratch.path().join("logs");
+    let log_dir = scratch.join("logs");
     std::fs::create_dir_all(&log_dir)?;
 
     let exact = exact_phase(&mesh, options, &log_dir)?;
@@ -183,7 +188,7 @@ fn semantic_phase(
     mesh: &Mesh,
     options: &RegionalBenchOptions,
     peers_dir: &std::path::Path,
-    scratch: &ScratchDir,
+    scratch: &Path,
 ) -> anyhow::Result<SemanticFigures> {
     let source = paths::repo_root().join("near-miss/data/semantic_pairs.jsonl");
     let text = std::fs::read_to_string(&source).with_context(|| format!("reading {}", source.display()))?;
@@ -193,7 +198,7 @@ fn semantic_phase(
         .take(options.pairs)
         .map(serde_json::from_str)
         .collect::<Result<_, _>>()?;
-    let pairs_file = scratch.path().join("pairs.jsonl");
+    let pairs_file = scratch.join("pairs.jsonl");
     let mut file = std::fs::File::create(&pairs_file)?;
     for pair in &pairs {
         writeln!(file, "{pair}")?;
@@ -229,7 +234,7 @@ fn semantic_phase(
     );
 
     eprintln!("{}: the same pairs", gptcache::version(peers_dir));
-    let gpt_dir = scratch.path().join("gptcache");
+    let gpt_dir = scratch.join("gptcache");
     std::fs::create_dir_all(&gpt_dir)?;
     let peer = gptcache::run(peers_dir, &pairs_file, COSINE, options.reps, &gpt_dir)?;
     let mut peer_ms: Vec<Duration> =

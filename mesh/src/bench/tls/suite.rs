@@ -4,6 +4,7 @@
 //! in short rounds so that neither gets the quieter moments; then misses through the edge (a question
 //! never asked, one generated token), alternating between the meshes.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -12,7 +13,7 @@ use serde_json::json;
 use crate::bench::common::http_load::closed_loop_threads;
 use crate::bench::common::load::{percentile, LoadResult};
 use crate::bench::common::report::{Better, Machine, Report, Row};
-use crate::bench::common::scratch::ScratchDir;
+use crate::bench::common::scratch::run_kept;
 use mesh_harness::client::ChatClient;
 use mesh_harness::mesh::{Mesh, MeshSpec};
 
@@ -20,17 +21,23 @@ use mesh_harness::mesh::{Mesh, MeshSpec};
 const ROUNDS: u32 = 4;
 
 /// What `mesh bench tls` runs.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct TlsBenchOptions {
     /// Measured seconds of exact hits, per mesh.
+    #[arg(long, default_value_t = 20)]
     pub seconds: u64,
-    /// Concurrent clients of the exact-hit phase.
+    /// Concurrent clients of the exact hits.
+    #[arg(long, default_value_t = 16)]
     pub concurrency: usize,
     /// Misses through the edge, per mesh.
+    #[arg(long, default_value_t = 40)]
     pub misses: usize,
-    /// Parent of the run's scratch directory.
-    pub dir: std::path::PathBuf,
-    /// Set (by a signal handler) to end the run early.
+    /// Where the run keeps its data and logs (removed after a successful run).
+    #[arg(long, env = "MESH_BENCH_DIR", default_value = ".cache/bench")]
+    pub dir: PathBuf,
+    /// Set (by a signal handler) to end the run early. From the command line: the
+    /// process's [`crate::stop::flag`].
+    #[arg(skip = crate::stop::flag())]
     pub stop: &'static AtomicBool,
 }
 
@@ -46,21 +53,15 @@ pub fn run(options: &TlsBenchOptions) -> anyhow::Result<Report> {
         options.seconds > 0 && options.concurrency > 0,
         "--seconds and --concurrency must be positive"
     );
-    let mut scratch = ScratchDir::create(&options.dir, "tls")?;
-    let result = run_in(options, &scratch);
-    if result.is_err() {
-        scratch.keep();
-        eprintln!("logs of the failed run kept in {}", scratch.path().display());
-    }
-    result
+    run_kept(&options.dir, "tls", |scratch| run_in(options, scratch))
 }
 
-fn run_in(options: &TlsBenchOptions, scratch: &ScratchDir) -> anyhow::Result<Report> {
+fn run_in(options: &TlsBenchOptions, scratch: &Path) -> anyhow::Result<Report> {
     let spec = |name: &str, tls: bool| MeshSpec {
         core_nodes: 1,
         regional_nodes: 1,
         tls,
-        ..MeshSpec::local(scratch.path().join(name))
+        ..MeshSpec::local(scratch.join(name))
     };
     eprintln!("starting two meshes (1 core node, 1 pod, 1 regional node, the edge): without TLS and with");
     let plain = Mesh::start(spec("plain", false))?;

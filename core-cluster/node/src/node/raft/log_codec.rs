@@ -292,18 +292,12 @@ mod tests {
 
     fn every_command() -> Vec<Command> {
         let entry = CachedCompletion {
-            key: "v1:k".into(),
-            tenant: "dev".into(),
-            model: "m".into(),
             model_version: 2,
-            content: "answer".into(),
-            finish_reason: "stop".into(),
             prompt_tokens: 3,
-            completion_tokens: 1,
-            etag: CachedCompletion::etag_of("answer", "stop"),
             created_ms: 1_700_000_000_000,
             ttl_s: 60,
             question: Some(AnsweredQuestion { partition: "p".into(), text: "what?".into() }),
+            ..CachedCompletion::example("v1:k", "answer")
         };
         let prompt = Prompt {
             messages: vec![Message { role: ChatRole::User, content: "hi".into() }],

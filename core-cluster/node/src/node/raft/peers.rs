@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use daemon_runtime::{Role, TierIdentity};
+use daemon_runtime::{TierIdentity, TierRole};
 use proto::core::core_store_client::CoreStoreClient;
 use proto::raft::raft_client::RaftClient;
 use tonic::transport::Channel;
@@ -43,7 +43,7 @@ impl PeerChannels {
         }
         let endpoint = self
             .identity
-            .endpoint(&format!("{}://{addr}", self.identity.scheme()), Role::Core)
+            .endpoint(&format!("{}://{addr}", self.identity.scheme()), TierRole::Core)
             .map_err(|e| CoreError::Config(format!("peer address {addr:?}: {e}")))?
             .connect_timeout(Duration::from_secs(1))
             .tcp_nodelay(true)

@@ -134,18 +134,14 @@ mod tests {
     fn stored(prompt: Option<Prompt>) -> StoredEntry {
         StoredEntry {
             entry: CachedCompletion {
-                key: "v1:k".into(),
-                tenant: "dev".into(),
-                model: "m".into(),
                 model_version: 2,
-                content: "a \"quoted\" answer\nwith ünïcode".into(),
-                finish_reason: "stop".into(),
                 prompt_tokens: 3,
                 completion_tokens: 4,
                 etag: CachedCompletion::etag_of("k", "stop"),
                 created_ms: 1_700_000_000_000,
                 ttl_s: 60,
                 question: Some(AnsweredQuestion { partition: "p1:ab".into(), text: "What?".into() }),
+                ..CachedCompletion::example("v1:k", "a \"quoted\" answer\nwith ünïcode")
             },
             content_class: "stable".into(),
             tenant_epoch: 7,

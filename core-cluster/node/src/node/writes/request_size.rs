@@ -78,18 +78,10 @@ mod tests {
 
     fn entry(content: &str) -> CachedCompletion {
         CachedCompletion {
-            key: "k1".into(),
-            tenant: "dev".into(),
-            model: "m".into(),
-            model_version: 1,
-            content: content.into(),
-            finish_reason: "stop".into(),
             prompt_tokens: 0,
             completion_tokens: 0,
             etag: String::new(),
-            created_ms: 0,
-            ttl_s: 0,
-            question: None,
+            ..CachedCompletion::example("k1", content)
         }
     }
 

@@ -171,20 +171,7 @@ mod tests {
 
     /// A valid entry.
     fn entry() -> CachedCompletion {
-        CachedCompletion {
-            key: "k1".into(),
-            tenant: "dev".into(),
-            model: "m".into(),
-            model_version: 1,
-            content: "hello".into(),
-            finish_reason: "stop".into(),
-            prompt_tokens: 1,
-            completion_tokens: 1,
-            etag: String::new(),
-            created_ms: 0,
-            ttl_s: 60,
-            question: None,
-        }
+        CachedCompletion { etag: String::new(), ttl_s: 60, ..CachedCompletion::example("k1", "hello") }
     }
 
     /// Whether `command` (without an id) is refused as invalid.

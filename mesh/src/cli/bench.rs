@@ -1,0 +1,90 @@
+//! `mesh bench <suite>`: each suite's command line is its options struct (`clap::Args`, declared once
+//! beside the suite) and `--json`; each runs with the stop handlers installed and prints its table.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+use crate::bench::propagation::suite::PropagationOptions;
+use crate::bench::tls::suite::TlsBenchOptions;
+use crate::bench::{
+    self, CoreBenchOptions, E2eBenchOptions, EdgeBenchOptions, PodBenchOptions, RegionalBenchOptions, Report,
+};
+use crate::stop;
+
+/// The suites.
+#[derive(Debug, Subcommand)]
+pub enum BenchSuite {
+    /// The core cluster against a three-member etcd 3.4, with a write+fsync loop as the floor.
+    Core(SuiteArgs<CoreBenchOptions>),
+    /// The inference pod against llama.cpp (llama-bench, llama-server) on the same GGUF and threads.
+    Pod(SuiteArgs<PodBenchOptions>),
+    /// The regional node against Redis 7 (exact hits) and GPTCache + faiss (semantic hits), and the
+    /// time and bytes replication takes to repair a partition.
+    Regional(SuiteArgs<RegionalBenchOptions>),
+    /// What mutual TLS costs: exact hits at a regional node and misses through the edge, two meshes
+    /// (with TLS and without) side by side.
+    Tls(SuiteArgs<TlsBenchOptions>),
+    /// The whole mesh on ShareGPT traffic (natural and Zipf-popular mixes) against the mesh with
+    /// caching off and GPTCache in front of llama-server: throughput, TTFT and end-to-end latency per
+    /// concurrency step, answers from cache, tokens avoided, and the agreement of semantic hits.
+    E2e(SuiteArgs<E2eBenchOptions>),
+    /// The edge worker against a pass-through worker under the same workerd (latency of a hit and of a
+    /// miss), and the hot-set scan in wasm against the same scan natively.
+    Edge(SuiteArgs<EdgeBenchOptions>),
+    /// How long each tier (edge, regional nodes, core nodes) takes to stop serving an answer after the
+    /// core acknowledged its invalidation: one key, a whole tenant, a model-version bump.
+    Propagation(SuiteArgs<PropagationOptions>),
+}
+
+/// One suite's command line: its options, then where to write its figures as JSON.
+#[derive(Debug, Args)]
+pub struct SuiteArgs<T: Args> {
+    /// Also write the figures as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// The suite's own options.
+    #[command(flatten)]
+    pub options: T,
+}
+
+impl BenchSuite {
+    /// Runs the suite.
+    pub fn run(self) -> anyhow::Result<()> {
+        match self {
+            Self::Core(args) => args.report(bench::core::suite::run),
+            Self::Pod(args) => args.report(bench::pod::suite::run),
+            Self::Regional(args) => args.report(bench::regional::suite::run),
+            Self::Tls(args) => args.report(bench::tls::suite::run),
+            Self::E2e(args) => args.report(bench::e2e::suite::run),
+            Self::Edge(args) => args.report(bench::edge::suite::run),
+            Self::Propagation(args) => propagation(&args),
+        }
+    }
+}
+
+impl<T: Args> SuiteArgs<T> {
+    /// Runs a suite with the stop handlers installed (a signal ends it early, and it still reports),
+    /// prints its table, and writes its JSON where asked.
+    fn report(&self, run: impl FnOnce(&T) -> anyhow::Result<Report>) -> anyhow::Result<()> {
+        stop::install_handlers()?;
+        let report = run(&self.options)?;
+        print!("\n{}", report.table());
+        if let Some(path) = &self.json {
+            report.write_json(path)?;
+            println!("\nwrote {}", path.display());
+        }
+        Ok(())
+    }
+}
+
+/// Runs `mesh bench propagation`, which prints its own tables as it goes and has no stop check (so no
+/// stop handlers either), and writes its figures as JSON where asked.
+fn propagation(args: &SuiteArgs<PropagationOptions>) -> anyhow::Result<()> {
+    let figures = bench::propagation::suite::run(&args.options)?;
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&figures)? + "\n")?;
+        println!("\nwrote {}", path.display());
+    }
+    Ok(())
+}

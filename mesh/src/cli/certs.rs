@@ -1,0 +1,43 @@
+//! `mesh certs`: a development CA and each node's certificate and key.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+
+/// What `mesh certs` makes.
+#[derive(Debug, clap::Args)]
+pub struct CertsArgs {
+    /// Where `ca.pem`, `ca.key` and each node's `<name>.pem` and `<name>.key` go.
+    #[arg(long, default_value = ".cache/mesh/certs")]
+    pub dir: PathBuf,
+    /// The nodes, as `name=role` (roles: edge, regional, core, pod, admin), comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "edge=edge,regional-1=regional,regional-2=regional,core-1=core,core-2=core,core-3=core,inference-pod=pod,admin=admin"
+    )]
+    pub nodes: Vec<String>,
+}
+
+/// Runs `mesh certs`: writes the files and prints each node's TLS flags.
+pub fn run(args: &CertsArgs) -> anyhow::Result<()> {
+    let nodes = args
+        .nodes
+        .iter()
+        .map(|node| {
+            let (name, role) = node.split_once('=').context("a node is name=role")?;
+            let role = daemon_runtime::TierRole::parse(role)
+                .with_context(|| format!("{role:?} is not a mesh role"))?;
+            Ok((name.trim().to_owned(), role))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for (name, files) in mesh_harness::certs::write_mesh_certs(&args.dir, &nodes)?.1 {
+        println!(
+            "{name}: --tls-ca {} --tls-cert {} --tls-key {}",
+            files.ca.display(),
+            files.cert.display(),
+            files.key.display()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,102 @@
+//! `mesh up`: a complete mesh on this machine (3 core nodes, the inference pod, the regional nodes, the
+//! edge under `wrangler dev`) and its dashboard, in the foreground until Ctrl-C.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use mesh_harness::{Mesh, MeshSpec};
+
+use crate::dashboard::{Dashboard, DashboardOptions};
+use crate::stop;
+
+/// What `mesh up` starts.
+#[derive(Debug, clap::Args)]
+pub struct UpArgs {
+    /// Where the nodes keep their data and logs; reused across runs.
+    #[arg(long, env = "MESH_DATA_DIR", default_value = ".cache/mesh")]
+    pub data_dir: PathBuf,
+    /// Port of the edge endpoint.
+    #[arg(long, env = "MESH_EDGE_PORT", default_value_t = 8787)]
+    pub edge_port: u16,
+    /// First of the fixed ports of the other daemons (pod, core nodes +1.., regional nodes +11..);
+    /// fixed so that a restarted mesh finds its Raft peers where its data says they are.
+    #[arg(long, env = "MESH_BASE_PORT", default_value_t = 7100)]
+    pub base_port: u16,
+    /// The development tenant's API key.
+    #[arg(long, env = "MESH_DEV_API_KEY", default_value = "sk-dev")]
+    pub api_key: String,
+    /// Number of regional nodes.
+    #[arg(long, default_value_t = 2)]
+    pub regional_nodes: usize,
+    /// Run without TLS, every tier holding one shared secret (insecure development mode). By
+    /// default every hop between daemons runs mutual TLS with certificates made at start.
+    #[arg(long)]
+    pub insecure: bool,
+    /// Where the operator's dashboard is served (loopback).
+    #[arg(long, env = "MESH_DASHBOARD_LISTEN", default_value = "127.0.0.1:7190")]
+    pub dashboard: String,
+}
+
+impl UpArgs {
+    /// The mesh these arguments ask for.
+    fn spec(&self) -> MeshSpec {
+        MeshSpec {
+            edge_port: Some(self.edge_port),
+            base_port: Some(self.base_port),
+            api_key: self.api_key.clone(),
+            regional_nodes: self.regional_nodes,
+            tls: !self.insecure,
+            ..MeshSpec::local(&self.data_dir)
+        }
+    }
+}
+
+/// Runs `mesh up`: starts the mesh and the dashboard, prints how to reach them, and stops both on Ctrl-C.
+pub fn run(args: UpArgs) -> anyhow::Result<()> {
+    stop::install_handlers()?;
+    let started = Instant::now();
+    println!("starting the mesh (data and logs in {})...", args.data_dir.display());
+    let mesh = Mesh::start(args.spec())?;
+    let endpoint = mesh.edge_url().unwrap_or_else(|| mesh.regional_url(0));
+    print_ready(&mesh, &endpoint, &args, started);
+    let dashboard = Dashboard::start(DashboardOptions::for_mesh(&mesh, &args.dashboard)?)?;
+    println!("dashboard: {}\n", dashboard.url);
+    println!("try it (run it twice: X-Cache goes from MISS to HIT-EDGE):\n");
+    println!(
+        "curl -si {endpoint}/v1/chat/completions -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' \\\n  \
+         -d '{{\"model\":\"smollm2-135m-instruct\",\"temperature\":0,\"max_tokens\":48,\"messages\":[{{\"role\":\"user\",\"content\":\"Who wrote Romeo and Juliet?\"}}]}}'\n",
+        args.api_key
+    );
+    println!("press Ctrl-C to stop every process");
+    while !stop::flag().load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    println!("\nstopping...");
+    drop(dashboard);
+    drop(mesh);
+    println!("stopped");
+    Ok(())
+}
+
+/// Prints where the started mesh answers: its endpoint, API key, regional nodes, TLS and logs.
+fn print_ready(mesh: &Mesh, endpoint: &str, args: &UpArgs, started: Instant) {
+    let (api_key, regional_nodes) = (&args.api_key, args.regional_nodes);
+    println!(
+        "\nmesh ready in {:.1}s: 3 core nodes (leader {}), 1 inference pod, {regional_nodes} regional nodes, edge under wrangler dev\n",
+        started.elapsed().as_secs_f64(),
+        mesh.leader_id().map_or_else(|| "unknown".into(), |id| id.to_string()),
+    );
+    println!("endpoint: {endpoint}/v1/chat/completions");
+    println!("API key:  {api_key}");
+    for i in 0..regional_nodes {
+        let url = mesh.regional_url(i);
+        println!("regional {}: {url}  (metrics: {url}/metrics)", i + 1);
+    }
+    if let Some(admin) = mesh.tls_files("admin") {
+        println!("TLS:      mutual, CA {} (admin certificate {})", admin.ca.display(), admin.cert.display());
+    } else {
+        println!("TLS:      off (insecure development mode)");
+    }
+    println!("logs:     {}", mesh.log_dir().display());
+}
