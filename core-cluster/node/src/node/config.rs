@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::Parser;
 use shared::models::{ModelRef, ModelTable};
 
+use super::backends::{OpenAiBackendSpec, OpenAiTimeouts};
 use super::error::CoreError;
 use super::types::NodeId;
 use crate::node::writes::validate;
@@ -18,7 +19,7 @@ use daemon_runtime::{IdentityArgs, TierIdentity};
 #[command(
     name = "core-node",
     version,
-    about = "A core node: the authoritative LLM cache on Raft, driving inference pods."
+    about = "A core node: the authoritative LLM cache on Raft, driving inference pods and OpenAI-compatible model servers."
 )]
 pub struct NodeArgs {
     /// This node's Raft id; it must appear in `--peers`.
@@ -38,6 +39,25 @@ pub struct NodeArgs {
     /// serves the store API and lookups only (completions that miss fail as unavailable).
     #[arg(long, env = "MESH_CORE_PODS", value_delimiter = ',')]
     pub pods: Vec<String>,
+    /// OpenAI-compatible model servers (vLLM, SGLang, TGI, llama.cpp's server, a hosted API) serving a
+    /// model beside or instead of pods, comma-separated, each
+    /// `MODEL=URL[;key_file=PATH][;ca=PATH][;upstream_model=NAME]`: `URL` is the API base
+    /// (`http://127.0.0.1:8080/v1`), `key_file` holds the API key sent as a bearer token, `ca` a PEM CA
+    /// trusted for `https://` instead of the system's roots, `upstream_model` the server's name for the
+    /// model (default `MODEL`).
+    #[arg(long, env = "MESH_CORE_OPENAI_BACKENDS", value_delimiter = ',')]
+    pub openai_backends: Vec<OpenAiBackendSpec>,
+    /// How long connecting to an OpenAI-compatible backend may take, in milliseconds.
+    #[arg(long, env = "MESH_CORE_BACKEND_CONNECT_TIMEOUT_MS", default_value_t = 2_000)]
+    pub backend_connect_timeout_ms: u64,
+    /// How long an OpenAI-compatible backend may take to send a generation's first token, in
+    /// milliseconds; past it the try has failed.
+    #[arg(long, env = "MESH_CORE_BACKEND_FIRST_TOKEN_TIMEOUT_MS", default_value_t = 30_000)]
+    pub backend_first_token_timeout_ms: u64,
+    /// Tries after the first at one OpenAI-compatible backend, made only before its first token and
+    /// after a jittered backoff (100 ms, doubling); then the next backend of the model is tried.
+    #[arg(long, env = "MESH_CORE_BACKEND_RETRIES", default_value_t = 2)]
+    pub backend_retries: u32,
     /// Models registered when `--bootstrap` forms the cluster, as `name@version`, comma-separated.
     #[arg(long, env = "MESH_CORE_MODELS", default_value = shared::models::DEFAULT_MODELS)]
     pub models: String,
@@ -103,6 +123,12 @@ impl NodeArgs {
             data_dir: self.data_dir,
             peers: self.peers.into_iter().collect(),
             pods: self.pods,
+            openai_backends: self.openai_backends,
+            backend_timeouts: OpenAiTimeouts {
+                connect: Duration::from_millis(self.backend_connect_timeout_ms.max(1)),
+                first_token: Duration::from_millis(self.backend_first_token_timeout_ms.max(1)),
+                retries: self.backend_retries,
+            },
             bootstrap: self.bootstrap,
             identity: self.identity.load()?,
             raft: RaftTuning {
@@ -149,6 +175,10 @@ pub struct NodeConfig {
     pub peers: BTreeMap<NodeId, String>,
     /// Inference pod URLs in order of preference.
     pub pods: Vec<String>,
+    /// OpenAI-compatible model servers.
+    pub openai_backends: Vec<OpenAiBackendSpec>,
+    /// Their timeouts and retries.
+    pub backend_timeouts: OpenAiTimeouts,
     /// Whether to form the cluster from `peers` when this node has no Raft state.
     pub bootstrap: bool,
     /// The secret every gRPC call between tiers carries.

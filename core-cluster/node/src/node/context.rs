@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::backends::Backends;
 use super::error::CoreError;
 use super::metrics::Metrics;
-use super::pods::PodPool;
 use super::state_machine::StateMachineStore;
 use super::types::{NodeId, Raft};
 use crate::node::background::hit_reporter::HitCounter;
@@ -33,8 +33,8 @@ pub struct NodeContext {
     pub log: LogStore,
     /// Commits commands through Raft from this node.
     pub writer: Writer,
-    /// The inference pods.
-    pub pods: Arc<PodPool>,
+    /// The model backends: inference pods and OpenAI-compatible servers.
+    pub backends: Arc<Backends>,
     /// Channels to the other core nodes.
     pub channels: PeerChannels,
     /// This node's identity, presented on calls to other nodes.
@@ -111,6 +111,6 @@ impl NodeContext {
     /// The metrics in OpenMetrics text format.
     pub fn render_metrics(&self) -> String {
         let raft = self.raft.metrics().borrow().clone();
-        self.metrics.render(&raft, &self.pods, self.state.sizes(), self.log.sync_stats())
+        self.metrics.render(&raft, &self.backends, self.state.sizes(), self.log.sync_stats())
     }
 }

@@ -13,15 +13,15 @@ pub enum CoreError {
     /// The call did not carry the right tier secret.
     #[error("missing or wrong tier secret")]
     Unauthenticated,
-    /// No inference pod could take the request.
-    #[error("no inference pod available: {0}")]
-    NoPod(String),
-    /// An inference pod answered with an error, or its stream broke.
-    #[error("inference pod failed: {message}")]
-    Pod {
-        /// The gRPC code the pod returned (or the one chosen for a broken stream).
+    /// No model backend (pod or OpenAI-compatible server) could take the request.
+    #[error("no model backend available: {0}")]
+    NoBackend(String),
+    /// A model backend answered with an error, or its stream broke.
+    #[error("model backend failed: {message}")]
+    Backend {
+        /// The gRPC code the backend returned (or the one chosen for its failure).
         code: Code,
-        /// What went wrong, as reported by the pod.
+        /// What went wrong, as the backend said it.
         message: String,
     },
     /// The state machine refused the command (unknown tenant or model, stale version, value too large...).
@@ -76,8 +76,8 @@ impl From<CoreError> for Status {
         let code = match &err {
             CoreError::InvalidArgument(_) => Code::InvalidArgument,
             CoreError::Unauthenticated => Code::Unauthenticated,
-            CoreError::NoPod(_) | CoreError::NoQuorum(_) => Code::Unavailable,
-            CoreError::Pod { code, .. } | CoreError::Rejected { code, .. } => *code,
+            CoreError::NoBackend(_) | CoreError::NoQuorum(_) => Code::Unavailable,
+            CoreError::Backend { code, .. } | CoreError::Rejected { code, .. } => *code,
             CoreError::Raft(_)
             | CoreError::Config(_)
             | CoreError::Storage(_)
@@ -96,9 +96,9 @@ mod tests {
     fn errors_map_to_the_codes_callers_act_on() {
         assert_eq!(Status::from(CoreError::InvalidArgument("key".into())).code(), Code::InvalidArgument);
         assert_eq!(Status::from(CoreError::Unauthenticated).code(), Code::Unauthenticated);
-        assert_eq!(Status::from(CoreError::NoPod("all down".into())).code(), Code::Unavailable);
+        assert_eq!(Status::from(CoreError::NoBackend("all down".into())).code(), Code::Unavailable);
         assert_eq!(Status::from(CoreError::NoQuorum("no leader".into())).code(), Code::Unavailable);
-        let pod = CoreError::Pod { code: Code::ResourceExhausted, message: "queue full".into() };
+        let pod = CoreError::Backend { code: Code::ResourceExhausted, message: "queue full".into() };
         assert_eq!(Status::from(pod).code(), Code::ResourceExhausted);
     }
 }

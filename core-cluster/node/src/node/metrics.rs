@@ -5,7 +5,7 @@ use openraft::{BasicNode, RaftMetrics, ServerState};
 use shared::label_values;
 use shared::metrics::{Counter, Family, Histogram, MetricsText};
 
-use super::pods::PodPool;
+use super::backends::Backends;
 use super::types::NodeId;
 use crate::node::raft::log_store::SyncStats;
 
@@ -105,14 +105,14 @@ impl Metrics {
     pub fn render(
         &self,
         raft: &RaftMetrics<NodeId, BasicNode>,
-        pods: &PodPool,
+        backends: &Backends,
         state: StateSizes,
         log: SyncStats,
     ) -> String {
         let text = self.requests(MetricsText::default());
         let text = storage(text, state, log);
         let text = raft_state(text, raft);
-        pod_health(text, pods).finish()
+        backend_health(text, backends).finish()
     }
 
     /// Requests served, cache results, commits and refreshes.
@@ -231,31 +231,31 @@ fn raft_state(text: MetricsText, raft: &RaftMetrics<NodeId, BasicNode>) -> Metri
         .gauge("mesh_core_raft_last_log_index", "Index of the last log entry.", &[], last_log)
 }
 
-/// Each inference pod's health, calls and failures.
-fn pod_health(mut text: MetricsText, pods: &PodPool) -> MetricsText {
-    for pod in pods.pods() {
-        let labels = [("pod", pod.url())];
+/// Each model backend's health, calls and failures (labelled `pod` with the backend's URL, whichever its
+/// kind, as the dashboards and alerts read them).
+fn backend_health(mut text: MetricsText, backends: &Backends) -> MetricsText {
+    for backend in backends.all() {
         text = text.gauge(
             "mesh_core_pod_healthy",
-            "1 if the inference pod answered its last call.",
-            &labels,
-            if pod.is_healthy() { 1.0 } else { 0.0 },
+            "1 if the model backend (pod or OpenAI-compatible server) answered its last call.",
+            &[("pod", backend.url())],
+            if backend.is_healthy() { 1.0 } else { 0.0 },
         );
     }
-    for pod in pods.pods() {
+    for backend in backends.all() {
         text = text.counter(
             "mesh_core_pod_generate_total",
-            "Generate calls sent to each pod.",
-            &[("pod", pod.url())],
-            pod.generate_calls(),
+            "Generations sent to each model backend.",
+            &[("pod", backend.url())],
+            backend.generate_calls(),
         );
     }
-    for pod in pods.pods() {
+    for backend in backends.all() {
         text = text.counter(
             "mesh_core_pod_failures_total",
-            "Failed calls to each pod.",
-            &[("pod", pod.url())],
-            pod.failures(),
+            "Failed calls to each model backend.",
+            &[("pod", backend.url())],
+            backend.failures(),
         );
     }
     text

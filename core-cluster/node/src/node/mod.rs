@@ -27,7 +27,8 @@
 //! - [`state_machine`]: the sled state machine: apply, reads at log time, digest, sweep candidates,
 //!   the change feed's rows, snapshots.
 //! - [`convert`]: conversions between protobuf types and domain types, JSON Raft payloads.
-//! - [`pods`]: the client side of the inference pods, with failover.
+//! - [`backends`]: the model backends generations go to (our pods over gRPC, OpenAI-compatible servers
+//!   over HTTP), ranked by predicted cost, with failover.
 //! - [`metrics`]: the node's Prometheus metrics.
 //! - [`context`]: what every handler shares.
 //! - [`server`]: [`run`], which wires it all together on one listener.
@@ -36,6 +37,7 @@
 //! entry is fsynced on a quorum) and applied to the leader's state machine.
 
 pub mod apply;
+pub mod backends;
 pub mod background;
 pub mod clean_stop;
 pub mod config;
@@ -44,7 +46,6 @@ pub mod convert;
 pub mod error;
 pub mod hot_prompts;
 pub mod metrics;
-pub mod pods;
 pub mod raft;
 pub mod records;
 pub mod server;

@@ -19,12 +19,12 @@ use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Routes;
 
+use super::backends::Backends;
 use super::clean_stop;
 use super::config::NodeConfig;
 use super::context::NodeContext;
 use super::error::CoreError;
 use super::metrics::Metrics;
-use super::pods::PodPool;
 use super::state_machine::StateMachineStore;
 use super::types::{Command, Raft, Request, TenantPolicy};
 use crate::node::background::hit_reporter::{self, HitCounter};
@@ -45,8 +45,8 @@ use crate::node::services::store_service::StoreService;
 use crate::node::writes::group_commit::GroupCommit;
 use crate::node::writes::writer::Writer;
 
-/// How often the inference pods are probed.
-const POD_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+/// How often the model backends are probed.
+const BACKEND_PROBE_INTERVAL: Duration = Duration::from_secs(2);
 /// How long open connections may take to finish after shutdown is signalled.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long to wait for the data dir's lock held by an instance that is still exiting.
@@ -94,8 +94,13 @@ pub async fn run(
     let formed = config.bootstrap && bootstrap(&raft, &config).await?;
 
     let metrics = Arc::new(Metrics::default());
-    let pods = Arc::new(PodPool::new(&config.pods, config.identity.clone())?);
-    let prober = tokio::spawn(pods.clone().watch(POD_PROBE_INTERVAL));
+    let backends = Arc::new(Backends::new(
+        &config.pods,
+        &config.openai_backends,
+        config.backend_timeouts,
+        config.identity.clone(),
+    )?);
+    let prober = tokio::spawn(backends.clone().watch(BACKEND_PROBE_INTERVAL));
     let group = GroupCommit::start(config.id, raft.clone(), metrics.clone());
     let writer = Writer::new(
         config.id,
@@ -114,10 +119,10 @@ pub async fn run(
         state: state.clone(),
         log: log_store,
         writer: writer.clone(),
-        pods: pods.clone(),
+        backends: backends.clone(),
         channels,
         identity: config.identity.clone(),
-        refresher: Refresher::new(pods, writer.clone(), metrics.clone()),
+        refresher: Refresher::new(backends, writer.clone(), metrics.clone()),
         hits: hits.clone(),
         read_barrier: ReadBarrier::default(),
         contact: contact.clone(),
@@ -157,7 +162,7 @@ pub async fn run(
         let _ = stop.wait_for(|stopping| *stopping).await;
     });
     let mut server = tokio::spawn(serve);
-    tracing::info!(id = config.id, addr = %local_addr, peers = config.peers.len(), pods = config.pods.len(), "core node serving");
+    tracing::info!(id = config.id, addr = %local_addr, peers = config.peers.len(), pods = config.pods.len(), openai_backends = config.openai_backends.len(), "core node serving");
 
     let result = serve_until_shutdown(shutdown, &mut server, &stopping).await;
     for task in background {

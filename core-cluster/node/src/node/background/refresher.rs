@@ -1,5 +1,5 @@
 //! Invalidate-then-refresh: after a model-version bump, the old version's hottest prompts (from the
-//! replicated hot summary, returned by the bump) are generated again on the inference pods and stored under
+//! replicated hot summary, returned by the bump) are generated again on the model backends and stored under
 //! the new version's keys, so the first readers after a bump still hit.
 //!
 //! The node that committed the bump runs the jobs, one at a time, in the background. A job that fails (no
@@ -14,27 +14,27 @@ use shared::cache_key::CacheKey;
 use shared::models::ModelRef;
 use shared::normalize::NormalizedRequest;
 
+use crate::node::backends::{self, Backends};
 use crate::node::error::CoreError;
 use crate::node::metrics::Metrics;
-use crate::node::pods::PodPool;
 use crate::node::types::{Command, RefreshJob, Request};
 use crate::node::writes::writer::Writer;
 
 /// Longest silence from a pod during a refresh generation.
-const POD_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+const BACKEND_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Runs refresh jobs on this node.
 #[derive(Clone)]
 pub struct Refresher {
-    pods: Arc<PodPool>,
+    backends: Arc<Backends>,
     writer: Writer,
     metrics: Arc<Metrics>,
 }
 
 impl Refresher {
-    /// A refresher that generates on `pods` and commits through `writer`.
-    pub fn new(pods: Arc<PodPool>, writer: Writer, metrics: Arc<Metrics>) -> Self {
-        Self { pods, writer, metrics }
+    /// A refresher that generates on `backends` and commits through `writer`.
+    pub fn new(backends: Arc<Backends>, writer: Writer, metrics: Arc<Metrics>) -> Self {
+        Self { backends, writer, metrics }
     }
 
     /// Regenerates `jobs` under `model` version `version` in the background.
@@ -42,8 +42,8 @@ impl Refresher {
         if jobs.is_empty() {
             return;
         }
-        if self.pods.is_empty() {
-            tracing::warn!(%model, version, jobs = jobs.len(), "no inference pods configured; refresh skipped");
+        if self.backends.is_empty() {
+            tracing::warn!(%model, version, jobs = jobs.len(), "no model backends configured; refresh skipped");
             return;
         }
         let this = self.clone();
@@ -77,14 +77,12 @@ impl Refresher {
         let key = CacheKey::derive(&job.tenant, &normalized).as_str().to_owned();
         let generate = GenerateRequest::for_request(format!("refresh-{key}"), &job.tenant, &normalized);
         let (_, mut stream, _in_flight) =
-            self.pods.generate(generate, &daemon_runtime::trace_context::continue_or_start(None)).await?;
+            self.backends.generate(generate, &daemon_runtime::trace_context::continue_or_start(None)).await?;
         let mut content = String::new();
         let done = loop {
-            let message = tokio::time::timeout(POD_IDLE_TIMEOUT, stream.message())
-                .await
-                .map_err(|_| CoreError::NoPod("the pod went silent during a refresh".into()))?
-                .map_err(|s| CoreError::Pod { code: s.code(), message: s.message().to_owned() })?
-                .ok_or_else(|| CoreError::NoPod("the pod's stream ended without Done".into()))?;
+            let message = backends::next_event(&mut stream, BACKEND_IDLE_TIMEOUT)
+                .await?
+                .ok_or_else(|| CoreError::NoBackend("the backend's stream ended without Done".into()))?;
             match message.event {
                 // Stored entries are of one choice.
                 Some(generate_event::Event::Delta(delta)) if delta.index == 0 => {

@@ -68,6 +68,8 @@ impl Cluster {
             data_dir: self.dirs[(id - 1) as usize].path().to_path_buf(),
             peers: self.addrs.iter().map(|(id, a)| (*id, a.to_string())).collect(),
             pods: vec![format!("http://{}", self.pod)],
+            openai_backends: Vec::new(),
+            backend_timeouts: crate::node::backends::OpenAiTimeouts::default(),
             bootstrap: id == 1,
             identity: credential(),
             raft: self.tuning.clone(),

@@ -12,14 +12,15 @@ use proto::cache::{
     ModelsRequest, ServedModel, WatchEvent, WatchRequest,
 };
 use proto::convert::GeneratedEntry;
-use proto::inference::{generate_event, GenerateDone, GenerateEvent, GenerateRequest, Timings};
+use proto::inference::{generate_event, GenerateDone, GenerateRequest, Timings};
 use shared::completion::CachedCompletion;
 use shared::models::ModelRef;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Code, Request, Response, Status, Streaming};
+use tonic::{Code, Request, Response, Status};
 use tracing::Instrument;
 
+use crate::node::backends::{self, EventStream};
 use crate::node::context::NodeContext;
 use crate::node::convert;
 use crate::node::error::CoreError;
@@ -32,8 +33,8 @@ use crate::node::writes::validate;
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 /// Events buffered toward a slow caller before generation waits for it.
 const EVENT_BUFFER: usize = 64;
-/// Longest silence from a pod in the middle of a generation before it counts as failed.
-const POD_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest silence from a model backend in the middle of a generation before it counts as failed.
+const BACKEND_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Serves `CoreCache` on one core node. Callers have passed the tier-secret check.
 #[derive(Clone)]
@@ -192,19 +193,20 @@ impl CoreCache for CacheService {
         }
         metrics.completions.get(CacheResult::Miss).inc();
 
-        tracing::info!("generating on a pod");
-        let (pod, stream, in_flight) = match self.node.pods.generate(input.generate.clone(), &trace).await {
-            Ok((pod, stream, in_flight)) => (pod.to_owned(), stream, in_flight),
-            Err(e) => {
-                metrics.complete_errors.inc();
-                tracing::warn!(error = %e, "no pod took the generation");
-                return Err(e.into());
-            }
-        };
+        tracing::info!("generating on a model backend");
+        let (backend, stream, in_flight) =
+            match self.node.backends.generate(input.generate.clone(), &trace).await {
+                Ok((backend, stream, in_flight)) => (backend.to_owned(), stream, in_flight),
+                Err(e) => {
+                    metrics.complete_errors.inc();
+                    tracing::warn!(error = %e, "no backend took the generation");
+                    return Err(e.into());
+                }
+            };
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         // Generation and commit run on their own task so that a caller who hangs up mid-stream does not
         // stop the entry from being committed; a generation that will not be stored ends with its caller.
-        let span = tracing::info_span!("core.complete.generate", pod = %pod);
+        let span = tracing::info_span!("core.complete.generate", backend = %backend);
         let node = self.node.clone();
         let completion = async move {
             run_completion(node, input, stream, tx, started).await;
@@ -219,7 +221,7 @@ impl CoreCache for CacheService {
 async fn run_completion(
     node: Arc<NodeContext>,
     input: CompleteInput,
-    stream: Streaming<GenerateEvent>,
+    stream: EventStream,
     tx: mpsc::Sender<Result<CompleteEvent, Status>>,
     started: Instant,
 ) {
@@ -249,31 +251,25 @@ async fn run_completion(
 async fn generate_and_commit(
     node: &NodeContext,
     input: &CompleteInput,
-    mut stream: Streaming<GenerateEvent>,
+    mut stream: EventStream,
     tx: &mpsc::Sender<Result<CompleteEvent, Status>>,
 ) -> Result<CompleteDone, CoreError> {
     let mut content = String::new();
     let finished: GenerateDone = loop {
-        let next = tokio::time::timeout(POD_IDLE_TIMEOUT, stream.message());
+        let next = backends::next_event(&mut stream, BACKEND_IDLE_TIMEOUT);
         let message = tokio::select! {
             message = next => message,
             // Nobody waits for an answer nobody will store: dropping the pod's stream cancels the
             // generation there and frees its place in the batch.
-            () = tx.closed(), if input.no_store => return Err(CoreError::Pod {
+            () = tx.closed(), if input.no_store => return Err(CoreError::Backend {
                 code: Code::Cancelled,
                 message: "the caller hung up and the answer is not to be stored".into(),
             }),
         };
-        let message = message
-            .map_err(|_| CoreError::Pod {
-                code: Code::DeadlineExceeded,
-                message: "the pod went silent mid-generation".into(),
-            })?
-            .map_err(|status| CoreError::Pod { code: status.code(), message: status.message().to_owned() })?;
-        let Some(event) = message else {
-            return Err(CoreError::Pod {
+        let Some(event) = message? else {
+            return Err(CoreError::Backend {
                 code: Code::Unavailable,
-                message: "the pod's stream ended without Done".into(),
+                message: "the backend's stream ended without Done".into(),
             });
         };
         let relayed = match event.event {
