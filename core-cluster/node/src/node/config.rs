@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Parser;
 use shared::models::{ModelRef, ModelTable};
 
-use super::backends::{OpenAiBackendSpec, OpenAiTimeouts};
+use super::backends::{OpenAiBackendSpec, OpenAiTimeouts, Routing};
 use super::error::CoreError;
 use super::types::NodeId;
 use crate::node::writes::validate;
@@ -58,6 +58,10 @@ pub struct NodeArgs {
     /// after a jittered backoff (100 ms, doubling); then the next backend of the model is tried.
     #[arg(long, env = "MESH_CORE_BACKEND_RETRIES", default_value_t = 2)]
     pub backend_retries: u32,
+    /// How a generation picks among its model's backends: `predicted-time` (where the work queued and its
+    /// own, at the backend's measured prefill and decode rates, finish first) or `round-robin`.
+    #[arg(long, env = "MESH_CORE_BACKEND_ROUTING", value_enum, default_value_t = Routing::PredictedTime)]
+    pub backend_routing: Routing,
     /// Models registered when `--bootstrap` forms the cluster, as `name@version`, comma-separated.
     #[arg(long, env = "MESH_CORE_MODELS", default_value = shared::models::DEFAULT_MODELS)]
     pub models: String,
@@ -129,6 +133,7 @@ impl NodeArgs {
                 first_token: Duration::from_millis(self.backend_first_token_timeout_ms.max(1)),
                 retries: self.backend_retries,
             },
+            backend_routing: self.backend_routing,
             bootstrap: self.bootstrap,
             identity: self.identity.load()?,
             raft: RaftTuning {
@@ -179,6 +184,8 @@ pub struct NodeConfig {
     pub openai_backends: Vec<OpenAiBackendSpec>,
     /// Their timeouts and retries.
     pub backend_timeouts: OpenAiTimeouts,
+    /// How a generation picks among its model's backends.
+    pub backend_routing: Routing,
     /// Whether to form the cluster from `peers` when this node has no Raft state.
     pub bootstrap: bool,
     /// The secret every gRPC call between tiers carries.

@@ -98,6 +98,7 @@ pub async fn run(
         &config.pods,
         &config.openai_backends,
         config.backend_timeouts,
+        config.backend_routing,
         config.identity.clone(),
     )?);
     let prober = tokio::spawn(backends.clone().watch(BACKEND_PROBE_INTERVAL));

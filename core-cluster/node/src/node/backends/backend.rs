@@ -1,27 +1,21 @@
-//! One model backend, whichever its kind: its health, its counters, what this node has in flight on
-//! it, and what a generation there is predicted to cost.
+//! One model backend, whichever its kind: its health and breaker, its counters, what this node has in
+//! flight on it, its measured rates, and when a generation sent there is predicted to finish.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
-use proto::inference::GenerateRequest;
+use futures::StreamExt;
+use proto::inference::{generate_event, GenerateRequest};
 use shared::metrics::Counter;
 use shared::trace::TraceParent;
 
+use super::breaker::Breaker;
 use super::openai::OpenAiClient;
 use super::pod::PodClient;
+use super::prediction::{MeasuredRates, Work};
 use super::EventStream;
 use crate::node::error::CoreError;
-
-/// Prompt tokens per byte of message text, roughly (byte-level BPE on English).
-const TOKENS_PER_BYTE: f64 = 0.3;
-
-/// What a generation is predicted to cost in tokens: its prompt (estimated from its bytes) and its output.
-pub fn predicted_tokens(request: &GenerateRequest) -> u64 {
-    let bytes: usize = request.messages.iter().map(|m| m.content.len() + m.role.len() + 4).sum();
-    let output = request.sampling.as_ref().map_or(256, |s| u64::from(s.max_tokens));
-    (bytes as f64 * TOKENS_PER_BYTE) as u64 + output
-}
 
 /// How a backend is called.
 #[derive(Debug)]
@@ -40,6 +34,10 @@ pub struct Backend {
     kind: BackendKind,
     /// Whether the backend answered its last call or probe.
     healthy: AtomicBool,
+    /// Keeps generations away after failures in a row.
+    breaker: Arc<Breaker>,
+    /// Its prefill and decode speed, from its answers.
+    rates: Arc<MeasuredRates>,
     /// Generations sent to the backend.
     generate_calls: Counter,
     /// Calls to the backend that failed to connect or were refused.
@@ -53,31 +51,44 @@ pub struct Backend {
 pub(super) struct InFlightCounts {
     /// Generations.
     requests: AtomicUsize,
-    /// Their predicted tokens (prompt estimate plus `max_tokens`).
-    pub(super) tokens: AtomicU64,
+    /// Their predicted prompt and output tokens.
+    prompt: AtomicU64,
+    output: AtomicU64,
+}
+
+impl InFlightCounts {
+    fn work(&self) -> Work {
+        Work { prompt: self.prompt.load(Ordering::Relaxed), output: self.output.load(Ordering::Relaxed) }
+    }
 }
 
 /// Counts a generation as in flight on a backend until dropped (the caller holds it while streaming).
 #[derive(Debug)]
 pub struct InFlight {
     counts: Arc<InFlightCounts>,
-    tokens: u64,
+    work: Work,
 }
 
 impl InFlight {
-    pub(super) fn start(counts: &Arc<InFlightCounts>, tokens: u64) -> Self {
+    pub(super) fn start(counts: &Arc<InFlightCounts>, work: Work) -> Self {
         counts.requests.fetch_add(1, Ordering::Relaxed);
-        counts.tokens.fetch_add(tokens, Ordering::Relaxed);
-        Self { counts: Arc::clone(counts), tokens }
+        counts.prompt.fetch_add(work.prompt, Ordering::Relaxed);
+        counts.output.fetch_add(work.output, Ordering::Relaxed);
+        Self { counts: Arc::clone(counts), work }
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.counts.requests.fetch_sub(1, Ordering::Relaxed);
-        self.counts.tokens.fetch_sub(self.tokens, Ordering::Relaxed);
+        self.counts.prompt.fetch_sub(self.work.prompt, Ordering::Relaxed);
+        self.counts.output.fetch_sub(self.work.output, Ordering::Relaxed);
     }
 }
+
+/// Where a backend stands for one request: out of the running (another model, an open breaker), or its
+/// place: whether it is short of room, and when it would finish.
+pub type Standing = Option<(bool, u64)>;
 
 impl Backend {
     /// A backend at `url`, healthy until a call or probe says otherwise.
@@ -86,6 +97,8 @@ impl Backend {
             url: url.to_owned(),
             kind,
             healthy: AtomicBool::new(true),
+            breaker: Arc::default(),
+            rates: Arc::default(),
             generate_calls: Counter::default(),
             failures: Counter::default(),
             in_flight: Arc::default(),
@@ -95,11 +108,6 @@ impl Backend {
     /// The backend's URL.
     pub fn url(&self) -> &str {
         &self.url
-    }
-
-    /// How the backend is called.
-    pub fn kind(&self) -> &BackendKind {
-        &self.kind
     }
 
     /// `pod` or `openai`.
@@ -115,6 +123,11 @@ impl Backend {
         self.healthy.load(Ordering::Relaxed)
     }
 
+    /// Whether its breaker keeps generations away now.
+    pub fn is_open(&self) -> bool {
+        self.breaker.is_open(Instant::now())
+    }
+
     /// Generations sent to the backend.
     pub fn generate_calls(&self) -> &Counter {
         &self.generate_calls
@@ -125,6 +138,11 @@ impl Backend {
         &self.failures
     }
 
+    /// Its measured rates.
+    pub fn rates(&self) -> &MeasuredRates {
+        &self.rates
+    }
+
     fn set_healthy(&self, healthy: bool) {
         let was = self.healthy.swap(healthy, Ordering::Relaxed);
         if was != healthy {
@@ -132,28 +150,40 @@ impl Backend {
         }
     }
 
-    /// The backend's predicted backlog in tokens if `request` (costing `tokens`) joined it, with whether
-    /// the backend is short of room for it; `None` when it serves another model.
-    pub fn predicted_cost(&self, request: &GenerateRequest, tokens: u64) -> Option<(bool, u64)> {
-        let in_flight = self.in_flight.tokens.load(Ordering::Relaxed);
-        match &self.kind {
-            BackendKind::Pod(pod) => pod.predicted_cost(&request.model, tokens, in_flight),
-            BackendKind::OpenAi(server) => {
-                server.serves(&request.model).then_some((false, in_flight + tokens))
-            }
-        }
+    /// Whether the backend serves `model` and its breaker lets a generation through.
+    pub fn takes(&self, model: &str) -> bool {
+        let serves = match &self.kind {
+            BackendKind::Pod(pod) => pod.queued(model, Work::default(), Work::default()).is_some(),
+            BackendKind::OpenAi(server) => server.serves(model),
+        };
+        serves && self.breaker.admits(Instant::now())
     }
 
-    /// Starts `request` (predicted to cost `tokens`) on this backend. A refusal the next backend may not
-    /// share (unreachable, full) is `CoreError::Backend` with `Unavailable` or `ResourceExhausted`.
+    /// Where the backend stands for `request` (its work `own`): when it would finish there, behind what
+    /// is queued, at the backend's measured speed.
+    pub fn standing(&self, request: &GenerateRequest, own: Work) -> Standing {
+        if !self.breaker.admits(Instant::now()) {
+            return None;
+        }
+        let in_flight = self.in_flight.work();
+        let (short, queued) = match &self.kind {
+            BackendKind::Pod(pod) => pod.queued(&request.model, own, in_flight)?,
+            BackendKind::OpenAi(server) => (false, server.serves(&request.model).then_some(in_flight)?),
+        };
+        Some((short, self.rates.predicted_us(queued, own)))
+    }
+
+    /// Starts `request` (its work `own`) on this backend. A refusal the next backend may not share
+    /// (unreachable, full) is `CoreError::Backend` with `Unavailable` or `ResourceExhausted`. The stream
+    /// it returns feeds the backend's rates and breaker as it goes.
     pub async fn generate(
         &self,
         request: GenerateRequest,
-        tokens: u64,
+        own: Work,
         trace: &TraceParent,
     ) -> Result<(EventStream, InFlight), CoreError> {
         self.generate_calls.inc();
-        let guard = InFlight::start(&self.in_flight, tokens);
+        let guard = InFlight::start(&self.in_flight, own);
         let started = match &self.kind {
             BackendKind::Pod(pod) => pod.generate(request, trace).await,
             BackendKind::OpenAi(server) => server.generate(request, trace).await,
@@ -161,25 +191,47 @@ impl Backend {
         match started {
             Ok(stream) => {
                 self.set_healthy(true);
-                Ok((stream, guard))
+                Ok((self.observed(stream), guard))
             }
             Err(e) => {
                 self.failures.inc();
-                if matches!(&e, CoreError::Backend { code: tonic::Code::Unavailable, .. }) {
-                    self.set_healthy(false);
+                if let CoreError::Backend { code, .. } = &e {
+                    if matches!(code, tonic::Code::Unavailable | tonic::Code::DeadlineExceeded) {
+                        self.set_healthy(false);
+                        self.breaker.record_failure(Instant::now());
+                    }
                 }
                 Err(e)
             }
         }
     }
 
-    /// Asks the backend whether it is up (and a pod for its load), and records the answer.
+    /// `stream`, with each `Done` measured into the rates and closing the breaker, and a failure
+    /// counting toward opening it.
+    fn observed(&self, stream: EventStream) -> EventStream {
+        let (rates, breaker) = (Arc::clone(&self.rates), Arc::clone(&self.breaker));
+        Box::pin(stream.inspect(move |event| match event {
+            Ok(event) => {
+                if let Some(generate_event::Event::Done(done)) = &event.event {
+                    rates.observe(done);
+                    breaker.record_success();
+                }
+            }
+            Err(status) if status.code() != tonic::Code::Cancelled => breaker.record_failure(Instant::now()),
+            Err(_) => {}
+        }))
+    }
+
+    /// Asks the backend whether it is up (and a pod for its load), and records the answer; an answer
+    /// closes the breaker.
     pub async fn probe(&self) {
         let healthy = match &self.kind {
             BackendKind::Pod(pod) => pod.probe().await,
             BackendKind::OpenAi(server) => server.probe().await,
         };
-        if !healthy {
+        if healthy {
+            self.breaker.record_success();
+        } else {
             self.failures.inc();
         }
         self.set_healthy(healthy);
@@ -189,32 +241,61 @@ impl Backend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proto::inference::{ChatMessage, Sampling};
+    use crate::node::backends::{OpenAiBackendSpec, OpenAiTimeouts};
+    use proto::inference::{ChatMessage, GenerateDone, Sampling, Timings};
 
-    pub(crate) fn request(model: &str, text: &str, max_tokens: u32) -> GenerateRequest {
+    fn server(model: &str) -> Backend {
+        let spec: OpenAiBackendSpec = format!("{model}=http://127.0.0.1:1/v1").parse().expect("spec");
+        let client = OpenAiClient::new(&spec, OpenAiTimeouts::default()).expect("client");
+        Backend::new(&spec.url, BackendKind::OpenAi(client))
+    }
+
+    fn request(model: &str) -> GenerateRequest {
         GenerateRequest {
             model: model.into(),
-            messages: vec![ChatMessage { role: "user".into(), content: text.into() }],
-            sampling: Some(Sampling { max_tokens, ..Default::default() }),
+            messages: vec![ChatMessage { role: "user".into(), content: "hello".into() }],
+            sampling: Some(Sampling { max_tokens: 32, ..Default::default() }),
             ..Default::default()
         }
     }
 
-    #[test]
-    fn a_generation_costs_its_prompt_and_its_output() {
-        let short = predicted_tokens(&request("m", "hi", 64));
-        let long = predicted_tokens(&request("m", &"word ".repeat(200), 64));
-        assert!((64..70).contains(&short), "{short}");
-        assert!(long > short + 250, "{long}");
+    fn measured(backend: &Backend, decode_tokens_per_s: u64) {
+        let timings = Timings { prefill_us: 10_000, decode_us: 1_000_000, ..Default::default() };
+        let completion_tokens = u32::try_from(decode_tokens_per_s + 1).expect("small");
+        let done = GenerateDone {
+            prompt_tokens: 10,
+            completion_tokens,
+            timings: Some(timings),
+            ..Default::default()
+        };
+        backend.rates.observe(&done);
     }
 
     #[test]
-    fn in_flight_counts_until_dropped() {
-        let counts = Arc::new(InFlightCounts::default());
-        let guards: Vec<InFlight> = (0..3).map(|_| InFlight::start(&counts, 100)).collect();
-        assert_eq!(counts.tokens.load(Ordering::Relaxed), 300);
+    fn the_faster_backend_stands_first_until_this_nodes_calls_queue_on_it() {
+        let (fast, slow) = (server("m"), server("m"));
+        measured(&fast, 100);
+        measured(&slow, 20);
+        let own = Work { prompt: 4, output: 32 };
+        assert!(fast.standing(&request("m"), own) < slow.standing(&request("m"), own));
+        let guards: Vec<InFlight> = (0..8).map(|_| InFlight::start(&fast.in_flight, own)).collect();
+        assert!(fast.standing(&request("m"), own) > slow.standing(&request("m"), own));
         drop(guards);
-        assert_eq!(counts.tokens.load(Ordering::Relaxed), 0);
-        assert_eq!(counts.requests.load(Ordering::Relaxed), 0);
+        assert_eq!(fast.in_flight.work(), Work::default());
+        assert_eq!(fast.in_flight.requests.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn another_models_backend_and_an_open_breaker_are_out() {
+        let backend = server("m");
+        assert_eq!(backend.standing(&request("other"), Work::default()), None);
+        assert!(backend.takes("m") && !backend.takes("other"));
+        let now = Instant::now();
+        for _ in 0..super::super::breaker::FAILURES_TO_OPEN {
+            backend.breaker.record_failure(now);
+        }
+        assert!(backend.is_open());
+        assert_eq!(backend.standing(&request("m"), Work::default()), None);
+        assert!(!backend.takes("m"));
     }
 }

@@ -3,24 +3,32 @@
 //! API). Every generation goes through here, whichever the backend, so caching, commits, invalidation
 //! and the change feed treat both kinds alike: each answers with the same stream of [`GenerateEvent`]s.
 //!
-//! A generation goes to the backend of its model with the lowest predicted cost, healthy ones first, and
-//! moves on to the next when one cannot be reached or is full. A background probe keeps each backend's
-//! health (and a pod's reported load) current; calls this node has in flight count too, so a burst
-//! between probes spreads out.
+//! A generation goes to the backend of its model where it is predicted to finish first: the work
+//! queued there and its own, at the backend's measured prefill and decode rates (or, with
+//! `--backend-routing round-robin`, to each in turn). Healthy backends go first, a backend whose breaker
+//! is open gets none, and a refusal moves on to the next. A background probe keeps each backend's health
+//! (and a pod's reported load) current; calls this node has in flight count too, so a burst between
+//! probes spreads out.
 //!
 //! # Layout
-//! - [`backend`]: one backend, its counters, what it has in flight, and its predicted cost.
+//! - [`backend`]: one backend, its counters, what it has in flight, and where it stands for a request.
+//! - [`prediction`]: a request's work in tokens and a backend's measured rates.
+//! - [`breaker`]: a backend's circuit breaker.
 //! - [`pod`]: an inference pod over gRPC, and the load its `Health` reports.
 //! - [`openai`]: an OpenAI-compatible server over HTTP: the request it is sent, its server-sent events
 //!   read as [`GenerateEvent`]s, its errors mapped, retries before the first token.
-//! - [`settings`]: `--openai-backend` values and the timeouts every OpenAI-compatible backend shares.
+//! - [`settings`]: `--openai-backends` values, the timeouts every OpenAI-compatible backend shares, and
+//!   the routing rule.
 
 pub mod backend;
+pub mod breaker;
 pub mod openai;
 pub mod pod;
+pub mod prediction;
 pub mod settings;
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +37,8 @@ use proto::inference::{GenerateEvent, GenerateRequest};
 use tonic::Code;
 
 pub use backend::{Backend, BackendKind, InFlight};
-pub use settings::{OpenAiBackendSpec, OpenAiTimeouts};
+pub use prediction::Work;
+pub use settings::{OpenAiBackendSpec, OpenAiTimeouts, Routing};
 
 use super::error::CoreError;
 use daemon_runtime::TierIdentity;
@@ -42,6 +51,9 @@ pub type EventStream = Pin<Box<dyn Stream<Item = Result<GenerateEvent, tonic::St
 pub struct Backends {
     /// Every backend: the pods in order of preference, then the OpenAI-compatible servers.
     backends: Vec<Backend>,
+    routing: Routing,
+    /// Round robin's next turn.
+    turn: AtomicUsize,
 }
 
 impl Backends {
@@ -51,6 +63,7 @@ impl Backends {
         pod_urls: &[String],
         openai: &[OpenAiBackendSpec],
         timeouts: OpenAiTimeouts,
+        routing: Routing,
         identity: TierIdentity,
     ) -> Result<Self, CoreError> {
         let mut backends = Vec::with_capacity(pod_urls.len() + openai.len());
@@ -61,7 +74,7 @@ impl Backends {
             let client = openai::OpenAiClient::new(spec, timeouts)?;
             backends.push(Backend::new(&spec.url, BackendKind::OpenAi(client)));
         }
-        Ok(Self { backends })
+        Ok(Self { backends, routing, turn: AtomicUsize::new(0) })
     }
 
     /// Whether no backend is configured (the node then serves the store only).
@@ -74,26 +87,18 @@ impl Backends {
         &self.backends
     }
 
-    /// Starts a generation on the backend that takes it at the lowest predicted cost: healthy backends
-    /// serving the request's model by predicted cost, then the others (their health may be stale).
-    /// Returns the backend's URL, its event stream, and a guard that counts the generation against the
-    /// backend while it is held.
+    /// Starts a generation on the first backend of [`Backends::ranked`] that takes it. Returns the
+    /// backend's URL, its event stream, and a guard that counts the generation against the backend while
+    /// it is held.
     pub async fn generate(
         &self,
         request: GenerateRequest,
         trace: &shared::trace::TraceParent,
     ) -> Result<(&str, EventStream, InFlight), CoreError> {
-        let tokens = backend::predicted_tokens(&request);
-        let mut ranked: Vec<(bool, (bool, u64), usize)> = self
-            .backends
-            .iter()
-            .enumerate()
-            .filter_map(|(i, b)| b.predicted_cost(&request, tokens).map(|cost| (!b.is_healthy(), cost, i)))
-            .collect();
-        ranked.sort();
-        let mut last_error = format!("no backend serves model {:?}", request.model);
-        for backend in ranked.into_iter().map(|(_, _, i)| &self.backends[i]) {
-            match backend.generate(request.clone(), tokens, trace).await {
+        let own = prediction::predicted_work(&request);
+        let mut last_error = format!("no backend serves model {:?} now", request.model);
+        for backend in self.ranked(&request, own) {
+            match backend.generate(request.clone(), own, trace).await {
                 Ok((stream, guard)) => return Ok((backend.url(), stream, guard)),
                 Err(CoreError::Backend { code, message })
                     if matches!(code, Code::Unavailable | Code::ResourceExhausted) =>
@@ -105,6 +110,32 @@ impl Backends {
             }
         }
         Err(CoreError::NoBackend(last_error))
+    }
+
+    /// The backends that may take `request` (work `own`), in the order to try them: healthy ones first
+    /// (the others' health may be stale), then by the routing rule (predicted finish, short-of-room ones
+    /// last; or each in turn). Backends of other models and those whose breaker is open are left out.
+    pub fn ranked(&self, request: &GenerateRequest, own: Work) -> Vec<&Backend> {
+        let turn = match self.routing {
+            Routing::RoundRobin => self.turn.fetch_add(1, Ordering::Relaxed),
+            Routing::PredictedTime => 0,
+        };
+        let count = self.backends.len().max(1);
+        let mut ranked: Vec<(bool, (bool, u64), &Backend)> = self
+            .backends
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| {
+                let (short, finish) = b.standing(request, own)?;
+                let place = match self.routing {
+                    Routing::PredictedTime => (short, finish),
+                    Routing::RoundRobin => (false, ((i + count - turn % count) % count) as u64),
+                };
+                Some((!b.is_healthy(), place, b))
+            })
+            .collect();
+        ranked.sort_by_key(|(unhealthy, place, _)| (*unhealthy, *place));
+        ranked.into_iter().map(|(_, _, b)| b).collect()
     }
 
     /// Probes every backend once and records the result.
@@ -139,5 +170,61 @@ pub async fn next_event(
         }
         Ok(Some(Ok(event))) => Ok(Some(event)),
         Ok(None) => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::inference::{ChatMessage, GenerateDone, Sampling, Timings};
+
+    fn backends(routing: Routing, models: &[&str]) -> Backends {
+        let specs: Vec<OpenAiBackendSpec> = models
+            .iter()
+            .enumerate()
+            .map(|(i, model)| format!("{model}=http://127.0.0.1:{}/v1", i + 1).parse().expect("spec"))
+            .collect();
+        let identity = TierIdentity::insecure_secret("a-development-secret-of-32-bytes!").expect("secret");
+        Backends::new(&[], &specs, OpenAiTimeouts::default(), routing, identity).expect("backends")
+    }
+
+    fn request() -> GenerateRequest {
+        GenerateRequest {
+            model: "m".into(),
+            messages: vec![ChatMessage { role: "user".into(), content: "hello".into() }],
+            sampling: Some(Sampling { max_tokens: 32, ..Default::default() }),
+            ..Default::default()
+        }
+    }
+
+    fn urls(ranked: &[&Backend]) -> Vec<String> {
+        ranked
+            .iter()
+            .map(|b| b.url().trim_end_matches("/v1").rsplit(':').next().unwrap_or("").to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn predicted_time_puts_the_fastest_first_and_leaves_other_models_out() {
+        let backends = backends(Routing::PredictedTime, &["m", "m", "other"]);
+        let done = |decode_tokens: u32| GenerateDone {
+            prompt_tokens: 10,
+            completion_tokens: decode_tokens + 1,
+            timings: Some(Timings { prefill_us: 10_000, decode_us: 1_000_000, ..Default::default() }),
+            ..Default::default()
+        };
+        backends.all()[0].rates().observe(&done(10));
+        backends.all()[1].rates().observe(&done(90));
+        let own = prediction::predicted_work(&request());
+        assert_eq!(urls(&backends.ranked(&request(), own)), ["2", "1"]);
+    }
+
+    #[test]
+    fn round_robin_takes_each_in_turn() {
+        let backends = backends(Routing::RoundRobin, &["m", "m", "m"]);
+        let own = Work::default();
+        let firsts: Vec<String> =
+            (0..4).map(|_| urls(&backends.ranked(&request(), own))[0].clone()).collect();
+        assert_eq!(firsts, ["1", "2", "3", "1"]);
     }
 }

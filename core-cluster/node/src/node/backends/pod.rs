@@ -9,6 +9,7 @@ use proto::inference::{GenerateRequest, HealthRequest};
 use shared::trace::TraceParent;
 use tonic::transport::Channel;
 
+use super::prediction::Work;
 use super::EventStream;
 use crate::node::error::CoreError;
 use daemon_runtime::{TierIdentity, TierRole};
@@ -55,19 +56,19 @@ impl PodClient {
         Ok(Self { client: InferencePodClient::new(channel), identity, reported: Mutex::default() })
     }
 
-    /// The pod's predicted backlog in tokens if a request of `model` costing `tokens` joined it, given
-    /// `in_flight` tokens this node has sent it; `None` when it serves another model. A pod whose free KV
-    /// blocks cannot hold the request ranks after every pod that can.
-    pub fn predicted_cost(&self, model: &str, tokens: u64, in_flight: u64) -> Option<(bool, u64)> {
+    /// The work queued on the pod as it and this node know it (`in_flight` is what this node has sent
+    /// it), with whether its free KV blocks are short of `own`; `None` when it serves another model.
+    /// Requests it reports queued or running count [`TOKENS_PER_REPORTED_REQUEST`] output tokens each.
+    pub fn queued(&self, model: &str, own: Work, in_flight: Work) -> Option<(bool, Work)> {
         let load = self.reported.lock().map(|l| l.clone()).unwrap_or_default();
         if !load.model.is_empty() && !load.model.eq_ignore_ascii_case(model) {
             return None;
         }
         let reported = u64::from(load.queue_depth + load.running) * TOKENS_PER_REPORTED_REQUEST;
-        let backlog = reported.max(in_flight) + tokens;
+        let queued = Work { prompt: in_flight.prompt, output: reported.max(in_flight.output) };
         let kv_short =
-            load.block_size > 0 && u64::from(load.free_blocks) * u64::from(load.block_size) < tokens;
-        Some((kv_short, backlog))
+            load.block_size > 0 && u64::from(load.free_blocks) * u64::from(load.block_size) < own.total();
+        Some((kv_short, queued))
     }
 
     /// Starts a generation; a pod that cannot be reached or is full is `Unavailable` or
@@ -122,24 +123,30 @@ mod tests {
             ReportedLoad { model: model.into(), queue_depth, running, free_blocks, block_size: 16 };
     }
 
+    const OWN: Work = Work { prompt: 16, output: 64 };
+
     #[tokio::test]
-    async fn the_less_loaded_pod_costs_less_and_in_flight_calls_count() {
-        let (a, b) = (pod(), pod());
-        report(&a, "m", 3, 8, 1000);
-        report(&b, "m", 0, 1, 1000);
-        assert!(b.predicted_cost("m", 80, 0) < a.predicted_cost("m", 80, 0));
-        // Work this node sent to `b` since its last report makes it the dearer one.
-        assert!(a.predicted_cost("m", 80, 0) < b.predicted_cost("m", 80, 20 * 256));
+    async fn the_reported_load_and_this_nodes_calls_are_the_queue() {
+        let pod = pod();
+        report(&pod, "m", 3, 8, 1000);
+        let (short, queued) = pod.queued("m", OWN, Work::default()).expect("serves m");
+        assert_eq!((short, queued.output), (false, 11 * TOKENS_PER_REPORTED_REQUEST));
+        // Work this node sent since the last report counts when it is more.
+        let (_, queued) = pod.queued("m", OWN, Work { prompt: 100, output: 20 * 256 }).expect("serves m");
+        assert_eq!(queued, Work { prompt: 100, output: 20 * 256 });
     }
 
     #[tokio::test]
-    async fn pods_of_another_model_or_without_room_rank_last() {
-        let (a, b) = (pod(), pod());
-        report(&a, "other-model", 0, 0, 1000);
-        assert_eq!(a.predicted_cost("m", 600, 0), None);
-        report(&a, "m", 0, 0, 2);
-        report(&b, "m", 5, 5, 1000);
-        let (a_cost, b_cost) = (a.predicted_cost("m", 600, 0), b.predicted_cost("m", 600, 0));
-        assert!(b_cost < a_cost, "{a_cost:?} vs {b_cost:?}: 2 free blocks of 16 cannot hold 600 tokens");
+    async fn pods_of_another_model_are_out_and_those_without_room_say_so() {
+        let pod = pod();
+        report(&pod, "other-model", 0, 0, 1000);
+        assert_eq!(pod.queued("m", OWN, Work::default()), None);
+        report(&pod, "m", 0, 0, 2);
+        let big = Work { prompt: 100, output: 500 };
+        assert_eq!(
+            pod.queued("m", big, Work::default()).map(|(short, _)| short),
+            Some(true),
+            "2 blocks of 16"
+        );
     }
 }

@@ -60,6 +60,16 @@ impl std::str::FromStr for OpenAiBackendSpec {
     }
 }
 
+/// How a generation picks among the backends of its model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Routing {
+    /// Where it is predicted to finish first (queued work and its own at the measured rates).
+    #[default]
+    PredictedTime,
+    /// Each in turn (for comparison).
+    RoundRobin,
+}
+
 /// The timeouts and retries of every OpenAI-compatible backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpenAiTimeouts {

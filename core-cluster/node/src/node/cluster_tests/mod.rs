@@ -70,6 +70,7 @@ impl Cluster {
             pods: vec![format!("http://{}", self.pod)],
             openai_backends: Vec::new(),
             backend_timeouts: crate::node::backends::OpenAiTimeouts::default(),
+            backend_routing: crate::node::backends::Routing::default(),
             bootstrap: id == 1,
             identity: credential(),
             raft: self.tuning.clone(),

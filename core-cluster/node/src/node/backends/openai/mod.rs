@@ -103,8 +103,7 @@ impl OpenAiClient {
         trace: &TraceParent,
     ) -> Result<EventStream, CoreError> {
         let body = request::body(&request, &self.spec.upstream_model)?;
-        let prompt_estimate = super::backend::predicted_tokens(&request)
-            .saturating_sub(request.sampling.as_ref().map_or(0, |s| u64::from(s.max_tokens)));
+        let prompt_estimate = super::prediction::predicted_work(&request).prompt;
         let prompt_estimate = u32::try_from(prompt_estimate).unwrap_or(u32::MAX);
         let mut backoff = FIRST_BACKOFF;
         for attempt in 0.. {
