@@ -78,6 +78,13 @@ pub async fn route(req: Request, env: Env, ctx: Context) -> Result<Response> {
             Err(e) => Err(e),
         },
         ("/v1/models", _) => return respond::error(&RequestError::method_not_allowed(), Some("GET")),
+        // `models.retrieve(id)`: one model, or the regional tier's 404.
+        (model, Method::Get) if model.strip_prefix("/v1/models/").is_some_and(|id| !id.contains('/')) => {
+            match read_config(&env) {
+                Ok(config) => regional::get(&config, model).await,
+                Err(e) => Err(e),
+            }
+        }
         ("/v1/edge/bench/scan", Method::Get) => match read_config(&env) {
             Ok(config) => bench_scan_route(&req, &config),
             Err(e) => Err(e),

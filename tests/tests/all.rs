@@ -2,6 +2,7 @@
 //! loopback ports, so `make test` runs them one at a time (`--test-threads=1`). One file's tests:
 //! `cargo test --release --workspace --test all -- regional_04` (the same package selection as `make test`, so nothing is rebuilt).
 
+mod backends_01_openai_compatible;
 mod basic_01_edge_path;
 mod basic_02_trace;
 mod core_01_leader_kill_under_load;

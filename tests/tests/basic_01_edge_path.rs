@@ -53,6 +53,15 @@ fn edge_path_miss_then_hit_streaming_and_bad_input() -> anyhow::Result<()> {
         .map(|d| d.iter().filter_map(|m| m["id"].as_str().map(str::to_owned)).collect())
         .unwrap_or_default();
     assert!(ids.iter().any(|id| id == "smollm2-135m-instruct"), "{}", models.body);
+    // ... and `models.retrieve(id)`: the model, or an OpenAI-shaped 404.
+    let model = client.get("/v1/models/smollm2-135m-instruct")?;
+    assert_eq!(
+        (model.status, model.json()["id"].as_str()),
+        (200, Some("smollm2-135m-instruct")),
+        "{}",
+        model.body
+    );
+    assert_openai_error(&client.get("/v1/models/no-such-model")?, 404);
 
     // The same request twice: generated once, then a hit with identical content.
     let question = request("What is the capital of France?");

@@ -10,6 +10,7 @@ use daemon_runtime::{IdentityArgs, TierIdentity};
 use serde::Deserialize;
 
 use super::model::KvPrecision;
+use super::openai_http::{ApiKey, ApiKeyError};
 use super::speculative::SpeculativeConfig;
 use super::step_loop::LoopConfig;
 
@@ -18,7 +19,8 @@ pub const DEFAULT_MODEL_NAME: &str = "smollm2-135m-instruct";
 
 /// Everything [`run`](super::run) needs besides its listener and shutdown signal.
 ///
-/// The secret comes from the environment or a file (see the `inference-pod` binary).
+/// The secret comes from the environment or a file (see the `inference-pod` binary), the OpenAI API's
+/// key from a file ([`PodArgs::openai_api_key_file`]).
 #[derive(Debug, Clone)]
 pub struct PodConfig {
     /// Path of the GGUF model file (SmolLM2-135M-Instruct, Q4_1).
@@ -31,6 +33,8 @@ pub struct PodConfig {
     pub engine: EngineConfig,
     /// The pod's identity: what it serves TLS with and how it recognises the core.
     pub identity: TierIdentity,
+    /// The key callers of the OpenAI API (`/v1/*`) must present; `None` leaves those routes open.
+    pub openai_api_key: Option<ApiKey>,
 }
 
 impl PodConfig {
@@ -42,6 +46,7 @@ impl PodConfig {
             max_queue: default_max_queue(),
             engine: EngineConfig::default(),
             identity,
+            openai_api_key: None,
         }
     }
 
@@ -60,6 +65,12 @@ impl PodConfig {
     /// Sets the most requests that may wait in the queue.
     pub fn with_max_queue(mut self, max_queue: usize) -> Self {
         self.max_queue = max_queue;
+        self
+    }
+
+    /// Requires `key` on every OpenAI API request.
+    pub fn with_openai_api_key(mut self, key: ApiKey) -> Self {
+        self.openai_api_key = Some(key);
         self
     }
 }
@@ -127,7 +138,7 @@ fn default_max_queue() -> usize {
 #[derive(Debug, Parser)]
 #[command(name = "inference-pod", version)]
 pub struct PodArgs {
-    /// Address to serve gRPC and HTTP (`/healthz`, `/metrics`) on.
+    /// Address to serve gRPC and HTTP (the OpenAI API under `/v1`, `/healthz`, `/metrics`) on.
     #[arg(long, env = "MESH_POD_LISTEN", default_value = "127.0.0.1:7400")]
     pub listen: SocketAddr,
     /// Path of the GGUF model file (SmolLM2-135M-Instruct, Q4_1).
@@ -164,6 +175,10 @@ pub struct PodArgs {
     /// default: on a CPU where the matmuls are compute-bound, verifying drafts costs what it saves.
     #[arg(long, env = "MESH_POD_SPECULATIVE", default_value_t = false, action = clap::ArgAction::Set)]
     pub speculative: bool,
+    /// File holding the key callers of the OpenAI API must send as `Authorization: Bearer <key>`.
+    /// Without it `/v1/*` is open to anyone who can reach the port (as on loopback in development).
+    #[arg(long, env = "MESH_POD_OPENAI_API_KEY_FILE")]
+    pub openai_api_key_file: Option<PathBuf>,
     /// This pod's identity: mutual TLS files, or the insecure development secret.
     #[command(flatten)]
     pub identity: IdentityArgs,
@@ -177,9 +192,10 @@ pub struct PodArgs {
 }
 
 impl PodArgs {
-    /// The pod's configuration from its settings and the identity they name.
-    pub fn pod_config(&self, identity: TierIdentity) -> PodConfig {
-        PodConfig::new(self.model_path.clone(), identity)
+    /// The pod's configuration from its settings and the identity they name. Fails if the OpenAI
+    /// API's key file is named but cannot be read or is empty.
+    pub fn pod_config(&self, identity: TierIdentity) -> Result<PodConfig, ApiKeyError> {
+        let config = PodConfig::new(self.model_path.clone(), identity)
             .with_model_name(self.model_name.clone())
             .with_max_queue(self.max_queue)
             .with_engine(EngineConfig {
@@ -189,6 +205,10 @@ impl PodArgs {
                 max_running: self.max_running.max(1),
                 max_batched_tokens: self.max_batched_tokens.max(1),
                 speculative: self.speculative,
-            })
+            });
+        Ok(match &self.openai_api_key_file {
+            Some(file) => config.with_openai_api_key(ApiKey::from_file(file)?),
+            None => config,
+        })
     }
 }

@@ -1,4 +1,5 @@
-//! The inference pod: SmolLM2-135M-Instruct (GGUF, 4-bit) on candle, served over gRPC.
+//! The inference pod: SmolLM2-135M-Instruct (GGUF, 4-bit) on candle, served over gRPC to the core and
+//! over an OpenAI-compatible HTTP API to anyone else.
 //!
 //! # Layout
 //! - [`config`]: [`PodConfig`], what the daemon needs to start.
@@ -20,9 +21,12 @@
 //! - [`worker`]: the handle to the step loop's thread (queueing).
 //! - [`load`]: how busy the step loop is, published after every step.
 //! - [`convert`]: protobuf <-> domain conversions (prost types stop there).
-//! - [`service`]: the tonic `InferencePod` service.
+//! - [`service`]: the tonic `InferencePod` service, and [`service::InferenceService::submit`], the one
+//!   way a generation is queued.
+//! - [`openai_http`]: the OpenAI-compatible HTTP API (`/v1/chat/completions`, `/v1/models`), as vLLM
+//!   serves it, over the same way in as gRPC.
 //! - [`metrics`]: Prometheus counters, histograms and gauges.
-//! - [`server`]: [`run`], one listener for gRPC (h2c) and HTTP `/healthz`, `/metrics`.
+//! - [`server`]: [`run`], one listener for gRPC (h2c), the OpenAI API and HTTP `/healthz`, `/metrics`.
 //!
 //! Architecture Invariant: the model and its KV cache belong to exactly one OS thread (the step
 //! loop), which batches every running sequence into each forward step; async tasks only validate,
@@ -43,6 +47,7 @@ pub mod kv;
 pub mod load;
 pub mod metrics;
 pub mod model;
+pub mod openai_http;
 pub mod request;
 pub mod rng;
 pub mod sampler;

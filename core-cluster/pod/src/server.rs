@@ -1,5 +1,5 @@
-//! The pod's listener: gRPC and HTTP `/healthz` and `/metrics` on one port, over mutual TLS or, in
-//! insecure development mode, plain TCP.
+//! The pod's listener: gRPC, the OpenAI API (`/v1/*`) and HTTP `/healthz` and `/metrics` on one port,
+//! over mutual TLS or, in insecure development mode, plain TCP.
 
 use std::future::Future;
 use std::time::Instant;
@@ -14,6 +14,7 @@ use proto::inference::inference_pod_server::InferencePodServer;
 use tokio::net::TcpListener;
 use tonic::server::NamedService;
 
+use super::openai_http::{self, ApiKey};
 use super::service::InferenceService;
 use super::{Engine, PodConfig};
 use daemon_runtime::identity::{ClientAuth, RoleCheck};
@@ -21,8 +22,8 @@ use daemon_runtime::TierRole;
 
 /// Serves the pod on `listener` until `shutdown` completes, then drains in-flight requests.
 ///
-/// The listener answers at once: `/healthz` is 503 and gRPC calls are `UNAVAILABLE` until the model
-/// has loaded (in the background). Fails if the model cannot be loaded.
+/// The listener answers at once: `/healthz` and chat completions are 503 and gRPC calls are
+/// `UNAVAILABLE` until the model has loaded (in the background). Fails if the model cannot be loaded.
 pub async fn run(
     config: PodConfig,
     listener: TcpListener,
@@ -30,7 +31,11 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let service = InferenceService::new(config.model_name.clone());
     // The pod's row of the authorization table: only core nodes call it.
-    let app = router(service.clone(), config.identity.interceptor(&[TierRole::Core]));
+    let app = router(
+        service.clone(),
+        config.identity.interceptor(&[TierRole::Core]),
+        config.openai_api_key.clone(),
+    );
     let tls = config.identity.acceptor(ClientAuth::Optional)?;
     tracing::info!(addr = %listener.local_addr()?, model = %config.model_name, "inference pod listening");
     let server = daemon_runtime::http_serving::serve(
@@ -67,8 +72,9 @@ pub async fn run(
     server.await.context("serving")
 }
 
-/// gRPC behind the role check, plus the HTTP probes open to any caller.
-fn router(service: InferenceService, auth: RoleCheck) -> Router {
+/// gRPC behind the role check, the OpenAI API behind its key (if any), and the HTTP probes open to any
+/// caller.
+fn router(service: InferenceService, auth: RoleCheck, openai_key: Option<ApiKey>) -> Router {
     let grpc = InferencePodServer::with_interceptor(service.clone(), auth);
     let grpc_path = format!("/{}/{{*method}}", <InferencePodServer<InferenceService> as NamedService>::NAME);
     Router::new()
@@ -76,7 +82,8 @@ fn router(service: InferenceService, auth: RoleCheck) -> Router {
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .fallback(not_found)
-        .with_state(service)
+        .with_state(service.clone())
+        .merge(openai_http::router(service, openai_key))
 }
 
 /// Unknown paths: `UNIMPLEMENTED` for gRPC callers, 404 for everyone else.

@@ -5,6 +5,7 @@ use std::sync::{Arc, OnceLock};
 
 use proto::inference as pb;
 use proto::inference::inference_pod_server::InferencePod;
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::{Stream, StreamExt as _};
 use tonic::{Request, Response, Status};
@@ -102,11 +103,32 @@ impl InferenceService {
         self.shared.metrics.render(&self.shared.model_name, ready, load)
     }
 
+    /// The model name requests must use.
+    pub fn model_name(&self) -> &str {
+        &self.shared.model_name
+    }
+
+    /// Validates, templates and queues a generation: the one way in, for gRPC and the OpenAI API
+    /// alike. Its events arrive on the receiver in order; dropping the receiver cancels the generation
+    /// (before it starts, or at its next token). A refusal is counted.
+    pub async fn submit(
+        &self,
+        request: GenerationRequest,
+    ) -> Result<UnboundedReceiver<GenerationEvent>, InferenceError> {
+        self.start(request).await.inspect_err(|e| self.note_rejected(e))
+    }
+
+    /// Counts a request refused before it could be submitted (one that did not parse).
+    pub fn note_rejected(&self, error: &dyn std::fmt::Display) {
+        self.shared.metrics.rejected.inc();
+        tracing::debug!(error = %error, "request rejected");
+    }
+
     /// Validates and templates a request, then queues it.
     async fn start(
         &self,
         request: GenerationRequest,
-    ) -> Result<tokio::sync::mpsc::UnboundedReceiver<GenerationEvent>, InferenceError> {
+    ) -> Result<UnboundedReceiver<GenerationEvent>, InferenceError> {
         let ready = self.shared.ready.get().ok_or(InferenceError::NotReady)?;
         request.validate(&self.shared.model_name, ready.context)?;
         // Tokenizing a long conversation takes milliseconds: keep it off the async workers.
@@ -141,19 +163,14 @@ impl InferencePod for InferenceService {
         request: Request<pb::GenerateRequest>,
     ) -> Result<Response<GenerateStream>, Status> {
         let trace = daemon_runtime::trace_context::from_metadata(request.metadata());
-        let started = async {
-            let request = GenerationRequest::try_from(request.into_inner())?;
-            let span = tracing::Span::current();
-            span.record("request_id", request.request_id.as_str());
-            span.record("tenant", request.tenant.as_str());
-            span.record("trace_id", trace.trace_id());
-            tracing::info!("generation accepted");
-            self.start(request).await
-        };
-        let events = started.await.inspect_err(|e| {
-            self.shared.metrics.rejected.inc();
-            tracing::debug!(error = %e, "request rejected");
-        })?;
+        let request =
+            GenerationRequest::try_from(request.into_inner()).inspect_err(|e| self.note_rejected(e))?;
+        let span = tracing::Span::current();
+        span.record("request_id", request.request_id.as_str());
+        span.record("tenant", request.tenant.as_str());
+        span.record("trace_id", trace.trace_id());
+        tracing::info!("generation accepted");
+        let events = self.submit(request).await?;
         let stream = UnboundedReceiverStream::new(events).map(Result::<pb::GenerateEvent, Status>::from);
         Ok(Response::new(Box::pin(stream)))
     }

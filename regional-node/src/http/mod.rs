@@ -26,6 +26,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/changes", get(changes::changes).fallback(ops::method_not_allowed))
         .route("/v1/replication", get(ops::replication).fallback(ops::method_not_allowed))
         .route("/v1/models", get(ops::models).fallback(ops::method_not_allowed))
+        .route("/v1/models/{id}", get(ops::model).fallback(ops::method_not_allowed))
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))
         .fallback(ops::not_found)

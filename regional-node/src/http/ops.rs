@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{header, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -100,12 +100,23 @@ fn overload_metrics(text: MetricsText, state: &AppState) -> MetricsText {
 /// `GET /v1/models`: the served models, in OpenAI's list shape.
 pub async fn models(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
     let table = state.path().models().current();
-    let data: Vec<_> = table
-        .models()
-        .iter()
-        .map(|m| serde_json::json!({"id": m.name, "object": "model", "created": 0, "owned_by": "llm-cache-mesh", "version": m.version}))
-        .collect();
+    let data: Vec<_> = table.models().iter().map(model_object).collect();
     Json(serde_json::json!({"object": "list", "data": data}))
+}
+
+/// `GET /v1/models/{id}`: one served model (the OpenAI SDKs' `models.retrieve`), or 404
+/// `model_not_found`.
+pub async fn model(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
+    let table = state.path().models().current();
+    match table.models().iter().find(|m| m.name == id) {
+        Some(model) => Json(model_object(model)).into_response(),
+        None => error_response(&RequestError::model_not_found(&id)),
+    }
+}
+
+/// A model in OpenAI's shape, with the version the mesh serves it at.
+fn model_object(model: &shared::models::ModelRef) -> serde_json::Value {
+    serde_json::json!({"id": model.name, "object": "model", "created": 0, "owned_by": "llm-cache-mesh", "version": model.version})
 }
 
 /// Any unknown path.

@@ -68,14 +68,26 @@ impl Mesh {
             .set("listen", format!("127.0.0.1:{}", self.ports.cores[index]))
             .path("data_dir", &data)
             .set("peers", peers)
-            .set("pods", vec![self.pod_url()])
-            .set("tenants", self.tenant_names())
-            .set("bootstrap", index == 0)
-            .write(&self.config_path(&name))?;
+            .set("tenants", self.tenant_names());
+        let config = match self.spec.pod_as_openai_backend {
+            true => config.set("openai_backends", vec![self.pod_as_openai_backend()]),
+            false => config.set("pods", vec![self.pod_url()]),
+        };
+        let config = config.set("bootstrap", index == 0).write(&self.config_path(&name))?;
         let mut command = Command::new(paths::binary("core-node"));
         command.arg("--config").arg(config);
         self.give_identity(&mut command, &name);
+        // Extra flags of the spec override the file.
+        command.args(&self.spec.core_args);
         ManagedProcess::spawn(&name, command, &self.log_dir())
+    }
+
+    /// The pod as a `--openai-backends` value: the spec's first model at the pod's `/v1` (plain HTTP:
+    /// the pod's certificate names its role, not the loopback address a client dials).
+    fn pod_as_openai_backend(&self) -> String {
+        let model = self.spec.models.split(',').next().unwrap_or_default();
+        let model = model.split('@').next().unwrap_or_default().trim();
+        format!("{model}=http://127.0.0.1:{}/v1", self.ports.pod)
     }
 
     /// Starts regional node `index`, with its peers (through the fault proxies when the spec asks).

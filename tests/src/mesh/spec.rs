@@ -46,6 +46,11 @@ pub struct MeshSpec {
     pub tls: bool,
     /// CPU threads of the pod's kernels (its default, 1, when `None`).
     pub pod_threads: Option<usize>,
+    /// The core nodes reach the pod as an OpenAI-compatible server (`--openai-backends`, the pod's
+    /// `/v1/chat/completions`) instead of over gRPC (`--pods`).
+    pub pod_as_openai_backend: bool,
+    /// Extra flags for every core node.
+    pub core_args: Vec<String>,
 }
 
 impl MeshSpec {
@@ -68,6 +73,8 @@ impl MeshSpec {
             edge_vars: Vec::new(),
             tls: false,
             pod_threads: None,
+            pod_as_openai_backend: false,
+            core_args: Vec::new(),
         }
     }
 }

@@ -1,4 +1,5 @@
-//! `inference-pod`: serves SmolLM2-135M-Instruct over gRPC to the core cluster.
+//! `inference-pod`: serves SmolLM2-135M-Instruct over gRPC to the core cluster and over an
+//! OpenAI-compatible HTTP API.
 //!
 //! Only parses the command line, sets up tracing and calls [`inference_pod::run`].
 
@@ -20,7 +21,7 @@ fn main() -> anyhow::Result<()> {
     daemon_runtime::logging::init("info");
 
     let credential = args.identity.load()?;
-    let config = args.pod_config(credential);
+    let config = args.pod_config(credential)?;
 
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
