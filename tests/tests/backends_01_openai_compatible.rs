@@ -19,13 +19,15 @@ fn ask(text: &str, extra: serde_json::Value) -> serde_json::Value {
     body
 }
 
+/// The core node's `/metrics`.
+fn core_metrics(mesh: &Mesh) -> anyhow::Result<String> {
+    let url = format!("{}/metrics", mesh.core_url(0));
+    Ok(client::agent(Duration::from_secs(5)).get(&url).call()?.body_mut().read_to_string()?)
+}
+
 /// `mesh_core_pod_generate_total` of the core node's backend `backend`.
 fn generations_sent(mesh: &Mesh, backend: &str) -> anyhow::Result<f64> {
-    let text = client::agent(Duration::from_secs(5))
-        .get(&format!("{}/metrics", mesh.core_url(0)))
-        .call()?
-        .body_mut()
-        .read_to_string()?;
+    let text = core_metrics(mesh)?;
     let series = format!("mesh_core_pod_generate_total{{pod=\"{backend}\"}} ");
     Ok(text.lines().find_map(|l| l.strip_prefix(&series)).and_then(|v| v.trim().parse().ok()).unwrap_or(0.0))
 }
@@ -66,6 +68,15 @@ fn the_core_serves_and_caches_through_an_openai_compatible_backend() -> anyhow::
     assert_eq!(whole.header("x-cache"), Some("HIT-REGIONAL"));
     assert_eq!(whole.content().unwrap_or_default(), streamed.content());
     assert_eq!(generations_sent(&mesh, &backend)?, 2.0);
+    let metrics = core_metrics(&mesh)?;
+    let decode =
+        format!("mesh_core_backend_decode_tokens_per_second{{backend=\"{backend}\",kind=\"openai\"}} ");
+    let rate: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&decode))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0);
+    assert!(rate > 0.0, "routing measured the backend's decode rate: {decode}in\n{metrics}");
 
     // The SDKs' models.list and models.retrieve.
     let listed = regional.get("/v1/models")?.json();

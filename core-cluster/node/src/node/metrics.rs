@@ -251,6 +251,30 @@ fn backend_health(mut text: MetricsText, backends: &Backends) -> MetricsText {
         );
     }
     for backend in backends.all() {
+        text = text.gauge(
+            "mesh_core_backend_breaker_open",
+            "1 while the model backend's circuit breaker keeps generations away.",
+            &[("backend", backend.url()), ("kind", backend.kind_name())],
+            if backend.is_open() { 1.0 } else { 0.0 },
+        );
+    }
+    for backend in backends.all().iter().filter(|b| b.rates().is_measured()) {
+        text = text.gauge(
+            "mesh_core_backend_prefill_tokens_per_second",
+            "The model backend's measured prompt tokens a second for one request (moving average), as routing predicts with.",
+            &[("backend", backend.url()), ("kind", backend.kind_name())],
+            backend.rates().now().prefill_tokens_per_s,
+        );
+    }
+    for backend in backends.all().iter().filter(|b| b.rates().is_measured()) {
+        text = text.gauge(
+            "mesh_core_backend_decode_tokens_per_second",
+            "The model backend's measured generated tokens a second for one request (moving average).",
+            &[("backend", backend.url()), ("kind", backend.kind_name())],
+            backend.rates().now().decode_tokens_per_s,
+        );
+    }
+    for backend in backends.all() {
         text = text.counter(
             "mesh_core_pod_failures_total",
             "Failed calls to each model backend.",
