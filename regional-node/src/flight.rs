@@ -71,6 +71,8 @@ pub struct Flight {
     log: Mutex<Vec<FlightItem>>,
     /// The number of items in the log, for waking subscribers.
     length: watch::Sender<usize>,
+    /// The model answering instead of the asked one (the core fell back), set before any item.
+    fallback_model: Mutex<Option<String>>,
 }
 
 /// Whether a request leads the flight for its key or follows one already in the air.
@@ -135,7 +137,7 @@ impl Default for Flight {
 impl Flight {
     /// A flight of its own, in no [`Flights`] map (for a request that must not be coalesced).
     pub fn new() -> Self {
-        Self { log: Mutex::new(Vec::new()), length: watch::channel(0).0 }
+        Self { log: Mutex::new(Vec::new()), length: watch::channel(0).0, fallback_model: Mutex::new(None) }
     }
 
     fn push(&self, item: FlightItem) {
@@ -145,6 +147,16 @@ impl Flight {
         }
         log.push(item);
         self.length.send_replace(log.len());
+    }
+
+    /// Records that `model` answers instead of the asked one (before any item is published).
+    pub fn fall_back_to(&self, model: &str) {
+        *self.fallback_model.lock().unwrap_or_else(PoisonError::into_inner) = Some(model.to_owned());
+    }
+
+    /// The model answering instead of the asked one, if the core fell back.
+    pub fn fallback_model(&self) -> Option<String> {
+        self.fallback_model.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Publishes generated text.
@@ -182,6 +194,12 @@ pub struct Subscription {
 }
 
 impl Subscription {
+    /// The model answering instead of the asked one, if the core fell back (known once the first item
+    /// has come).
+    pub fn fallback_model(&self) -> Option<String> {
+        self.flight.fallback_model()
+    }
+
     /// The next item, waiting for it; `None` after the landing (or if the flight was abandoned
     /// without one, which [`Flights`] users prevent by always landing).
     pub async fn next(&mut self) -> Option<FlightItem> {

@@ -60,6 +60,8 @@ pub struct RegionalMetrics {
     pub coalesced: Counter,
     /// Generations this node stopped waiting for because every client of the flight had left.
     pub flights_abandoned: Counter,
+    /// Answers the core gave with the asked model's fallback model.
+    pub fallbacks: Counter,
     /// Calls to the core, by kind.
     pub core_calls: Family<CoreCall, Counter>,
     /// Requests that failed because the core could not answer.
@@ -83,6 +85,7 @@ impl Default for RegionalMetrics {
             misses: Counter::default(),
             coalesced: Counter::default(),
             flights_abandoned: Counter::default(),
+            fallbacks: Counter::default(),
             core_calls: Family::default(),
             core_errors: Counter::default(),
             stale_served: Counter::default(),
@@ -153,6 +156,12 @@ impl RegionalMetrics {
                 "Generations no longer followed here because every client of the flight had left.",
                 &r,
                 &self.flights_abandoned,
+            )
+            .counter(
+                "mesh_regional_fallbacks_total",
+                "Answers the core gave with the asked model's fallback model.",
+                &r,
+                &self.fallbacks,
             )
             .family(
                 "mesh_regional_request_seconds",

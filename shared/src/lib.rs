@@ -66,6 +66,9 @@ pub const CACHE_SIMILARITY_HEADER: &str = "x-cache-similarity";
 pub const CACHE_MATCHED_KEY_HEADER: &str = "x-cache-matched-key";
 /// Header set (`true`) on an answer shared with an identical request that was already in flight.
 pub const CACHE_COALESCED_HEADER: &str = "x-cache-coalesced";
+/// The model that answered instead of the one asked for (the core fell back to it): its name. The
+/// response's `model` field names it too, and no edge keeps the answer under the asked model's key.
+pub const MODEL_FALLBACK_HEADER: &str = "x-model-fallback";
 /// Header with a cached answer's creation time at the core (Unix milliseconds, the core's log time), which
 /// the edge compares with the core's invalidations.
 pub const CACHE_CREATED_HEADER: &str = "x-cache-created-ms";

@@ -3,6 +3,7 @@
 //! `cargo test --release --workspace --test all -- regional_04` (the same package selection as `make test`, so nothing is rebuilt).
 
 mod backends_01_openai_compatible;
+mod backends_02_fallback;
 mod basic_01_edge_path;
 mod basic_02_trace;
 mod core_01_leader_kill_under_load;

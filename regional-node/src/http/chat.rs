@@ -23,7 +23,8 @@ use tracing::Instrument as _;
 
 use super::choices::{Gathered, Shape};
 use super::respond::{
-    cache_headers, entry_response, mark_coalesced, semantic_headers, with_headers, Labels, EVENT_STREAM,
+    cache_headers, entry_response, mark_coalesced, mark_fallback, semantic_headers, with_headers, Labels,
+    EVENT_STREAM,
 };
 use crate::caller::resolve_tenant;
 use crate::clock::now_ms;
@@ -62,6 +63,7 @@ pub async fn chat_completions(
     let class = Labels { class: admitted.class, store: admitted.caching.store };
     // What a streamed answer's chunks carry, made only for a request that streams.
     let delivery = admitted.request.delivery;
+    let model = admitted.request.model.name.clone();
     let shape = Shape::of(&admitted.request.sampling);
     let head = delivery.is_stream().then(|| StreamStart {
         id: key.completion_id(),
@@ -71,7 +73,7 @@ pub async fn chat_completions(
         shape,
     });
     let answered = state.path().answer(admitted).instrument(span).await;
-    let reply = Reply { delivery, key: key.as_str(), class, shape };
+    let reply = Reply { delivery, key: key.as_str(), class, shape, model: &model };
     let response = match answered {
         Ok(Answered::Ready(outcome)) => Ok(reply.outcome_response(&outcome, false)),
         Ok(Answered::Flight { subscription, coalesced }) => {
@@ -114,12 +116,17 @@ struct Reply<'a> {
     key: &'a str,
     class: Labels,
     shape: Shape,
+    /// The model asked for.
+    model: &'a str,
 }
 
 impl Reply<'_> {
     fn headers(&self, outcome: &Outcome, coalesced: bool) -> HeaderMap {
         let mut headers =
             cache_headers(outcome.x_cache, self.key, &outcome.timing, self.class, Some(&outcome.entry));
+        if outcome.entry.model != self.model {
+            mark_fallback(&mut headers, &outcome.entry.model);
+        }
         if let Some(hit) = &outcome.semantic {
             semantic_headers(&mut headers, hit);
         }
@@ -163,11 +170,20 @@ impl Reply<'_> {
             Some(item) => item,
             None => return Err(RequestError::upstream(502, "the answer's flight ended without one").into()),
         };
+        // The core says so before anything else when the fallback model answers.
+        let fallback = subscription.fallback_model();
+        let head = match &fallback {
+            Some(model) => StreamStart { model: model.clone(), ..head },
+            None => head,
+        };
         let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
         tokio::spawn(head.relay(first, subscription, tx));
         let mut headers = cache_headers(X_CACHE_MISS, self.key, &ServerTiming::default(), self.class, None);
         if coalesced {
             mark_coalesced(&mut headers);
+        }
+        if let Some(model) = &fallback {
+            mark_fallback(&mut headers, model);
         }
         Ok(with_headers(StatusCode::OK, EVENT_STREAM, Body::from_stream(ReceiverStream::new(rx)), headers))
     }

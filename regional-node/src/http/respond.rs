@@ -78,6 +78,13 @@ pub fn mark_coalesced(headers: &mut HeaderMap) {
     headers.insert(HeaderName::from_static(shared::CACHE_COALESCED_HEADER), HeaderValue::from_static("true"));
 }
 
+/// Marks an answer the asked model's fallback gave: names the model, and keeps the edge from storing it
+/// under the asked model's key (`no-store`; it is cached here and at the core under the fallback's).
+pub fn mark_fallback(headers: &mut HeaderMap, model: &str) {
+    insert(headers, HeaderName::from_static(shared::MODEL_FALLBACK_HEADER), model);
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+}
+
 fn insert(headers: &mut HeaderMap, name: HeaderName, value: &str) {
     if let Ok(value) = HeaderValue::from_str(value) {
         headers.insert(name, value);

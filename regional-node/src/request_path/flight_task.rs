@@ -147,6 +147,11 @@ impl FlightTask {
                         return Err(RegionalError::Request(left));
                     }
                 }
+                Some(Event::Fallback(fallback)) => {
+                    tracing::warn!(trace_id = %admitted.trace.trace_id(), model = %admitted.request.model.name, fallback = %fallback.model, reason = %fallback.reason, "the core answers with the fallback model");
+                    path.metrics.fallbacks.inc();
+                    self.flight.fall_back_to(&fallback.model);
+                }
                 Some(Event::Done(done)) => {
                     let entry = done
                         .entry
@@ -156,7 +161,11 @@ impl FlightTask {
                         .answering(admitted.query());
                     if admitted.caching.store {
                         path.remember(entry.clone());
-                        path.index_question(question, &entry.tenant, &entry.key);
+                        // The question was embedded in the asked model's partition; a fallback's answer
+                        // is not that model's, so it is found by its own key only.
+                        if self.flight.fallback_model().is_none() {
+                            path.index_question(question, &entry.tenant, &entry.key);
+                        }
                     }
                     let mut timing = ServerTiming::default();
                     timing

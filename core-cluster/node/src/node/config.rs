@@ -8,7 +8,8 @@ use std::time::Duration;
 use clap::Parser;
 use shared::models::{ModelRef, ModelTable};
 
-use super::backends::{OpenAiBackendSpec, OpenAiTimeouts, Routing};
+use super::backends::settings::parse_fallback;
+use super::backends::{FallbackPolicy, OpenAiBackendSpec, OpenAiTimeouts, Routing};
 use super::error::CoreError;
 use super::types::NodeId;
 use crate::node::writes::validate;
@@ -62,6 +63,17 @@ pub struct NodeArgs {
     /// own, at the backend's measured prefill and decode rates, finish first) or `round-robin`.
     #[arg(long, env = "MESH_CORE_BACKEND_ROUTING", value_enum, default_value_t = Routing::PredictedTime)]
     pub backend_routing: Routing,
+    /// Lighter models that answer for a model that cannot, as `PRIMARY=FALLBACK`, comma-separated: when
+    /// every backend of PRIMARY fails or none is up (or, with `--fallback-ttft-ms`, none is predicted to
+    /// start in time), FALLBACK answers; the answer says so (its `model` and `X-Model-Fallback`) and is
+    /// cached under FALLBACK's key only. FALLBACK must be a registered model with backends of its own.
+    #[arg(long, env = "MESH_CORE_FALLBACK_MODELS", value_delimiter = ',', value_parser = parse_fallback)]
+    pub fallback_models: Vec<(String, String)>,
+    /// Send a generation to its model's fallback at once when every backend's predicted time to first
+    /// token (the work queued there and the prompt, at its measured rates) is longer than this many
+    /// milliseconds; 0 falls back only on failure.
+    #[arg(long, env = "MESH_CORE_FALLBACK_TTFT_MS", default_value_t = 0)]
+    pub fallback_ttft_ms: u64,
     /// Models registered when `--bootstrap` forms the cluster, as `name@version`, comma-separated.
     #[arg(long, env = "MESH_CORE_MODELS", default_value = shared::models::DEFAULT_MODELS)]
     pub models: String,
@@ -134,6 +146,8 @@ impl NodeArgs {
                 retries: self.backend_retries,
             },
             backend_routing: self.backend_routing,
+            fallbacks: FallbackPolicy::new(&self.fallback_models, self.fallback_ttft_ms)
+                .map_err(|e| CoreError::Config(format!("--fallback-models: {e}")))?,
             bootstrap: self.bootstrap,
             identity: self.identity.load()?,
             raft: RaftTuning {
@@ -186,6 +200,8 @@ pub struct NodeConfig {
     pub backend_timeouts: OpenAiTimeouts,
     /// How a generation picks among its model's backends.
     pub backend_routing: Routing,
+    /// Which model answers for one that cannot.
+    pub fallbacks: FallbackPolicy,
     /// Whether to form the cluster from `peers` when this node has no Raft state.
     pub bootstrap: bool,
     /// The secret every gRPC call between tiers carries.

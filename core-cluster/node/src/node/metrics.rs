@@ -55,6 +55,8 @@ pub struct Metrics {
     pub completions: Family<CacheResult, Counter>,
     /// Completions that ended in an error.
     pub complete_errors: Counter,
+    /// Completions the asked model's fallback answered.
+    pub fallbacks: Counter,
     /// Writes this node forwarded to the leader and saw committed.
     pub forwarded_writes: Counter,
     /// Requests per proposal (group commit batch sizes).
@@ -76,6 +78,7 @@ impl Default for Metrics {
             lookups: Family::default(),
             completions: Family::default(),
             complete_errors: Counter::default(),
+            fallbacks: Counter::default(),
             forwarded_writes: Counter::default(),
             proposal_requests: Histogram::with_bounds(BATCH_BOUNDS),
             refreshed: Counter::default(),
@@ -145,6 +148,12 @@ impl Metrics {
             "Completions that ended in an error.",
             &[],
             &self.complete_errors,
+        )
+        .counter(
+            "mesh_core_fallbacks_total",
+            "Completions answered by the asked model's fallback model (--fallback-models).",
+            &[],
+            &self.fallbacks,
         )
         .counter(
             "mesh_core_forwarded_writes_total",

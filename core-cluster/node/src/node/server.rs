@@ -94,13 +94,16 @@ pub async fn run(
     let formed = config.bootstrap && bootstrap(&raft, &config).await?;
 
     let metrics = Arc::new(Metrics::default());
-    let backends = Arc::new(Backends::new(
-        &config.pods,
-        &config.openai_backends,
-        config.backend_timeouts,
-        config.backend_routing,
-        config.identity.clone(),
-    )?);
+    let backends = Arc::new(
+        Backends::new(
+            &config.pods,
+            &config.openai_backends,
+            config.backend_timeouts,
+            config.backend_routing,
+            config.identity.clone(),
+        )?
+        .with_fallbacks(config.fallbacks.clone()),
+    );
     let prober = tokio::spawn(backends.clone().watch(BACKEND_PROBE_INTERVAL));
     let group = GroupCommit::start(config.id, raft.clone(), metrics.clone());
     let writer = Writer::new(

@@ -162,15 +162,28 @@ impl Backend {
     /// Where the backend stands for `request` (its work `own`): when it would finish there, behind what
     /// is queued, at the backend's measured speed.
     pub fn standing(&self, request: &GenerateRequest, own: Work) -> Standing {
+        let (short, queued) = self.queued(request, own)?;
+        Some((short, self.rates.predicted_us(queued, own)))
+    }
+
+    /// When `request` (its work `own`) would see its first token here: the work queued and its prompt,
+    /// at the measured rates; `None` when the backend would not take it.
+    pub fn predicted_ttft_us(&self, request: &GenerateRequest, own: Work) -> Option<u64> {
+        let (_, queued) = self.queued(request, own)?;
+        Some(self.rates.predicted_us(queued, Work { prompt: own.prompt, output: 0 }))
+    }
+
+    /// The work queued here ahead of `request`, with whether the backend is short of room for it;
+    /// `None` when it serves another model or its breaker is open.
+    fn queued(&self, request: &GenerateRequest, own: Work) -> Option<(bool, Work)> {
         if !self.breaker.admits(Instant::now()) {
             return None;
         }
         let in_flight = self.in_flight.work();
-        let (short, queued) = match &self.kind {
-            BackendKind::Pod(pod) => pod.queued(&request.model, own, in_flight)?,
-            BackendKind::OpenAi(server) => (false, server.serves(&request.model).then_some(in_flight)?),
-        };
-        Some((short, self.rates.predicted_us(queued, own)))
+        match &self.kind {
+            BackendKind::Pod(pod) => pod.queued(&request.model, own, in_flight),
+            BackendKind::OpenAi(server) => server.serves(&request.model).then_some((false, in_flight)),
+        }
     }
 
     /// Starts `request` (its work `own`) on this backend. A refusal the next backend may not share

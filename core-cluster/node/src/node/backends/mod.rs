@@ -38,7 +38,7 @@ use tonic::Code;
 
 pub use backend::{Backend, BackendKind, InFlight};
 pub use prediction::Work;
-pub use settings::{OpenAiBackendSpec, OpenAiTimeouts, Routing};
+pub use settings::{FallbackPolicy, OpenAiBackendSpec, OpenAiTimeouts, Routing};
 
 use super::error::CoreError;
 use daemon_runtime::TierIdentity;
@@ -54,6 +54,8 @@ pub struct Backends {
     routing: Routing,
     /// Round robin's next turn.
     turn: AtomicUsize,
+    /// Which model answers for one that cannot.
+    fallbacks: FallbackPolicy,
 }
 
 impl Backends {
@@ -74,7 +76,35 @@ impl Backends {
             let client = openai::OpenAiClient::new(spec, timeouts)?;
             backends.push(Backend::new(&spec.url, BackendKind::OpenAi(client)));
         }
-        Ok(Self { backends, routing, turn: AtomicUsize::new(0) })
+        Ok(Self { backends, routing, turn: AtomicUsize::new(0), fallbacks: FallbackPolicy::default() })
+    }
+
+    /// The same backends with `fallbacks` as their fallback policy.
+    pub fn with_fallbacks(self, fallbacks: FallbackPolicy) -> Self {
+        Self { fallbacks, ..self }
+    }
+
+    /// `model`'s fallback model, if it has one.
+    pub fn fallback_for(&self, model: &str) -> Option<&str> {
+        self.fallbacks.fallback_for(model)
+    }
+
+    /// Why `request` should go to its model's fallback before any backend is tried: the soonest
+    /// predicted first token among its backends is past the time-to-first-token target. `None` when
+    /// it has no fallback, no target is set, or a backend is predicted in time (or none is measured).
+    pub fn too_slow(&self, request: &GenerateRequest) -> Option<String> {
+        let target = self.fallbacks.ttft_target?;
+        self.fallback_for(&request.model)?;
+        let own = prediction::predicted_work(request);
+        let measured = self.backends.iter().filter(|b| b.rates().is_measured());
+        let soonest = measured.filter_map(|b| b.predicted_ttft_us(request, own)).min()?;
+        (soonest > target.as_micros() as u64).then(|| {
+            format!(
+                "first token predicted in {} ms, past the {} ms target",
+                soonest / 1000,
+                target.as_millis()
+            )
+        })
     }
 
     /// Whether no backend is configured (the node then serves the store only).

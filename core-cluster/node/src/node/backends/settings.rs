@@ -1,6 +1,7 @@
 //! What configures the OpenAI-compatible backends: one `--openai-backend` value per server, and the
 //! timeouts and retries they share.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -60,6 +61,48 @@ impl std::str::FromStr for OpenAiBackendSpec {
     }
 }
 
+/// Which lighter model answers for a model that cannot (`--fallback-models`), and when.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FallbackPolicy {
+    /// Model -> its fallback.
+    pub models: BTreeMap<String, String>,
+    /// Fall back before trying when every backend's predicted time to first token is longer than this.
+    pub ttft_target: Option<Duration>,
+}
+
+impl FallbackPolicy {
+    /// The policy from `PRIMARY=FALLBACK` pairs and a time-to-first-token target in ms (0: none).
+    pub fn new(pairs: &[(String, String)], ttft_target_ms: u64) -> Result<Self, String> {
+        let mut models = BTreeMap::new();
+        for (model, fallback) in pairs {
+            if model == fallback {
+                return Err(format!("{model} cannot be its own fallback"));
+            }
+            if models.insert(model.clone(), fallback.clone()).is_some() {
+                return Err(format!("{model} has two fallbacks"));
+            }
+        }
+        let ttft_target = (ttft_target_ms > 0).then(|| Duration::from_millis(ttft_target_ms));
+        Ok(Self { models, ttft_target })
+    }
+
+    /// `model`'s fallback, if it has one.
+    pub fn fallback_for(&self, model: &str) -> Option<&str> {
+        self.models.get(model).map(String::as_str)
+    }
+}
+
+/// Parses one `PRIMARY=FALLBACK` item of `--fallback-models`.
+pub fn parse_fallback(item: &str) -> Result<(String, String), String> {
+    let (model, fallback) =
+        item.split_once('=').ok_or_else(|| format!("{item:?} is not PRIMARY=FALLBACK"))?;
+    let (model, fallback) = (model.trim(), fallback.trim());
+    if model.is_empty() || fallback.is_empty() {
+        return Err(format!("{item:?} names no model"));
+    }
+    Ok((model.to_owned(), fallback.to_owned()))
+}
+
 /// How a generation picks among the backends of its model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Routing {
@@ -109,6 +152,19 @@ mod tests {
         );
         let plain: OpenAiBackendSpec = "m=http://127.0.0.1:8080/v1".parse().expect("parses");
         assert_eq!((plain.upstream_model.as_str(), plain.key_file), ("m", None));
+    }
+
+    #[test]
+    fn fallbacks_are_pairs_of_other_models() {
+        let pairs = vec![parse_fallback("big = small").expect("pair")];
+        let policy = FallbackPolicy::new(&pairs, 1500).expect("policy");
+        assert_eq!(policy.fallback_for("big"), Some("small"));
+        assert_eq!(policy.fallback_for("small"), None);
+        assert_eq!(policy.ttft_target, Some(Duration::from_millis(1500)));
+        assert_eq!(FallbackPolicy::new(&pairs, 0).expect("policy").ttft_target, None);
+        assert!(parse_fallback("big").is_err() && parse_fallback("=small").is_err());
+        assert!(FallbackPolicy::new(&[("a".into(), "a".into())], 0).is_err());
+        assert!(FallbackPolicy::new(&[("a".into(), "b".into()), ("a".into(), "c".into())], 0).is_err());
     }
 
     #[test]

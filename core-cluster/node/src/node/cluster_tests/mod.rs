@@ -71,6 +71,7 @@ impl Cluster {
             openai_backends: Vec::new(),
             backend_timeouts: crate::node::backends::OpenAiTimeouts::default(),
             backend_routing: crate::node::backends::Routing::default(),
+            fallbacks: crate::node::backends::FallbackPolicy::default(),
             bootstrap: id == 1,
             identity: credential(),
             raft: self.tuning.clone(),
@@ -159,7 +160,7 @@ async fn complete(addr: SocketAddr, key: &str, text: &str) -> Result<(String, Co
         match event.event {
             Some(complete_event::Event::Delta(d)) => streamed.push_str(&d.text),
             Some(complete_event::Event::Done(done)) => return Ok((streamed, done)),
-            Some(complete_event::Event::ChoiceDone(_)) | None => {}
+            Some(complete_event::Event::ChoiceDone(_) | complete_event::Event::Fallback(_)) | None => {}
         }
     }
     Err(Status::internal("stream ended without Done"))

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use proto::cache::core_cache_server::CoreCache;
 use proto::cache::{
-    complete_event, CompleteDone, CompleteEvent, CompleteRequest, LookupReply, LookupRequest, ModelsReply,
-    ModelsRequest, ServedModel, WatchEvent, WatchRequest,
+    complete_event, CompleteDone, CompleteEvent, CompleteRequest, FallbackStarted, LookupReply,
+    LookupRequest, ModelsReply, ModelsRequest, ServedModel, WatchEvent, WatchRequest,
 };
 use proto::convert::GeneratedEntry;
 use proto::inference::{generate_event, GenerateDone, GenerateRequest, Timings};
@@ -25,6 +25,7 @@ use crate::node::context::NodeContext;
 use crate::node::convert;
 use crate::node::error::CoreError;
 use crate::node::services::change_feed;
+use crate::node::services::fallback::{self, Generating, Start};
 use crate::node::state_machine::now_ms;
 use crate::node::types::{self, Command, Outcome, Prompt};
 use crate::node::writes::validate;
@@ -51,22 +52,22 @@ impl CacheService {
 }
 
 /// A `Complete` request that passed validation.
-#[derive(Debug)]
-struct CompleteInput {
+#[derive(Debug, Clone)]
+pub struct CompleteInput {
     /// The cache key to store the result under.
-    key: String,
+    pub key: String,
     /// The model version the key was derived for.
-    model_version: u64,
+    pub model_version: u64,
     /// How long the result stays fresh, in seconds.
-    ttl_s: u64,
+    pub ttl_s: u64,
     /// What to generate (tenant, model, messages, sampling).
-    generate: GenerateRequest,
+    pub generate: GenerateRequest,
     /// The caller's content class.
-    content_class: String,
+    pub content_class: String,
     /// Generate even if the state holds an answer.
-    fresh: bool,
+    pub fresh: bool,
     /// Do not commit the answer.
-    no_store: bool,
+    pub no_store: bool,
 }
 
 fn validate_complete(request: CompleteRequest) -> Result<CompleteInput, CoreError> {
@@ -105,6 +106,10 @@ fn prompt_of(generate: &GenerateRequest) -> Option<Prompt> {
 fn done_event(entry: CachedCompletion, timings: Option<Timings>, commit_us: u64) -> CompleteEvent {
     let done = CompleteDone { entry: Some(entry.into()), timings, commit_us };
     CompleteEvent { event: Some(complete_event::Event::Done(done)) }
+}
+
+fn fallback_event(fallback: FallbackStarted) -> CompleteEvent {
+    CompleteEvent { event: Some(complete_event::Event::Fallback(fallback)) }
 }
 
 fn micros(d: Duration) -> u64 {
@@ -194,16 +199,29 @@ impl CoreCache for CacheService {
         metrics.completions.get(CacheResult::Miss).inc();
 
         tracing::info!("generating on a model backend");
-        let (backend, stream, in_flight) =
-            match self.node.backends.generate(input.generate.clone(), &trace).await {
-                Ok((backend, stream, in_flight)) => (backend.to_owned(), stream, in_flight),
-                Err(e) => {
-                    metrics.complete_errors.inc();
-                    tracing::warn!(error = %e, "no backend took the generation");
-                    return Err(e.into());
-                }
-            };
+        let generating = match fallback::start(&self.node, input, &trace).await {
+            Ok(Start::Generating(generating)) => generating,
+            Ok(Start::Stored { entry, fallback }) => {
+                let (tx, rx) = mpsc::channel(2);
+                // A fresh channel with room for both events: these sends cannot fail.
+                let _ = tx.try_send(Ok(fallback_event(fallback)));
+                let _ = tx.try_send(Ok(done_event(entry, None, 0)));
+                metrics.complete_seconds.observe(started.elapsed().as_secs_f64());
+                tracing::info!(hit = true, fallback = true, "complete");
+                return Ok(Response::new(ReceiverStream::new(rx)));
+            }
+            Err(e) => {
+                metrics.complete_errors.inc();
+                tracing::warn!(error = %e, "no backend took the generation");
+                return Err(e.into());
+            }
+        };
+        let Generating { backend, stream, in_flight, input, fallback } = generating;
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+        if let Some(fallback) = fallback {
+            // The channel is new and has room: this send cannot fail.
+            let _ = tx.try_send(Ok(fallback_event(fallback)));
+        }
         // Generation and commit run on their own task so that a caller who hangs up mid-stream does not
         // stop the entry from being committed; a generation that will not be stored ends with its caller.
         let span = tracing::info_span!("core.complete.generate", backend = %backend);
