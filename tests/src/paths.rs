@@ -60,3 +60,8 @@ pub fn sharegpt_json() -> PathBuf {
 pub fn edge_dir() -> PathBuf {
     repo_root().join("edge-worker")
 }
+
+/// The official OpenAI Python SDK (`.ci/setup.sh sdk`), for `PYTHONPATH`.
+pub fn openai_sdk() -> PathBuf {
+    repo_root().join(".cache/openai-sdk")
+}

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use mesh_harness::{client, Mesh, MeshSpec};
+use mesh_harness::{client, paths, Mesh, MeshSpec};
 use serde_json::json;
 
 const MODEL: &str = "smollm2-135m-instruct";
@@ -86,6 +86,40 @@ fn the_core_serves_and_caches_through_an_openai_compatible_backend() -> anyhow::
     let missing = regional.get("/v1/models/no-such-model")?;
     assert_eq!(missing.status, 404, "{}", missing.body);
     assert_eq!(missing.json()["error"]["code"], "model_not_found", "{}", missing.body);
+
+    // The official SDK, as an application uses it: every model listed is retrieved, and a question
+    // asked through it is the cached answer.
+    let sdk = paths::openai_sdk();
+    assert!(sdk.join("openai").exists(), "{} is missing: run .ci/setup.sh sdk", sdk.display());
+    let script = r#"
+import json, sys, openai
+client = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key=sys.argv[2], max_retries=0)
+ids = [model.id for model in client.models.list()]
+retrieved = [client.models.retrieve(model_id).id for model_id in ids]
+try:
+    client.models.retrieve("no-such-model")
+    missing = "found"
+except openai.NotFoundError:
+    missing = "not found"
+raw = client.chat.completions.with_raw_response.create(
+    model=sys.argv[3], temperature=0, max_tokens=24,
+    messages=[{"role": "user", "content": "Who wrote Romeo and Juliet?"}])
+print(json.dumps({"listed": ids, "retrieved": retrieved, "missing": missing,
+                  "x_cache": raw.headers.get("x-cache"), "content": raw.parse().choices[0].message.content}))
+"#;
+    let output = std::process::Command::new("python3")
+        .args(["-c", script, &mesh.regional_url(0), "sk-dev", MODEL])
+        .env("PYTHONPATH", &sdk)
+        .output()?;
+    anyhow::ensure!(output.status.success(), "the SDK: {}", String::from_utf8_lossy(&output.stderr));
+    let said: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    assert_eq!(said["listed"], json!([MODEL]), "{said}");
+    assert_eq!(said["retrieved"], said["listed"], "{said}");
+    assert_eq!(said["missing"], "not found", "{said}");
+    assert_eq!(
+        (said["x_cache"].as_str(), said["content"].as_str()),
+        (Some("HIT-REGIONAL"), Some(answer.as_str()))
+    );
 
     // A parameter the OpenAI API lacks is refused by name, OpenAI-shaped; nothing is generated.
     let refused = regional.chat(&ask("Count to three.", json!({"repetition_penalty": 1.3})))?;
