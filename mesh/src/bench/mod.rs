@@ -12,6 +12,7 @@
 //! - [`tls`]: `mesh bench tls`: exact hits and edge misses with mutual TLS against without.
 //! - [`e2e`]: `mesh bench e2e`: the mesh, the mesh with caching off, and GPTCache before llama-server.
 //! - [`propagation`]: `mesh bench propagation`: how long each tier takes to obey an invalidation.
+//! - [`upstream`]: `mesh bench upstream`: the mesh in front of `llama-server` against it alone.
 
 pub mod common;
 pub mod core;
@@ -21,6 +22,7 @@ pub mod pod;
 pub mod propagation;
 pub mod regional;
 pub mod tls;
+pub mod upstream;
 
 pub use common::report::Report;
 pub use core::suite::CoreBenchOptions;

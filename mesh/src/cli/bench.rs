@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 
 use crate::bench::propagation::suite::PropagationOptions;
 use crate::bench::tls::suite::TlsBenchOptions;
+use crate::bench::upstream::suite::UpstreamBenchOptions;
 use crate::bench::{
     self, CoreBenchOptions, E2eBenchOptions, EdgeBenchOptions, PodBenchOptions, RegionalBenchOptions, Report,
 };
@@ -35,6 +36,9 @@ pub enum BenchSuite {
     /// How long each tier (edge, regional nodes, core nodes) takes to stop serving an answer after the
     /// core acknowledged its invalidation: one key, a whole tenant, a model-version bump.
     Propagation(SuiteArgs<PropagationOptions>),
+    /// The mesh with caching off in front of `llama-server` against `llama-server` alone (the OpenAI
+    /// backend adapter's cost): time to first token and output tokens per second.
+    Upstream(SuiteArgs<UpstreamBenchOptions>),
 }
 
 /// One suite's command line: its options, then where to write its figures as JSON.
@@ -58,7 +62,8 @@ impl BenchSuite {
             Self::Tls(args) => args.report(bench::tls::suite::run),
             Self::E2e(args) => args.report(bench::e2e::suite::run),
             Self::Edge(args) => args.report(bench::edge::suite::run),
-            Self::Propagation(args) => propagation(&args),
+            Self::Propagation(args) => printed(&args, bench::propagation::suite::run),
+            Self::Upstream(args) => printed(&args, bench::upstream::suite::run),
         }
     }
 }
@@ -78,10 +83,13 @@ impl<T: Args> SuiteArgs<T> {
     }
 }
 
-/// Runs `mesh bench propagation`, which prints its own tables as it goes and has no stop check (so no
-/// stop handlers either), and writes its figures as JSON where asked.
-fn propagation(args: &SuiteArgs<PropagationOptions>) -> anyhow::Result<()> {
-    let figures = bench::propagation::suite::run(&args.options)?;
+/// Runs a suite that prints its own tables as it goes and has no stop check (so no stop handlers
+/// either: `propagation`, `upstream`), and writes its figures as JSON where asked.
+fn printed<T: Args>(
+    args: &SuiteArgs<T>,
+    run: impl FnOnce(&T) -> anyhow::Result<serde_json::Value>,
+) -> anyhow::Result<()> {
+    let figures = run(&args.options)?;
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&figures)? + "\n")?;
         println!("\nwrote {}", path.display());

@@ -69,9 +69,10 @@ impl Mesh {
             .path("data_dir", &data)
             .set("peers", peers)
             .set("tenants", self.tenant_names());
-        let config = match self.spec.pod_as_openai_backend {
-            true => config.set("openai_backends", vec![self.pod_as_openai_backend()]),
-            false => config.set("pods", vec![self.pod_url()]),
+        let config = match (self.spec.openai_backends.is_empty(), self.spec.pod_as_openai_backend) {
+            (false, _) => config.set("openai_backends", self.spec.openai_backends.clone()),
+            (true, true) => config.set("openai_backends", vec![self.pod_as_openai_backend()]),
+            (true, false) => config.set("pods", vec![self.pod_url()]),
         };
         let config = config.set("bootstrap", index == 0).write(&self.config_path(&name))?;
         let mut command = Command::new(paths::binary("core-node"));

@@ -49,6 +49,9 @@ pub struct MeshSpec {
     /// The core nodes reach the pod as an OpenAI-compatible server (`--openai-backends`, the pod's
     /// `/v1/chat/completions`) instead of over gRPC (`--pods`).
     pub pod_as_openai_backend: bool,
+    /// The core nodes' model backends are these OpenAI-compatible servers (`--openai-backends` values)
+    /// instead of the pod, when any is given (the pod still starts).
+    pub openai_backends: Vec<String>,
     /// Extra flags for every core node.
     pub core_args: Vec<String>,
 }
@@ -74,6 +77,7 @@ impl MeshSpec {
             tls: false,
             pod_threads: None,
             pod_as_openai_backend: false,
+            openai_backends: Vec::new(),
             core_args: Vec::new(),
         }
     }
