@@ -11,6 +11,7 @@
 //! - [`credential`]: the insecure development secret (no TLS), at least 32 bytes.
 //! - [`http_serving`]: the HTTP listener's limits (connections, header and idle timeouts) with or
 //!   without TLS.
+//! - [`request_body`]: reading a request body within a size limit and a deadline (413, 408).
 //! - [`failover`]: the failover channel both clients of the core cluster call through.
 //! - [`shutdown`]: the SIGINT/SIGTERM future every daemon stops on.
 //! - [`trace_context`]: the W3C trace context each tier continues, logs and passes on.
@@ -26,6 +27,7 @@ pub mod flag_table;
 pub mod http_serving;
 pub mod identity;
 pub mod logging;
+pub mod request_body;
 pub mod shutdown;
 pub mod trace_context;
 

@@ -98,7 +98,9 @@ async fn admit(
 ) -> Result<Admitted, RequestError> {
     let settings = state.settings();
     let tenant = resolve_tenant(headers, peer, &settings.tenants, &settings.identity)?;
-    let bytes = super::body::read_body(body, MAX_REQUEST_BYTES, settings.config.http_body_timeout()).await?;
+    let bytes =
+        daemon_runtime::request_body::read_body(body, MAX_REQUEST_BYTES, settings.config.http_body_timeout())
+            .await?;
     let parsed = parse_chat_request(&bytes, MAX_REQUEST_BYTES)?;
     let request = normalize(&parsed, &state.path().models().current(), state.limits())?;
     let cache_control: Vec<&str> =

@@ -107,7 +107,7 @@ pub async fn edge_hits(
         return crate::error::error_response(&error);
     }
     let deadline = state.settings().config.http_body_timeout();
-    let bytes = match super::body::read_body(body, MAX_HITS_BYTES, deadline).await {
+    let bytes = match daemon_runtime::request_body::read_body(body, MAX_HITS_BYTES, deadline).await {
         Ok(bytes) => bytes,
         Err(error) => return crate::error::error_response(&error),
     };

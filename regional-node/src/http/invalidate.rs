@@ -45,7 +45,9 @@ async fn run(
     state.invalidations().take(&tenant, std::time::Instant::now()).map_err(|retry_after_s| {
         RequestError::overloaded("too many invalidations from this tenant", retry_after_s)
     })?;
-    let bytes = super::body::read_body(body, MAX_BODY_BYTES, settings.config.http_body_timeout()).await?;
+    let bytes =
+        daemon_runtime::request_body::read_body(body, MAX_BODY_BYTES, settings.config.http_body_timeout())
+            .await?;
     let key = parse_key(&bytes)?;
     let done = state.path().invalidate(&tenant, &key).await?;
     tracing::info!(%tenant, %key, removed_at_core = done.removed, at_ms = done.at_ms, "invalidated");

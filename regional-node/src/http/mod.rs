@@ -1,6 +1,5 @@
 //! HTTP routes of the regional daemon.
 
-mod body;
 mod changes;
 mod chat;
 mod choices;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
@@ -68,7 +68,7 @@ async fn admit(
     id: &str,
     body: Body,
 ) -> Result<(GenerationRequest, Delivery), RequestError> {
-    let bytes = read_body(body).await?;
+    let bytes = daemon_runtime::request_body::read_body(body, MAX_REQUEST_BYTES, BODY_DEADLINE).await?;
     let request = parse_chat_request(&bytes, MAX_REQUEST_BYTES)?;
     let models = state.models.as_ref().ok_or_else(|| RequestError::model_not_found(&request.model))?;
     let normalized = normalize(&request, models, &Limits::default())?;
@@ -87,18 +87,6 @@ fn refuse_unserved(sampling: &Sampling) -> Result<(), RequestError> {
         return Err(RequestError::invalid_param("logprobs", "`logprobs` is not supported by this server"));
     }
     Ok(())
-}
-
-/// The whole body, at most [`MAX_REQUEST_BYTES`], read within [`BODY_DEADLINE`].
-async fn read_body(body: Body) -> Result<Bytes, RequestError> {
-    match tokio::time::timeout(BODY_DEADLINE, axum::body::to_bytes(body, MAX_REQUEST_BYTES)).await {
-        Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(_)) => Err(RequestError::too_large(MAX_REQUEST_BYTES)),
-        Err(_) => Err(RequestError::request_timeout(format!(
-            "the request body did not arrive within {} s",
-            BODY_DEADLINE.as_secs()
-        ))),
-    }
 }
 
 #[cfg(test)]
