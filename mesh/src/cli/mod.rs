@@ -85,6 +85,21 @@ mod tests {
     }
 
     #[test]
+    fn up_serves_gemma_only_when_asked() {
+        let up = |args: &[&str]| match Cli::try_parse_from(["mesh", "up"].iter().chain(args))
+            .expect("parses")
+            .command
+        {
+            Command::Up(up) => up,
+            other => panic!("not up: {other:?}"),
+        };
+        assert!(!up(&[]).upstream);
+        let with = up(&["--upstream", "--upstream-threads", "2"]);
+        assert!(with.upstream);
+        assert_eq!(with.upstream_threads, 2);
+    }
+
+    #[test]
     fn a_parsed_suite_stops_on_the_process_flag() {
         let BenchSuite::Core(core) = bench(&["core", "--clients", "2,8"]) else { panic!("not core") };
         assert!(std::ptr::eq(core.options.stop, crate::stop::flag()));
