@@ -12,6 +12,7 @@ use proto::cache::{CompleteEvent, CompleteRequest, LookupRequest, ModelsRequest,
 use proto::core::core_store_client::CoreStoreClient;
 use proto::core::{invalidate, write_outcome, write_request, Invalidate, WriteRequest};
 use shared::completion::CachedCompletion;
+use shared::model_spec::ModelSpec;
 use shared::models::{ModelRef, ModelTable};
 use tonic::transport::Channel;
 use tonic::{Status, Streaming};
@@ -106,7 +107,15 @@ impl CoreCacheClient {
             })
             .await?;
         let models = reply.into_inner().models;
-        Ok(ModelTable::from_models(models.into_iter().map(|m| ModelRef { name: m.name, version: m.version })))
+        let specs: Vec<(String, ModelSpec)> = models
+            .iter()
+            .filter_map(|m| Some((m.name.clone(), ModelSpec::try_from(m.spec.clone()?).ok()?)))
+            .collect();
+        let table = ModelTable::from_models(
+            models.into_iter().map(|m| ModelRef { name: m.name, version: m.version }),
+        );
+        Ok(table
+            .map(|table| specs.into_iter().fold(table, |table, (name, spec)| table.with_spec(&name, spec))))
     }
 
     /// Opens the core's change feed after `after_revision` on the first node that serves it. Returns

@@ -6,6 +6,7 @@
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
+use shared::model_spec::ModelSpec;
 use shared::models::ModelTable;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -42,6 +43,16 @@ impl ModelCatalog {
         tracing::info!(models = ?updated.models(), "model versions changed at the core");
         *table = Arc::new(updated);
         true
+    }
+
+    /// Takes `spec` as `model`'s registry metadata (a model the table does not serve yet gets it when
+    /// its version arrives, from the core's registry).
+    pub fn learn_spec(&self, model: &str, spec: &ModelSpec) {
+        let mut table = self.table.write().unwrap_or_else(PoisonError::into_inner);
+        if table.spec(model) != Some(spec) {
+            tracing::info!(%model, "model spec changed at the core");
+            *table = Arc::new((**table).clone().with_spec(model, spec.clone()));
+        }
     }
 
     /// Asks the refresher to ask the core now.
@@ -84,5 +95,16 @@ mod tests {
         assert!(catalog.learn(&registry));
         assert!(!catalog.learn(&registry), "nothing new the second time");
         assert_eq!(catalog.current().resolve("m").map(|m| m.version), Ok(2));
+    }
+
+    #[test]
+    fn learns_a_spec_from_the_feed_and_keeps_it_across_a_version_change() {
+        let catalog = ModelCatalog::new(ModelTable::parse("m@1").expect("valid"));
+        let spec = ModelSpec { context_length: 8192, ..Default::default() };
+        catalog.learn_spec("m", &spec);
+        assert_eq!(catalog.current().spec("m"), Some(&spec));
+        let registry = ModelTable::from_models([ModelRef { name: "m".into(), version: 2 }]).expect("one");
+        assert!(catalog.learn(&registry));
+        assert_eq!(catalog.current().spec("m"), Some(&spec), "a bump keeps the spec");
     }
 }

@@ -12,6 +12,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::model_spec::ModelSpec;
+
 /// One decision of the core.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -41,6 +43,13 @@ pub enum Change {
         model: String,
         /// Its current version.
         version: u64,
+    },
+    /// A model's registry metadata changed (context length, price, APIs, backend pool).
+    ModelSpec {
+        /// The model.
+        model: String,
+        /// Its metadata now.
+        spec: ModelSpec,
     },
     /// A tenant's settings that the tiers in front of the core apply.
     TenantSettings {
@@ -72,6 +81,9 @@ pub struct Resync {
     pub floor_ms: i64,
     /// Every model's current version.
     pub models: Vec<(String, u64)>,
+    /// The registry's metadata of the models that have any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub specs: Vec<(String, ModelSpec)>,
     /// Tenants that cache sampled answers.
     pub cache_sampled: Vec<String>,
 }

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::changes::{Change, Changes, Resync, Revised};
 use crate::completion::CachedCompletion;
+use crate::model_spec::ModelSpec;
 
 /// Key cutoffs remembered before the oldest is folded into the floor.
 pub const MAX_KEY_CUTOFFS: usize = 100_000;
@@ -40,6 +41,9 @@ pub struct Cutoffs {
     key_order: VecDeque<(String, i64)>,
     /// Tenants that cache sampled answers.
     cache_sampled: BTreeSet<String>,
+    /// Each model's registry metadata, as far as the feed said.
+    #[serde(default)]
+    specs: BTreeMap<String, ModelSpec>,
     /// The latest cutoff time applied (or the resync floor): a reader that resyncs from this view may
     /// serve nothing created at or before it.
     latest_ms: i64,
@@ -69,7 +73,13 @@ impl Cutoffs {
             floor_ms: self.latest_ms,
             models: self.current.iter().map(|(m, v)| (m.clone(), *v)).collect(),
             cache_sampled: self.cache_sampled.iter().cloned().collect(),
+            specs: self.specs.iter().map(|(m, s)| (m.clone(), s.clone())).collect(),
         }
+    }
+
+    /// Each model's registry metadata, as far as the feed said.
+    pub fn specs(&self) -> &BTreeMap<String, ModelSpec> {
+        &self.specs
     }
 
     /// Each model's current version, as far as the feed said.
@@ -121,6 +131,7 @@ impl Cutoffs {
         self.key_order.clear();
         self.current = resync.models.iter().cloned().collect();
         self.cache_sampled = resync.cache_sampled.iter().cloned().collect();
+        self.specs = resync.specs.iter().cloned().collect();
         self.revision = resync.revision;
     }
 
@@ -141,6 +152,9 @@ impl Cutoffs {
             Change::ModelCurrent { model, version } => {
                 let current = self.current.entry(model.clone()).or_insert(*version);
                 *current = (*current).max(*version);
+            }
+            Change::ModelSpec { model, spec } => {
+                self.specs.insert(model.clone(), spec.clone());
             }
             Change::TenantSettings { tenant, cache_sampled } => {
                 if *cache_sampled {
@@ -223,6 +237,7 @@ mod tests {
             floor_ms: 1_000,
             models: vec![("m".into(), 3)],
             cache_sampled: vec!["a".into()],
+            specs: vec![],
         };
         cutoffs.apply_batch(&Changes { revision: 9, resync: Some(resync), changes: vec![] });
         assert_eq!(cutoffs.revision(), 9);
@@ -248,11 +263,14 @@ mod tests {
         let mut cutoffs = Cutoffs::default();
         cutoffs.apply(&at(3, 40, Change::ModelVersion { model: "m".into(), version: 1 }));
         cutoffs.apply(&at(4, 50, Change::ModelCurrent { model: "m".into(), version: 2 }));
+        let spec = ModelSpec { context_length: 2048, ..Default::default() };
+        cutoffs.apply(&at(4, 50, Change::ModelSpec { model: "m".into(), spec: spec.clone() }));
         let back: Cutoffs =
             serde_json::from_str(&serde_json::to_string(&cutoffs).expect("json")).expect("back");
         assert!(!back.admits(&entry("k", "a", 1, 45)));
         assert_eq!(back.revision(), 4);
         let resync = back.resync_point();
+        assert_eq!(resync.specs, [("m".to_owned(), spec)]);
         assert_eq!((resync.revision, resync.floor_ms, resync.models), (4, 50, vec![("m".into(), 2)]));
     }
 }

@@ -8,6 +8,7 @@
 //! - [`content_class`]: content classes (realtime, volatile, default, stable), their classifier and the
 //!   TTL policy that decides how long each class is cached.
 //! - [`models`]: the served-model table (name and current version).
+//! - [`model_spec`]: a model's registry metadata (context length, price, APIs, backend pool).
 //! - [`completion`]: a cached chat completion and how it renders as a response or an SSE stream.
 //! - [`wordpiece`]: BERT's uncased WordPiece tokenizer (all-MiniLM-L6-v2's vocabulary) for wasm.
 //! - [`small_embedding`]: the edge's distilled int8 token table, its file format and int8 cosine.
@@ -36,6 +37,7 @@ pub mod hex;
 pub mod hot_set;
 #[cfg(feature = "metrics")]
 pub mod metrics;
+pub mod model_spec;
 pub mod models;
 pub mod normalize;
 pub mod openai;

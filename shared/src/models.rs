@@ -2,8 +2,12 @@
 //!
 //! Every tier is configured with the same table, written `name@version` separated by commas
 //! (`smollm2-135m-instruct@1`). The version is part of every cache key, so bumping it makes every older
-//! entry unreachable at once.
+//! entry unreachable at once. The core's registry adds each model's [`ModelSpec`] (context length,
+//! price, APIs, backend pool), which the tiers learn from it and list in `/v1/models`.
 
+use std::collections::BTreeMap;
+
+use crate::model_spec::ModelSpec;
 use crate::RequestError;
 
 /// A model name and its current version.
@@ -19,6 +23,8 @@ pub struct ModelRef {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ModelTable {
     models: Vec<ModelRef>,
+    /// The registry's metadata, by model name (a model the registry has not described has none).
+    specs: BTreeMap<String, ModelSpec>,
 }
 
 /// The model table a local mesh serves by default.
@@ -42,7 +48,7 @@ impl ModelTable {
         if models.is_empty() {
             return Err("the model table is empty".into());
         }
-        Ok(Self { models })
+        Ok(Self { models, specs: BTreeMap::new() })
     }
 
     /// A table of `models` (names lowercased); `None` when there are none.
@@ -52,7 +58,21 @@ impl ModelTable {
             .map(|m| ModelRef { name: m.name.trim().to_ascii_lowercase(), version: m.version })
             .filter(|m| !m.name.is_empty())
             .collect();
-        (!models.is_empty()).then_some(Self { models })
+        (!models.is_empty()).then_some(Self { models, specs: BTreeMap::new() })
+    }
+
+    /// This table with `spec` as `name`'s metadata (a name it does not serve is ignored).
+    pub fn with_spec(mut self, name: &str, spec: ModelSpec) -> Self {
+        let name = name.trim().to_ascii_lowercase();
+        if self.models.iter().any(|m| m.name == name) {
+            self.specs.insert(name, spec);
+        }
+        self
+    }
+
+    /// `name`'s metadata from the registry, if it has any.
+    pub fn spec(&self, name: &str) -> Option<&ModelSpec> {
+        self.specs.get(name)
     }
 
     /// This table with the versions of `newer` (a registry that knows better), and the models only
@@ -65,7 +85,9 @@ impl ModelTable {
                 None => models.push(model.clone()),
             }
         }
-        Self { models }
+        let mut specs = self.specs.clone();
+        specs.extend(newer.specs.iter().map(|(name, spec)| (name.clone(), spec.clone())));
+        Self { models, specs }
     }
 
     /// Resolves a requested model name (case-insensitive) to the served model, or a 404.
@@ -111,5 +133,19 @@ mod tests {
             table.models().iter().map(|m| (m.name.as_str(), m.version)).collect();
         assert_eq!(versions, [("a", 2), ("b", 4), ("c", 1)]);
         assert!(ModelTable::from_models([]).is_none());
+    }
+
+    #[test]
+    fn a_registry_brings_its_specs() {
+        let spec = ModelSpec { context_length: 4096, ..Default::default() };
+        let flags = ModelTable::parse("a@1").expect("valid");
+        let core = ModelTable::parse("a@1,b@1")
+            .expect("valid")
+            .with_spec("B", spec.clone())
+            .with_spec("x", spec.clone());
+        let table = flags.updated(&core);
+        assert_eq!(table.spec("b"), Some(&spec));
+        assert_eq!(table.spec("a"), None);
+        assert_eq!(table.spec("x"), None, "a model the table does not serve gets no spec");
     }
 }

@@ -7,6 +7,7 @@ use proto::core::{
     SetTenantPolicy, TenantPolicy,
 };
 
+use crate::model_spec_args::ModelSpecArgs;
 use crate::node::{CoreError, NodeId};
 use core_client::CoreClient;
 
@@ -49,14 +50,19 @@ pub enum AdminCommand {
         #[arg(long, value_delimiter = ',')]
         remove: Vec<NodeId>,
     },
-    /// Register a model at a version.
+    /// Register a model at a version, or describe a registered one: any of the spec flags replaces the
+    /// registry's whole spec of the model (delivered to every tier by the change feed, listed by
+    /// `/v1/models`; its backends join those of the core nodes' flags).
     RegisterModel {
         /// The model.
         #[arg(long)]
         model: String,
-        /// Its version.
-        #[arg(long, default_value_t = 1)]
-        version: u64,
+        /// Its version (default: 1 for a new model; with spec flags, whichever it is at).
+        #[arg(long)]
+        version: Option<u64>,
+        /// Its metadata.
+        #[command(flatten)]
+        spec: ModelSpecArgs,
     },
     /// Move a model to a new version: older entries go stale and the hottest prompts are regenerated.
     BumpModel {
@@ -177,8 +183,11 @@ pub async fn run(args: AdminArgs) -> Result<(), CoreError> {
                 &serde_json::json!({ "log_index": reply.log_index, "voters": reply.voters, "learners": reply.learners }),
             )
         }
-        AdminCommand::RegisterModel { model, version } => {
-            write(write_request::Command::RegisterModel(RegisterModel { model, version })).await
+        AdminCommand::RegisterModel { model, version, spec } => {
+            let spec = spec.spec()?;
+            let version = version.unwrap_or(if spec.is_some() { 0 } else { 1 });
+            let spec = spec.as_ref().map(Into::into);
+            write(write_request::Command::RegisterModel(RegisterModel { model, version, spec })).await
         }
         AdminCommand::BumpModel { model, version } => {
             write(write_request::Command::BumpModelVersion(BumpModelVersion { model, version })).await

@@ -9,7 +9,7 @@ use crate::cache::{
 
 impl From<&Revised> for FeedChange {
     fn from(revised: &Revised) -> Self {
-        let model = |name: &str, version: u64| ServedModel { name: name.to_owned(), version };
+        let model = |name: &str, version: u64| ServedModel { name: name.to_owned(), version, spec: None };
         let change = match &revised.change {
             Change::Key { tenant, key } => {
                 feed_change::Change::Key(KeyInvalidated { tenant: tenant.clone(), key: key.clone() })
@@ -21,6 +21,11 @@ impl From<&Revised> for FeedChange {
             Change::ModelCurrent { model: name, version } => {
                 feed_change::Change::ModelCurrent(model(name, *version))
             }
+            Change::ModelSpec { model: name, spec } => feed_change::Change::ModelSpec(ServedModel {
+                name: name.clone(),
+                version: 0,
+                spec: Some(spec.into()),
+            }),
             Change::TenantSettings { tenant, cache_sampled } => {
                 feed_change::Change::TenantSettings(TenantSettings {
                     tenant: tenant.clone(),
@@ -45,6 +50,10 @@ impl TryFrom<FeedChange> for Revised {
             feed_change::Change::ModelCurrent(m) => {
                 Change::ModelCurrent { model: m.name, version: m.version }
             }
+            feed_change::Change::ModelSpec(m) => {
+                let spec = m.spec.ok_or("a model spec change without a spec")?;
+                Change::ModelSpec { model: m.name, spec: spec.try_into()? }
+            }
             feed_change::Change::TenantSettings(t) => {
                 Change::TenantSettings { tenant: t.tenant, cache_sampled: t.cache_sampled }
             }
@@ -61,7 +70,11 @@ impl From<&Resync> for FeedResync {
             models: resync
                 .models
                 .iter()
-                .map(|(name, version)| ServedModel { name: name.clone(), version: *version })
+                .map(|(name, version)| ServedModel {
+                    name: name.clone(),
+                    version: *version,
+                    spec: resync.specs.iter().find(|(m, _)| m == name).map(|(_, spec)| spec.into()),
+                })
                 .collect(),
             cache_sampled: resync.cache_sampled.clone(),
         }
@@ -69,12 +82,19 @@ impl From<&Resync> for FeedResync {
 }
 
 impl From<FeedResync> for Resync {
+    /// The resync; a model spec that does not convert is left out (the model keeps serving).
     fn from(wire: FeedResync) -> Self {
+        let specs = wire
+            .models
+            .iter()
+            .filter_map(|m| Some((m.name.clone(), m.spec.clone()?.try_into().ok()?)))
+            .collect();
         Resync {
             revision: wire.revision,
             floor_ms: wire.floor_ms,
             models: wire.models.into_iter().map(|m| (m.name, m.version)).collect(),
             cache_sampled: wire.cache_sampled,
+            specs,
         }
     }
 }
@@ -114,6 +134,11 @@ impl TryFrom<WatchEvent> for Changes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shared::model_spec::{ModelApi, ModelSpec};
+
+    fn spec() -> ModelSpec {
+        ModelSpec { context_length: 8192, apis: vec![ModelApi::Completions], ..Default::default() }
+    }
 
     #[test]
     fn every_change_and_a_resync_cross_the_wire_unchanged() {
@@ -123,6 +148,7 @@ mod tests {
             Change::ModelVersion { model: "m".into(), version: 2 },
             Change::ModelCurrent { model: "m".into(), version: 3 },
             Change::TenantSettings { tenant: "b".into(), cache_sampled: true },
+            Change::ModelSpec { model: "m".into(), spec: spec() },
         ];
         let batch = Changes {
             revision: 9,
@@ -141,6 +167,7 @@ mod tests {
                 floor_ms: 7,
                 models: vec![("m".into(), 2)],
                 cache_sampled: vec!["a".into()],
+                specs: vec![("m".into(), spec())],
             }),
             changes: vec![],
         };

@@ -5,9 +5,11 @@
 //! - `changes`: the core's change feed (`CoreCache.Watch`) as [`shared::changes`].
 //! - `generate`: a normalized request as the pod's request (and back, for the core's refresh prompts),
 //!   the core's completion request, and a finished generation as the entry it is stored as.
+//! - `model_spec`: a model's registry metadata (context length, prices, APIs, backend pool).
 
 mod changes;
 mod completion;
 mod generate;
+mod model_spec;
 
 pub use generate::GeneratedEntry;

@@ -7,6 +7,7 @@ use axum::http::{header, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use shared::metrics::MetricsText;
+use shared::models::{ModelRef, ModelTable};
 use shared::RequestError;
 
 use crate::error::error_response;
@@ -100,7 +101,7 @@ fn overload_metrics(text: MetricsText, state: &AppState) -> MetricsText {
 /// `GET /v1/models`: the served models, in OpenAI's list shape.
 pub async fn models(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
     let table = state.path().models().current();
-    let data: Vec<_> = table.models().iter().map(model_object).collect();
+    let data: Vec<_> = table.models().iter().map(|m| model_object(&table, m)).collect();
     Json(serde_json::json!({"object": "list", "data": data}))
 }
 
@@ -109,14 +110,20 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Json<serde_json::Valu
 pub async fn model(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
     let table = state.path().models().current();
     match table.models().iter().find(|m| m.name == id) {
-        Some(model) => Json(model_object(model)).into_response(),
+        Some(model) => Json(model_object(&table, model)).into_response(),
         None => error_response(&RequestError::model_not_found(&id)),
     }
 }
 
-/// A model in OpenAI's shape, with the version the mesh serves it at.
-fn model_object(model: &shared::models::ModelRef) -> serde_json::Value {
-    serde_json::json!({"id": model.name, "object": "model", "created": 0, "owned_by": "llm-cache-mesh", "version": model.version})
+/// A model in OpenAI's shape, with the version the mesh serves it at and the registry's metadata (the
+/// APIs it answers, its context length, prices and backend pool).
+fn model_object(table: &ModelTable, model: &ModelRef) -> serde_json::Value {
+    let mut object = serde_json::json!({"id": model.name, "object": "model", "created": 0, "owned_by": "llm-cache-mesh", "version": model.version});
+    let spec = table.spec(&model.name).cloned().unwrap_or_default();
+    if let Some(fields) = object.as_object_mut() {
+        fields.extend(spec.openai_fields());
+    }
+    object
 }
 
 /// Any unknown path.

@@ -252,7 +252,9 @@ impl RequestPath {
                 .iter()
                 .map(|(name, version)| ModelRef { name: name.clone(), version: *version });
             if let Some(table) = ModelTable::from_models(models) {
-                self.models.learn(&table);
+                let specs = resync.specs.iter();
+                self.models
+                    .learn(&specs.fold(table, |table, (name, spec)| table.with_spec(name, spec.clone())));
             }
         }
         for revised in &batch.changes {
@@ -275,6 +277,7 @@ impl RequestPath {
                 self.tombstone_covered(at_ms);
             }
             Change::Tenant { .. } | Change::ModelVersion { .. } => self.tombstone_covered(at_ms),
+            Change::ModelSpec { model, spec } => self.models.learn_spec(model, spec),
             Change::TenantSettings { .. } => {}
         }
     }

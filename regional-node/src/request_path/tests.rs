@@ -119,7 +119,8 @@ impl CoreCache for FakeCore {
     }
 
     async fn models(&self, _: Request<ModelsRequest>) -> Result<Response<ModelsReply>, Status> {
-        let model = ServedModel { name: "smollm2-135m-instruct".into(), version: self.state.version() };
+        let model =
+            ServedModel { name: "smollm2-135m-instruct".into(), version: self.state.version(), spec: None };
         Ok(Response::new(ModelsReply { models: vec![model] }))
     }
 

@@ -15,6 +15,7 @@ use super::records::{
     REQUEST_ID_RETENTION_MS,
 };
 use shared::completion::CachedCompletion;
+use shared::model_spec::ModelSpec;
 
 use super::types::{
     Applied, Command, InvalidateScope, Outcome, Prompt, RefreshJob, Rejection, Request, TenantPolicy,
@@ -154,7 +155,9 @@ impl<T: Tables> Applier<'_, T> {
             Command::Put { entry, content_class, prompt } => self.put(entry, content_class, prompt.as_ref()),
             Command::Invalidate { scope } => self.invalidate(scope),
             Command::BumpModelVersion { model: name, version } => self.bump_model_version(name, *version),
-            Command::RegisterModel { model: name, version } => self.register_model(name, *version),
+            Command::RegisterModel { model: name, version, spec } => {
+                self.register_model(name, *version, spec.as_ref())
+            }
             Command::SetTenantPolicy { tenant: name, policy } => self.set_tenant_policy(name, policy),
             Command::RecordHits { hits } => self.record_hits(hits),
             Command::Sweep { entries, requests, feed } => self.sweep(entries, requests, feed),
@@ -268,26 +271,44 @@ impl<T: Tables> Applier<'_, T> {
         Ok(Outcome::ModelVersion { model: name.to_owned(), previous: model.version, version: next, refresh })
     }
 
-    /// Registers `name` at `version`; registering it again at the same version changes nothing.
-    fn register_model(&mut self, name: &str, version: u64) -> Result<Outcome, T::Error> {
-        if version == 0 {
-            return Ok(rejected(Rejection::Conflict, "model versions start at 1"));
-        }
-        match self.model(name)? {
-            Some(existing) if existing.version == version => {}
+    /// Registers `name` at `version` with `spec`, or gives a registered model `spec` (at its version,
+    /// or any with `version` 0); registering it again as it is changes nothing.
+    fn register_model(
+        &mut self,
+        name: &str,
+        version: u64,
+        spec: Option<&ModelSpec>,
+    ) -> Result<Outcome, T::Error> {
+        let registered = match self.model(name)? {
+            Some(existing) if version == 0 || existing.version == version => {
+                let changed = spec.filter(|&s| existing.spec.as_ref() != Some(s));
+                if let Some(spec) = changed {
+                    existing.spec = Some(spec.clone());
+                }
+                let version = existing.version;
+                if let Some(spec) = changed {
+                    self.changes.push(Change::ModelSpec { model: name.to_owned(), spec: spec.clone() });
+                }
+                version
+            }
             Some(existing) => {
                 return Ok(rejected(
                     Rejection::Conflict,
                     format!("model {name:?} is registered at version {}", existing.version),
                 ))
             }
+            None if version == 0 => return Ok(rejected(Rejection::Conflict, "model versions start at 1")),
             None => {
-                let model = ModelState { version, ..Default::default() };
+                let model = ModelState { version, spec: spec.cloned(), ..Default::default() };
                 self.models.insert(name.to_owned(), Some(model));
                 self.changes.push(Change::ModelCurrent { model: name.to_owned(), version });
+                if let Some(spec) = spec {
+                    self.changes.push(Change::ModelSpec { model: name.to_owned(), spec: spec.clone() });
+                }
+                version
             }
-        }
-        Ok(Outcome::ModelRegistered { model: name.to_owned(), version })
+        };
+        Ok(Outcome::ModelRegistered { model: name.to_owned(), version: registered })
     }
 
     /// Sets a tenant's limits (creating the tenant), and tells the feed whether it caches sampled answers.

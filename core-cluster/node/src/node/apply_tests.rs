@@ -38,7 +38,7 @@ fn one(tables: &mut Memory, clock: i64, request: Request) -> Applied {
 fn seeded() -> Memory {
     let mut t = Memory::default();
     let setup = [
-        req("", Command::RegisterModel { model: "m".into(), version: 1 }),
+        req("", Command::RegisterModel { model: "m".into(), version: 1, spec: None }),
         req("", Command::SetTenantPolicy { tenant: "a".into(), policy: TenantPolicy::default() }),
         req("", Command::SetTenantPolicy { tenant: "b".into(), policy: TenantPolicy::default() }),
     ];
@@ -187,4 +187,30 @@ fn a_version_bump_stales_everything_and_lists_the_hottest_prompts() {
     assert!(matches!(stale.outcome, Outcome::Rejected { reason: Rejection::StaleModelVersion, .. }));
     let back = one(&mut t, 13, req("", Command::BumpModelVersion { model: "m".into(), version: 2 }));
     assert!(matches!(back.outcome, Outcome::Rejected { reason: Rejection::Conflict, .. }));
+}
+
+/// Applies `command` alone at log index `index`; its outcome and the changes it fed.
+fn fed(t: &mut Memory, index: u64, command: Command) -> (Outcome, Vec<Change>) {
+    let mut applied = apply_proposal(t, index, index as i64, &[req("", command)]).expect("in memory");
+    let changes = t.feed.get(&index).map(|row| row.changes.clone()).unwrap_or_default();
+    (applied.remove(0).outcome, changes)
+}
+
+#[test]
+fn a_spec_is_registered_replaced_at_any_version_and_fed_only_when_it_changes() {
+    let mut t = seeded();
+    let spec = |context_length| shared::model_spec::ModelSpec { context_length, ..Default::default() };
+    let register = |model: &str, version, spec| Command::RegisterModel { model: model.into(), version, spec };
+    let (outcome, changes) = fed(&mut t, 2, register("m", 0, Some(spec(4096))));
+    assert!(matches!(outcome, Outcome::ModelRegistered { version: 1, .. }), "{outcome:?}");
+    assert_eq!(changes, [Change::ModelSpec { model: "m".into(), spec: spec(4096) }]);
+    assert_eq!(t.models["m"].spec, Some(spec(4096)));
+    assert_eq!(fed(&mut t, 3, register("m", 1, Some(spec(4096)))).1, [], "the same spec changes nothing");
+    assert_eq!(fed(&mut t, 4, register("m", 1, None)).1, []);
+    assert_eq!(t.models["m"].spec, Some(spec(4096)), "no spec keeps the registry's");
+    let conflict = |o: &Outcome| matches!(o, Outcome::Rejected { reason: Rejection::Conflict, .. });
+    assert!(conflict(&fed(&mut t, 5, register("m", 7, Some(spec(1)))).0), "another version");
+    assert!(conflict(&fed(&mut t, 6, register("new", 0, Some(spec(1)))).0), "no version to describe");
+    let (_, changes) = fed(&mut t, 7, register("new", 2, Some(spec(1))));
+    assert_eq!(changes.len(), 2, "a new model's version and spec: {changes:?}");
 }

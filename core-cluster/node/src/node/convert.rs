@@ -7,6 +7,7 @@ use proto::raft::RaftPayload;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use shared::completion::CachedCompletion;
+use shared::model_spec::ModelSpec;
 use tonic::Code;
 
 use super::error::CoreError;
@@ -54,7 +55,10 @@ pub fn write_request(request: pb::WriteRequest) -> Result<Request, CoreError> {
             Command::Invalidate { scope }
         }
         Pb::BumpModelVersion(bump) => Command::BumpModelVersion { model: bump.model, version: bump.version },
-        Pb::RegisterModel(reg) => Command::RegisterModel { model: reg.model, version: reg.version },
+        Pb::RegisterModel(reg) => {
+            let spec = reg.spec.map(ModelSpec::try_from).transpose().map_err(|e| invalid(&e))?;
+            Command::RegisterModel { model: reg.model, version: reg.version, spec }
+        }
         Pb::SetTenantPolicy(set) => {
             Command::SetTenantPolicy { tenant: set.tenant, policy: set.policy.unwrap_or_default().into() }
         }

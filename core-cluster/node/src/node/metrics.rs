@@ -243,7 +243,7 @@ fn raft_state(text: MetricsText, raft: &RaftMetrics<NodeId, BasicNode>) -> Metri
 /// Each model backend's health, calls and failures (labelled `pod` with the backend's URL, whichever its
 /// kind, as the dashboards and alerts read them).
 fn backend_health(mut text: MetricsText, backends: &Backends) -> MetricsText {
-    for backend in backends.all() {
+    for backend in backends.all().iter() {
         text = text.gauge(
             "mesh_core_pod_healthy",
             "1 if the model backend (pod or OpenAI-compatible server) answered its last call.",
@@ -251,7 +251,7 @@ fn backend_health(mut text: MetricsText, backends: &Backends) -> MetricsText {
             if backend.is_healthy() { 1.0 } else { 0.0 },
         );
     }
-    for backend in backends.all() {
+    for backend in backends.all().iter() {
         text = text.counter(
             "mesh_core_pod_generate_total",
             "Generations sent to each model backend.",
@@ -259,7 +259,7 @@ fn backend_health(mut text: MetricsText, backends: &Backends) -> MetricsText {
             backend.generate_calls(),
         );
     }
-    for backend in backends.all() {
+    for backend in backends.all().iter() {
         text = text.gauge(
             "mesh_core_backend_breaker_open",
             "1 while the model backend's circuit breaker keeps generations away.",
@@ -283,7 +283,7 @@ fn backend_health(mut text: MetricsText, backends: &Backends) -> MetricsText {
             backend.rates().now().decode_tokens_per_s,
         );
     }
-    for backend in backends.all() {
+    for backend in backends.all().iter() {
         text = text.counter(
             "mesh_core_pod_failures_total",
             "Failed calls to each model backend.",

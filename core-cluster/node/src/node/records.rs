@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use shared::completion::CachedCompletion;
+use shared::model_spec::ModelSpec;
 
 use super::hot_prompts::HotPrompts;
 use super::types::{Outcome, Prompt, TenantPolicy};
@@ -41,6 +42,9 @@ pub struct ModelState {
     pub epoch: u64,
     /// The current version's hottest keys.
     pub hot: HotPrompts,
+    /// The registry's metadata (context length, prices, APIs, backend pool), when it was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<ModelSpec>,
 }
 
 /// A request id that was applied, with its outcome (so a retry gets the same answer).

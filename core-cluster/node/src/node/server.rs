@@ -104,7 +104,8 @@ pub async fn run(
         )?
         .with_fallbacks(config.fallbacks.clone()),
     );
-    let prober = tokio::spawn(backends.clone().watch(BACKEND_PROBE_INTERVAL));
+    let registry = state.clone();
+    let prober = tokio::spawn(backends.clone().watch(BACKEND_PROBE_INTERVAL, move || registry.model_specs()));
     let group = GroupCommit::start(config.id, raft.clone(), metrics.clone());
     let writer = Writer::new(
         config.id,
@@ -337,7 +338,7 @@ async fn seed(writer: Writer, config: NodeConfig) {
         .iter()
         .map(|m| Request {
             id: format!("seed-model-{}", m.name),
-            command: Command::RegisterModel { model: m.name.clone(), version: m.version },
+            command: Command::RegisterModel { model: m.name.clone(), version: m.version, spec: None },
         })
         .collect();
     requests.extend(config.tenants.iter().map(|t| Request {

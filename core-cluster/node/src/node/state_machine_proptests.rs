@@ -90,7 +90,7 @@ fn build_log(ops: &[(Op, i64)]) -> Vec<Entry> {
         1,
         clock,
         vec![
-            Command::RegisterModel { model: "m".into(), version: 1 },
+            Command::RegisterModel { model: "m".into(), version: 1, spec: None },
             Command::SetTenantPolicy { tenant: "a".into(), policy: TenantPolicy::default() },
             Command::SetTenantPolicy { tenant: "b".into(), policy: TenantPolicy::default() },
         ],

@@ -148,7 +148,7 @@ fn seed() -> Entry {
         1,
         0,
         vec![
-            Command::RegisterModel { model: "m".into(), version: 1 },
+            Command::RegisterModel { model: "m".into(), version: 1, spec: None },
             Command::SetTenantPolicy { tenant: "dev".into(), policy: TenantPolicy::default() },
         ],
     )
@@ -305,7 +305,8 @@ fn rows_an_older_binary_wrote_as_json_are_read_digested_alike_and_applied_over()
             db.open_tree("sm_entries").expect("tree").insert("a", json).expect("insert");
             let mut hot = HotPrompts::default();
             hot.record("a", 1);
-            let model = serde_json::to_vec(&ModelState { version: 1, epoch: 0, hot }).expect("json");
+            let model =
+                serde_json::to_vec(&ModelState { version: 1, epoch: 0, hot, spec: None }).expect("json");
             db.open_tree("sm_models").expect("tree").insert("m", model).expect("insert");
             db.flush().expect("flush");
         }

@@ -7,6 +7,7 @@
 use openraft::BasicNode;
 use serde::{Deserialize, Serialize};
 use shared::completion::CachedCompletion;
+use shared::model_spec::ModelSpec;
 use shared::normalize::{Message, Sampling};
 
 /// A core node's id in the Raft group.
@@ -100,12 +101,16 @@ pub enum Command {
         /// The new version; 0 means the current one plus one.
         version: u64,
     },
-    /// Adds a model to the registry (no-op when it is there with the same version).
+    /// Adds a model to the registry (no-op when it is there with the same version and spec), or
+    /// replaces a registered model's spec.
     RegisterModel {
         /// The model.
         model: String,
-        /// Its current version (at least 1).
+        /// Its current version (at least 1); 0 with a spec means whichever version it is at.
         version: u64,
+        /// Its metadata; `None` keeps what the registry holds.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        spec: Option<ModelSpec>,
     },
     /// Creates a tenant or replaces its policy (its invalidation epoch is kept).
     SetTenantPolicy {

@@ -44,6 +44,10 @@ pub struct Backend {
     failures: Counter,
     /// Generations this node has started on the backend and not yet seen finish.
     in_flight: Arc<InFlightCounts>,
+    /// The model a registry pool gave it; a backend of the flags serves what it says it serves.
+    pinned_model: Option<String>,
+    /// Generations this node sends it at once before it counts as short of room (0: no limit).
+    capacity: u32,
 }
 
 /// What this node has in flight on one backend.
@@ -102,7 +106,19 @@ impl Backend {
             generate_calls: Counter::default(),
             failures: Counter::default(),
             in_flight: Arc::default(),
+            pinned_model: None,
+            capacity: 0,
         }
+    }
+
+    /// The same backend serving `model` only, taking `capacity` generations at once (0: no limit).
+    pub fn pinned(self, model: &str, capacity: u32) -> Self {
+        Self { pinned_model: Some(model.to_owned()), capacity, ..self }
+    }
+
+    /// Whether a registry pool pinned it to a model other than `model`.
+    fn pinned_elsewhere(&self, model: &str) -> bool {
+        self.pinned_model.as_deref().is_some_and(|pinned| !pinned.eq_ignore_ascii_case(model))
     }
 
     /// The backend's URL.
@@ -152,6 +168,9 @@ impl Backend {
 
     /// Whether the backend serves `model` and its breaker lets a generation through.
     pub fn takes(&self, model: &str) -> bool {
+        if self.pinned_elsewhere(model) {
+            return false;
+        }
         let serves = match &self.kind {
             BackendKind::Pod(pod) => pod.queued(model, Work::default(), Work::default()).is_some(),
             BackendKind::OpenAi(server) => server.serves(model),
@@ -173,17 +192,21 @@ impl Backend {
         Some(self.rates.predicted_us(queued, Work { prompt: own.prompt, output: 0 }))
     }
 
-    /// The work queued here ahead of `request`, with whether the backend is short of room for it;
-    /// `None` when it serves another model or its breaker is open.
+    /// The work queued here ahead of `request`, with whether the backend is short of room for it (its
+    /// pod's KV blocks, or its capacity in generations at once); `None` when it serves another model
+    /// or its breaker is open.
     fn queued(&self, request: &GenerateRequest, own: Work) -> Option<(bool, Work)> {
-        if !self.breaker.admits(Instant::now()) {
+        if self.pinned_elsewhere(&request.model) || !self.breaker.admits(Instant::now()) {
             return None;
         }
         let in_flight = self.in_flight.work();
-        match &self.kind {
-            BackendKind::Pod(pod) => pod.queued(&request.model, own, in_flight),
-            BackendKind::OpenAi(server) => server.serves(&request.model).then_some((false, in_flight)),
-        }
+        let (short, queued) = match &self.kind {
+            BackendKind::Pod(pod) => pod.queued(&request.model, own, in_flight)?,
+            BackendKind::OpenAi(server) => server.serves(&request.model).then_some((false, in_flight))?,
+        };
+        let full =
+            self.capacity > 0 && self.in_flight.requests.load(Ordering::Relaxed) >= self.capacity as usize;
+        Some((short || full, queued))
     }
 
     /// Starts `request` (its work `own`) on this backend. A refusal the next backend may not share
@@ -310,5 +333,18 @@ mod tests {
         assert!(backend.is_open());
         assert_eq!(backend.standing(&request("m"), Work::default()), None);
         assert!(!backend.takes("m"));
+    }
+
+    #[test]
+    fn a_pool_backend_at_its_capacity_is_short_of_room_and_serves_its_model_only() {
+        let pooled = server("m").pinned("M", 1);
+        let own = Work { prompt: 4, output: 32 };
+        assert_eq!(pooled.standing(&request("m"), own).map(|(short, _)| short), Some(false));
+        let guard = InFlight::start(&pooled.in_flight, own);
+        assert_eq!(pooled.standing(&request("m"), own).map(|(short, _)| short), Some(true));
+        drop(guard);
+        let elsewhere = server("m").pinned("other", 0);
+        assert_eq!(elsewhere.standing(&request("m"), own), None);
+        assert!(!elsewhere.takes("m"));
     }
 }

@@ -19,17 +19,23 @@
 //!   read as [`GenerateEvent`]s, its errors mapped, retries before the first token.
 //! - [`settings`]: `--openai-backends` values, the timeouts every OpenAI-compatible backend shares, and
 //!   the routing rule.
+//! - [`pool`]: the backends the registry's model pools name, kept in step with the registry.
+//!
+//! A node's backends are those of its flags (`--pods`, `--openai-backends`) and those of the registry's
+//! pools; the prober re-reads the registry every round, so a pool change reaches every core node within
+//! a probe interval.
 
 pub mod backend;
 pub mod breaker;
 pub mod openai;
 pub mod pod;
+pub mod pool;
 pub mod prediction;
 pub mod settings;
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -42,6 +48,8 @@ pub use settings::{FallbackPolicy, OpenAiBackendSpec, OpenAiTimeouts, Routing};
 
 use super::error::CoreError;
 use daemon_runtime::TierIdentity;
+use pool::{PoolConnector, Pooled};
+use shared::model_spec::ModelSpec;
 
 /// A backend's answer: its events, in order, until `Done` (or an error).
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<GenerateEvent, tonic::Status>> + Send>>;
@@ -49,8 +57,14 @@ pub type EventStream = Pin<Box<dyn Stream<Item = Result<GenerateEvent, tonic::St
 /// The backends a core node sends generations to.
 #[derive(Debug)]
 pub struct Backends {
-    /// Every backend: the pods in order of preference, then the OpenAI-compatible servers.
-    backends: Vec<Backend>,
+    /// The flags' backends: the pods in order of preference, then the OpenAI-compatible servers.
+    fixed: Vec<Arc<Backend>>,
+    /// The registry pools' backends.
+    pooled: Mutex<Vec<Pooled>>,
+    /// Every backend now: the flags', then the pools'.
+    current: RwLock<Arc<Vec<Arc<Backend>>>>,
+    /// Connects the pools' backends.
+    connector: PoolConnector,
     routing: Routing,
     /// Round robin's next turn.
     turn: AtomicUsize,
@@ -68,15 +82,35 @@ impl Backends {
         routing: Routing,
         identity: TierIdentity,
     ) -> Result<Self, CoreError> {
-        let mut backends = Vec::with_capacity(pod_urls.len() + openai.len());
+        let mut fixed = Vec::with_capacity(pod_urls.len() + openai.len());
         for url in pod_urls {
-            backends.push(Backend::new(url, BackendKind::Pod(pod::PodClient::new(url, identity.clone())?)));
+            let pod = pod::PodClient::new(url, identity.clone())?;
+            fixed.push(Arc::new(Backend::new(url, BackendKind::Pod(pod))));
         }
         for spec in openai {
             let client = openai::OpenAiClient::new(spec, timeouts)?;
-            backends.push(Backend::new(&spec.url, BackendKind::OpenAi(client)));
+            fixed.push(Arc::new(Backend::new(&spec.url, BackendKind::OpenAi(client))));
         }
-        Ok(Self { backends, routing, turn: AtomicUsize::new(0), fallbacks: FallbackPolicy::default() })
+        Ok(Self {
+            current: RwLock::new(Arc::new(fixed.clone())),
+            fixed,
+            pooled: Mutex::default(),
+            connector: PoolConnector { identity, timeouts },
+            routing,
+            turn: AtomicUsize::new(0),
+            fallbacks: FallbackPolicy::default(),
+        })
+    }
+
+    /// Takes the registry's pools (`specs`, by model): backends that stay keep their state, new ones
+    /// join, the rest leave.
+    pub fn set_pools(&self, specs: &[(String, ModelSpec)]) {
+        let mut pooled = self.pooled.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(next) = self.connector.reconcile(&pooled, specs) else { return };
+        let all: Vec<Arc<Backend>> =
+            self.fixed.iter().cloned().chain(next.iter().map(|p| Arc::clone(p.backend()))).collect();
+        *pooled = next;
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(all);
     }
 
     /// The same backends with `fallbacks` as their fallback policy.
@@ -96,7 +130,8 @@ impl Backends {
         let target = self.fallbacks.ttft_target?;
         self.fallback_for(&request.model)?;
         let own = prediction::predicted_work(request);
-        let measured = self.backends.iter().filter(|b| b.rates().is_measured());
+        let all = self.all();
+        let measured = all.iter().filter(|b| b.rates().is_measured());
         let soonest = measured.filter_map(|b| b.predicted_ttft_us(request, own)).min()?;
         (soonest > target.as_micros() as u64).then(|| {
             format!(
@@ -109,12 +144,12 @@ impl Backends {
 
     /// Whether no backend is configured (the node then serves the store only).
     pub fn is_empty(&self) -> bool {
-        self.backends.is_empty()
+        self.all().is_empty()
     }
 
-    /// Every backend.
-    pub fn all(&self) -> &[Backend] {
-        &self.backends
+    /// Every backend now.
+    pub fn all(&self) -> Arc<Vec<Arc<Backend>>> {
+        Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Starts a generation on the first backend of [`Backends::ranked`] that takes it. Returns the
@@ -124,12 +159,12 @@ impl Backends {
         &self,
         request: GenerateRequest,
         trace: &shared::trace::TraceParent,
-    ) -> Result<(&str, EventStream, InFlight), CoreError> {
+    ) -> Result<(String, EventStream, InFlight), CoreError> {
         let own = prediction::predicted_work(&request);
         let mut last_error = format!("no backend serves model {:?} now", request.model);
         for backend in self.ranked(&request, own) {
             match backend.generate(request.clone(), own, trace).await {
-                Ok((stream, guard)) => return Ok((backend.url(), stream, guard)),
+                Ok((stream, guard)) => return Ok((backend.url().to_owned(), stream, guard)),
                 Err(CoreError::Backend { code, message })
                     if matches!(code, Code::Unavailable | Code::ResourceExhausted) =>
                 {
@@ -145,14 +180,14 @@ impl Backends {
     /// The backends that may take `request` (work `own`), in the order to try them: healthy ones first
     /// (the others' health may be stale), then by the routing rule (predicted finish, short-of-room ones
     /// last; or each in turn). Backends of other models and those whose breaker is open are left out.
-    pub fn ranked(&self, request: &GenerateRequest, own: Work) -> Vec<&Backend> {
+    pub fn ranked(&self, request: &GenerateRequest, own: Work) -> Vec<Arc<Backend>> {
         let turn = match self.routing {
             Routing::RoundRobin => self.turn.fetch_add(1, Ordering::Relaxed),
             Routing::PredictedTime => 0,
         };
-        let count = self.backends.len().max(1);
-        let mut ranked: Vec<(bool, (bool, u64), &Backend)> = self
-            .backends
+        let all = self.all();
+        let count = all.len().max(1);
+        let mut ranked: Vec<(bool, (bool, u64), &Arc<Backend>)> = all
             .iter()
             .enumerate()
             .filter_map(|(i, b)| {
@@ -165,20 +200,27 @@ impl Backends {
             })
             .collect();
         ranked.sort_by_key(|(unhealthy, place, _)| (*unhealthy, *place));
-        ranked.into_iter().map(|(_, _, b)| b).collect()
+        ranked.into_iter().map(|(_, _, b)| Arc::clone(b)).collect()
     }
 
     /// Probes every backend once and records the result.
     pub async fn probe(&self) {
-        futures::future::join_all(self.backends.iter().map(Backend::probe)).await;
+        let all = self.all();
+        futures::future::join_all(all.iter().map(|b| b.probe())).await;
     }
 
-    /// Probes the backends every `interval`, forever (the task is aborted at shutdown).
-    pub async fn watch(self: Arc<Self>, interval: Duration) {
+    /// Every `interval`, forever (the task is aborted at shutdown): takes the registry's pools from
+    /// `registry`, then probes every backend.
+    pub async fn watch(
+        self: Arc<Self>,
+        interval: Duration,
+        registry: impl Fn() -> Vec<(String, ModelSpec)> + Send + 'static,
+    ) {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
+            self.set_pools(&registry());
             self.probe().await;
         }
     }
@@ -227,7 +269,7 @@ mod tests {
         }
     }
 
-    fn urls(ranked: &[&Backend]) -> Vec<String> {
+    fn urls(ranked: &[Arc<Backend>]) -> Vec<String> {
         ranked
             .iter()
             .map(|b| b.url().trim_end_matches("/v1").rsplit(':').next().unwrap_or("").to_owned())

@@ -11,10 +11,15 @@ use prost::Message as _;
 use proto::core as core_pb;
 use proto::inference as inference_pb;
 use proto::raft as pb;
+use shared::model_spec::ModelSpec;
 use shared::normalize::{ChatRole, Message};
 
 use crate::node::error::CoreError;
 use crate::node::types::{Command, Entry, InvalidateScope, NodeId, Prompt, Proposal, Request, TypeConfig};
+
+fn unreadable(what: &str) -> CoreError {
+    CoreError::InvalidArgument(format!("raft log: {what}"))
+}
 
 fn missing(what: &str) -> CoreError {
     CoreError::InvalidArgument(format!("raft log: {what} is missing"))
@@ -182,9 +187,11 @@ fn request_to_pb(request: &Request) -> pb::LoggedRequest {
         Command::BumpModelVersion { model, version } => {
             Pb::BumpModelVersion(core_pb::BumpModelVersion { model: model.clone(), version: *version })
         }
-        Command::RegisterModel { model, version } => {
-            Pb::RegisterModel(core_pb::RegisterModel { model: model.clone(), version: *version })
-        }
+        Command::RegisterModel { model, version, spec } => Pb::RegisterModel(core_pb::RegisterModel {
+            model: model.clone(),
+            version: *version,
+            spec: spec.as_ref().map(Into::into),
+        }),
         Command::SetTenantPolicy { tenant, policy } => Pb::SetTenantPolicy(core_pb::SetTenantPolicy {
             tenant: tenant.clone(),
             policy: Some(policy.into()),
@@ -210,7 +217,8 @@ fn request_from_pb(request: pb::LoggedRequest) -> Result<Request, CoreError> {
         Pb::Invalidate(invalidate) => Command::Invalidate { scope: scope_from_pb(invalidate)? },
         Pb::BumpModelVersion(bump) => Command::BumpModelVersion { model: bump.model, version: bump.version },
         Pb::RegisterModel(register) => {
-            Command::RegisterModel { model: register.model, version: register.version }
+            let spec = register.spec.map(ModelSpec::try_from).transpose().map_err(|e| unreadable(&e))?;
+            Command::RegisterModel { model: register.model, version: register.version, spec }
         }
         Pb::SetTenantPolicy(set) => {
             let policy = set.policy.ok_or_else(|| missing("a tenant policy"))?.into();
@@ -319,7 +327,12 @@ mod tests {
             Command::Invalidate { scope: InvalidateScope::Tenant { tenant: "dev".into() } },
             Command::Invalidate { scope: InvalidateScope::ModelVersion { model: "m".into(), version: 1 } },
             Command::BumpModelVersion { model: "m".into(), version: 0 },
-            Command::RegisterModel { model: "m".into(), version: 3 },
+            Command::RegisterModel { model: "m".into(), version: 3, spec: None },
+            Command::RegisterModel {
+                model: "m".into(),
+                version: 0,
+                spec: Some(ModelSpec { context_length: 99, ..Default::default() }),
+            },
             Command::SetTenantPolicy {
                 tenant: "dev".into(),
                 policy: TenantPolicy {

@@ -163,7 +163,7 @@ mod tests {
         assert!(forwarded_request(&payload(hits)).is_ok(), "followers report hits");
 
         let invalid = Some(tonic::Code::InvalidArgument);
-        assert_eq!(refusal(Command::RegisterModel { model: "m".into(), version: 0 }), invalid);
+        assert_eq!(refusal(Command::RegisterModel { model: "m".into(), version: 0, spec: None }), invalid);
         assert_eq!(
             refusal(Command::SetTenantPolicy { tenant: "a\u{0}b".into(), policy: Default::default() }),
             invalid

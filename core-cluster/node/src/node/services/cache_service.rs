@@ -140,12 +140,13 @@ impl CoreCache for CacheService {
     type CompleteStream = ReceiverStream<Result<CompleteEvent, Status>>;
 
     async fn models(&self, _: Request<ModelsRequest>) -> Result<Response<ModelsReply>, Status> {
-        let models = self
-            .node
-            .state
+        let state = &self.node.state;
+        let specs = state.model_specs();
+        let spec_of = |name: &str| specs.iter().find(|(m, _)| m == name).map(|(_, spec)| spec.into());
+        let models = state
             .model_versions()?
             .into_iter()
-            .map(|(name, version)| ServedModel { name, version })
+            .map(|(name, version)| ServedModel { spec: spec_of(&name), name, version })
             .collect();
         Ok(Response::new(ModelsReply { models }))
     }

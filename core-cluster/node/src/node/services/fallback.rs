@@ -54,14 +54,12 @@ pub async fn start(
     let backends = &node.backends;
     let Some(fallback_model) = backends.fallback_for(&input.generate.model).map(str::to_owned) else {
         let (backend, stream, in_flight) = backends.generate(input.generate.clone(), trace).await?;
-        let backend = backend.to_owned();
         return Ok(Start::Generating(Generating { backend, stream, in_flight, input, fallback: None }));
     };
     let reason = match backends.too_slow(&input.generate) {
         Some(reason) => reason,
         None => match backends.generate(input.generate.clone(), trace).await {
             Ok((backend, stream, in_flight)) => {
-                let backend = backend.to_owned();
                 return Ok(Start::Generating(Generating {
                     backend,
                     stream,
@@ -92,7 +90,6 @@ pub async fn start(
         }
     }
     let (backend, stream, in_flight) = backends.generate(input.generate.clone(), trace).await?;
-    let backend = backend.to_owned();
     Ok(Start::Generating(Generating { backend, stream, in_flight, input, fallback: Some(fallback) }))
 }
 

@@ -65,6 +65,7 @@ use super::types::{Command, Entry, NodeId, ProposalResponse, StorageError, TypeC
 use crate::node::raft::durable_log::DurableLog;
 use crate::node::raft::snapshot_file::{SnapshotDir, SnapshotFile};
 use shared::changes::Resync;
+use shared::model_spec::ModelSpec;
 
 const LAST_APPLIED: &[u8] = b"last_applied";
 const LAST_MEMBERSHIP: &[u8] = b"last_membership";
@@ -231,6 +232,11 @@ impl StateMachineStore {
         Ok(self.models.versions())
     }
 
+    /// Every registered model's registry metadata, by name (models registered without one have none).
+    pub fn model_specs(&self) -> Vec<(String, ModelSpec)> {
+        self.models.all().into_iter().filter_map(|(name, m)| Some((name, m.spec?))).collect()
+    }
+
     /// The current version of `model`, if it is registered.
     pub fn model_version(&self, model: &str) -> Result<Option<u64>, CoreError> {
         Ok(self.models.with(model, |m| m.map(|m| m.version)))
@@ -381,6 +387,7 @@ impl StateMachineStore {
         Ok(Resync {
             revision,
             floor_ms,
+            specs: models.iter().filter_map(|(name, m)| Some((name.clone(), m.spec.clone()?))).collect(),
             models: models.into_iter().map(|(name, model)| (name, model.version)).collect(),
             cache_sampled: tenants
                 .into_iter()

@@ -18,6 +18,7 @@ use prost::Message as _;
 use proto::raft as pb;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use shared::model_spec::ModelSpec;
 
 use super::super::hot_prompts::HotPrompts;
 use super::super::records::{AppliedRequest, FeedRow, ModelState, StoredEntry, TenantState};
@@ -105,6 +106,7 @@ impl Row for ModelState {
             epoch: self.epoch,
             hot: counts.map(|(key, count)| pb::HotCount { key: key.to_owned(), count }).collect(),
             hot_since_aging: since_aging,
+            spec: self.spec.as_ref().map(Into::into),
         };
         Ok(row.encode_to_vec())
     }
@@ -115,10 +117,12 @@ impl Row for ModelState {
         }
         let row = pb::ModelRow::decode(bytes).map_err(|e| invalid("model", e))?;
         let counts = row.hot.into_iter().map(|h| (h.key, h.count));
+        let spec = row.spec.map(ModelSpec::try_from).transpose().map_err(|e| invalid("model spec", e))?;
         Ok(ModelState {
             version: row.version,
             epoch: row.epoch,
             hot: HotPrompts::from_parts(counts, row.hot_since_aging),
+            spec,
         })
     }
 }
@@ -175,7 +179,8 @@ mod tests {
         for (i, key) in ["v1:b", "v1:a", "v1:c", "v1:a"].into_iter().enumerate() {
             hot.record(key, i as u64 + 1);
         }
-        ModelState { version: 3, epoch: 2, hot }
+        let spec = ModelSpec { context_length: 8192, ..Default::default() };
+        ModelState { version: 3, epoch: 2, hot, spec: Some(spec) }
     }
 
     #[test]

@@ -234,7 +234,7 @@ mod tests {
 
     /// A queued request of `bytes` bytes (a model name of that length).
     fn pending(bytes: usize) -> Pending {
-        let command = Command::RegisterModel { model: "m".repeat(bytes), version: 1 };
+        let command = Command::RegisterModel { model: "m".repeat(bytes), version: 1, spec: None };
         let (reply, _) = oneshot::channel();
         Pending { request: Request { id: String::new(), command }, reply }
     }

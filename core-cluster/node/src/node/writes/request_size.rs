@@ -2,6 +2,7 @@
 //! commit bounds a proposal's bytes with it, and validation bounds what a forwarded write may carry.
 
 use shared::completion::CachedCompletion;
+use shared::model_spec::ModelSpec;
 
 use crate::node::types::{Command, InvalidateScope, Prompt, Request};
 
@@ -24,7 +25,10 @@ impl Command {
                 .saturating_add(content_class.len())
                 .saturating_add(prompt.as_ref().map_or(0, Prompt::approx_bytes)),
             Command::Invalidate { scope } => scope_bytes(scope),
-            Command::BumpModelVersion { model, .. } | Command::RegisterModel { model, .. } => model.len(),
+            Command::BumpModelVersion { model, .. } => model.len(),
+            Command::RegisterModel { model, spec, .. } => {
+                model.len().saturating_add(spec.as_ref().map_or(0, spec_bytes))
+            }
             Command::SetTenantPolicy { tenant, .. } => tenant.len(),
             Command::RecordHits { hits } => {
                 hits.iter().fold(0, |sum: usize, (key, _)| sum.saturating_add(key.len() + NUMBER_BYTES))
@@ -65,9 +69,17 @@ fn scope_bytes(scope: &InvalidateScope) -> usize {
     }
 }
 
+/// The bytes of a model spec's URLs and names (its numbers count as a few bytes each).
+fn spec_bytes(spec: &ModelSpec) -> usize {
+    spec.backends.iter().fold(spec.apis.len().saturating_mul(NUMBER_BYTES), |sum: usize, b| {
+        sum.saturating_add(strings_bytes(&[&b.url, &b.upstream_model, &b.key_file, &b.ca_file]))
+            .saturating_add(NUMBER_BYTES)
+    })
+}
+
 /// The total length of `strings`.
-fn strings_bytes(strings: &[String]) -> usize {
-    strings.iter().fold(0, |sum: usize, s| sum.saturating_add(s.len()))
+fn strings_bytes(strings: &[impl AsRef<str>]) -> usize {
+    strings.iter().fold(0, |sum: usize, s| sum.saturating_add(s.as_ref().len()))
 }
 
 #[cfg(test)]

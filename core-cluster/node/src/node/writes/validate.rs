@@ -69,9 +69,12 @@ pub fn request(request: &Request) -> Result<(), CoreError> {
         Command::Put { entry, content_class, prompt } => put(entry, content_class, prompt.as_ref()),
         Command::Invalidate { scope } => invalidate_scope(scope),
         Command::BumpModelVersion { model, .. } => name("model", model),
-        Command::RegisterModel { model, version } => {
+        Command::RegisterModel { model, version, spec } => {
             name("model", model)?;
-            at_least_one("version", *version)
+            match spec {
+                Some(spec) => spec.clone().validated().map(drop).map_err(|e| invalid(&e)),
+                None => at_least_one("version", *version),
+            }
         }
         Command::SetTenantPolicy { tenant, .. } => name("tenant", tenant),
         Command::RecordHits { hits } => hit_report(hits),
@@ -187,7 +190,8 @@ mod tests {
             scope: InvalidateScope::Key { tenant: "dev".into(), key: "k".into() }
         }));
         assert!(ok(Command::BumpModelVersion { model: "m".into(), version: 0 }));
-        assert!(ok(Command::RegisterModel { model: "m".into(), version: 2 }));
+        assert!(ok(Command::RegisterModel { model: "m".into(), version: 2, spec: None }));
+        assert!(ok(Command::RegisterModel { model: "m".into(), version: 0, spec: Some(Default::default()) }));
         assert!(ok(Command::SetTenantPolicy { tenant: "dev".into(), policy: Default::default() }));
         assert!(ok(Command::RecordHits { hits: vec![("k".into(), 3); MAX_HIT_KEYS] }));
     }
@@ -216,7 +220,10 @@ mod tests {
             scope: InvalidateScope::Key { tenant: "dev".into(), key: String::new() }
         }));
         assert!(refused(Command::Invalidate { scope: InvalidateScope::Tenant { tenant: String::new() } }));
-        assert!(refused(Command::RegisterModel { model: "m".into(), version: 0 }));
+        assert!(refused(Command::RegisterModel { model: "m".into(), version: 0, spec: None }));
+        let pool = "pod=http://p".parse().expect("valid backend");
+        let twice = shared::model_spec::ModelSpec { backends: vec![pool; 2], ..Default::default() };
+        assert!(refused(Command::RegisterModel { model: "m".into(), version: 1, spec: Some(twice) }));
         assert!(refused(Command::BumpModelVersion { model: String::new(), version: 2 }));
         assert!(refused(Command::RecordHits { hits: vec![("k".into(), 1); MAX_HIT_KEYS + 1] }));
         assert!(refused(Command::RecordHits { hits: vec![(String::new(), 1)] }));
