@@ -258,16 +258,15 @@ impl Backend {
         }))
     }
 
-    /// Asks the backend whether it is up (and a pod for its load), and records the answer; an answer
-    /// closes the breaker.
+    /// Asks the backend whether it is up (and a pod for its load), and records the answer. An answer
+    /// does not close the breaker: a server can answer its health check and fail every generation, so
+    /// only a generation that succeeds (the half-open try after [`super::breaker::OPEN_FOR`]) closes it.
     pub async fn probe(&self) {
         let healthy = match &self.kind {
             BackendKind::Pod(pod) => pod.probe().await,
             BackendKind::OpenAi(server) => server.probe().await,
         };
-        if healthy {
-            self.breaker.record_success();
-        } else {
+        if !healthy {
             self.failures.inc();
         }
         self.set_healthy(healthy);

@@ -1,6 +1,8 @@
 //! A backend's circuit breaker: after [`FAILURES_TO_OPEN`] failed calls in a row it opens, and an open
-//! backend gets no generation until [`OPEN_FOR`] has passed (then one try, half-open) or a health probe
-//! answers. A success closes it.
+//! backend gets no generation until [`OPEN_FOR`] has passed (then it is half-open: a generation that
+//! fails opens it again). A successful generation closes it; a health probe's answer does not (a
+//! server may answer its health check and fail every generation). A busy server (429) is not failing
+//! and does not count.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
