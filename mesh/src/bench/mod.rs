@@ -12,7 +12,8 @@
 //! - [`tls`]: `mesh bench tls`: exact hits and edge misses with mutual TLS against without.
 //! - [`e2e`]: `mesh bench e2e`: the mesh, the mesh with caching off, and GPTCache before llama-server.
 //! - [`propagation`]: `mesh bench propagation`: how long each tier takes to obey an invalidation.
-//! - [`upstream`]: `mesh bench upstream`: the mesh in front of `llama-server` against it alone.
+//! - [`upstream`]: `mesh bench upstream`: the mesh in front of `llama-server` against it alone; `mesh
+//!   bench routing`: routing by predicted time against round robin over the pod and `llama-server`.
 
 pub mod common;
 pub mod core;

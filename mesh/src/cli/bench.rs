@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 
 use crate::bench::propagation::suite::PropagationOptions;
 use crate::bench::tls::suite::TlsBenchOptions;
+use crate::bench::upstream::routing::RoutingBenchOptions;
 use crate::bench::upstream::suite::UpstreamBenchOptions;
 use crate::bench::{
     self, CoreBenchOptions, E2eBenchOptions, EdgeBenchOptions, PodBenchOptions, RegionalBenchOptions, Report,
@@ -39,6 +40,9 @@ pub enum BenchSuite {
     /// The mesh with caching off in front of `llama-server` against `llama-server` alone (the OpenAI
     /// backend adapter's cost): time to first token and output tokens per second.
     Upstream(SuiteArgs<UpstreamBenchOptions>),
+    /// One model on the inference pod and `llama-server`: routing by predicted time against round
+    /// robin, requests per second and end-to-end p99 at each concurrency step, caching off.
+    Routing(SuiteArgs<RoutingBenchOptions>),
 }
 
 /// One suite's command line: its options, then where to write its figures as JSON.
@@ -64,6 +68,7 @@ impl BenchSuite {
             Self::Edge(args) => args.report(bench::edge::suite::run),
             Self::Propagation(args) => printed(&args, bench::propagation::suite::run),
             Self::Upstream(args) => printed(&args, bench::upstream::suite::run),
+            Self::Routing(args) => printed(&args, bench::upstream::routing::run),
         }
     }
 }

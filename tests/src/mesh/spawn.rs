@@ -74,6 +74,10 @@ impl Mesh {
             (true, true) => config.set("openai_backends", vec![self.pod_as_openai_backend()]),
             (true, false) => config.set("pods", vec![self.pod_url()]),
         };
+        let config = match self.spec.pod_beside_openai_backends {
+            true => config.set("pods", vec![self.pod_url()]),
+            false => config,
+        };
         let config = config.set("bootstrap", index == 0).write(&self.config_path(&name))?;
         let mut command = Command::new(paths::binary("core-node"));
         command.arg("--config").arg(config);

@@ -52,6 +52,9 @@ pub struct MeshSpec {
     /// The core nodes' model backends are these OpenAI-compatible servers (`--openai-backends` values)
     /// instead of the pod, when any is given (the pod still starts).
     pub openai_backends: Vec<String>,
+    /// With `openai_backends`, the core nodes keep the inference pod (gRPC) as a backend too, so one
+    /// model has backends of both kinds.
+    pub pod_beside_openai_backends: bool,
     /// Extra flags for every core node.
     pub core_args: Vec<String>,
 }
@@ -78,6 +81,7 @@ impl MeshSpec {
             pod_threads: None,
             pod_as_openai_backend: false,
             openai_backends: Vec::new(),
+            pod_beside_openai_backends: false,
             core_args: Vec::new(),
         }
     }

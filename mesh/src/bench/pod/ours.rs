@@ -131,6 +131,7 @@ impl PodClient {
             }),
             priority: pb::Priority::Interactive as i32,
             speculative: request.speculative,
+            raw_prompt: false,
         }
     }
 }
