@@ -1,6 +1,7 @@
-//! `POST /v1/chat/completions`: authenticate, validate, answer from the edge (L1 by key, then the hot
-//! set by key, then a verified paraphrase in the hot set), or relay the regional answer and fill L1
-//! from it.
+//! `POST /v1/chat/completions` and `POST /v1/completions`: authenticate, validate, answer from the edge
+//! (L1 by key, then the hot set by key, then a verified paraphrase in the hot set; text completions by
+//! key only), or relay the regional answer and fill L1 from it (not from a text completion that echoes
+//! its prompt: what the client got is not the answer alone).
 //!
 //! Order matters: authentication first (401), then size (413), then parsing and normalization (400, 404),
 //! so that bad input never reaches the regional tier. An edge hit whose ETag the client names in
@@ -14,8 +15,11 @@ use std::rc::Rc;
 use shared::cache_key::{CacheKey, SemanticQuery};
 use shared::completion::CachedCompletion;
 use shared::content_class::classify;
+use shared::model_spec::ModelApi;
+use shared::models::ModelTable;
 use shared::normalize::{normalize, Limits, NormalizedRequest};
 use shared::openai::parse_chat_request;
+use shared::text_completion::{normalize_completion, parse_completion_request};
 use shared::trace::TraceParent;
 use shared::{
     RequestError, CACHE_CREATED_HEADER, CACHE_KEY_HEADER, CACHE_MATCHED_KEY_HEADER, MAX_REQUEST_BYTES,
@@ -42,6 +46,8 @@ struct Job {
     tenant: String,
     key: CacheKey,
     model_version: u64,
+    /// The API it came through (the regional path it goes on to).
+    api: ModelApi,
     body: Vec<u8>,
     caching: RequestCaching,
 }
@@ -58,13 +64,14 @@ impl Job {
     }
 }
 
-/// Handles one chat completion request.
+/// Handles one chat or text completion request (`api`).
 pub async fn handle(
     mut req: Request,
     config: Config,
     ctx: &Context,
     kv: Option<KvStore>,
     mut clock: Clock,
+    api: ModelApi,
 ) -> Result<Response, EdgeError> {
     let tenant = config.keys.authenticate(req.headers().get("authorization")?.as_deref())?.to_owned();
     let declared_len = req.headers().get("content-length")?.and_then(|v| v.trim().parse::<usize>().ok());
@@ -76,14 +83,20 @@ pub async fn handle(
     let cache_control = req.headers().get("cache-control")?;
     let caching = RequestCaching::parse(cache_control.as_deref());
     let body = req.bytes().await?;
-    let request = parse_chat_request(&body, MAX_REQUEST_BYTES)?;
-    let normalized = normalize(&request, &crate::core_view::models(&config), &Limits::default())?;
+    let normalized = match normalized(&body, api, &crate::core_view::models(&config)) {
+        // A model (or an API of one) this isolate does not know may be one the registry has just added:
+        // look again with the view pulled now.
+        Err(e) if is_about_the_model(&e) && crate::core_view::pull_for_unknown_model(&config).await => {
+            normalized(&body, api, &crate::core_view::models(&config))?
+        }
+        other => other?,
+    };
     let key = CacheKey::derive(&tenant, &normalized);
     let delivery = normalized.delivery;
     // The edge keeps plain answers of one choice (copies carry their usage times `n`; log-probabilities
     // are not kept anywhere).
-    let fillable = normalized.sampling.n == 1 && normalized.sampling.cache_can_hold();
-    let job = Job { model_version: normalized.model.version, config, tenant, key, body, caching };
+    let fillable = normalized.sampling.n == 1 && normalized.sampling.cache_can_hold() && !normalized.echo;
+    let job = Job { model_version: normalized.model.version, config, tenant, key, api, body, caching };
     crate::hot_set_sync::refresh_if_due(&job.config, ctx, kv);
     crate::core_view::refresh_if_due(&job.config, ctx);
     crate::hit_report::report_if_due(&job.config, ctx);
@@ -104,8 +117,9 @@ pub async fn handle(
     let mut forwarded: Vec<(&str, &str)> =
         cache_control.as_deref().map(|v| ("cache-control", v)).into_iter().collect();
     forwarded.push((shared::trace::TRACEPARENT, &trace_header));
-    let mut upstream =
-        clock.upstream(regional::post_chat(&job.config, &job.tenant, &job.body, &forwarded)).await?;
+    let mut upstream = clock
+        .upstream(regional::post_completion(&job.config, api, &job.tenant, &job.body, &forwarded))
+        .await?;
     let status = upstream.status_code();
     let headers = upstream.headers().clone();
     let x_cache = headers.get(X_CACHE)?;
@@ -160,6 +174,22 @@ pub async fn handle(
     Ok(ResponseBuilder::new().with_status(status).with_headers(out_headers).fixed(bytes))
 }
 
+/// The request a body asks for through `api`.
+fn normalized(body: &[u8], api: ModelApi, models: &ModelTable) -> Result<NormalizedRequest, RequestError> {
+    let limits = Limits::default();
+    match api {
+        ModelApi::Chat => normalize(&parse_chat_request(body, MAX_REQUEST_BYTES)?, models, &limits),
+        ModelApi::Completions => {
+            normalize_completion(&parse_completion_request(body, MAX_REQUEST_BYTES)?, models, &limits)
+        }
+    }
+}
+
+/// Whether a refusal is about the model asked for: unknown, or not serving the API.
+fn is_about_the_model(error: &RequestError) -> bool {
+    error.code == Some("model_not_found") || error.param.as_deref() == Some("model")
+}
+
 /// The edge's own answer, if it holds one the client accepts and the core's view admits: the isolate's
 /// memory first (microseconds), then the data center's Cache API, then a verified paraphrase in the hot
 /// set. A 304 where the client's `If-None-Match` names its ETag.
@@ -177,7 +207,6 @@ async fn edge_answer(
     {
         return Ok(None);
     }
-    let (delivery, copies) = (request.delivery, request.sampling.copies());
     let now = Clock::now_ms();
     let not_modified = |etag: &str| if_none_match.is_some_and(|v| respond::etag_matches(v, etag));
     let accepts =
@@ -206,7 +235,7 @@ async fn edge_answer(
     };
     crate::hit_report::record(&entry.key, &entry.tenant);
     let fresh = not_modified(&entry.etag);
-    Ok(Some(respond::edge_hit(&entry, matched, delivery, copies, fresh, clock.edge_ms())?))
+    Ok(Some(respond::edge_hit(&entry, matched, request.rendering(), fresh, clock.edge_ms())?))
 }
 
 /// The hot set's nearest paraphrase of the request's last user turn, in its partition, that passes the
@@ -262,16 +291,21 @@ async fn fill_after_stream(job: Job, ended: futures::channel::oneshot::Receiver<
     // `Err`: the client went away before the end; `None`: the stream failed or was incomplete.
     let Ok(Some(streamed)) = ended.await else { return };
     let Some(body) = non_streamed(&job.body) else { return };
-    let mut response =
-        match regional::post_chat(&job.config, &job.tenant, &body, &[("cache-control", "only-if-cached")])
-            .await
-        {
-            Ok(response) => response,
-            Err(e) => {
-                worker::console_warn!("edge fill after stream: regional tier unavailable: {e}");
-                return;
-            }
-        };
+    let mut response = match regional::post_completion(
+        &job.config,
+        job.api,
+        &job.tenant,
+        &body,
+        &[("cache-control", "only-if-cached")],
+    )
+    .await
+    {
+        Ok(response) => response,
+        Err(e) => {
+            worker::console_warn!("edge fill after stream: regional tier unavailable: {e}");
+            return;
+        }
+    };
     let headers = response.headers().clone();
     let (Ok(x_cache), Ok(etag), Ok(their_key), Ok(cache_control), Ok(created), Ok(matched_key)) = (
         headers.get(X_CACHE),

@@ -49,7 +49,8 @@ pub fn admits(entry: &CachedCompletion) -> bool {
     VIEW.with(|view| view.borrow().cutoffs.admits(entry))
 }
 
-/// The served models: `MODELS`, with the versions the core's feed announced since.
+/// The served models: `MODELS`, with the versions (and the registry's descriptions: APIs, context
+/// length) the core's feed announced since.
 pub fn models(config: &Config) -> ModelTable {
     VIEW.with(|view| {
         let view = view.borrow();
@@ -58,10 +59,12 @@ pub fn models(config: &Config) -> ModelTable {
             .current_versions()
             .iter()
             .map(|(name, version)| ModelRef { name: name.clone(), version: *version });
-        match ModelTable::from_models(announced) {
+        let table = match ModelTable::from_models(announced) {
             Some(newer) => config.models.updated(&newer),
             None => config.models.clone(),
-        }
+        };
+        let described = view.cutoffs.specs().iter();
+        described.fold(table, |table, (name, spec)| table.with_spec(name, spec.clone()))
     })
 }
 
@@ -74,6 +77,21 @@ pub async fn ensure_fresh(config: &Config) -> bool {
     }
     pull(config).await;
     within(Clock::now_ms())
+}
+
+/// How old the view may be when a request names a model (or an API of one) it does not know, before
+/// the isolate pulls it again: a model the registry has just added or described reaches this isolate
+/// at once, and requests for models nobody serves cost at most one pull per interval.
+const UNKNOWN_MODEL_PULL_MS: i64 = 250;
+
+/// Pulls the view when it is older than [`UNKNOWN_MODEL_PULL_MS`]; true when it pulled (so the
+/// caller may look again).
+pub async fn pull_for_unknown_model(config: &Config) -> bool {
+    let stale = VIEW.with(|v| Clock::now_ms() - v.borrow().confirmed_ms > UNKNOWN_MODEL_PULL_MS);
+    if stale {
+        pull(config).await;
+    }
+    stale
 }
 
 /// Starts a pull after the response (`ctx.wait_until`) when one is due.

@@ -4,7 +4,8 @@
 
 use shared::cache_key::CacheKey;
 use shared::completion::CachedCompletion;
-use shared::openai::ChatCompletion;
+use shared::openai::{ChatCompletion, Usage};
+use shared::text_completion::{TextCompletion, TEXT_COMPLETION_OBJECT};
 
 use crate::cache_control::{self, Freshness};
 
@@ -68,8 +69,8 @@ pub enum Skip {
     /// `Cache-Control` forbids keeping it.
     #[error("cache-control forbids storing")]
     DoNotStore,
-    /// The body is not a chat completion with one choice.
-    #[error("body is not a chat completion: {0}")]
+    /// The body is not a chat or text completion with one choice.
+    #[error("body is not a completion of one choice: {0}")]
     Body(String),
 }
 
@@ -121,19 +122,15 @@ pub fn entry_from_answer(target: &FillTarget<'_>, answer: &RegionalAnswer<'_>) -
         Freshness::MaxAge(s) => s,
         Freshness::Unspecified => target.default_ttl_s,
     };
-    let completion: ChatCompletion =
-        serde_json::from_slice(answer.body).map_err(|e| Skip::Body(e.to_string()))?;
-    let [choice] = completion.choices.as_slice() else {
-        return Err(Skip::Body(format!("{} choices", completion.choices.len())));
-    };
+    let completion = OneAnswer::read(answer.body)?;
     let created_ms = answer.created_ms.unwrap_or_else(|| completion.created.saturating_mul(1000));
     let age_s = u64::try_from(target.now_ms.saturating_sub(created_ms).max(0) / 1000).unwrap_or(0);
-    let content = choice.message.content.clone();
+    let content = completion.content;
     let etag = answer
         .etag
         .map(str::trim)
         .filter(|e| !e.is_empty())
-        .map_or_else(|| CachedCompletion::etag_of(&content, &choice.finish_reason), str::to_owned);
+        .map_or_else(|| CachedCompletion::etag_of(&content, &completion.finish_reason), str::to_owned);
     // A regional semantic hit names the entry it served; without that name it is not kept.
     let key = if answer.x_cache.is_some_and(|v| v.trim().eq_ignore_ascii_case(SEMANTIC_SOURCE)) {
         match answer.matched_key.map(str::trim).filter(|k| !k.is_empty()) {
@@ -146,10 +143,10 @@ pub fn entry_from_answer(target: &FillTarget<'_>, answer: &RegionalAnswer<'_>) -
     let entry = CachedCompletion {
         key,
         tenant: target.tenant.to_owned(),
-        model: completion.model.clone(),
+        model: completion.model,
         model_version: target.model_version,
         content,
-        finish_reason: choice.finish_reason.clone(),
+        finish_reason: completion.finish_reason,
         prompt_tokens: completion.usage.prompt_tokens,
         completion_tokens: completion.usage.completion_tokens,
         etag,
@@ -158,6 +155,45 @@ pub fn entry_from_answer(target: &FillTarget<'_>, answer: &RegionalAnswer<'_>) -
         question: None,
     };
     Ok(Fill { under: target.key.to_string(), entry })
+}
+
+/// The one answer a regional body carries: a chat completion's message, or a text completion's text.
+struct OneAnswer {
+    model: String,
+    created: i64,
+    content: String,
+    finish_reason: String,
+    usage: Usage,
+}
+
+impl OneAnswer {
+    fn read(body: &[u8]) -> Result<Self, Skip> {
+        let json: serde_json::Value = serde_json::from_slice(body).map_err(|e| Skip::Body(e.to_string()))?;
+        let choices = |n: usize| Skip::Body(format!("{n} choices"));
+        if json.get("object").and_then(serde_json::Value::as_str) == Some(TEXT_COMPLETION_OBJECT) {
+            let text: TextCompletion = serde_json::from_value(json).map_err(|e| Skip::Body(e.to_string()))?;
+            let [choice] = text.choices.as_slice() else { return Err(choices(text.choices.len())) };
+            return Ok(Self {
+                finish_reason: choice
+                    .finish_reason
+                    .clone()
+                    .ok_or_else(|| Skip::Body("no finish reason".into()))?,
+                usage: text.usage.ok_or_else(|| Skip::Body("no usage".into()))?,
+                content: choice.text.clone(),
+                model: text.model,
+                created: text.created,
+            });
+        }
+        let chat: ChatCompletion = serde_json::from_value(json).map_err(|e| Skip::Body(e.to_string()))?;
+        let [choice] = chat.choices.as_slice() else { return Err(choices(chat.choices.len())) };
+        Ok(Self {
+            content: choice.message.content.clone(),
+            finish_reason: choice.finish_reason.clone(),
+            usage: chat.usage,
+            model: chat.model,
+            created: chat.created,
+        })
+    }
 }
 
 #[cfg(test)]

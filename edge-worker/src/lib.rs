@@ -51,6 +51,7 @@ pub mod regional;
 pub mod respond;
 pub mod sse;
 
+use shared::model_spec::ModelApi;
 use shared::RequestError;
 use worker::{Context, Env, Method, Request, Response, Result};
 
@@ -65,11 +66,14 @@ pub async fn route(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let outcome = match (path.as_str(), req.method()) {
         ("/healthz", Method::Get | Method::Head) => return Response::ok("ok"),
         ("/healthz", _) => return respond::error(&RequestError::method_not_allowed(), Some("GET, HEAD")),
-        ("/v1/chat/completions", Method::Post) => match read_config(&env) {
-            Ok(config) => chat::handle(req, config, &ctx, env.kv("HOTSET").ok(), clock).await,
+        ("/v1/chat/completions" | "/v1/completions", Method::Post) => match read_config(&env) {
+            Ok(config) => {
+                let api = if path == "/v1/completions" { ModelApi::Completions } else { ModelApi::Chat };
+                chat::handle(req, config, &ctx, env.kv("HOTSET").ok(), clock, api).await
+            }
             Err(e) => Err(e),
         },
-        ("/v1/chat/completions", _) => {
+        ("/v1/chat/completions" | "/v1/completions", _) => {
             return respond::error(&RequestError::method_not_allowed(), Some("POST"))
         }
         // The OpenAI SDKs' `models.list()`: the regional tier's view of the core's model registry.

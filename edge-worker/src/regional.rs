@@ -11,6 +11,7 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use futures::future::{select, Either};
+use shared::model_spec::ModelApi;
 use shared::{RequestError, TENANT_HEADER, TIER_SECRET_HEADER};
 use worker::js_sys::{Date, Uint8Array};
 use worker::{AbortController, Delay, Fetch, Fetcher, Headers, Method, Request, RequestInit, Response};
@@ -49,8 +50,9 @@ fn is_gateway_failure(status: u16) -> bool {
 /// header can be trusted. Returns the first answer that is not a failure; if every node failed, the last
 /// gateway answer (so its `Retry-After` reaches the client), or a 502 when none answered at all. The
 /// body of a streamed answer passes through unbuffered.
-pub async fn post_chat(
+pub async fn post_completion(
     config: &Config,
+    api: ModelApi,
     tenant: &str,
     body: &[u8],
     extra_headers: &[(&str, &str)],
@@ -61,7 +63,11 @@ pub async fn post_chat(
     for (name, value) in extra_headers {
         headers.set(name, value)?;
     }
-    call(config, Method::Post, "/v1/chat/completions", &headers, Some(body)).await
+    let path = match api {
+        ModelApi::Chat => "/v1/chat/completions",
+        ModelApi::Completions => "/v1/completions",
+    };
+    call(config, Method::Post, path, &headers, Some(body)).await
 }
 
 /// POSTs a JSON `body` to `path` of the regional tier, as the edge tier.

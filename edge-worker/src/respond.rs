@@ -1,8 +1,7 @@
 //! Building responses: OpenAI-shaped errors, edge hits, and regional answers relayed to the client.
 
 use shared::cache_key::CacheKey;
-use shared::completion::CachedCompletion;
-use shared::openai::Delivery;
+use shared::completion::{CachedCompletion, Rendering};
 use shared::server_timing::ServerTiming;
 use shared::{RequestError, CACHE_KEY_HEADER, CACHE_MATCHED_KEY_HEADER, CACHE_SIMILARITY_HEADER, X_CACHE};
 use worker::{Headers, Response, ResponseBuilder, Result};
@@ -45,14 +44,13 @@ pub enum EdgeMatch<'a> {
     },
 }
 
-/// An answer from the edge, as JSON or as a complete event stream of `copies` choices (a greedy
-/// request's `n`); or, when the client already holds it
+/// An answer from the edge, as JSON or as a complete event stream, as `rendering` asks (a chat or a
+/// text completion; a greedy request's `n` as that many copies); or, when the client already holds it
 /// (`not_modified`: its `If-None-Match` names the entry's ETag), a 304 without a body.
 pub fn edge_hit(
     entry: &CachedCompletion,
     matched: EdgeMatch<'_>,
-    delivery: Delivery,
-    copies: u32,
+    rendering: Rendering<'_>,
     not_modified: bool,
     edge_ms: f64,
 ) -> Result<Response> {
@@ -77,18 +75,11 @@ pub fn edge_hit(
     if not_modified {
         return Ok(ResponseBuilder::new().with_status(304).with_headers(headers).empty());
     }
-    let body = match delivery {
-        Delivery::Stream { usage } => {
-            headers.set("content-type", "text/event-stream")?;
-            headers.set("cache-control", "no-cache")?;
-            entry.to_sse(usage, copies).into_bytes()
-        }
-        Delivery::Whole => {
-            headers.set("content-type", "application/json")?;
-            serde_json::to_vec(&entry.to_response(copies))
-                .map_err(|e| worker::Error::RustError(e.to_string()))?
-        }
-    };
+    headers.set("content-type", rendering.content_type())?;
+    if rendering.delivery.is_stream() {
+        headers.set("cache-control", "no-cache")?;
+    }
+    let body = entry.render(rendering).into_bytes();
     Ok(ResponseBuilder::new().with_status(200).with_headers(headers).fixed(body))
 }
 

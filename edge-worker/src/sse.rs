@@ -1,10 +1,12 @@
-//! Reads a chat-completion event stream as it passes through, to learn what the client was sent.
+//! Reads a chat or text completion event stream as it passes through, to learn what the client was
+//! sent.
 //!
 //! The edge passes the regional tier's server-sent events to the client byte for byte; this reader sees
 //! the same bytes and keeps the answer's text and finish reason, so that the edge fills its cache only
 //! with exactly what the client received, and only when the stream ended with `data: [DONE]`.
 
-use shared::openai::ChatCompletionChunk;
+use serde::Deserialize;
+use shared::openai::Delta;
 
 /// Largest incomplete event kept while waiting for its end; a stream that exceeds it is not cached.
 const MAX_PENDING_BYTES: usize = 1 << 20;
@@ -78,10 +80,11 @@ impl SseReader {
         } else if data.trim() == "[DONE]" {
             self.done = true;
         } else {
-            match serde_json::from_str::<ChatCompletionChunk>(&data) {
+            match serde_json::from_str::<Chunk>(&data) {
                 Ok(chunk) => {
                     for choice in chunk.choices.iter().filter(|c| c.index == 0) {
-                        if let Some(text) = &choice.delta.content {
+                        let delta = choice.delta.as_ref().and_then(|d| d.content.as_ref());
+                        if let Some(text) = delta.or(choice.text.as_ref()) {
                             self.content.push_str(text);
                         }
                         if let Some(reason) = &choice.finish_reason {
@@ -93,6 +96,23 @@ impl SseReader {
             }
         }
     }
+}
+
+/// One chunk of either API: a chat chunk's choices carry a `delta`, a text completion's a `text`.
+#[derive(Deserialize)]
+struct Chunk {
+    choices: Vec<ChunkChoice>,
+}
+
+#[derive(Deserialize)]
+struct ChunkChoice {
+    index: u32,
+    #[serde(default)]
+    delta: Option<Delta>,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    finish_reason: Option<String>,
 }
 
 #[cfg(test)]
@@ -133,6 +153,24 @@ mod tests {
         }
         let crlf = sse.replace('\n', "\r\n");
         assert_eq!(read_in_pieces(crlf.as_bytes(), 5).map(|a| a.content), Some(e.content));
+    }
+
+    #[test]
+    fn a_text_completion_stream_reads_the_same_way() {
+        use shared::completion::Rendering;
+        use shared::model_spec::ModelApi;
+        use shared::openai::Delivery;
+        let e = entry();
+        let rendering = Rendering {
+            api: ModelApi::Completions,
+            echo: None,
+            delivery: Delivery::Stream { usage: true },
+            copies: 1,
+        };
+        let sse = e.render(rendering);
+        assert!(sse.contains("text_completion"), "{sse}");
+        let answer = read_in_pieces(sse.as_bytes(), 5).expect("complete stream");
+        assert_eq!(answer, StreamedAnswer { content: e.content.clone(), finish_reason: "stop".into() });
     }
 
     #[test]

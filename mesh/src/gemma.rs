@@ -127,11 +127,31 @@ fn with_gemma(models: &str) -> String {
     }
 }
 
-/// Registers Gemma with the mesh's core cluster (`core-node admin register-model`, as the admin). A
+/// Registers Gemma with the mesh's core cluster (`core-node admin register-model`, as the admin), then
+/// describes it: a base model that answers text completions only, with its 32,768-token context. A
 /// cluster formed by an earlier run on the same data directory keeps the models it was formed with
 /// (`--models` counts only when a cluster forms); registering again at the same version changes nothing,
 /// and a model an operator has since moved to a newer version stays there.
 pub fn register(mesh: &Mesh) -> anyhow::Result<()> {
+    let version = GEMMA_VERSION.to_string();
+    let out = admin(mesh, &["register-model", "--model", GEMMA_MODEL, "--version", &version])?;
+    if !out.status.success() {
+        let said = said(&out);
+        if !said.contains("is registered at version") {
+            bail!("registering {GEMMA_MODEL} with the core cluster failed ({}): {}", out.status, said.trim());
+        }
+        println!("{GEMMA_MODEL} is registered at a later version already: {}", said.trim());
+    }
+    let described = ["--apis", "completions", "--context-length", "32768"];
+    let out = admin(mesh, &[&["register-model", "--model", GEMMA_MODEL][..], &described[..]].concat())?;
+    if !out.status.success() {
+        bail!("describing {GEMMA_MODEL} to the core cluster failed ({}): {}", out.status, said(&out).trim());
+    }
+    Ok(())
+}
+
+/// Runs `core-node admin` with `args` against the mesh's core nodes, as the admin.
+fn admin(mesh: &Mesh, args: &[&str]) -> anyhow::Result<std::process::Output> {
     let nodes: Vec<String> = (0..mesh.core_nodes())
         .map(|i| {
             let url = mesh.core_url(i);
@@ -139,22 +159,16 @@ pub fn register(mesh: &Mesh) -> anyhow::Result<()> {
         })
         .collect();
     let mut command = Command::new(paths::binary("core-node"));
-    command.args(["admin", "--nodes", &nodes.join(","), "register-model", "--model", GEMMA_MODEL]);
-    command.args(["--version", &GEMMA_VERSION.to_string()]);
+    command.args(["admin", "--nodes", &nodes.join(",")]).args(args);
     match mesh.tls_files("admin") {
         Some(files) => command.envs(mesh_harness::certs::env(files)),
         None => command.env("MESH_INSECURE_TIER_SECRET", mesh.tier_secret()),
     };
-    let out = command.output().context("running core-node admin register-model")?;
-    if out.status.success() {
-        return Ok(());
-    }
-    let said = format!("{}{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
-    if said.contains("is registered at version") {
-        println!("{GEMMA_MODEL} is registered at a later version already: {}", said.trim());
-        return Ok(());
-    }
-    bail!("registering {GEMMA_MODEL} with the core cluster failed ({}): {}", out.status, said.trim())
+    command.output().context("running core-node admin")
+}
+
+fn said(out: &std::process::Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout))
 }
 
 #[cfg(test)]

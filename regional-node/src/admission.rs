@@ -299,6 +299,8 @@ mod tests {
             messages: vec![Message { role: ChatRole::User, content: "x".repeat(40) }],
             sampling,
             delivery: shared::openai::Delivery::Whole,
+            api: shared::model_spec::ModelApi::Chat,
+            echo: false,
         };
         let one = predicted_cost(&request(Sampling { temperature: 0.8, ..Sampling::greedy(100) }));
         let four = predicted_cost(&request(Sampling { temperature: 0.8, n: 4, ..Sampling::greedy(100) }));

@@ -10,6 +10,7 @@ use std::fmt;
 use sha2::{Digest, Sha256};
 
 use crate::hex;
+use crate::model_spec::ModelApi;
 use crate::normalize::{ChatRole, Message, NormalizedRequest};
 
 /// Version of the key derivation; part of every key.
@@ -38,6 +39,10 @@ impl<'a> SemanticQuery<'a> {
     /// The semantic query of a request whose last message is the user's, at most
     /// [`MAX_SEMANTIC_QUESTION_BYTES`] long; `None` otherwise.
     pub fn derive(tenant: &str, request: &'a NormalizedRequest) -> Option<Self> {
+        // A continuation depends on every character of its prompt: text completions hit exactly or not.
+        if request.api != ModelApi::Chat {
+            return None;
+        }
         let (last, context) = request.messages.split_last()?;
         if last.role != ChatRole::User || last.content.len() > MAX_SEMANTIC_QUESTION_BYTES {
             return None;
@@ -91,6 +96,11 @@ fn digest(domain: &[u8], tenant: &str, request: &NormalizedRequest, messages: &[
     if let Some(top) = s.logprobs {
         enc.bytes(b"logprobs");
         enc.u64(u64::from(top));
+    }
+    // Only for a text completion, so that chat keys stay what they were: the same text is a prompt to
+    // continue there and a user turn inside a chat template here.
+    if request.api == ModelApi::Completions {
+        enc.bytes(b"api:completions");
     }
     hex::encode(&enc.0.finalize())
 }

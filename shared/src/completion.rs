@@ -5,10 +5,13 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::hex;
+use crate::model_spec::ModelApi;
+use crate::normalize::NormalizedRequest;
 use crate::openai::{
-    AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, ChoiceLogprobs, ChunkChoice, Delta,
-    TokenLogprob, Usage, SSE_DONE,
+    AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, ChoiceLogprobs, ChunkChoice, Delivery,
+    Delta, TokenLogprob, Usage, SSE_DONE,
 };
+use crate::text_completion::{text_completion_id, TextCompletion};
 
 /// One cached answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,11 +134,56 @@ impl CachedCompletion {
         }
     }
 
+    /// The entry as the body of the answer `rendering` asks for (JSON, or the complete SSE stream).
+    pub fn render(&self, rendering: Rendering<'_>) -> String {
+        match (rendering.api, rendering.delivery) {
+            (ModelApi::Chat, Delivery::Whole) => {
+                serde_json::to_string(&self.to_response(rendering.copies)).unwrap_or_default()
+            }
+            (ModelApi::Chat, Delivery::Stream { usage }) => self.to_sse(usage, rendering.copies),
+            (ModelApi::Completions, Delivery::Whole) => {
+                let text = format!("{}{}", rendering.echo.unwrap_or_default(), self.content);
+                let id = text_completion_id(&self.completion_id());
+                let mut whole = TextCompletion::of_text(
+                    &id,
+                    self.created_ms / 1000,
+                    &self.model,
+                    text,
+                    Some(&self.finish_reason),
+                );
+                whole.usage = Some(self.usage(1));
+                serde_json::to_string(&whole).unwrap_or_default()
+            }
+            (ModelApi::Completions, Delivery::Stream { usage }) => {
+                let id = text_completion_id(&self.completion_id());
+                let head = StreamHead { api: ModelApi::Completions, echo: rendering.echo, ..self.head(&id) };
+                let mut out = head.role_chunk(0);
+                out.push_str(&head.content_chunk(0, &self.content, None));
+                out.push_str(&head.finish_chunk(0, &self.finish_reason));
+                if usage {
+                    out.push_str(&head.usage_chunk(self.usage(1)));
+                }
+                out.push_str(SSE_DONE);
+                out
+            }
+        }
+    }
+
+    fn head<'a>(&'a self, id: &'a str) -> StreamHead<'a> {
+        StreamHead {
+            id,
+            created: self.created_ms / 1000,
+            model: &self.model,
+            api: ModelApi::Chat,
+            echo: None,
+        }
+    }
+
     /// The entry as a complete SSE stream of `copies` choices: for each choice a role chunk, the content
     /// and the finish chunk; then the usage chunk when `usage`; `[DONE]`.
     pub fn to_sse(&self, usage: bool, copies: u32) -> String {
         let id = self.completion_id();
-        let head = StreamHead { id: &id, created: self.created_ms / 1000, model: &self.model };
+        let head = self.head(&id);
         let mut out = String::new();
         for index in 0..copies.max(1) {
             out.push_str(&head.role_chunk(index));
@@ -150,6 +198,49 @@ impl CachedCompletion {
     }
 }
 
+/// How an answer is written for the request that asked: the API's shape, the prompt a text completion
+/// echoes, JSON or a stream, and how many copies of the one answer (a greedy request's `n`).
+#[derive(Clone, Copy, Debug)]
+pub struct Rendering<'a> {
+    /// Chat or text completion.
+    pub api: ModelApi,
+    /// The prompt written before a text completion's answer (`echo`).
+    pub echo: Option<&'a str>,
+    /// JSON or server-sent events.
+    pub delivery: Delivery,
+    /// Choices rendered from the one answer.
+    pub copies: u32,
+}
+
+impl NormalizedRequest {
+    /// How this request's answer is written.
+    pub fn rendering(&self) -> Rendering<'_> {
+        let echo = (self.echo && self.api == ModelApi::Completions)
+            .then(|| self.messages.first().map(|m| m.content.as_str()))
+            .flatten();
+        Rendering { api: self.api, echo, delivery: self.delivery, copies: self.sampling.copies() }
+    }
+}
+
+impl Rendering<'_> {
+    /// The body's content type.
+    pub fn content_type(&self) -> &'static str {
+        if self.delivery.is_stream() {
+            "text/event-stream"
+        } else {
+            "application/json"
+        }
+    }
+
+    /// The completion id for a chat completion id (`cmpl-` for a text completion).
+    pub fn completion_id(&self, chat_id: &str) -> String {
+        match self.api {
+            ModelApi::Chat => chat_id.to_owned(),
+            ModelApi::Completions => text_completion_id(chat_id),
+        }
+    }
+}
+
 /// What every chunk of one stream shares; renders the chunks a tier emits while relaying generation.
 #[derive(Clone, Copy, Debug)]
 pub struct StreamHead<'a> {
@@ -159,11 +250,29 @@ pub struct StreamHead<'a> {
     pub created: i64,
     /// Model name.
     pub model: &'a str,
+    /// The API whose chunks these are.
+    pub api: ModelApi,
+    /// The prompt a text completion's stream starts with (`echo`).
+    pub echo: Option<&'a str>,
 }
 
-impl StreamHead<'_> {
-    /// The first chunk of choice `index`, announcing the assistant role.
+impl<'a> StreamHead<'a> {
+    /// The head of a chat completion stream.
+    pub fn chat(id: &'a str, created: i64, model: &'a str) -> Self {
+        Self { id, created, model, api: ModelApi::Chat, echo: None }
+    }
+
+    /// The head of the stream `rendering` asks for.
+    pub fn rendered(id: &'a str, created: i64, model: &'a str, rendering: Rendering<'a>) -> Self {
+        Self { id, created, model, api: rendering.api, echo: rendering.echo }
+    }
+
+    /// What opens choice `index`: a chat chunk announcing the assistant role; for a text completion,
+    /// the echoed prompt (nothing without `echo`).
     pub fn role_chunk(&self, index: u32) -> String {
+        if self.api == ModelApi::Completions {
+            return self.echo.map(|prompt| self.content_chunk(index, prompt, None)).unwrap_or_default();
+        }
         let delta = Delta { role: Some("assistant".into()), content: None };
         self.chunk(ChunkChoice { index, delta, finish_reason: None, logprobs: None })
     }
@@ -171,6 +280,9 @@ impl StreamHead<'_> {
     /// A chunk carrying the next piece of choice `index`'s text, with its tokens' log-probabilities
     /// when the request asked for them.
     pub fn content_chunk(&self, index: u32, text: &str, logprobs: Option<&[TokenLogprob]>) -> String {
+        if self.api == ModelApi::Completions {
+            return self.text_chunk(index, text, None);
+        }
         let delta = Delta { role: None, content: Some(text.to_owned()) };
         let logprobs = logprobs.map(|content| ChoiceLogprobs { content: content.to_vec() });
         self.chunk(ChunkChoice { index, delta, finish_reason: None, logprobs })
@@ -178,13 +290,26 @@ impl StreamHead<'_> {
 
     /// The chunk that ends choice `index`'s text.
     pub fn finish_chunk(&self, index: u32, finish_reason: &str) -> String {
+        if self.api == ModelApi::Completions {
+            return self.text_chunk(index, "", Some(finish_reason));
+        }
         let finish_reason = Some(finish_reason.to_owned());
         self.chunk(ChunkChoice { index, delta: Delta::default(), finish_reason, logprobs: None })
     }
 
     /// The chunk with the token counts, after the finish chunks, when the client asked for usage.
     pub fn usage_chunk(&self, usage: Usage) -> String {
+        if self.api == ModelApi::Completions {
+            return TextCompletion::usage_chunk(self.id, self.created, self.model, usage).to_sse();
+        }
         ChatCompletionChunk::usage(self.id, self.created, self.model, usage).to_sse()
+    }
+
+    fn text_chunk(&self, index: u32, text: &str, finish_reason: Option<&str>) -> String {
+        let mut chunk =
+            TextCompletion::of_text(self.id, self.created, self.model, text.to_owned(), finish_reason);
+        chunk.choices[0].index = index;
+        chunk.to_sse()
     }
 
     fn chunk(&self, choice: ChunkChoice) -> String {

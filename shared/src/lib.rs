@@ -3,13 +3,14 @@
 //!
 //! # Layout
 //! - [`openai`]: the OpenAI chat-completions wire types (requests, responses, stream chunks, errors).
+//! - [`text_completion`]: the text-completion API (`/v1/completions`), normalized into the same form.
 //! - [`normalize`]: turns a request into the canonical form that is both generated and keyed.
 //! - [`cache_key`]: the versioned cache key over (tenant, model, model version, normalized request).
 //! - [`content_class`]: content classes (realtime, volatile, default, stable), their classifier and the
 //!   TTL policy that decides how long each class is cached.
 //! - [`models`]: the served-model table (name and current version).
 //! - [`model_spec`]: a model's registry metadata (context length, price, APIs, backend pool).
-//! - [`completion`]: a cached chat completion and how it renders as a response or an SSE stream.
+//! - [`completion`]: a cached completion and how it renders (chat or text, whole or as an SSE stream).
 //! - [`wordpiece`]: BERT's uncased WordPiece tokenizer (all-MiniLM-L6-v2's vocabulary) for wasm.
 //! - [`small_embedding`]: the edge's distilled int8 token table, its file format and int8 cosine.
 //! - [`hot_set`]: the hot set a regional node serves to the edge (versioned snapshots and deltas).
@@ -43,6 +44,7 @@ pub mod normalize;
 pub mod openai;
 pub mod server_timing;
 pub mod small_embedding;
+pub mod text_completion;
 pub mod trace;
 pub mod wordpiece;
 

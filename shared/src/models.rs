@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model_spec::ModelSpec;
+use crate::model_spec::{ModelApi, ModelSpec};
 use crate::RequestError;
 
 /// A model name and its current version.
@@ -73,6 +73,11 @@ impl ModelTable {
     /// `name`'s metadata from the registry, if it has any.
     pub fn spec(&self, name: &str) -> Option<&ModelSpec> {
         self.specs.get(name)
+    }
+
+    /// Whether `name` answers `api`: what its registry entry lists, chat alone when it has none.
+    pub fn serves(&self, name: &str, api: ModelApi) -> bool {
+        self.spec(name).map_or(api == ModelApi::Chat, |spec| spec.serves(api))
     }
 
     /// This table with the versions of `newer` (a registry that knows better), and the models only

@@ -26,6 +26,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::model_spec::ModelApi;
 use crate::models::{ModelRef, ModelTable};
 use crate::openai::{ChatCompletionRequest, Delivery, MessageContent, StopSequences};
 use crate::RequestError;
@@ -185,6 +186,11 @@ pub struct NormalizedRequest {
     pub sampling: Sampling,
     /// JSON or server-sent events (not part of the key).
     pub delivery: Delivery,
+    /// The API it came through: a chat, or a text completion whose one user message is the prompt
+    /// ([`crate::text_completion`]); part of the key.
+    pub api: ModelApi,
+    /// Whether a text completion's answer is rendered after its prompt (not part of the key).
+    pub echo: bool,
 }
 
 /// Limits a tier applies while normalizing.
@@ -215,13 +221,34 @@ pub const MAX_TOP_LOGPROBS: u32 = 20;
 /// Temperatures below this decode greedily.
 pub const GREEDY_BELOW: f32 = 1e-5;
 
-/// Normalizes a parsed request against the served models.
+/// Normalizes a parsed chat request against the served models.
 pub fn normalize(
     request: &ChatCompletionRequest,
     models: &ModelTable,
     limits: &Limits,
 ) -> Result<NormalizedRequest, RequestError> {
+    normalize_api(request, models, limits, ModelApi::Chat)
+}
+
+/// Normalizes a request that came through `api` (a text completion arrives here as a chat request of
+/// one user message); a model the registry does not list `api` for is a 400.
+pub(crate) fn normalize_api(
+    request: &ChatCompletionRequest,
+    models: &ModelTable,
+    limits: &Limits,
+    api: ModelApi,
+) -> Result<NormalizedRequest, RequestError> {
     let model = models.resolve(&request.model)?.clone();
+    if !models.serves(&model.name, api) {
+        let other = match api {
+            ModelApi::Chat => "/v1/completions",
+            ModelApi::Completions => "/v1/chat/completions",
+        };
+        return Err(RequestError::invalid_param(
+            "model",
+            format!("model `{}` does not serve the {} API; use {other}", model.name, api.as_str()),
+        ));
+    }
     reject_unsupported(request)?;
     if request.messages.is_empty() {
         return Err(RequestError::invalid_param("messages", "`messages` must contain at least one message"));
@@ -248,6 +275,8 @@ pub fn normalize(
         messages,
         sampling: normalize_sampling(request, limits)?,
         delivery: delivery(request)?,
+        api,
+        echo: false,
     })
 }
 

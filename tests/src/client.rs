@@ -215,6 +215,11 @@ impl ChatClient {
         Ok(Reply { status: response.status().as_u16(), headers, body, elapsed: started.elapsed() })
     }
 
+    /// `POST` a JSON body to `path` (`/v1/completions`, ...).
+    pub fn post_json(&self, path: &str, body: &serde_json::Value) -> anyhow::Result<Reply> {
+        self.send(path, &body.to_string(), &[])
+    }
+
     /// `POST /v1/chat/completions` with a JSON body.
     pub fn chat(&self, body: &serde_json::Value) -> anyhow::Result<Reply> {
         self.chat_raw(&body.to_string())
@@ -231,10 +236,20 @@ impl ChatClient {
         body: &serde_json::Value,
         headers: &[(&str, &str)],
     ) -> anyhow::Result<StreamReply> {
+        self.stream_at("/v1/chat/completions", body, headers)
+    }
+
+    /// `POST` `body` with `"stream": true` added to `path`, reading events as they arrive.
+    pub fn stream_at(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<StreamReply> {
         let mut body = body.clone();
         body["stream"] = serde_json::Value::Bool(true);
         let started = Instant::now();
-        let mut request = self.post("/v1/chat/completions");
+        let mut request = self.post(path);
         for (name, value) in headers {
             request = request.header(*name, *value);
         }

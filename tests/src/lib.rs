@@ -14,6 +14,8 @@
 //!   the spec, ports, identities, start-up of each tier, the core's waits, peer links, accessors).
 //! - [`flag_table`]: README's flag tables, each daemon's `--print-flags`.
 //! - [`fault_proxy`]: a TCP proxy that refuses and cuts connections by source IP, for partitions.
+//! - [`scripted_backend`]: an OpenAI-compatible server that fails on cue (statuses, stalls, malformed
+//!   and cut streams), for the core's backend fault tests.
 //! - [`core_cluster`]: a core cluster alone (no pods), each node behind a fault proxy, for store tests.
 //! - [`propagation`]: how long after an acknowledged invalidation each tier stops serving the answer.
 //! - [`poll`]: [`poll::poll_until`] and its variants, the one deadline loop the harness and the tests wait
@@ -31,6 +33,7 @@ pub mod poll;
 pub mod ports;
 pub mod process;
 pub mod propagation;
+pub mod scripted_backend;
 pub mod wrangler;
 
 pub use mesh::{Mesh, MeshSpec};

@@ -4,6 +4,8 @@
 
 mod backends_01_openai_compatible;
 mod backends_02_fallback;
+mod backends_03_text_completions;
+mod backends_04_failing_backend;
 mod basic_01_edge_path;
 mod basic_02_trace;
 mod core_01_leader_kill_under_load;

@@ -22,6 +22,7 @@ impl TryFrom<pb::GenerateRequest> for GenerationRequest {
             tenant: r.tenant,
             model: r.model,
             messages,
+            raw_prompt: r.raw_prompt,
             sampling: SamplingParams {
                 max_tokens: s.max_tokens,
                 temperature: s.temperature,

@@ -3,7 +3,8 @@
 //!
 //! # Layout
 //! - [`config`]: [`PodConfig`], what the daemon needs to start.
-//! - [`tokenizer`]: the byte-level BPE tokenizer rebuilt from the GGUF metadata.
+//! - [`tokenizer`]: the byte-level BPE tokenizer rebuilt from the GGUF metadata; a text completion's raw
+//!   prompt, encoded as it is.
 //! - [`chat_template`]: ChatML prompts, with the markers as token ids so content cannot forge them.
 //! - [`compute_threads`]: the compute pool's real thread count, reported in `Health`.
 //! - [`detokenizer`]: incremental decoding that only ever emits complete UTF-8.
@@ -23,8 +24,8 @@
 //! - [`convert`]: protobuf <-> domain conversions (prost types stop there).
 //! - [`service`]: the tonic `InferencePod` service, and [`service::InferenceService::submit`], the one
 //!   way a generation is queued.
-//! - [`openai_http`]: the OpenAI-compatible HTTP API (`/v1/chat/completions`, `/v1/models`), as vLLM
-//!   serves it, over the same way in as gRPC.
+//! - [`openai_http`]: the OpenAI-compatible HTTP API (`/v1/chat/completions`, `/v1/completions`,
+//!   `/v1/models`), as vLLM serves it, over the same way in as gRPC.
 //! - [`metrics`]: Prometheus counters, histograms and gauges.
 //! - [`server`]: [`run`], one listener for gRPC (h2c), the OpenAI API and HTTP `/healthz`, `/metrics`.
 //!
@@ -32,8 +33,13 @@
 //! loop), which batches every running sequence into each forward step; async tasks only validate,
 //! tokenize, queue and stream.
 //!
-//! Architecture Invariant: text sent to a client never contains a ChatML marker, a request's stop
-//! string, or a partial UTF-8 sequence.
+//! Architecture Invariant: generated text sent to a client never contains a ChatML marker, a request's
+//! stop string, or a partial UTF-8 sequence (a text completion's `echo` sends its own prompt back as it
+//! came).
+//!
+//! Architecture Invariant: a prompt is the chat template around the messages, or, for a text completion
+//! (`raw_prompt`), its one user message as it is; either way the client's text is encoded as plain text,
+//! so it never produces a special token.
 
 pub mod chat_template;
 pub mod compute_threads;

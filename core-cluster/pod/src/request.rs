@@ -123,7 +123,7 @@ impl SamplingParams {
     }
 }
 
-/// A chat completion to run.
+/// A chat completion, or a text completion's raw prompt, to run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenerationRequest {
     /// The caller's id for the request, for logs.
@@ -132,8 +132,11 @@ pub struct GenerationRequest {
     pub tenant: String,
     /// The model asked for; must be the one the pod serves (case-insensitive).
     pub model: String,
-    /// The conversation so far.
+    /// The conversation so far; for a raw prompt, the one user message holding it.
     pub messages: Vec<ChatMessage>,
+    /// A text completion: the one user message is the prompt, continued as it is, with no chat template
+    /// around it.
+    pub raw_prompt: bool,
     /// How to sample and when to stop.
     pub sampling: SamplingParams,
     /// Interactive or batch.
@@ -153,6 +156,12 @@ impl GenerationRequest {
         }
         if self.messages.is_empty() {
             return Err(InferenceError::InvalidRequest("no messages".into()));
+        }
+        if self.raw_prompt && !matches!(self.messages.as_slice(), [only] if only.role == ChatRole::User) {
+            return Err(InferenceError::InvalidRequest(format!(
+                "a raw prompt is exactly one user message, got {} message(s)",
+                self.messages.len()
+            )));
         }
         self.sampling.validate(context)
     }
@@ -221,6 +230,7 @@ mod tests {
             tenant: "t".into(),
             model: "m".into(),
             messages: vec![ChatMessage::new(ChatRole::User, "hi")],
+            raw_prompt: false,
             sampling: SamplingParams::greedy(8),
             priority: Priority::Interactive,
             speculative: None,
@@ -250,5 +260,15 @@ mod tests {
         assert!(r.validate("m", 100).is_err());
         assert!(parse_role("tool").is_err());
         assert_eq!(parse_role("assistant").ok(), Some(ChatRole::Assistant));
+
+        // A raw prompt is one user message, nothing else.
+        let raw = GenerationRequest { raw_prompt: true, ..request() };
+        assert!(raw.validate("m", 100).is_ok());
+        let two = vec![ChatMessage::new(ChatRole::User, "a"), ChatMessage::new(ChatRole::User, "b")];
+        let system = vec![ChatMessage::new(ChatRole::System, "a")];
+        for messages in [two, system, Vec::new()] {
+            let r = GenerationRequest { messages: messages.clone(), ..raw.clone() };
+            assert!(matches!(r.validate("m", 100), Err(InferenceError::InvalidRequest(_))), "{messages:?}");
+        }
     }
 }

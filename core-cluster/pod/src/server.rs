@@ -191,6 +191,14 @@ mod tests {
             (chat(model, "hi", 1_000_000), "max_tokens over the context"),
             (chat(model, &"word ".repeat(9000), 5), "prompt over the context"),
             (pb::GenerateRequest { messages: vec![], ..chat(model, "hi", 5) }, "no messages"),
+            (
+                pb::GenerateRequest {
+                    raw_prompt: true,
+                    messages: [chat(model, "Once", 5).messages, chat(model, "upon", 5).messages].concat(),
+                    ..chat(model, "hi", 5)
+                },
+                "a raw prompt of two messages",
+            ),
         ] {
             let status = client.generate(authed(bad)).await.map(|_| ()).expect_err(what);
             assert_eq!(status.code(), Code::InvalidArgument, "{what}: {status:?}");
@@ -223,7 +231,7 @@ mod tests {
         let (status, metrics) = http_get(addr, "/metrics").await;
         assert_eq!(status, 200);
         assert!(metrics
-            .contains("mesh_pod_requests_total{model=\"smollm2-135m-instruct\",outcome=\"rejected\"} 5"));
+            .contains("mesh_pod_requests_total{model=\"smollm2-135m-instruct\",outcome=\"rejected\"} 6"));
         assert!(metrics.contains(&format!(
             "mesh_pod_generated_tokens_total{{model=\"smollm2-135m-instruct\"}} {}",
             done.completion_tokens

@@ -1,4 +1,9 @@
 //! The tonic `InferencePod` service: validates, queues, and streams generations.
+//!
+//! A request's prompt is its conversation in the model's chat template ([`encode_prompt`]), or, for a
+//! text completion (`raw_prompt`), its one user message as it is ([`ChatTokenizer::encode_raw_prompt`]).
+//! Either way the prompt is plain token ids from then on: the prefix cache, speculation and the step loop
+//! do not tell them apart.
 
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
@@ -13,7 +18,7 @@ use tonic::{Request, Response, Status};
 use super::chat_template::encode_prompt;
 use super::load::Load;
 use super::metrics::PodMetrics;
-use super::request::GenerationRequest;
+use super::request::{ChatMessage, GenerationRequest};
 use super::step_loop::LoopConfig;
 use super::tokenizer::ChatTokenizer;
 use super::worker::{GenerationEvent, Submission, Worker};
@@ -133,8 +138,8 @@ impl InferenceService {
         request.validate(&self.shared.model_name, ready.context)?;
         // Tokenizing a long conversation takes milliseconds: keep it off the async workers.
         let tokenizer = Arc::clone(&ready.tokenizer);
-        let messages = request.messages;
-        let prompt = tokio::task::spawn_blocking(move || encode_prompt(&tokenizer, &messages))
+        let (messages, raw_prompt) = (request.messages, request.raw_prompt);
+        let prompt = tokio::task::spawn_blocking(move || encode(&tokenizer, &messages, raw_prompt))
             .await
             .map_err(|e| InferenceError::Tokenizer(e.to_string()))??;
         if prompt.len() >= ready.context {
@@ -150,6 +155,19 @@ impl InferenceService {
             speculative: request.speculative,
         };
         ready.worker.submit(prompt, submission)
+    }
+}
+
+/// The prompt's token ids: the conversation in the chat template, or a raw prompt's one message as it is.
+fn encode(
+    tokenizer: &ChatTokenizer,
+    messages: &[ChatMessage],
+    raw_prompt: bool,
+) -> Result<Vec<u32>, InferenceError> {
+    match (raw_prompt, messages) {
+        (false, _) => encode_prompt(tokenizer, messages),
+        (true, [prompt]) => tokenizer.encode_raw_prompt(&prompt.content),
+        (true, _) => Err(InferenceError::InvalidRequest("a raw prompt is exactly one user message".into())),
     }
 }
 

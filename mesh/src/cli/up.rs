@@ -133,12 +133,12 @@ fn print_ready(mesh: &Mesh, endpoint: &str, args: &UpArgs, gemma: Option<&GemmaS
         mesh.leader_id().map_or_else(|| "unknown".into(), |id| id.to_string()),
         if gemma.is_some() { ", llama-server" } else { "" },
     );
-    println!("endpoint: {endpoint}/v1/chat/completions");
+    println!("endpoint: {endpoint}/v1/chat/completions (and /v1/completions)");
     println!("API key:  {api_key}");
     println!("models:   smollm2-135m-instruct (the inference pod)");
     if let Some(server) = gemma {
         println!(
-            "          {GEMMA_MODEL} (llama-server at {}, {} thread(s), log {})",
+            "          {GEMMA_MODEL} (text completions; llama-server at {}, {} thread(s), log {})",
             server.url(),
             server.threads(),
             server.log_path().display()

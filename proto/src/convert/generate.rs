@@ -3,6 +3,7 @@
 
 use shared::cache_key::CacheKey;
 use shared::completion::CachedCompletion;
+use shared::model_spec::ModelApi;
 use shared::models::ModelRef;
 use shared::normalize::{ChatRole, Message, NormalizedRequest, Penalties, Sampling};
 
@@ -23,7 +24,17 @@ impl GenerateRequest {
                 .map(|m| pb::ChatMessage { role: m.role.as_str().to_owned(), content: m.content.clone() })
                 .collect(),
             sampling: Some((&request.sampling).into()),
+            raw_prompt: request.api == ModelApi::Completions,
             ..Default::default()
+        }
+    }
+
+    /// The API the request came through: a text completion when its prompt is raw.
+    pub fn normalized_api(&self) -> ModelApi {
+        if self.raw_prompt {
+            ModelApi::Completions
+        } else {
+            ModelApi::Chat
         }
     }
 
@@ -193,6 +204,8 @@ mod tests {
                 logprobs: Some(3),
             },
             delivery: shared::openai::Delivery::Stream { usage: false },
+            api: shared::model_spec::ModelApi::Chat,
+            echo: false,
         }
     }
 

@@ -1,5 +1,7 @@
-//! `POST /v1/chat/completions`: authenticates, parses and normalizes the request, has the
-//! [`RequestPath`] answer it, and renders the answer as OpenAI JSON or server-sent events.
+//! `POST /v1/chat/completions` and `POST /v1/completions`: authenticates, parses and normalizes the
+//! request, has the [`RequestPath`] answer it, and renders the answer as OpenAI JSON or server-sent
+//! events, in the shape of the API it came through (a text completion is the same normal form, with
+//! its own key; see [`shared::text_completion`]).
 //!
 //! Each request is classified ([`shared::content_class`]) and cached for its class's TTL; the path
 //! decides every tier (see [`crate::request_path`]).
@@ -12,10 +14,12 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use shared::completion::StreamHead;
-use shared::normalize::normalize;
-use shared::openai::{parse_chat_request, Delivery, SSE_DONE};
+use shared::completion::{Rendering, StreamHead};
+use shared::model_spec::ModelApi;
+use shared::normalize::{normalize, NormalizedRequest};
+use shared::openai::{parse_chat_request, SSE_DONE};
 use shared::server_timing::ServerTiming;
+use shared::text_completion::{normalize_completion, parse_completion_request};
 use shared::{RequestError, MAX_REQUEST_BYTES};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -34,24 +38,44 @@ use crate::request_path::{Admitted, Answered, Directives, X_CACHE_MISS};
 use crate::server::AppState;
 use crate::RegionalError;
 
-/// The handler.
+/// `POST /v1/chat/completions`.
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
     peer: Option<axum::Extension<daemon_runtime::PeerRole>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    answer(state, peer, headers, body, ModelApi::Chat).await
+}
+
+/// `POST /v1/completions`.
+pub async fn text_completions(
+    State(state): State<Arc<AppState>>,
+    peer: Option<axum::Extension<daemon_runtime::PeerRole>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    answer(state, peer, headers, body, ModelApi::Completions).await
+}
+
+async fn answer(
+    state: Arc<AppState>,
+    peer: Option<axum::Extension<daemon_runtime::PeerRole>>,
+    headers: HeaderMap,
+    body: Body,
+    api: ModelApi,
+) -> Response {
     let started = Instant::now();
     let metrics = state.path().metrics();
     metrics.requests.inc();
-    let admitted =
-        match admit(&state, peer.as_ref().map(|axum::Extension(p)| p), &headers, body, started).await {
-            Ok(admitted) => admitted,
-            Err(error) => {
-                metrics.rejected.inc();
-                return error_response(&error);
-            }
-        };
+    let peer = peer.as_ref().map(|axum::Extension(p)| p);
+    let admitted = match admit(&state, peer, &headers, body, api, started).await {
+        Ok(admitted) => admitted,
+        Err(error) => {
+            metrics.rejected.inc();
+            return error_response(&error);
+        }
+    };
     let span = tracing::debug_span!(
         "chat",
         trace_id = %admitted.trace.trace_id(),
@@ -65,15 +89,19 @@ pub async fn chat_completions(
     let delivery = admitted.request.delivery;
     let model = admitted.request.model.name.clone();
     let shape = Shape::of(&admitted.request.sampling);
+    let echo = admitted.request.rendering().echo.map(str::to_owned);
+    let rendering = Rendering { echo: echo.as_deref(), ..admitted.request.rendering() };
     let head = delivery.is_stream().then(|| StreamStart {
-        id: key.completion_id(),
+        id: rendering.completion_id(&key.completion_id()),
         created: now_ms() / 1000,
         model: admitted.request.model.name.clone(),
         usage: delivery.streams_usage(),
         shape,
+        api,
+        echo: echo.clone(),
     });
     let answered = state.path().answer(admitted).instrument(span).await;
-    let reply = Reply { delivery, key: key.as_str(), class, shape, model: &model };
+    let reply = Reply { rendering, key: key.as_str(), class, shape, model: &model };
     let response = match answered {
         Ok(Answered::Ready(outcome)) => Ok(reply.outcome_response(&outcome, false)),
         Ok(Answered::Flight { subscription, coalesced }) => {
@@ -94,6 +122,7 @@ async fn admit(
     peer: Option<&daemon_runtime::PeerRole>,
     headers: &HeaderMap,
     body: Body,
+    api: ModelApi,
     started: Instant,
 ) -> Result<Admitted, RequestError> {
     let settings = state.settings();
@@ -101,8 +130,7 @@ async fn admit(
     let bytes =
         daemon_runtime::request_body::read_body(body, MAX_REQUEST_BYTES, settings.config.http_body_timeout())
             .await?;
-    let parsed = parse_chat_request(&bytes, MAX_REQUEST_BYTES)?;
-    let request = normalize(&parsed, &state.path().models().current(), state.limits())?;
+    let request = normalized(state, &bytes, api)?;
     let cache_control: Vec<&str> =
         headers.get_all(axum::http::header::CACHE_CONTROL).iter().filter_map(|v| v.to_str().ok()).collect();
     let directives = Directives::parse(Some(&cache_control.join(",")));
@@ -111,10 +139,23 @@ async fn admit(
     Ok(Admitted::new(tenant, request, &settings.ttl, cache_sampled, directives, started).traced(traceparent))
 }
 
-/// How a request wants its answer: delivery, key, labels and the answer's shape.
+/// The request a body asks for through `api`.
+fn normalized(state: &AppState, bytes: &[u8], api: ModelApi) -> Result<NormalizedRequest, RequestError> {
+    let models = state.path().models().current();
+    match api {
+        ModelApi::Chat => normalize(&parse_chat_request(bytes, MAX_REQUEST_BYTES)?, &models, state.limits()),
+        ModelApi::Completions => normalize_completion(
+            &parse_completion_request(bytes, MAX_REQUEST_BYTES)?,
+            &models,
+            state.limits(),
+        ),
+    }
+}
+
+/// How a request wants its answer: its rendering, key, labels and the answer's shape.
 #[derive(Clone, Copy)]
 struct Reply<'a> {
-    delivery: Delivery,
+    rendering: Rendering<'a>,
     key: &'a str,
     class: Labels,
     shape: Shape,
@@ -140,7 +181,7 @@ impl Reply<'_> {
 
     /// A whole answer that is its entry.
     fn outcome_response(&self, outcome: &Outcome, coalesced: bool) -> Response {
-        entry_response(&outcome.entry, self.delivery, self.headers(outcome, coalesced), self.shape.copies)
+        entry_response(&outcome.entry, self.rendering, self.headers(outcome, coalesced))
     }
 
     /// Answers one request from its flight: the whole answer once it has landed, or (streaming, `head`
@@ -200,6 +241,10 @@ struct StreamStart {
     usage: bool,
     /// The choices it carries.
     shape: Shape,
+    /// The API whose chunks it sends.
+    api: ModelApi,
+    /// The prompt a text completion's stream starts with.
+    echo: Option<String>,
 }
 
 impl StreamStart {
@@ -212,7 +257,13 @@ impl StreamStart {
         mut subscription: Subscription,
         tx: mpsc::Sender<Result<Bytes, Infallible>>,
     ) {
-        let head = StreamHead { id: &self.id, created: self.created, model: &self.model };
+        let head = StreamHead {
+            id: &self.id,
+            created: self.created,
+            model: &self.model,
+            api: self.api,
+            echo: self.echo.as_deref(),
+        };
         let shape = self.shape;
         let send = |text: String| {
             let tx = tx.clone();

@@ -19,6 +19,7 @@ use crate::server::AppState;
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions).fallback(ops::method_not_allowed))
+        .route("/v1/completions", post(chat::text_completions).fallback(ops::method_not_allowed))
         .route("/v1/cache/invalidate", post(invalidate::invalidate).fallback(ops::method_not_allowed))
         .route("/v1/hotset", get(hot_set::hot_set).fallback(ops::method_not_allowed))
         .route("/v1/hotset/hits", post(hot_set::edge_hits).fallback(ops::method_not_allowed))

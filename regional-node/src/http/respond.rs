@@ -3,8 +3,7 @@
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
-use shared::completion::CachedCompletion;
-use shared::openai::Delivery;
+use shared::completion::{CachedCompletion, Rendering};
 use shared::server_timing::ServerTiming;
 
 use crate::request_path::ClassTtl;
@@ -91,20 +90,10 @@ fn insert(headers: &mut HeaderMap, name: HeaderName, value: &str) {
     }
 }
 
-/// A whole answer from an entry, as `copies` choices: a JSON completion, or the complete SSE stream.
-pub fn entry_response(
-    entry: &CachedCompletion,
-    delivery: Delivery,
-    headers: HeaderMap,
-    copies: u32,
-) -> Response {
-    let (content_type, body) = match delivery {
-        Delivery::Stream { usage } => (EVENT_STREAM, entry.to_sse(usage, copies)),
-        Delivery::Whole => {
-            ("application/json", serde_json::to_string(&entry.to_response(copies)).unwrap_or_default())
-        }
-    };
-    with_headers(StatusCode::OK, content_type, Body::from(body), headers)
+/// A whole answer from an entry, as the request asked for it: a JSON completion, or the complete SSE
+/// stream, of a chat or a text completion.
+pub fn entry_response(entry: &CachedCompletion, rendering: Rendering<'_>, headers: HeaderMap) -> Response {
+    with_headers(StatusCode::OK, rendering.content_type(), Body::from(entry.render(rendering)), headers)
 }
 
 /// A response with a status, content type, body and extra headers.

@@ -184,6 +184,8 @@ mod tests {
             messages,
             sampling: Sampling::greedy(8),
             delivery: shared::openai::Delivery::Whole,
+            api: shared::model_spec::ModelApi::Chat,
+            echo: false,
         }
     }
 

@@ -247,6 +247,8 @@ mod tests {
             messages: vec![Message { role: ChatRole::User, content: text.into() }],
             sampling: Sampling::greedy(16),
             delivery: shared::openai::Delivery::Whole,
+            api: shared::model_spec::ModelApi::Chat,
+            echo: false,
         };
         complete_request(&Admitted::new(
             "t".into(),

@@ -278,6 +278,8 @@ fn admitted(question: &str, only_if_cached: bool) -> Admitted {
         messages: vec![Message { role: ChatRole::User, content: question.into() }],
         sampling: Sampling::greedy(16),
         delivery: shared::openai::Delivery::Whole,
+        api: shared::model_spec::ModelApi::Chat,
+        echo: false,
     };
     let directives = Directives { only_if_cached, ..Directives::default() };
     Admitted::new("acme".into(), request, &TtlPolicy::default(), false, directives, Instant::now())

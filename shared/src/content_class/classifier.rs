@@ -101,6 +101,8 @@ mod tests {
                 .collect(),
             sampling: Sampling { temperature, ..Sampling::greedy(16) },
             delivery: crate::openai::Delivery::Whole,
+            api: crate::model_spec::ModelApi::Chat,
+            echo: false,
         }
     }
 

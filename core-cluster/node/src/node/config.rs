@@ -77,6 +77,11 @@ pub struct NodeArgs {
     /// Models registered when `--bootstrap` forms the cluster, as `name@version`, comma-separated.
     #[arg(long, env = "MESH_CORE_MODELS", default_value = shared::models::DEFAULT_MODELS)]
     pub models: String,
+    /// A TOML file describing models (`[models.NAME]` with `version`, `apis`, `context_length`,
+    /// `input_cost_per_mtok`, `output_cost_per_mtok`, `backends`): the leader registers those the
+    /// registry lacks and describes again those it describes otherwise, re-reading the file every 5 s.
+    #[arg(long, env = "MESH_CORE_MODEL_REGISTRY")]
+    pub model_registry: Option<PathBuf>,
     /// Tenants created (with the default policy) when `--bootstrap` forms the cluster, comma-separated.
     #[arg(long, env = "MESH_CORE_TENANTS", value_delimiter = ',')]
     pub tenants: Vec<String>,
@@ -136,6 +141,7 @@ impl NodeArgs {
             source_ip,
             models: models.models().to_vec(),
             tenants: self.tenants,
+            model_registry: self.model_registry,
             data_dir: self.data_dir,
             peers: self.peers.into_iter().collect(),
             pods: self.pods,
@@ -188,6 +194,8 @@ pub struct NodeConfig {
     pub models: Vec<ModelRef>,
     /// Tenants to create when this node forms the cluster.
     pub tenants: Vec<String>,
+    /// The model registry file, checked at start and followed while this node leads.
+    pub model_registry: Option<PathBuf>,
     /// Directory of the node's sled database.
     pub data_dir: PathBuf,
     /// Every core node's id and `host:port`, this one included; the initial Raft membership.
@@ -231,6 +239,9 @@ impl NodeConfig {
                     model.name
                 )));
             }
+        }
+        if let Some(path) = &self.model_registry {
+            crate::node::background::registry_file::read(path)?;
         }
         for pod in &self.pods {
             if !(pod.starts_with("http://") || pod.starts_with("https://")) {

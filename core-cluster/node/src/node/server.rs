@@ -29,6 +29,7 @@ use super::state_machine::StateMachineStore;
 use super::types::{Command, Raft, Request, TenantPolicy};
 use crate::node::background::hit_reporter::{self, HitCounter};
 use crate::node::background::refresher::Refresher;
+use crate::node::background::registry_file;
 use crate::node::background::ticker;
 use crate::node::raft::durable_log::DurableLog;
 use crate::node::raft::leader_contact::LeaderContact;
@@ -150,6 +151,10 @@ pub async fn run(
         tokio::spawn(snapshots),
         tokio::spawn(release_held_back_commits(raft.clone(), durable_log)),
     ];
+    if let Some(path) = &config.model_registry {
+        let follow = registry_file::run(config.id, path.clone(), raft.clone(), state.clone(), writer.clone());
+        background.push(tokio::spawn(follow));
+    }
     if formed {
         background.push(tokio::spawn(seed(writer, config.clone())));
     }

@@ -4,6 +4,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use shared::model_spec::ModelApi;
 use shared::RequestError;
 
 use crate::InferenceError;
@@ -21,6 +22,18 @@ pub fn error_response(error: &RequestError) -> Response {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     }
     response
+}
+
+/// Why the pod refused to queue a generation that came through `api`: as [`From<InferenceError>`], with
+/// a prompt too long for the context named as the API names it (`messages`, or a text completion's
+/// `prompt`).
+pub fn generation_refused(e: InferenceError, api: ModelApi) -> RequestError {
+    let too_long = matches!(e, InferenceError::PromptTooLong { .. });
+    let refused = RequestError::from(e);
+    match api {
+        ModelApi::Completions if too_long => RequestError { param: Some("prompt".to_owned()), ..refused },
+        _ => refused,
+    }
 }
 
 /// 405 on a known path, as OpenAI's body.
@@ -73,5 +86,15 @@ mod tests {
         let response = error_response(&loading);
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(response.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()), Some("1"));
+    }
+
+    #[test]
+    fn a_text_completions_prompt_too_long_names_the_prompt() {
+        let too_long = || InferenceError::PromptTooLong { prompt_tokens: 9, context: 8 };
+        let param = |api| generation_refused(too_long(), api).param;
+        assert_eq!(param(ModelApi::Chat).as_deref(), Some("messages"));
+        assert_eq!(param(ModelApi::Completions).as_deref(), Some("prompt"));
+        let full = generation_refused(InferenceError::QueueFull(3), ModelApi::Completions);
+        assert_eq!((full.status, full.param), (429, None));
     }
 }

@@ -1,4 +1,5 @@
-//! `GET /v1/models` and `GET /v1/models/{id}`: the one model this pod serves, as OpenAI lists models.
+//! `GET /v1/models` and `GET /v1/models/{id}`: the one model this pod serves, as OpenAI lists models,
+//! with the APIs it answers (`"apis": ["chat", "completions"]`), as the mesh's tiers list them.
 
 use std::sync::Arc;
 
@@ -6,6 +7,7 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use shared::model_spec::ModelApi;
 use shared::RequestError;
 
 use super::errors::error_response;
@@ -34,6 +36,8 @@ pub struct Model {
     pub created: i64,
     /// Always [`OWNED_BY`].
     pub owned_by: String,
+    /// The APIs it answers: `chat` (`/v1/chat/completions`) and `completions` (`/v1/completions`).
+    pub apis: Vec<ModelApi>,
 }
 
 impl Model {
@@ -43,6 +47,7 @@ impl Model {
             object: "model".to_owned(),
             created: state.created,
             owned_by: OWNED_BY.to_owned(),
+            apis: state.apis(),
         }
     }
 }

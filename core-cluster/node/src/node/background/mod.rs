@@ -1,11 +1,13 @@
-//! The node's background tasks: the leader's ticker (sweeps, log time), hit reports, and the
-//! refresher that regenerates the hottest prompts after a bump.
+//! The node's background tasks: the leader's ticker (sweeps, log time), hit reports, the refresher
+//! that regenerates the hottest prompts after a bump, and the model registry file.
 //!
 //! # Layout
 //! - [`ticker`]: the leader's periodic sweep proposal, which also keeps the log time moving.
 //! - [`hit_reporter`]: counts served hits and reports them through Raft.
 //! - [`refresher`]: regenerates the hottest prompts after a model-version bump.
+//! - [`registry_file`]: `--model-registry`, models described in a file, registered by the leader.
 
 pub mod hit_reporter;
 pub mod refresher;
+pub mod registry_file;
 pub mod ticker;

@@ -73,6 +73,8 @@ impl Refresher {
             messages: job.prompt.messages.clone(),
             sampling: job.prompt.sampling.clone(),
             delivery: shared::openai::Delivery::Whole,
+            api: shared::model_spec::ModelApi::Chat,
+            echo: false,
         };
         let key = CacheKey::derive(&job.tenant, &normalized).as_str().to_owned();
         let generate = GenerateRequest::for_request(format!("refresh-{key}"), &job.tenant, &normalized);

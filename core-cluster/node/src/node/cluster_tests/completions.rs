@@ -75,6 +75,8 @@ async fn a_version_bump_stales_old_entries_and_regenerates_the_hottest() {
             messages: vec![Message { role: ChatRole::User, content: text.into() }],
             sampling: sampling.clone(),
             delivery: shared::openai::Delivery::Whole,
+            api: shared::model_spec::ModelApi::Chat,
+            echo: false,
         };
         shared::cache_key::CacheKey::derive("dev", &request).as_str().to_owned()
     };

@@ -65,6 +65,7 @@ impl Cluster {
             source_ip: None,
             models: vec![shared::models::ModelRef { name: "fake".into(), version: 1 }],
             tenants: vec!["dev".into()],
+            model_registry: None,
             data_dir: self.dirs[(id - 1) as usize].path().to_path_buf(),
             peers: self.addrs.iter().map(|(id, a)| (*id, a.to_string())).collect(),
             pods: vec![format!("http://{}", self.pod)],

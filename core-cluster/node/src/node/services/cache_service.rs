@@ -98,8 +98,12 @@ fn validate_complete(request: CompleteRequest) -> Result<CompleteInput, CoreErro
 }
 
 /// The normalized request behind a generation, kept with the entry for refreshes; `None` if a role is
-/// not one the normalizer produces.
+/// not one the normalizer produces, and for a text completion (a bump's refresh regenerates chat
+/// answers only; a text completion's next request after a bump is a miss).
 fn prompt_of(generate: &GenerateRequest) -> Option<Prompt> {
+    if generate.raw_prompt {
+        return None;
+    }
     Some(Prompt { messages: generate.normalized_messages()?, sampling: generate.normalized_sampling() })
 }
 

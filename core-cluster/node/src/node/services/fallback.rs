@@ -131,6 +131,8 @@ fn fallback_key(generate: &GenerateRequest, version: u64) -> Result<String, Core
         messages,
         sampling: generate.normalized_sampling(),
         delivery: shared::openai::Delivery::Whole,
+        api: generate.normalized_api(),
+        echo: false,
     };
     Ok(CacheKey::derive(&generate.tenant, &normalized).as_str().to_owned())
 }
@@ -154,6 +156,8 @@ mod tests {
             messages: generate.normalized_messages().expect("roles"),
             sampling: generate.normalized_sampling(),
             delivery: shared::openai::Delivery::Stream { usage: false },
+            api: shared::model_spec::ModelApi::Chat,
+            echo: false,
         };
         let expected = CacheKey::derive("dev", &normalized).as_str().to_owned();
         assert_eq!(fallback_key(&generate, 3).expect("key"), expected, "delivery is not part of the key");

@@ -1,7 +1,8 @@
-//! The API key: required on every `/v1/*` route when set, and nowhere else.
+//! The API key: required on every `/v1/*` route (chat and text completions, models) when set, and
+//! nowhere else.
 
 use super::client::{get, post};
-use super::{assert_openai_error, question, Pod, CHAT};
+use super::{assert_openai_error, completion, question, Pod, CHAT, TEXT};
 
 const KEY: &str = "sk-pod-openai-test-key";
 
@@ -15,6 +16,7 @@ async fn an_api_key_guards_the_openai_routes_only() {
             get(pod.addr, "/v1/models", auth).await,
             // The key is checked before the body is even read.
             post(pod.addr, CHAT, auth, "{not json").await,
+            post(pod.addr, TEXT, auth, "{not json").await,
         ] {
             assert_eq!(reply.status, 401, "{auth:?}: {}", reply.body);
             assert_openai_error(&reply.json(), "invalid_request_error", None, Some("invalid_api_key"));
@@ -26,6 +28,9 @@ async fn an_api_key_guards_the_openai_routes_only() {
     let answer = post(pod.addr, CHAT, Some(&right), &question("Say hello.", 4, "")).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
     assert_eq!(answer.json()["object"], "chat.completion");
+    let text = post(pod.addr, TEXT, Some(&right), &completion("Once upon a time", 4, "")).await;
+    assert_eq!(text.status, 200, "{}", text.body);
+    assert_eq!(text.json()["object"], "text_completion");
 
     // The probes stay open; gRPC keeps its own role check.
     assert_eq!(get(pod.addr, "/healthz", None).await.status, 200);

@@ -5,10 +5,12 @@ mod answers;
 mod cancellation;
 mod client;
 mod refusals;
+mod text;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use serde::de::DeserializeOwned;
 use shared::openai::{ChatCompletionChunk, SSE_DONE};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -24,6 +26,8 @@ use daemon_runtime::TierIdentity;
 const MODEL: &str = DEFAULT_MODEL_NAME;
 /// The chat route.
 const CHAT: &str = "/v1/chat/completions";
+/// The text completion route.
+const TEXT: &str = "/v1/completions";
 
 /// A pod serving on a loopback port until it is stopped.
 struct Pod {
@@ -79,8 +83,20 @@ fn question(text: &str, max_tokens: u32, extra: &str) -> String {
     )
 }
 
-/// The chunks of a complete SSE body, which must end with `data: [DONE]`.
+/// A greedy text completion of `prompt`, at most `max_tokens` tokens, with `extra` fields (each starting
+/// with a comma).
+fn completion(prompt: &str, max_tokens: u32, extra: &str) -> String {
+    let prompt = serde_json::to_string(prompt).expect("a JSON string");
+    format!(r#"{{"model":"{MODEL}","prompt":{prompt},"temperature":0,"max_tokens":{max_tokens}{extra}}}"#)
+}
+
+/// The chat chunks of a complete SSE body, which must end with `data: [DONE]`.
 fn sse_chunks(body: &str) -> Vec<ChatCompletionChunk> {
+    sse_events(body)
+}
+
+/// The events of a complete SSE body, which must end with `data: [DONE]`.
+fn sse_events<T: DeserializeOwned>(body: &str) -> Vec<T> {
     let rest = body.strip_suffix(SSE_DONE).unwrap_or_else(|| panic!("no [DONE] at the end: {body:?}"));
     rest.split("\n\n")
         .filter(|event| !event.is_empty())

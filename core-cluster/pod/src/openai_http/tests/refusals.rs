@@ -22,6 +22,7 @@ async fn lists_its_model_and_refuses_in_openai_shape() {
     assert_eq!(models.len(), 1, "{list}");
     assert_eq!((models[0]["id"].as_str(), models[0]["object"].as_str()), (Some(MODEL), Some("model")));
     assert_eq!(models[0]["owned_by"], "llm-cache-mesh");
+    assert_eq!(models[0]["apis"], serde_json::json!(["chat", "completions"]), "{list}");
     assert!(models[0]["created"].as_i64().is_some_and(|t| t > 1_600_000_000), "{list}");
     let one = get(pod.addr, &format!("/v1/models/{MODEL}"), None).await;
     assert_eq!((one.status, one.json()), (200, models[0].clone()));

@@ -1,5 +1,5 @@
 //! An OpenAI-compatible stream's events read as the pod's [`GenerateEvent`]s: each choice-0 content
-//! delta a `Delta`, and `[DONE]` the `Done` that carries the finish reason, the usage (the server's, or
+//! delta (or text, in a text completion's chunks) a `Delta`, and `[DONE]` the `Done` that carries the finish reason, the usage (the server's, or
 //! counted here when it sends none) and the timings seen from this side. A stream that says something
 //! else (a chunk that is not JSON, an `error` event, `[DONE]` before any finish reason) is an error, so
 //! that nothing it said is committed.
@@ -89,7 +89,8 @@ impl ChunkReader {
         };
         let mut events = Vec::new();
         for choice in choices.iter().filter(|c| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0) {
-            match choice.pointer("/delta/content") {
+            // A chat chunk's text is its delta's content; a text completion chunk's, its `text`.
+            match choice.pointer("/delta/content").or_else(|| choice.get("text")) {
                 None | Some(Value::Null) => {}
                 Some(Value::String(text)) if text.is_empty() => {}
                 Some(Value::String(text)) => {

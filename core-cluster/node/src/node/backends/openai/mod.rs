@@ -1,5 +1,5 @@
 //! An OpenAI-compatible server as a backend: each generation is one streamed `POST
-//! {url}/chat/completions`, read as the pod's events. Before the first token a failed call is tried
+//! {url}/chat/completions` (`{url}/completions` for a text completion), read as the pod's events. Before the first token a failed call is tried
 //! again (after a jittered backoff) and a server that sends nothing within the first-token timeout has
 //! failed; after it, the stream is relayed as it comes and dropping it (the caller left) closes the
 //! connection, which is how the server learns to stop. Health is a `GET {url}/models`.
@@ -103,11 +103,12 @@ impl OpenAiClient {
         trace: &TraceParent,
     ) -> Result<EventStream, CoreError> {
         let body = request::body(&request, &self.spec.upstream_model)?;
+        let url = format!("{}/{}", self.spec.url, request::path(&request));
         let prompt_estimate = super::prediction::predicted_work(&request).prompt;
         let prompt_estimate = u32::try_from(prompt_estimate).unwrap_or(u32::MAX);
         let mut backoff = FIRST_BACKOFF;
         for attempt in 0.. {
-            match self.start(&body, trace, prompt_estimate).await {
+            match self.start(&url, &body, trace, prompt_estimate).await {
                 Ok(stream) => return Ok(stream),
                 Err((error, retry)) if retry && attempt < self.timeouts.retries => {
                     let jittered = backoff.mul_f64(1.0 + fastrand::f64() * 0.5);
@@ -125,6 +126,7 @@ impl OpenAiClient {
     /// timeout. An error comes with whether another try may succeed.
     async fn start(
         &self,
+        url: &str,
         body: &serde_json::Value,
         trace: &TraceParent,
         prompt_estimate: u32,
@@ -135,11 +137,7 @@ impl OpenAiClient {
             let message = format!("no first token within {} ms", self.timeouts.first_token.as_millis());
             (CoreError::Backend { code: Code::Unavailable, message }, true)
         };
-        let mut call = self
-            .http
-            .post(format!("{}/chat/completions", self.spec.url))
-            .header(shared::trace::TRACEPARENT, trace.header())
-            .json(body);
+        let mut call = self.http.post(url).header(shared::trace::TRACEPARENT, trace.header()).json(body);
         if let Some(authorization) = &self.authorization {
             call = call.header(AUTHORIZATION, authorization.clone());
         }

@@ -1,5 +1,6 @@
-//! The request an OpenAI-compatible server is sent for a generation, and the refusal of what such a
-//! server is not asked to do. Only OpenAI's own parameters go out; a request that needs one the API does
+//! The request an OpenAI-compatible server is sent for a generation (`/chat/completions`, or
+//! `/completions` for a text completion's raw prompt), and the refusal of what such a server is not
+//! asked to do. Only OpenAI's own parameters go out; a request that needs one the API does
 //! not have (top-k, vLLM's repetition penalty, generating past the end of the turn) or one this adapter
 //! does not relay (several choices, log-probabilities) is refused naming it, never sent without it.
 
@@ -8,7 +9,16 @@ use serde_json::{json, Value};
 
 use crate::node::error::CoreError;
 
-/// The JSON body of a streamed `/chat/completions` call for `request`, naming the model `upstream_model`.
+/// The path, under the backend's `/v1` URL, that answers `request`.
+pub fn path(request: &GenerateRequest) -> &'static str {
+    if request.raw_prompt {
+        "completions"
+    } else {
+        "chat/completions"
+    }
+}
+
+/// The JSON body of a streamed call to [`path`] for `request`, naming the model `upstream_model`.
 pub fn body(request: &GenerateRequest, upstream_model: &str) -> Result<Value, CoreError> {
     let sampling = request.sampling.clone().unwrap_or_default();
     let refuse = |parameter: &str| {
@@ -32,11 +42,23 @@ pub fn body(request: &GenerateRequest, upstream_model: &str) -> Result<Value, Co
     if sampling.ignore_eos {
         return refuse("ignore_eos");
     }
-    let messages: Vec<Value> =
-        request.messages.iter().map(|m| json!({"role": m.role, "content": m.content})).collect();
+    let (field, input) = if request.raw_prompt {
+        match request.messages.as_slice() {
+            [prompt] if prompt.role == "user" => ("prompt", json!(prompt.content)),
+            _ => {
+                return Err(CoreError::InvalidArgument(
+                    "a text completion carries exactly one user message, its prompt".into(),
+                ))
+            }
+        }
+    } else {
+        let messages: Vec<Value> =
+            request.messages.iter().map(|m| json!({"role": m.role, "content": m.content})).collect();
+        ("messages", json!(messages))
+    };
     let mut body = json!({
         "model": upstream_model,
-        "messages": messages,
+        field: input,
         "stream": true,
         "stream_options": {"include_usage": true},
         "temperature": sampling.temperature,
@@ -94,6 +116,22 @@ mod tests {
         assert_eq!(body["stream"], true);
         assert_eq!(body["stream_options"]["include_usage"], true);
         assert!(body.get("frequency_penalty").is_none() && body.get("top_k").is_none(), "{body}");
+    }
+
+    #[test]
+    fn a_raw_prompt_goes_to_the_completions_api_as_it_is() {
+        let mut raw = request(Sampling { max_tokens: 8, ..Default::default() });
+        raw.raw_prompt = true;
+        raw.messages[0].content = "Question: What is the capital of France?\nAnswer:".into();
+        let sent = body(&raw, "base").expect("allowed");
+        assert_eq!(
+            (path(&raw), sent["prompt"].as_str()),
+            ("completions", Some(raw.messages[0].content.as_str()))
+        );
+        assert!(sent.get("messages").is_none(), "{sent}");
+        assert_eq!(path(&request(Sampling::default())), "chat/completions");
+        raw.messages.push(raw.messages[0].clone());
+        assert!(matches!(body(&raw, "base"), Err(CoreError::InvalidArgument(_))));
     }
 
     #[test]
