@@ -105,10 +105,10 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         args.api_key
     );
     if gemma.is_some() {
-        println!("Gemma 3 270M is a base model: through chat, llama-server applies a template it was not trained on:\n");
+        println!("Gemma 3 270M is a base model: ask it for text completions:\n");
         println!(
-            "curl -si {endpoint}/v1/chat/completions -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' \\\n  \
-             -d '{{\"model\":\"{GEMMA_MODEL}\",\"temperature\":0,\"max_tokens\":48,\"messages\":[{{\"role\":\"user\",\"content\":\"The capital of France is\"}}]}}'\n",
+            "curl -si {endpoint}/v1/completions -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' \\\n  \
+             -d '{{\"model\":\"{GEMMA_MODEL}\",\"temperature\":0,\"max_tokens\":8,\"prompt\":\"Question: What is the capital of France?\\nAnswer:\"}}'\n",
             args.api_key
         );
     }
