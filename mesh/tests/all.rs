@@ -2,3 +2,4 @@
 //! the harness's are.
 
 mod dashboard_01_page;
+mod upstream_01_llama_server;
