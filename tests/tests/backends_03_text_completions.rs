@@ -7,7 +7,7 @@
 //! Both reach every tier through the change feed: `/v1/models` at the edge lists their APIs and context
 //! length. A text completion is generated (the pod continues the raw prompt over gRPC; the pool
 //! backend gets `/v1/completions`), cached under a key of its own (apart from the same words as a
-//! chat), served by the edge whole and streamed, echoed, invalidated like any answer; chat to a
+//! chat), served by the edge whole and streamed, echoed, bumped and invalidated like any answer; chat to a
 //! completion-only model and a text completion to a chat-only model are clear 400s.
 
 use std::time::{Duration, Instant};
@@ -149,6 +149,24 @@ fn text_completions_are_generated_cached_and_invalidated_at_every_tier() -> anyh
     assert_eq!(base.header("x-cache"), Some("MISS"));
     assert_eq!(text_of(&base), text, "the pod's HTTP and gRPC paths continue the prompt alike");
     assert_ne!(base.header("x-cache-key"), Some(key.as_str()), "two models never share an entry");
+
+    // A bump of the model its OpenAI-compatible backend serves reaches the edge as a pod model's does:
+    // the next request is a new key (the new version's), generated again.
+    let base_key = base.header("x-cache-key").unwrap_or_default().to_owned();
+    let cached = edge.post_json("/v1/completions", &completion(BASE, PROMPT, json!({})))?;
+    assert_eq!(cached.header("x-cache"), Some("HIT-EDGE"), "{}", cached.body);
+    admin(&mesh, &["bump-model", "--model", BASE])?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let reply = edge.post_json("/v1/completions", &completion(BASE, PROMPT, json!({})))?;
+        if reply.header("x-cache-key").is_some_and(|k| k != base_key) {
+            assert_eq!(reply.header("x-cache"), Some("MISS"), "{}", reply.body);
+            assert_eq!(text_of(&reply), text);
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "still the old version's key 10 s after the bump");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     // Invalidated like any answer: refused by the edge within the bound, then generated again.
     admin(&mesh, &["invalidate", "--tenant", "dev", "--key", &key])?;
