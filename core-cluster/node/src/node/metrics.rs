@@ -284,6 +284,16 @@ fn backend_health(mut text: MetricsText, backends: &Backends) -> MetricsText {
         );
     }
     for backend in backends.all().iter() {
+        if let Some(throughput) = backend.rates().throughput() {
+            text = text.gauge(
+                "mesh_core_backend_throughput_tokens_per_second",
+                "The model backend's generated tokens finished a second while busy, over all its requests (moving average), as routing predicts its queue's draining with.",
+                &[("backend", backend.url()), ("kind", backend.kind_name())],
+                throughput,
+            );
+        }
+    }
+    for backend in backends.all().iter() {
         text = text.counter(
             "mesh_core_pod_failures_total",
             "Failed calls to each model backend.",

@@ -58,11 +58,17 @@ pub(super) struct InFlightCounts {
     /// Their predicted prompt and output tokens.
     prompt: AtomicU64,
     output: AtomicU64,
+    /// When the count last went from none to one (the backend's busy period began).
+    busy_since: std::sync::Mutex<Option<Instant>>,
 }
 
 impl InFlightCounts {
     fn work(&self) -> Work {
         Work { prompt: self.prompt.load(Ordering::Relaxed), output: self.output.load(Ordering::Relaxed) }
+    }
+
+    fn busy_since(&self) -> Option<Instant> {
+        self.busy_since.lock().ok().and_then(|since| *since)
     }
 }
 
@@ -75,7 +81,11 @@ pub struct InFlight {
 
 impl InFlight {
     pub(super) fn start(counts: &Arc<InFlightCounts>, work: Work) -> Self {
-        counts.requests.fetch_add(1, Ordering::Relaxed);
+        if counts.requests.fetch_add(1, Ordering::Relaxed) == 0 {
+            if let Ok(mut since) = counts.busy_since.lock() {
+                *since = Some(Instant::now());
+            }
+        }
         counts.prompt.fetch_add(work.prompt, Ordering::Relaxed);
         counts.output.fetch_add(work.output, Ordering::Relaxed);
         Self { counts: Arc::clone(counts), work }
@@ -189,7 +199,7 @@ impl Backend {
     /// at the measured rates; `None` when the backend would not take it.
     pub fn predicted_ttft_us(&self, request: &GenerateRequest, own: Work) -> Option<u64> {
         let (_, queued) = self.queued(request, own)?;
-        Some(self.rates.predicted_us(queued, Work { prompt: own.prompt, output: 0 }))
+        Some(self.rates.predicted_ttft_us(queued, own.prompt))
     }
 
     /// The work queued here ahead of `request`, with whether the backend is short of room for it (its
@@ -246,10 +256,12 @@ impl Backend {
     /// counting toward opening it.
     fn observed(&self, stream: EventStream) -> EventStream {
         let (rates, breaker) = (Arc::clone(&self.rates), Arc::clone(&self.breaker));
+        let in_flight = Arc::clone(&self.in_flight);
         Box::pin(stream.inspect(move |event| match event {
             Ok(event) => {
                 if let Some(generate_event::Event::Done(done)) = &event.event {
                     rates.observe(done);
+                    rates.observe_finish(done.completion_tokens, in_flight.busy_since(), Instant::now());
                     breaker.record_success();
                 }
             }

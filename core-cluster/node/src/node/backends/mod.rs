@@ -3,8 +3,9 @@
 //! API). Every generation goes through here, whichever the backend, so caching, commits, invalidation
 //! and the change feed treat both kinds alike: each answers with the same stream of [`GenerateEvent`]s.
 //!
-//! A generation goes to the backend of its model where it is predicted to finish first: the work
-//! queued there and its own, at the backend's measured prefill and decode rates (or, with
+//! A generation goes to the backend of its model where it is predicted to finish first: its own prefill
+//! and decode at one request's measured rates, or the draining of the work queued there with it at the
+//! backend's measured throughput when that takes longer ([`prediction`]; or, with
 //! `--backend-routing round-robin`, to each in turn). Healthy backends go first, a backend whose breaker
 //! is open gets none, and a refusal moves on to the next. A background probe keeps each backend's health
 //! (and a pod's reported load) current; calls this node has in flight count too, so a burst between

@@ -1,9 +1,16 @@
 //! What a generation will take on a backend: its work in tokens (prompt and output), and the backend's
-//! measured rates (prefill and decode tokens per second, as its own answers' timings report them), so
-//! that a request goes where it is predicted to finish first: the work already queued there plus its
-//! own, at that backend's speed.
+//! measured rates, so that a request goes where it is predicted to finish first.
+//!
+//! Two rates are measured. A request's own rates (prefill and decode tokens per second, as its answer's
+//! timings report them) say how long it takes once it runs. The backend's throughput (output tokens
+//! finished per second of wall time while it was busy) says how fast it works through what is queued,
+//! whatever it does inside: a batching pod finishes many requests at once, so its throughput is many
+//! times one request's decode rate, while a server with one slot finishes them one after another, at
+//! one request's rate. A request is predicted to finish after its own prefill and the longer of its own
+//! decode and the draining of everything queued there with it, at that throughput.
 
 use std::sync::Mutex;
+use std::time::Instant;
 
 use proto::inference::{GenerateDone, GenerateRequest};
 
@@ -16,6 +23,8 @@ const DEFAULT_OUTPUT_TOKENS: u64 = 256;
 const PRIOR: Rates = Rates { prefill_tokens_per_s: 1_000.0, decode_tokens_per_s: 30.0 };
 /// Weight of each new measurement in the moving average.
 const ALPHA: f64 = 0.2;
+/// Weight of each new throughput sample (one per finished generation: many, and noisy).
+const THROUGHPUT_ALPHA: f64 = 0.1;
 
 /// A generation's work in tokens.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -52,10 +61,18 @@ pub struct Rates {
     pub decode_tokens_per_s: f64,
 }
 
-/// A backend's measured rates: a moving average over its answers' timings.
+/// A backend's measured rates: a moving average over its answers' timings, and its throughput.
 #[derive(Debug, Default)]
 pub struct MeasuredRates {
     measured: Mutex<Option<Rates>>,
+    throughput: Mutex<Throughput>,
+}
+
+/// Output tokens finished per busy second, from the time between finished generations.
+#[derive(Debug, Default)]
+struct Throughput {
+    last_finish: Option<Instant>,
+    output_tokens_per_s: Option<f64>,
 }
 
 impl MeasuredRates {
@@ -93,14 +110,63 @@ impl MeasuredRates {
         }
     }
 
-    /// Microseconds until `own` would be done here behind `queued`.
+    /// Takes one finished generation (`output_tokens` long, at `now`) into the throughput: its tokens
+    /// over the time since the previous one finished or, when the backend was idle in between, since it
+    /// became busy (`busy_since`).
+    pub fn observe_finish(&self, output_tokens: u32, busy_since: Option<Instant>, now: Instant) {
+        let Ok(mut throughput) = self.throughput.lock() else { return };
+        let since = match (throughput.last_finish, busy_since) {
+            (Some(last), Some(busy)) => Some(last.max(busy)),
+            (last, busy) => last.or(busy),
+        };
+        throughput.last_finish = Some(now);
+        let Some(since) = since else { return };
+        let seconds = now.saturating_duration_since(since).as_secs_f64();
+        if output_tokens == 0 || seconds < 1e-3 {
+            return;
+        }
+        let sample = f64::from(output_tokens) / seconds;
+        throughput.output_tokens_per_s = Some(match throughput.output_tokens_per_s {
+            Some(old) => old + THROUGHPUT_ALPHA * (sample - old),
+            None => sample,
+        });
+    }
+
+    /// Output tokens the backend finishes per busy second, once measured.
+    pub fn throughput(&self) -> Option<f64> {
+        self.throughput.lock().ok().and_then(|t| t.output_tokens_per_s)
+    }
+
+    /// Microseconds until `own` would be done here behind `queued`: its prefill, then the longer of its
+    /// own decode and the draining of the queue with it at the backend's throughput (before that is
+    /// measured: the queue's and its own work one after another at one request's rates).
     pub fn predicted_us(&self, queued: Work, own: Work) -> u64 {
         let rates = self.now();
-        let seconds = (queued.prompt + own.prompt) as f64 / rates.prefill_tokens_per_s.max(1e-3)
-            + (queued.output + own.output) as f64 / rates.decode_tokens_per_s.max(1e-3);
+        let seconds = match self.throughput() {
+            Some(throughput) => {
+                own.prompt as f64 / rates.prefill_tokens_per_s.max(1e-3)
+                    + (own.output as f64 / rates.decode_tokens_per_s.max(1e-3))
+                        .max((queued.output + own.output) as f64 / throughput.max(1e-3))
+            }
+            None => sequential_seconds(rates, queued, own),
+        };
+        (seconds * 1e6).min(u64::MAX as f64) as u64
+    }
+
+    /// Microseconds until `own`'s first token here behind `queued`, at one request's rates.
+    pub fn predicted_ttft_us(&self, queued: Work, own_prompt: u64) -> u64 {
+        let seconds = sequential_seconds(self.now(), queued, Work { prompt: own_prompt, output: 0 });
         (seconds * 1e6).min(u64::MAX as f64) as u64
     }
 }
+
+/// `queued` and `own` one after another at one request's `rates`, in seconds.
+fn sequential_seconds(rates: Rates, queued: Work, own: Work) -> f64 {
+    (queued.prompt + own.prompt) as f64 / rates.prefill_tokens_per_s.max(1e-3)
+        + (queued.output + own.output) as f64 / rates.decode_tokens_per_s.max(1e-3)
+}
+
+impl MeasuredRates {}
 
 #[cfg(test)]
 mod tests {
@@ -155,5 +221,33 @@ mod tests {
         assert!(fast.predicted_us(Work::default(), own) < slow.predicted_us(Work::default(), own));
         let queued = Work { prompt: 500, output: 64 * 5 };
         assert!(fast.predicted_us(queued, own) > slow.predicted_us(Work::default(), own));
+    }
+
+    #[test]
+    fn throughput_is_tokens_per_busy_second_and_a_batching_backend_drains_its_queue_faster() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + std::time::Duration::from_millis(ms);
+        // One slot: 32 tokens every 400 ms, busy throughout.
+        let one_slot = MeasuredRates::default();
+        one_slot.observe(&done(20, 33, 10, 355));
+        for i in 1..=5 {
+            one_slot.observe_finish(32, Some(t0), at(400 * i));
+        }
+        let single = one_slot.throughput().expect("measured");
+        assert!((single - 80.0).abs() < 1.0, "{single}");
+        // Batching: the same decode rate per request, but eight finish in each 400 ms.
+        let batching = MeasuredRates::default();
+        batching.observe(&done(20, 33, 10, 355));
+        for i in 1..=40 {
+            batching.observe_finish(32, Some(t0), at(50 * i));
+        }
+        assert!(batching.throughput().expect("measured") > 5.0 * single);
+        let (queued, own) = (Work { prompt: 80, output: 8 * 32 }, Work { prompt: 10, output: 32 });
+        assert!(batching.predicted_us(queued, own) < one_slot.predicted_us(queued, own));
+        // Idle time between generations is not counted: busy again at 10 s, done 400 ms later.
+        one_slot.observe_finish(32, Some(at(10_000)), at(10_400));
+        assert!((one_slot.throughput().expect("measured") - 80.0).abs() < 1.0);
+        // An idle backend still takes its own decode's time, whatever its throughput.
+        assert!(batching.predicted_us(Work::default(), own) >= 32 * 1_000_000 / 100);
     }
 }
