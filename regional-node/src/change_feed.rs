@@ -2,9 +2,10 @@
 //!
 //! From the revision of the node's [`CoreView`](crate::core_view::CoreView), on whichever core node
 //! serves it; every batch goes to [`RequestPath::apply_changes`], which updates the view, drops what
-//! the changes invalidate from every local tier and learns model versions. A stream that breaks, or
-//! stays quiet for [`QUIET_LIMIT`] (the core sends progress every second), is opened again on the next
-//! node from the revision reached, so nothing is skipped and nothing is applied out of order.
+//! the changes invalidate from every local tier and learns model versions. A stream that breaks (a core
+//! node that may no longer serve ends its streams), or stays quiet for [`QUIET_LIMIT`] (the core sends
+//! progress every second), is opened again on the next node from the revision reached, so nothing is
+//! skipped and nothing is applied out of order.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,7 +41,11 @@ async fn follow(path: &RequestPath) -> Result<(), String> {
         let event = match tokio::time::timeout(QUIET_LIMIT, stream.message()).await {
             Ok(Ok(Some(event))) => event,
             Ok(Ok(None)) => return Err("the core ended the feed".into()),
-            Ok(Err(status)) => return Err(format!("feed failed: {}", status.message())),
+            Ok(Err(status)) => {
+                // A node that may no longer serve ends its streams: follow the feed elsewhere.
+                path.core().move_past(node);
+                return Err(format!("feed failed: {}", status.message()));
+            }
             Err(_) => {
                 path.core().move_past(node);
                 return Err(format!("the feed was quiet for {QUIET_LIMIT:?}"));

@@ -87,3 +87,89 @@ async fn the_change_feed_streams_invalidations_and_resumes_on_another_node() {
         node.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_cut_off_from_the_majority_ends_its_feed_streams() {
+    let cluster = new_cluster(FakePod::default(), RaftTuning::default()).await;
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3 {
+        nodes.insert(id, cluster.start(id).await);
+    }
+    let leader = wait_for_leader(&cluster, &[1, 2, 3]).await;
+    let kept = (1..=3).find(|id| *id != leader).expect("a follower");
+    let secret = credential();
+    let request = secret.request(proto::cache::WatchRequest { after_revision: 0 });
+    let mut stream = client(cluster.addrs[&kept]).await.watch(request).await.expect("watch").into_inner();
+    assert!(stream.message().await.expect("open").is_some(), "the resync");
+
+    // The other two stop: no leader confirms the kept node's state any more, so what it would say next
+    // ("nothing happened since") is no longer its to say. Progress events stop and the stream ends.
+    for id in (1..=3).filter(|id| *id != kept) {
+        nodes.remove(&id).expect("running").stop().await;
+    }
+    ends_unavailable_within_the_serving_bound(&mut stream).await;
+    for (_, node) in nodes {
+        node.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_removed_from_the_cluster_and_left_running_ends_its_feed_streams() {
+    let cluster = new_cluster(FakePod::default(), RaftTuning::default()).await;
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3 {
+        nodes.insert(id, cluster.start(id).await);
+    }
+    // The leader is the node removed, as in the README's procedure for retiring a node: it keeps
+    // running, and a regional node following its feed must learn that it no longer speaks for the cluster.
+    let removed = wait_for_leader(&cluster, &[1, 2, 3]).await;
+    let secret = credential();
+    let request = secret.request(proto::cache::WatchRequest { after_revision: 0 });
+    let mut stream = client(cluster.addrs[&removed]).await.watch(request).await.expect("watch").into_inner();
+    assert!(stream.message().await.expect("open").is_some(), "the resync");
+
+    let voters: Vec<NodeId> = (1..=3).filter(|id| *id != removed).collect();
+    store_client(&cluster)
+        .change_membership(voters.clone(), vec![removed])
+        .await
+        .expect("membership changed");
+    ends_unavailable_within_the_serving_bound(&mut stream).await;
+
+    // A new stream on the removed node is refused; the remaining nodes serve the feed.
+    let request = secret.request(proto::cache::WatchRequest { after_revision: 0 });
+    let refused = client(cluster.addrs[&removed]).await.watch(request).await.expect_err("refused");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    // The remaining voters elect one of themselves once the removed leader steps down.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let kept = loop {
+        let leader = wait_for_leader(&cluster, &voters).await;
+        if voters.contains(&leader) {
+            break leader;
+        }
+        assert!(Instant::now() < deadline, "the remaining voters elected no leader");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(!watch_until(cluster.addrs[&kept], 0, 0).await.is_empty());
+    for (_, node) in nodes {
+        node.stop().await;
+    }
+}
+
+/// Reads `stream` until it ends, and checks it ended with `Unavailable` within the serving bound
+/// (plus the time to notice) of now.
+async fn ends_unavailable_within_the_serving_bound(stream: &mut tonic::Streaming<proto::cache::WatchEvent>) {
+    let cut = Instant::now();
+    let deadline = cut + Duration::from_secs(15);
+    let ended = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.message()).await.expect("the stream ends within 15 s") {
+            Ok(Some(_progress)) => continue,
+            Ok(None) => break None,
+            Err(status) => break Some(status),
+        }
+    };
+    let status = ended.expect("ended with an error, not a clean end");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    let bound = Duration::from_millis(crate::node::context::SERVING_STALENESS_MS) + Duration::from_secs(3);
+    assert!(cut.elapsed() < bound, "ended {:?} after the cut", cut.elapsed());
+}

@@ -161,7 +161,9 @@ impl CoreCache for CacheService {
         self.node.check_serving()?;
         let after = request.into_inner().after_revision;
         tracing::debug!(after, "watch");
-        Ok(Response::new(change_feed::watch(self.node.state.clone(), after)))
+        let node = Arc::clone(&self.node);
+        let serving: change_feed::ServingCheck = Box::new(move || node.check_serving());
+        Ok(Response::new(change_feed::watch(self.node.state.clone(), after, serving)))
     }
 
     #[tracing::instrument(name = "core.complete", skip_all, fields(key = %request.get_ref().key, trace_id))]

@@ -5,6 +5,13 @@
 //! revision below the feed's floor (compacted), or 0, is answered with a resync first. When nothing new
 //! is applied, a progress event at least every [`PROGRESS_INTERVAL`] tells the watcher the revision it is
 //! at and that the stream is alive.
+//!
+//! A progress event says "nothing happened since", which only a node that may serve can say: before
+//! every batch and every progress event the node checks that it is still a member and that a leader
+//! confirmed its state recently (the check a new watch passes). A node removed from the cluster, cut off
+//! from the majority, or deposed and isolated ends its streams with `UNAVAILABLE` within
+//! [`PROGRESS_INTERVAL`] of failing that check, so the watcher follows the feed on another node instead
+//! of believing a frozen one.
 
 use std::time::Duration;
 
@@ -22,11 +29,19 @@ pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// Feed rows read per batch.
 const ROWS_PER_BATCH: usize = 256;
 
-/// Streams the feed after `after_revision` until the watcher hangs up.
-pub fn watch(state: StateMachineStore, after_revision: u64) -> ReceiverStream<Result<WatchEvent, Status>> {
+/// Whether the node may still serve (a member, its state confirmed by a leader recently).
+pub type ServingCheck = Box<dyn Fn() -> Result<(), CoreError> + Send + Sync>;
+
+/// Streams the feed after `after_revision` until the watcher hangs up or `serving` fails.
+pub fn watch(
+    state: StateMachineStore,
+    after_revision: u64,
+    serving: ServingCheck,
+) -> ReceiverStream<Result<WatchEvent, Status>> {
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(async move {
-        if let Err(e) = follow(&state, after_revision, &tx).await {
+        if let Err(e) = follow(&state, after_revision, &serving, &tx).await {
+            tracing::info!(error = %e, "ending a change feed stream");
             let _ = tx.send(Err(e.into())).await;
         }
     });
@@ -37,12 +52,14 @@ pub fn watch(state: StateMachineStore, after_revision: u64) -> ReceiverStream<Re
 async fn follow(
     state: &StateMachineStore,
     after_revision: u64,
+    serving: &ServingCheck,
     tx: &mpsc::Sender<Result<WatchEvent, Status>>,
 ) -> Result<(), CoreError> {
     let mut applied = state.applied_updates();
     let mut cursor = after_revision;
     let mut sent_progress = None;
     loop {
+        serving()?;
         // Read before the rows: every row at or below it is already visible, so a progress event never
         // moves the cursor past a row that was not read.
         let applied_before = state.applied_index();
