@@ -75,7 +75,7 @@ impl NodeContext {
         let m = metrics.borrow();
         Health {
             id: self.id,
-            leader: m.current_leader,
+            leader: known_leader(self.id, &m),
             term: m.current_term,
             last_applied: m.last_applied.map(|id| id.index),
             tenants: self.state.tenant_count(),
@@ -89,7 +89,7 @@ impl NodeContext {
     pub fn raft_position(&self) -> (Option<u64>, Option<u64>) {
         let metrics = self.raft.metrics();
         let m = metrics.borrow();
-        (m.current_leader, m.last_applied.map(|id| id.index))
+        (known_leader(self.id, &m), m.last_applied.map(|id| id.index))
     }
 
     /// Whether this node may answer from its state: it is a member of the cluster it knows, and a leader
@@ -113,4 +113,14 @@ impl NodeContext {
         let raft = self.raft.metrics().borrow().clone();
         self.metrics.render(&raft, &self.backends, self.state.sizes(), self.log.sync_stats())
     }
+}
+
+/// The leader node `id` knows of. A leader removed from the voters keeps its own vote (and, for a while,
+/// its leader state), so Raft still names it: it is not reported as leader unless it leads and votes.
+pub fn known_leader(
+    id: NodeId,
+    metrics: &openraft::RaftMetrics<NodeId, openraft::BasicNode>,
+) -> Option<NodeId> {
+    let votes = || metrics.membership_config.membership().voter_ids().any(|voter| voter == id);
+    metrics.current_leader.filter(|leader| *leader != id || (metrics.state.is_leader() && votes()))
 }

@@ -88,10 +88,12 @@ pub async fn run(
     let channels = PeerChannels::new(config.source_ip, config.identity.clone());
     let network = Network::new(config.id, channels.clone(), config.identity.clone())
         .committing_durable(durable_log.clone());
+    let own_metrics = network.own_metrics();
     let raft =
         Raft::new(config.id, Arc::new(raft_config(&config)?), network, log_store.clone(), state.clone())
             .await
             .map_err(|e| CoreError::Raft(e.to_string()))?;
+    let _ = own_metrics.set(raft.metrics());
     let formed = config.bootstrap && bootstrap(&raft, &config).await?;
 
     let metrics = Arc::new(Metrics::default());

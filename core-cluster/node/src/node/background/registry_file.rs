@@ -138,7 +138,7 @@ pub async fn run(id: NodeId, path: PathBuf, raft: Raft, state: StateMachineStore
     let mut last_error = None;
     loop {
         tick.tick().await;
-        if raft.metrics().borrow().current_leader != Some(id) {
+        if crate::node::context::known_leader(id, &raft.metrics().borrow()) != Some(id) {
             continue;
         }
         let described = match read(&path) {

@@ -21,7 +21,7 @@ pub async fn run(id: NodeId, raft: Raft, state: StateMachineStore, writer: Write
     let mut count: u32 = 0;
     loop {
         tick.tick().await;
-        if raft.metrics().borrow().current_leader != Some(id) {
+        if crate::node::context::known_leader(id, &raft.metrics().borrow()) != Some(id) {
             continue;
         }
         count = count.wrapping_add(1);

@@ -139,6 +139,16 @@ async fn a_node_removed_from_the_cluster_and_left_running_ends_its_feed_streams(
     let request = secret.request(proto::cache::WatchRequest { after_revision: 0 });
     let refused = client(cluster.addrs[&removed]).await.watch(request).await.expect_err("refused");
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    // It serves no completion from its frozen state either, and no longer names itself leader.
+    let refused = client(cluster.addrs[&removed])
+        .await
+        .complete(secret.request(complete_request("after-removal", "hello")))
+        .await
+        .expect_err("refused");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    let (_, health) = http_get(cluster.addrs[&removed], "/healthz").await.expect("healthz");
+    let health: serde_json::Value = serde_json::from_str(&health).expect("healthz JSON");
+    assert_ne!(health["leader"].as_u64(), Some(removed), "{health}");
     // The remaining voters elect one of themselves once the removed leader steps down.
     let deadline = Instant::now() + Duration::from_secs(20);
     let kept = loop {

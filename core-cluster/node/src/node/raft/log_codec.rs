@@ -38,7 +38,10 @@ pub fn decode_payload(bytes: &[u8]) -> Result<EntryPayload<TypeConfig>, CoreErro
 }
 
 /// Encodes an AppendEntries request.
-pub fn encode_append(request: &AppendEntriesRequest<TypeConfig>) -> Vec<u8> {
+pub fn encode_append(
+    request: &AppendEntriesRequest<TypeConfig>,
+    leader_quorum_age_ms: Option<u64>,
+) -> Vec<u8> {
     pb::AppendEntriesBody {
         vote: Some(vote_to_pb(&request.vote)),
         prev_log_id: request.prev_log_id.as_ref().map(log_id_to_pb),
@@ -51,12 +54,13 @@ pub fn encode_append(request: &AppendEntriesRequest<TypeConfig>) -> Vec<u8> {
             })
             .collect(),
         leader_commit: request.leader_commit.as_ref().map(log_id_to_pb),
+        leader_quorum_age_ms,
     }
     .encode_to_vec()
 }
 
 /// Decodes an AppendEntries request.
-pub fn decode_append(bytes: &[u8]) -> Result<AppendEntriesRequest<TypeConfig>, CoreError> {
+pub fn decode_append(bytes: &[u8]) -> Result<DecodedAppend, CoreError> {
     let body = pb::AppendEntriesBody::decode(bytes)
         .map_err(|e| CoreError::InvalidArgument(format!("append entries does not decode: {e}")))?;
     let entries = body
@@ -70,12 +74,22 @@ pub fn decode_append(bytes: &[u8]) -> Result<AppendEntriesRequest<TypeConfig>, C
             })
         })
         .collect::<Result<_, CoreError>>()?;
-    Ok(AppendEntriesRequest {
+    let request = AppendEntriesRequest {
         vote: vote_from_pb(body.vote.ok_or_else(|| missing("the vote"))?),
         prev_log_id: body.prev_log_id.map(log_id_from_pb),
         entries,
         leader_commit: body.leader_commit.map(log_id_from_pb),
-    })
+    };
+    Ok(DecodedAppend { request, leader_quorum_age_ms: body.leader_quorum_age_ms })
+}
+
+/// A decoded AppendEntries.
+#[derive(Debug)]
+pub struct DecodedAppend {
+    /// openraft's request.
+    pub request: AppendEntriesRequest<TypeConfig>,
+    /// The sender's time since a quorum last acknowledged it as leader; absent when it did not know.
+    pub leader_quorum_age_ms: Option<u64>,
 }
 
 /// Encodes an InstallSnapshot request (one chunk of a snapshot file).
@@ -373,8 +387,11 @@ mod tests {
             }],
             leader_commit: None,
         };
-        let decoded = decode_append(&encode_append(&request)).expect("test step");
-        assert_eq!(format!("{decoded:?}"), format!("{request:?}"));
+        let decoded = decode_append(&encode_append(&request, Some(7))).expect("test step");
+        assert_eq!(format!("{:?}", decoded.request), format!("{request:?}"));
+        assert_eq!(decoded.leader_quorum_age_ms, Some(7));
+        let unknown = decode_append(&encode_append(&request, None)).expect("test step");
+        assert_eq!(unknown.leader_quorum_age_ms, None);
         assert!(decode_append(b"\xff\xff\xff").is_err());
         assert!(decode_payload(&[]).is_err(), "an empty payload has no kind");
     }

@@ -16,6 +16,7 @@
 //! (`Unimplemented`, an older binary) is sent unary calls from then on.
 
 use std::error::Error;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use openraft::error::{
@@ -27,9 +28,10 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::BasicNode;
+use openraft::{BasicNode, RaftMetrics};
 use proto::raft::raft_client::RaftClient;
 use proto::raft::RaftPayload;
+use tokio::sync::watch;
 use tonic::transport::Channel;
 use tonic::Code;
 
@@ -62,12 +64,23 @@ pub struct Network {
     identity: TierIdentity,
     /// How far this node's log is durable: the commit index sent is never beyond it.
     durable_log: Option<DurableLog>,
+    /// This node's Raft metrics, once Raft runs: every AppendEntries carries the time since a quorum
+    /// last acknowledged this leader.
+    own_metrics: OwnMetrics,
 }
+
+/// This node's Raft metrics, set once its Raft is built (the network is built first).
+pub type OwnMetrics = Arc<OnceLock<watch::Receiver<RaftMetrics<NodeId, BasicNode>>>>;
 
 impl Network {
     /// A network for node `id` over `channels`.
     pub fn new(id: NodeId, channels: PeerChannels, identity: TierIdentity) -> Self {
-        Self { id, channels, identity, durable_log: None }
+        Self { id, channels, identity, durable_log: None, own_metrics: OwnMetrics::default() }
+    }
+
+    /// Where to set this node's Raft metrics once Raft is built.
+    pub fn own_metrics(&self) -> OwnMetrics {
+        self.own_metrics.clone()
     }
 
     /// Makes every AppendEntries tell a commit index no higher than what this node's log holds durably
@@ -94,6 +107,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             identity: self.identity.clone(),
             stream: StreamState::default(),
             durable_log: self.durable_log.clone(),
+            own_metrics: self.own_metrics.clone(),
         }
     }
 }
@@ -115,6 +129,15 @@ pub struct PeerConnection {
     stream: StreamState,
     /// How far this node's log is durable ([`Network::committing_durable`]).
     durable_log: Option<DurableLog>,
+    /// This node's Raft metrics ([`Network::own_metrics`]).
+    own_metrics: OwnMetrics,
+}
+
+impl PeerConnection {
+    /// The time since a quorum last acknowledged this node as leader, as its metrics last reported it.
+    fn quorum_age_ms(&self) -> Option<u64> {
+        self.own_metrics.get().and_then(|metrics| metrics.borrow().millis_since_quorum_ack)
+    }
 }
 
 /// A connection's AppendEntries stream.
@@ -336,7 +359,7 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         if let Some(durable_log) = &self.durable_log {
             rpc.leader_commit = durable_log.clamp_commit(rpc.leader_commit);
         }
-        let payload = RaftPayload { body: log_codec::encode_append(&rpc) };
+        let payload = RaftPayload { body: log_codec::encode_append(&rpc, self.quorum_age_ms()) };
         self.call(Rpc::AppendEntries { entries: rpc.entries.len() }, Ok(payload), &option).await
     }
 

@@ -5,6 +5,7 @@
 
 use crate::node::metrics::Rpc;
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::raft::{AppendEntriesResponse, InstallSnapshotResponse, VoteResponse};
 use proto::raft::raft_server::Raft as RaftRpc;
@@ -55,10 +56,11 @@ impl RaftService {
     /// Hands one encoded AppendEntries to the local Raft node and encodes its answer.
     async fn append(&self, request: &RaftPayload) -> Result<RaftPayload, Status> {
         self.metrics.rpcs.get(Rpc::AppendEntries).inc();
-        let req = log_codec::decode_append(&request.body)?;
-        let result = self.raft.append_entries(req).await;
+        let decoded = log_codec::decode_append(&request.body)?;
+        let commit = decoded.request.leader_commit.map_or(0, |id| id.index);
+        let result = self.raft.append_entries(decoded.request).await;
         if matches!(result, Ok(AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_))) {
-            self.contact.touch();
+            self.contact.accepted(decoded.leader_quorum_age_ms.map(Duration::from_millis), commit);
         }
         Ok(RaftPayload { body: AppendEntriesResponse::encode(&result) })
     }

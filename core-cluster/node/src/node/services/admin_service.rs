@@ -135,7 +135,7 @@ impl CoreAdmin for AdminService {
         let digest = self.node.state.digest()?;
         Ok(Response::new(StatusReply {
             id: self.node.id,
-            leader_id: metrics.current_leader.unwrap_or(0),
+            leader_id: crate::node::context::known_leader(self.node.id, &metrics).unwrap_or(0),
             term: metrics.current_term,
             last_log_index: metrics.last_log_index.unwrap_or(0),
             applied_index: metrics.last_applied.map_or(0, |l| l.index),

@@ -177,6 +177,12 @@ impl CoreCache for CacheService {
         let metrics = &self.node.metrics;
         metrics.rpcs.get(Rpc::Complete).inc();
         let input = validate_complete(request.into_inner())?;
+        // A node that may not answer from its state (removed, cut off, behind) neither serves a hit from it
+        // nor starts a generation it could not commit: the caller fails over.
+        if let Err(e) = self.node.check_serving() {
+            metrics.complete_errors.inc();
+            return Err(e.into());
+        }
         // A version this node knows to be old is refused before anything is generated: the commit would
         // refuse it anyway, after the pod's work and the caller's stream.
         if let Some(current) = self.node.state.model_version(&input.generate.model)? {

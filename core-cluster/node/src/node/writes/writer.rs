@@ -127,7 +127,7 @@ impl Writer {
     pub fn leader(&self) -> Option<(NodeId, String)> {
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow();
-        let leader = metrics.current_leader?;
+        let leader = crate::node::context::known_leader(self.id, &metrics)?;
         let node = metrics.membership_config.membership().get_node(&leader)?;
         Some((leader, node.addr.clone()))
     }
