@@ -11,11 +11,14 @@
 //!   not even looked up.
 //! - Key invalidations also drop the key from this isolate's memory at once.
 //!
-//! The staleness bound: a cached answer is served only while the view was confirmed by a regional node
-//! within `CHANGES_BOUND_MS` ([`ensure_fresh`] pulls first when it is older; if that fails, the request
-//! goes to the regional tier, which holds the current view). Background pulls every
+//! The staleness bound: a cached answer is served only while the view was confirmed by the core within
+//! `CHANGES_BOUND_MS` ([`ensure_fresh`] pulls first when it is older; if that fails, the request goes to
+//! the regional tier). The regional node says with every answer how long ago the core confirmed its
+//! view (it refuses with 503 when that is past its own bound, or when it is behind this isolate), and
+//! the isolate counts its view as confirmed that long before the answer arrived: the bound is measured
+//! against the core, not against whichever regional node answered. Background pulls every
 //! `CHANGES_REFRESH_MS` keep busy isolates from ever pulling inline. So an invalidation is obeyed at
-//! the edge at most `CHANGES_BOUND_MS` after the regional node learned it from the core's feed.
+//! the edge at most `CHANGES_BOUND_MS` after the core acknowledged it.
 
 use std::cell::RefCell;
 
@@ -35,8 +38,10 @@ const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 #[derive(Default)]
 struct ViewState {
     cutoffs: Cutoffs,
-    /// When a regional node last confirmed the view (0: never).
+    /// When the core last confirmed the view, as far as the regional tier said (0: never).
     confirmed_ms: i64,
+    /// When this isolate last asked for the changes (0: never): pulls are paced by it.
+    pulled_ms: i64,
     pulling: bool,
 }
 
@@ -87,7 +92,7 @@ const UNKNOWN_MODEL_PULL_MS: i64 = 250;
 /// Pulls the view when it is older than [`UNKNOWN_MODEL_PULL_MS`]; true when it pulled (so the
 /// caller may look again).
 pub async fn pull_for_unknown_model(config: &Config) -> bool {
-    let stale = VIEW.with(|v| Clock::now_ms() - v.borrow().confirmed_ms > UNKNOWN_MODEL_PULL_MS);
+    let stale = VIEW.with(|v| Clock::now_ms() - v.borrow().pulled_ms > UNKNOWN_MODEL_PULL_MS);
     if stale {
         pull(config).await;
     }
@@ -99,7 +104,7 @@ pub fn refresh_if_due(config: &Config, ctx: &Context) {
     let now = Clock::now_ms();
     let due = VIEW.with(|view| {
         let mut view = view.borrow_mut();
-        let due = !view.pulling && now - view.confirmed_ms >= config.changes_refresh_ms as i64;
+        let due = !view.pulling && now - view.pulled_ms >= config.changes_refresh_ms as i64;
         view.pulling |= due;
         due
     });
@@ -114,7 +119,11 @@ pub fn refresh_if_due(config: &Config, ctx: &Context) {
 
 /// Pulls the changes since the view's revision and applies them.
 async fn pull(config: &Config) {
-    let since = VIEW.with(|view| view.borrow().cutoffs.revision());
+    let since = VIEW.with(|view| {
+        let mut view = view.borrow_mut();
+        view.pulled_ms = Clock::now_ms();
+        view.cutoffs.revision()
+    });
     match fetch(config, since).await {
         Ok(batch) => apply(&batch),
         Err(e) => worker::console_warn!("core changes: pull failed: {e}"),
@@ -136,10 +145,14 @@ async fn fetch(config: &Config, since: u64) -> Result<Changes, String> {
 
 fn apply(batch: &Changes) {
     let now = Clock::now_ms();
+    // A batch that does not say how old its view is confirms nothing.
+    let confirmed = batch.confirmed_age_ms.map(|age| now - i64::try_from(age).unwrap_or(i64::MAX / 2));
     VIEW.with(|view| {
         let mut view = view.borrow_mut();
         view.cutoffs.apply_batch(batch);
-        view.confirmed_ms = now;
+        if let Some(confirmed) = confirmed {
+            view.confirmed_ms = view.confirmed_ms.max(confirmed);
+        }
     });
     for revised in &batch.changes {
         if let Change::Key { key, .. } = &revised.change {

@@ -3,8 +3,9 @@
 //! From the revision of the node's [`CoreView`](crate::core_view::CoreView), on whichever core node
 //! serves it; every batch goes to [`RequestPath::apply_changes`], which updates the view, drops what
 //! the changes invalidate from every local tier and learns model versions. A stream that breaks (a core
-//! node that may no longer serve ends its streams), or stays quiet for [`QUIET_LIMIT`] (the core sends
-//! progress every second), is opened again on the next node from the revision reached, so nothing is
+//! node that may no longer serve ends its streams), stays quiet for [`QUIET_LIMIT`] (the core sends
+//! progress four times a second), or whose events say the node's state was confirmed longer ago than
+//! the view's [`FEED_BOUND`], is opened again on the next node from the revision reached, so nothing is
 //! skipped and nothing is applied out of order.
 
 use std::sync::Arc;
@@ -13,10 +14,12 @@ use std::time::Duration;
 use shared::changes::Changes;
 use tokio::task::JoinHandle;
 
+use crate::core_view::FEED_BOUND;
 use crate::request_path::RequestPath;
 
-/// Longest silence on a feed stream before it is opened again elsewhere.
-pub const QUIET_LIMIT: Duration = Duration::from_secs(3);
+/// Longest silence on a feed stream before it is opened again elsewhere: four of the core's progress
+/// intervals, and well within [`FEED_BOUND`], so a stalled node is left before the view goes stale.
+pub const QUIET_LIMIT: Duration = Duration::from_secs(1);
 /// Pause before opening the feed again after a failure.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
@@ -51,6 +54,7 @@ async fn follow(path: &RequestPath) -> Result<(), String> {
                 return Err(format!("the feed was quiet for {QUIET_LIMIT:?}"));
             }
         };
+        let received_at = std::time::Instant::now();
         let batch = Changes::try_from(event)?;
         if batch.resync.is_some() {
             tracing::info!(
@@ -58,6 +62,13 @@ async fn follow(path: &RequestPath) -> Result<(), String> {
                 "resynced with the core: every older local answer is refused"
             );
         }
-        path.apply_changes(&batch);
+        path.apply_changes(&batch, received_at);
+        // A node whose state no leader confirmed recently is not worth following (the view would not
+        // be fresh): follow the feed on another node. A batch that does not say confirms nothing.
+        let confirmed = batch.confirmed_age_ms.is_some_and(|age| u128::from(age) <= FEED_BOUND.as_millis());
+        if batch.at_head && !confirmed {
+            path.core().move_past(node);
+            return Err(format!("the core node's state was confirmed {:?} ms ago", batch.confirmed_age_ms));
+        }
     }
 }

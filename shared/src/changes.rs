@@ -99,4 +99,15 @@ pub struct Changes {
     /// Changes after `since` (after the resync's revision when there is one), oldest first.
     #[serde(default)]
     pub changes: Vec<Revised>,
+    /// How long before the sender sent this batch its view was last confirmed current by the core: on
+    /// the core's feed, since a leader (one a quorum acknowledged) confirmed the serving node's state; at
+    /// a regional node, since the core's feed last did so for its view. A reader counts its view as
+    /// confirmed at the time of receipt minus this age, so freshness composes across tiers. Absent: not
+    /// known, and the batch confirms nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmed_age_ms: Option<u64>,
+    /// Whether the batch brings the reader to the sender's current state: no rows are left behind it
+    /// (a first batch after a long absence may carry only part of the backlog).
+    #[serde(default)]
+    pub at_head: bool,
 }

@@ -121,15 +121,25 @@ impl Cutoffs {
         self.revision = self.revision.max(batch.revision);
     }
 
-    /// Starts again from `resync`: its models and settings, and its floor over everything held.
+    /// Starts again from `resync`: its models and settings, and its floor over everything held. A resync
+    /// from a view behind this one (a lower revision: a source that knows less) is ignored, and model
+    /// versions only move forward, so no source can make this view forget a cutoff or a bump.
     pub fn resync(&mut self, resync: &Resync) {
+        if self.revision > 0 && resync.revision < self.revision {
+            return;
+        }
+        let mut current: BTreeMap<String, u64> = resync.models.iter().cloned().collect();
+        for (model, version) in &self.current {
+            let kept = current.entry(model.clone()).or_default();
+            *kept = (*kept).max(*version);
+        }
         self.floor_ms = self.floor_ms.max(resync.floor_ms);
         self.latest_ms = self.latest_ms.max(resync.floor_ms);
         self.tenants.clear();
         self.model_versions.clear();
         self.keys.clear();
         self.key_order.clear();
-        self.current = resync.models.iter().cloned().collect();
+        self.current = current;
         self.cache_sampled = resync.cache_sampled.iter().cloned().collect();
         self.specs = resync.specs.iter().cloned().collect();
         self.revision = resync.revision;
@@ -239,12 +249,81 @@ mod tests {
             cache_sampled: vec!["a".into()],
             specs: vec![],
         };
-        cutoffs.apply_batch(&Changes { revision: 9, resync: Some(resync), changes: vec![] });
+        cutoffs.apply_batch(&Changes { revision: 9, resync: Some(resync), ..Default::default() });
         assert_eq!(cutoffs.revision(), 9);
         assert!(!cutoffs.admits(&entry("k", "b", 3, 1_000)));
         assert!(cutoffs.admits(&entry("k", "b", 3, 1_001)));
         assert!(!cutoffs.admits(&entry("k", "b", 2, 2_000)));
         assert!(cutoffs.caches_sampled("a") && !cutoffs.caches_sampled("b"));
+    }
+
+    /// A reader that pulls from sources at different revisions (a resync from one behind it, changes
+    /// from one ahead, in a seeded random order) never admits again what it once refused, and its
+    /// revision and model versions never move back.
+    #[test]
+    fn no_source_behind_the_reader_makes_it_forget_a_cutoff() {
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let history: Vec<Revised> = (1..=200u64)
+            .map(|revision| {
+                let at_ms = revision as i64 * 10;
+                let change = match next(4) {
+                    0 => Change::Key { tenant: "a".into(), key: format!("k{}", next(8)) },
+                    1 => Change::Tenant { tenant: ["a", "b"][next(2) as usize].into() },
+                    2 => Change::ModelVersion { model: "m".into(), version: 1 + next(3) },
+                    _ => Change::ModelCurrent { model: "m".into(), version: 1 + revision / 50 },
+                };
+                at(revision, at_ms, change)
+            })
+            .collect();
+        let source_at = |revision: u64| {
+            let mut source = Cutoffs::default();
+            for revised in history.iter().filter(|r| r.revision <= revision) {
+                source.apply(revised);
+            }
+            source
+        };
+        let entries: Vec<CachedCompletion> = (0..400)
+            .map(|i| entry(&format!("k{}", i % 8), ["a", "b"][i % 2], 1 + (i as u64 % 5), i as i64 * 5))
+            .collect();
+        for _round in 0..20 {
+            let mut reader = Cutoffs::default();
+            let mut refused = vec![false; entries.len()];
+            for _pull in 0..30 {
+                let source = source_at(next(201));
+                let (revision, version) = (reader.revision(), reader.current_version("m"));
+                let batch = if reader.revision() == 0 || source.revision() < reader.revision() {
+                    Changes {
+                        revision: source.revision(),
+                        resync: Some(source.resync_point()),
+                        ..Default::default()
+                    }
+                } else {
+                    let changes = history
+                        .iter()
+                        .filter(|r| r.revision > reader.revision() && r.revision <= source.revision())
+                        .cloned()
+                        .collect();
+                    Changes { revision: source.revision(), changes, ..Default::default() }
+                };
+                reader.apply_batch(&batch);
+                assert!(reader.revision() >= revision, "the revision moved back");
+                assert!(reader.current_version("m") >= version, "a model version moved back");
+                for (was_refused, entry) in refused.iter_mut().zip(&entries) {
+                    let admits = reader.admits(entry);
+                    assert!(!(*was_refused && admits), "{entry:?} was refused and is admitted again");
+                    // A version newer than the current one is refused until a bump makes it current:
+                    // that refusal is no cutoff.
+                    let future = reader.current_version("m").is_some_and(|v| entry.model_version > v);
+                    *was_refused |= !admits && !future;
+                }
+            }
+        }
     }
 
     #[test]

@@ -81,12 +81,13 @@ impl ModelTable {
     }
 
     /// This table with the versions of `newer` (a registry that knows better), and the models only
-    /// `newer` has added.
+    /// `newer` has added. Versions only move forward: a source that is behind (an older view of the
+    /// registry) never takes a model back to a version it has left.
     pub fn updated(&self, newer: &ModelTable) -> ModelTable {
         let mut models = self.models.clone();
         for model in &newer.models {
             match models.iter_mut().find(|m| m.name == model.name) {
-                Some(known) => known.version = model.version,
+                Some(known) => known.version = known.version.max(model.version),
                 None => models.push(model.clone()),
             }
         }

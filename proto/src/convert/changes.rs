@@ -110,7 +110,12 @@ impl From<&Changes> for WatchEvent {
             }),
             (None, true) => watch_event::Event::Progress(true),
         };
-        WatchEvent { revision: batch.revision, event: Some(event) }
+        WatchEvent {
+            revision: batch.revision,
+            event: Some(event),
+            confirmed_age_ms: batch.confirmed_age_ms,
+            at_head: batch.at_head,
+        }
     }
 }
 
@@ -118,7 +123,12 @@ impl TryFrom<WatchEvent> for Changes {
     type Error = String;
 
     fn try_from(wire: WatchEvent) -> Result<Self, String> {
-        let mut batch = Changes { revision: wire.revision, ..Default::default() };
+        let mut batch = Changes {
+            revision: wire.revision,
+            confirmed_age_ms: wire.confirmed_age_ms,
+            at_head: wire.at_head,
+            ..Default::default()
+        };
         match wire.event.ok_or("a watch event without an event")? {
             watch_event::Event::Resync(resync) => batch.resync = Some(resync.into()),
             watch_event::Event::Changes(changes) => {
@@ -158,6 +168,8 @@ mod tests {
                 .enumerate()
                 .map(|(i, change)| Revised { revision: i as u64 + 5, at_ms: 100, change })
                 .collect(),
+            confirmed_age_ms: Some(12),
+            at_head: false,
         };
         assert_eq!(Changes::try_from(WatchEvent::from(&batch)), Ok(batch));
         let resync = Changes {
@@ -170,10 +182,13 @@ mod tests {
                 specs: vec![("m".into(), spec())],
             }),
             changes: vec![],
+            confirmed_age_ms: None,
+            at_head: true,
         };
         assert_eq!(Changes::try_from(WatchEvent::from(&resync)), Ok(resync));
-        let progress = Changes { revision: 11, ..Default::default() };
+        let progress =
+            Changes { revision: 11, confirmed_age_ms: Some(0), at_head: true, ..Default::default() };
         assert_eq!(Changes::try_from(WatchEvent::from(&progress)), Ok(progress));
-        assert!(Changes::try_from(WatchEvent { revision: 1, event: None }).is_err());
+        assert!(Changes::try_from(WatchEvent { revision: 1, ..Default::default() }).is_err());
     }
 }

@@ -1,6 +1,8 @@
 //! `GET /v1/changes?since=<revision>`: the core's decisions for the edge ([`shared::changes`]), as this
-//! node received them from the core's feed: the changes after `since`, or (for `since=0`, a revision
-//! older than the changes this node keeps, or one it has not reached) a resync from this node's view.
+//! node received them from the core's feed: the changes after `since`, or (for `since=0`, or a revision
+//! older than the changes this node keeps) a resync from this node's view, with how long ago the core
+//! confirmed the view. 503 with `Retry-After` while the view has not caught up, is not confirmed within
+//! its bound, or is behind `since` (the edge asks another node rather than go back).
 //!
 //! Only the edge may read it (its certificate, or the insecure secret in development).
 
@@ -40,11 +42,11 @@ pub async fn changes(
             }
         },
     };
-    let view = state.path().view();
-    if !view.caught_up() {
-        let error = RequestError::upstream(503, "this node has not caught up with the core's feed yet")
-            .with_retry_after(1);
-        return crate::error::error_response(&error);
+    match state.path().view().changes_since(since) {
+        Ok(changes) => ([(header::CACHE_CONTROL, "no-store")], Json(changes)).into_response(),
+        Err(refused) => {
+            let error = RequestError::upstream(503, refused.reason()).with_retry_after(1);
+            crate::error::error_response(&error)
+        }
     }
-    ([(header::CACHE_CONTROL, "no-store")], Json(view.changes_since(since))).into_response()
 }

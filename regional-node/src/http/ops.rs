@@ -29,6 +29,7 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> Response {
         "cache_entries": stats.entries,
         "cache_bytes": stats.bytes,
         "feed_revision": view.revision(),
+        "feed_confirmed_age_ms": view.confirmed_age().map(|age| age.as_millis() as u64),
     }));
     (status, body).into_response()
 }

@@ -71,7 +71,11 @@ impl FlightTask {
             {
                 let key = &self.admitted.key;
                 let stale = self.path.cache.get_stale(key.as_str(), now_ms());
-                let Some(entry) = stale.filter(|entry| self.path.view.not_invalidated(entry)) else {
+                // Only a view that caught up since the start vouches for what it has not invalidated;
+                // invalidations made during the outage itself cannot reach it (README: STALE).
+                let view = &self.path.view;
+                let Some(entry) = stale.filter(|entry| view.caught_up() && view.not_invalidated(entry))
+                else {
                     return Err(error);
                 };
                 tracing::info!(%key, %error, "core out of reach: serving a stale answer");

@@ -243,9 +243,10 @@ impl RequestPath {
     /// on), then every tier drops what it can find at once: a key from the exact cache and the disk,
     /// and replicated answers a change covers, with a tombstone for the peers. Everything else a tenant
     /// or model-version cutoff covers (the exact tier, the disk, the semantic index's pointers) is
-    /// refused as it is read. New model versions are learned.
-    pub fn apply_changes(&self, batch: &Changes) {
-        self.view.apply(batch);
+    /// refused as it is read. New model versions are learned. `received_at`: when the batch arrived
+    /// (its confirmation age counts from then).
+    pub fn apply_changes(&self, batch: &Changes, received_at: std::time::Instant) {
+        self.view.apply(batch, received_at);
         if let Some(resync) = &batch.resync {
             let models = resync
                 .models
@@ -300,7 +301,8 @@ impl RequestPath {
         if self.view.admits(&entry) {
             return Some(entry);
         }
-        if self.view.caught_up() {
+        // A view that is merely not fresh refuses it for now; one that caught up and covers it drops it.
+        if self.view.caught_up() && !self.view.not_invalidated(&entry) {
             self.forget(key);
         }
         None

@@ -97,8 +97,13 @@ impl CoreCache for FakeCore {
             if cursor == 0 {
                 cursor = state.feed.lock().unwrap_or_else(PoisonError::into_inner).len() as u64;
                 let resync = shared::changes::Resync { revision: cursor, ..Default::default() };
-                let batch =
-                    shared::changes::Changes { revision: cursor, resync: Some(resync), changes: vec![] };
+                let batch = shared::changes::Changes {
+                    revision: cursor,
+                    resync: Some(resync),
+                    confirmed_age_ms: Some(0),
+                    at_head: true,
+                    ..Default::default()
+                };
                 if tx.send(Ok(WatchEvent::from(&batch))).await.is_err() {
                     return;
                 }
@@ -108,7 +113,13 @@ impl CoreCache for FakeCore {
                     [usize::try_from(cursor).unwrap_or(usize::MAX)..]
                     .to_vec();
                 cursor += changes.len() as u64;
-                let batch = shared::changes::Changes { revision: cursor, resync: None, changes };
+                let batch = shared::changes::Changes {
+                    revision: cursor,
+                    changes,
+                    confirmed_age_ms: Some(0),
+                    at_head: true,
+                    ..Default::default()
+                };
                 if tx.send(Ok(WatchEvent::from(&batch))).await.is_err() {
                     return;
                 }
@@ -396,6 +407,18 @@ async fn a_stale_answer_is_served_while_the_core_is_out_of_reach() {
     };
     entry.etag = CachedCompletion::etag_of(&entry.content, &entry.finish_reason);
     path.remember(entry);
+    // Restarted during the outage: the view has not caught up, so it vouches for nothing on disk
+    // (invalidations made while the node was away may cover it).
+    let error = outcome_error(path.answer(admitted("What is the speed of light?", false)).await).await;
+    assert_eq!(error.status, 503, "nothing stale before the feed caught up");
+    // Caught up once, then the core went out of reach: the answer is served stale.
+    let caught_up = shared::changes::Changes {
+        revision: 1,
+        confirmed_age_ms: Some(0),
+        at_head: true,
+        ..Default::default()
+    };
+    path.apply_changes(&caught_up, std::time::Instant::now());
     let (stale, _) = outcome(path.answer(question).await.expect("answer")).await;
     assert_eq!(stale.x_cache, X_CACHE_STALE);
     assert_eq!(stale.entry.content, "about 300,000 km/s");

@@ -97,13 +97,20 @@ impl NodeContext {
     /// removed) or one cut off from the leader refuses, so its callers fail over instead of reading a
     /// state that no longer moves.
     pub fn check_serving(&self) -> Result<(), CoreError> {
+        self.serving_staleness().map(drop)
+    }
+
+    /// [`check_serving`](Self::check_serving), and when it passes, how long ago a leader confirmed
+    /// this node's applied state (what the change feed tells its watchers, so freshness composes).
+    pub fn serving_staleness(&self) -> Result<std::time::Duration, CoreError> {
         if !self.writer.is_member() {
             return Err(CoreError::NoQuorum("this node is not a member of the cluster".into()));
         }
-        match self.contact.staleness_ms(self.id, &self.raft) {
-            Some(ms) if ms <= SERVING_STALENESS_MS => Ok(()),
+        match self.contact.staleness(self.id, &self.raft) {
+            Some(age) if age.as_millis() <= u128::from(SERVING_STALENESS_MS) => Ok(age),
             staleness => Err(CoreError::NoQuorum(format!(
-                "no leader confirmed this node's state within {SERVING_STALENESS_MS} ms (last: {staleness:?} ms ago)"
+                "no leader confirmed this node's state within {SERVING_STALENESS_MS} ms (last: {:?} ms ago)",
+                staleness.map(|age| age.as_millis())
             ))),
         }
     }

@@ -52,7 +52,7 @@ async fn the_change_feed_streams_invalidations_and_resumes_on_another_node() {
     store.write("b1", bump).await.expect("bump");
 
     let batches = watch_until(cluster.addrs[&follower], resync.revision, 3).await;
-    let changes: Vec<shared::changes::Revised> = batches.into_iter().flat_map(|b| b.changes).collect();
+    let changes: Vec<shared::changes::Revised> = batches.iter().flat_map(|b| b.changes.clone()).collect();
     let kinds: Vec<&Change> = changes.iter().map(|r| &r.change).collect();
     assert_eq!(
         kinds,
@@ -63,6 +63,9 @@ async fn the_change_feed_streams_invalidations_and_resumes_on_another_node() {
         ]
     );
     assert!(changes.windows(2).all(|w| w[0].revision < w[1].revision && w[0].at_ms <= w[1].at_ms));
+    // Every event says how long ago a leader confirmed the node's state; a short backlog arrives at head.
+    assert!(first.iter().chain(&batches).all(|b| b.confirmed_age_ms.is_some_and(|age| age < 5_000)));
+    assert!(batches.last().is_some_and(|b| b.at_head));
 
     // Another node has the same rows at the same revisions: a watcher resumes there from its revision.
     let other = (1..=3).find(|id| *id != follower).expect("another node");
@@ -182,4 +185,30 @@ async fn ends_unavailable_within_the_serving_bound(stream: &mut tonic::Streaming
     assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
     let bound = Duration::from_millis(crate::node::context::SERVING_STALENESS_MS) + Duration::from_secs(3);
     assert!(cut.elapsed() < bound, "ended {:?} after the cut", cut.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backlog_longer_than_one_batch_is_not_at_head_until_its_end() {
+    use proto::core::write_request::Command as Pb;
+    let cluster = new_cluster(FakePod::default(), RaftTuning::default()).await;
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3 {
+        nodes.insert(id, cluster.start(id).await);
+    }
+    let leader = wait_for_leader(&cluster, &[1, 2, 3]).await;
+    let start = watch_until(cluster.addrs[&leader], 0, 0).await[0].revision;
+    let store = store_client(&cluster);
+    // One at a time, so that each is a feed row of its own (concurrent writes share group commits).
+    for i in 0..300 {
+        let scope = proto::core::invalidate::Scope::Key(format!("k{i}"));
+        let invalidate =
+            Pb::Invalidate(proto::core::Invalidate { scope: Some(scope), key_tenant: "dev".into() });
+        store.write(&format!("backlog-{i}"), invalidate).await.expect("invalidate");
+    }
+    let batches = watch_until(cluster.addrs[&leader], start, 300).await;
+    assert!(!batches[0].at_head, "the first batch carries part of the backlog only");
+    assert!(batches.last().is_some_and(|b| b.at_head), "the last one reaches the node's state");
+    for (_, node) in nodes {
+        node.stop().await;
+    }
 }

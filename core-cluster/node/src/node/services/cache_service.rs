@@ -162,7 +162,7 @@ impl CoreCache for CacheService {
         let after = request.into_inner().after_revision;
         tracing::debug!(after, "watch");
         let node = Arc::clone(&self.node);
-        let serving: change_feed::ServingCheck = Box::new(move || node.check_serving());
+        let serving: change_feed::ServingCheck = Box::new(move || node.serving_staleness());
         Ok(Response::new(change_feed::watch(self.node.state.clone(), after, serving)))
     }
 

@@ -12,6 +12,10 @@
 //! from the majority, or deposed and isolated ends its streams with `UNAVAILABLE` within
 //! [`PROGRESS_INTERVAL`] of failing that check, so the watcher follows the feed on another node instead
 //! of believing a frozen one.
+//!
+//! Every event carries how long ago a leader confirmed the node's state (`confirmed_age_ms`) and whether
+//! it reaches the node's applied state (`at_head`: a batch that filled [`ROWS_PER_BATCH`] does not), so
+//! a watcher knows how fresh its view is against the core, not against the node it asked.
 
 use std::time::Duration;
 
@@ -24,13 +28,15 @@ use tonic::Status;
 use crate::node::error::CoreError;
 use crate::node::state_machine::{FeedRead, StateMachineStore};
 
-/// Longest quiet time on a watch stream.
-pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
+/// Longest quiet time on a watch stream: also how often a watcher's view is confirmed when nothing
+/// changes, so well under the tiers' staleness bounds (a regional node's 2 s, the edge's 1 s).
+pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
 /// Feed rows read per batch.
 const ROWS_PER_BATCH: usize = 256;
 
-/// Whether the node may still serve (a member, its state confirmed by a leader recently).
-pub type ServingCheck = Box<dyn Fn() -> Result<(), CoreError> + Send + Sync>;
+/// Whether the node may still serve (a member, its state confirmed by a leader recently), and if so how
+/// long ago a leader confirmed its state.
+pub type ServingCheck = Box<dyn Fn() -> Result<Duration, CoreError> + Send + Sync>;
 
 /// Streams the feed after `after_revision` until the watcher hangs up or `serving` fails.
 pub fn watch(
@@ -59,17 +65,23 @@ async fn follow(
     let mut cursor = after_revision;
     let mut sent_progress = None;
     loop {
-        serving()?;
+        let confirmed_age_ms = Some(u64::try_from(serving()?.as_millis()).unwrap_or(u64::MAX));
         // Read before the rows: every row at or below it is already visible, so a progress event never
         // moves the cursor past a row that was not read.
         let applied_before = state.applied_index();
         let batch = match (cursor, state.feed_after(cursor, ROWS_PER_BATCH)?) {
             (0, _) | (_, FeedRead::Compacted) => {
                 let resync = state.resync_point()?;
-                Changes { revision: resync.revision, resync: Some(resync), changes: Vec::new() }
+                Changes {
+                    revision: resync.revision,
+                    resync: Some(resync),
+                    at_head: true,
+                    ..Default::default()
+                }
             }
             (_, FeedRead::Rows(rows)) if !rows.is_empty() => {
                 let revision = rows.last().map_or(cursor, |(r, _)| *r);
+                let at_head = rows.len() < ROWS_PER_BATCH;
                 let changes = rows
                     .into_iter()
                     .flat_map(|(revision, row)| {
@@ -80,7 +92,7 @@ async fn follow(
                         })
                     })
                     .collect();
-                Changes { revision, resync: None, changes }
+                Changes { revision, changes, at_head, ..Default::default() }
             }
             (_, FeedRead::Rows(_)) => {
                 // Nothing after the cursor: wait for the next applied index, or say where we are.
@@ -88,7 +100,12 @@ async fn follow(
                 if sent_progress != Some(now) {
                     sent_progress = Some(now);
                     if tx
-                        .send(Ok(WatchEvent::from(&Changes { revision: now, ..Default::default() })))
+                        .send(Ok(WatchEvent::from(&Changes {
+                            revision: now,
+                            confirmed_age_ms,
+                            at_head: true,
+                            ..Default::default()
+                        })))
                         .await
                         .is_err()
                     {
@@ -105,6 +122,7 @@ async fn follow(
             }
         };
         cursor = batch.revision;
+        let batch = Changes { confirmed_age_ms, ..batch };
         if tx.send(Ok(WatchEvent::from(&batch))).await.is_err() {
             return Ok(());
         }
