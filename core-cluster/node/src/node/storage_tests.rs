@@ -338,7 +338,7 @@ fn reads_honour_tenant_and_expiry() {
         assert!(sm.read("old", "dev").expect("read").is_none());
         assert!(sm.read("missing", "dev").expect("read").is_none());
         assert_eq!(sm.len(), 2, "nothing is removed outside the log");
-        let sweep = sm.sweep_candidates().expect("candidates");
+        let (sweep, _) = sm.sweep_candidates(None).expect("candidates");
         let applied = sm.apply(vec![proposal(4, now, vec![sweep])]).await.expect("apply");
         assert_eq!(
             applied[0].applied[0].outcome,
@@ -402,6 +402,28 @@ fn put_with_id(index: u64, issued_ms: i64, id: &str, key: &str) -> Entry {
         log_id: log_id(1, index),
         payload: EntryPayload::Normal(Proposal { issued_ms, requests: requests.into() }),
     }
+}
+
+/// Garbage collection keeps up with sustained writes: one sweep lists every request id past its retention
+/// (thousands a second at load), not a fixed few per half minute, and stops at the first one still kept.
+#[test]
+fn one_sweep_collects_thousands_of_old_request_ids() {
+    let dir = TempDir::new("sweep-ids");
+    runtime().block_on(async {
+        let (_, mut sm) = open(&dir.0).expect("open");
+        let old = now_ms() - crate::node::records::REQUEST_ID_RETENTION_MS - 60_000;
+        let mut entries = vec![seed()];
+        entries.extend((0..2_500u64).map(|i| put_with_id(2 + i, old, &format!("rq-{i}"), "k")));
+        entries.push(put_with_id(2_502, now_ms(), "rq-young", "k"));
+        sm.apply(entries).await.expect("apply");
+        let (sweep, _) = sm.sweep_candidates(None).expect("candidates");
+        let Command::Sweep { requests, .. } = &sweep else { panic!("a sweep") };
+        assert_eq!(requests.len(), 2_500, "every old id, and not the young one");
+        let applied = sm.apply(vec![proposal(2_503, now_ms(), vec![sweep])]).await.expect("apply");
+        assert!(matches!(applied[0].applied[0].outcome, Outcome::Swept { requests: 2_500, .. }));
+        let (again, _) = sm.sweep_candidates(None).expect("candidates");
+        assert!(matches!(again, Command::Sweep { requests, .. } if requests.is_empty()));
+    });
 }
 
 fn duplicate(response: &ProposalResponse) -> bool {

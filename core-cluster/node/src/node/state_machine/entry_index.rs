@@ -112,7 +112,12 @@ impl EntryIndex {
     /// Every key and head row in key order, copied out [`CHUNK`] at a time: a change applied meanwhile
     /// shows or not, as in a scan of a sled tree.
     pub fn iter(&self) -> impl Iterator<Item = Head> + '_ {
-        let mut after: Option<Box<[u8]>> = None;
+        self.iter_after(None)
+    }
+
+    /// [`iter`](Self::iter) from the first key after `after` (from the first key when `None`).
+    pub fn iter_after(&self, after: Option<Box<[u8]>>) -> impl Iterator<Item = Head> + '_ {
+        let mut after = after;
         let mut chunk = Vec::new().into_iter();
         let mut done = false;
         std::iter::from_fn(move || loop {
