@@ -198,15 +198,13 @@ fn sweepable(
 ) -> Result<(Vec<String>, SweepCursor), CoreError> {
     let mut keys = Vec::new();
     let mut scanned = 0;
-    let mut last = None;
     for (key, bytes) in entries.iter_after(cursor) {
         scanned += 1;
         if stale(&entry_heads::decode(&bytes)?.0) {
             keys.push(String::from_utf8_lossy(&key).into_owned());
         }
-        last = Some(key);
         if keys.len() == SWEEP_LIMIT || scanned == ENTRY_SCAN_LIMIT {
-            return Ok((keys, last));
+            return Ok((keys, Some(key)));
         }
     }
     Ok((keys, None))
