@@ -139,6 +139,9 @@ mod tests {
             table.models().iter().map(|m| (m.name.as_str(), m.version)).collect();
         assert_eq!(versions, [("a", 2), ("b", 4), ("c", 1)]);
         assert!(ModelTable::from_models([]).is_none());
+        // A source behind (a lagging core node, an older regional view) takes no model back.
+        let behind = ModelTable::from_models([ModelRef { name: "a".into(), version: 1 }]).expect("non-empty");
+        assert_eq!(table.updated(&behind).resolve("a").map(|m| m.version), Ok(2));
     }
 
     #[test]

@@ -141,6 +141,19 @@ fn outcome_json(outcome: &write_outcome::Outcome) -> serde_json::Value {
     }
 }
 
+/// How long a membership change tries the nodes `--nodes` names before it follows a refusal's leader hint.
+const LEADER_SEARCH: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The leader's address in a refusal from a node that is not the leader ("... the leader is node N at
+/// ADDR"): membership changes go to the leader, which `--nodes` need not name.
+fn leader_hint(error: &core_client::ClientError) -> Option<String> {
+    let text = error.to_string();
+    let (_, after) = text.rsplit_once("the leader is node ")?;
+    let (_, addr) = after.split_once(" at ")?;
+    let addr: String = addr.chars().take_while(|c| !c.is_whitespace() && *c != ',' && *c != ';').collect();
+    (!addr.is_empty()).then_some(addr)
+}
+
 /// Runs one admin command.
 pub async fn run(args: AdminArgs) -> Result<(), CoreError> {
     let client = CoreClient::new(args.nodes.clone(), args.identity.load()?)?;
@@ -172,13 +185,32 @@ pub async fn run(args: AdminArgs) -> Result<(), CoreError> {
             Ok(())
         }
         AdminCommand::AddLearner { id, addr } => {
-            let reply = client.add_learner(id, &addr).await?;
+            let reply = match client.clone().with_timeout(LEADER_SEARCH).add_learner(id, &addr).await {
+                Err(e) => match leader_hint(&e) {
+                    Some(leader) => {
+                        CoreClient::new(vec![leader], args.identity.load()?)?.add_learner(id, &addr).await?
+                    }
+                    None => return Err(e.into()),
+                },
+                reply => reply?,
+            };
             print(
                 &serde_json::json!({ "log_index": reply.log_index, "voters": reply.voters, "learners": reply.learners }),
             )
         }
         AdminCommand::SetVoters { voters, remove } => {
-            let reply = client.change_membership(voters, remove).await?;
+            let first = client.clone().with_timeout(LEADER_SEARCH);
+            let reply = match first.change_membership(voters.clone(), remove.clone()).await {
+                Err(e) => match leader_hint(&e) {
+                    Some(leader) => {
+                        CoreClient::new(vec![leader], args.identity.load()?)?
+                            .change_membership(voters, remove)
+                            .await?
+                    }
+                    None => return Err(e.into()),
+                },
+                reply => reply?,
+            };
             print(
                 &serde_json::json!({ "log_index": reply.log_index, "voters": reply.voters, "learners": reply.learners }),
             )
@@ -211,5 +243,19 @@ pub async fn run(args: AdminArgs) -> Result<(), CoreError> {
             };
             write(write_request::Command::Invalidate(Invalidate { scope: Some(scope), key_tenant })).await
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_the_leader_to_follow() {
+        let error = core_client::ClientError::NoQuorum(
+            "change membership did not succeed within 10s: 127.0.0.1:7102: no quorum: not the leader; the leader is node 1 at 127.0.0.1:7101".into(),
+        );
+        assert_eq!(leader_hint(&error).as_deref(), Some("127.0.0.1:7101"));
+        assert_eq!(leader_hint(&core_client::ClientError::NoQuorum("no leader known".into())), None);
     }
 }

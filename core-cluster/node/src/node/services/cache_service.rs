@@ -144,6 +144,8 @@ impl CoreCache for CacheService {
     type CompleteStream = ReceiverStream<Result<CompleteEvent, Status>>;
 
     async fn models(&self, _: Request<ModelsRequest>) -> Result<Response<ModelsReply>, Status> {
+        // A node that may not serve would report versions the cluster has moved past.
+        self.node.check_serving()?;
         let state = &self.node.state;
         let specs = state.model_specs();
         let spec_of = |name: &str| specs.iter().find(|(m, _)| m == name).map(|(_, spec)| spec.into());
