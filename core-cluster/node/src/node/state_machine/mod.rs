@@ -540,16 +540,23 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let received = snapshot.received().map(Path::to_owned);
         let file = snapshot.into_rewound().map_err(|e| read_err(&e))?;
         let (store, last, membership) = (self.clone(), meta.last_log_id, meta.last_membership.clone());
+        // The permit is held until the snapshot is kept: a clean stop waits for it, so a node never stops
+        // with trees at the installed index and a current snapshot older than them (its next start would
+        // wait for a snapshot that never comes).
         let permit = self.writes.permit().await.map_err(|e| read_err(&e))?;
-        let rows = blocking(move || permit.finish(store.replace_state(&file, &last, &membership)))
-            .await
-            .map_err(|e| read_err(&e))??;
-        let file = match received {
-            Some(path) => path,
-            // Not one this store opened: the state it now holds is written out as the snapshot.
-            None => self.write_snapshot_blocking().await?.0,
+        let installed = async {
+            let rows = blocking(move || store.replace_state(&file, &last, &membership))
+                .await
+                .map_err(|e| read_err(&e))??;
+            let file = match received {
+                Some(path) => path,
+                // Not one this store opened: the state it now holds is written out as the snapshot.
+                None => self.write_snapshot_blocking().await?.0,
+            };
+            self.keep_snapshot(meta, &file).await?;
+            Ok::<_, StorageError>(rows)
         };
-        self.keep_snapshot(meta, &file).await?;
+        let rows = permit.finish(installed.await)?;
         tracing::info!(snapshot = %meta.snapshot_id, rows, "installed snapshot");
         Ok(())
     }
