@@ -167,6 +167,8 @@ impl Replication {
                 }
                 None => (true, hot.unwrap_or_else(|| self.hot.is_hot(&entry.key))),
                 Some(r) if invalidated_after(r, entry) => (false, false),
+                // An older answer (a lagging core read, a slow flight) never supersedes a newer one held.
+                Some(r) if newer_answer_held(r, entry, now_ms) => (true, false),
                 Some(r) => (true, r.is_tombstone() || !r.holds_answer(entry)),
             };
             ((admitted, wanted), wanted.then(|| Value::Live(entry.clone())))
@@ -258,6 +260,14 @@ fn invalidated_after(record: &Record, entry: &CachedCompletion) -> bool {
     })
 }
 
+/// Whether `record` holds a live answer created after `entry`.
+fn newer_answer_held(record: &Record, entry: &CachedCompletion, now_ms: i64) -> bool {
+    record.versions().iter().any(|v| match &v.value {
+        Value::Live(held) => held.created_ms > entry.created_ms && !held.is_expired(now_ms),
+        Value::Tombstone(_) => false,
+    })
+}
+
 /// The answer a record reads as, if any.
 pub fn live_answer(record: &Record) -> Option<&CachedCompletion> {
     match record.resolve() {
@@ -317,6 +327,17 @@ mod offer_tests {
         let record = replication.store().get("k").expect("a record");
         assert!(matches!(record.resolve(), Some(Resolved::Invalidated)), "the answer was resurrected");
         assert!(!replication.offer(&entry("k", 1_000), Some(true), 1_600), "an older answer is refused");
+    }
+
+    #[test]
+    fn an_older_answer_offered_never_supersedes_a_newer_one() {
+        let replication = replication();
+        let newer = CachedCompletion { content: "newer".into(), ..entry("k", 2_000) };
+        assert!(replication.offer(&newer, Some(true), 2_100));
+        let older = CachedCompletion { content: "older".into(), ..entry("k", 1_000) };
+        replication.offer(&older, Some(true), 2_200);
+        let record = replication.store().get("k").expect("a record");
+        assert_eq!(live_answer(&record).map(|e| e.content.as_str()), Some("newer"));
     }
 
     #[test]
