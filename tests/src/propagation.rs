@@ -126,6 +126,13 @@ impl Tiers {
         Ok(Self { tiers, tenant: tenant.to_owned(), runtime })
     }
 
+    /// These tiers without the one named `name` (a core node removed from the cluster, say, which keeps
+    /// its frozen state and is no longer asked).
+    pub fn without(mut self, name: &str) -> Self {
+        self.tiers.retain(|tier| tier.name != name);
+        self
+    }
+
     /// Whether `tier` still serves `answer`.
     fn serves(&self, tier: &Tier, answer: &Warmed) -> anyhow::Result<bool> {
         Ok(match &tier.probe {

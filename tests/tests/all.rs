@@ -18,6 +18,7 @@ mod edge_02_hot_set_and_failover;
 mod faults_01_core_follower_and_restart;
 mod mesh_01_one_truth;
 mod mesh_02_history;
+mod mesh_03_membership;
 mod regional_01_semantic;
 mod regional_02_restart_keeps_hot_set;
 mod regional_03_coalescing;
