@@ -267,7 +267,8 @@ mod tests {
         assert!(delta.confirmed_age_ms.is_some_and(|age| age < 1_000), "{delta:?}");
         let fresh = view.changes_since(0).expect("servable");
         let resync = fresh.resync.expect("a resync for a new edge");
-        assert_eq!((resync.revision, resync.floor_ms), (6, 60), "the floor is the latest cutoff");
+        assert_eq!((resync.revision, resync.floor_ms), (6, 40), "the view's own floor");
+        assert_eq!(resync.tenant_floors, vec![("t".to_owned(), 60)], "the tenant's latest key cutoff");
         assert!(view.changes_since(2).expect("servable").resync.is_some(), "older than the view's start");
         // Progress moves the revision on without changes: an edge behind it follows, no resync.
         view.apply(&at_head(12, None, vec![]), Instant::now());

@@ -76,9 +76,18 @@ pub struct Revised {
 pub struct Resync {
     /// The revision the state below is at.
     pub revision: u64,
-    /// The core's log time at that revision: nothing created at or before it may be served any more
-    /// (the invalidations in between are unknown to the reader).
+    /// Nothing created at or before this may be served any more. From the core: its log time at that
+    /// revision (the invalidations in between are unknown to the reader). From a regional node: its
+    /// view's own floor, with each tenant's and model version's cutoffs below.
     pub floor_ms: i64,
+    /// Per tenant, its latest cutoff (a tenant invalidation, or the latest of its keys' invalidations):
+    /// nothing of the tenant created at or before it may be served. One tenant's invalidations floor
+    /// only that tenant's answers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tenant_floors: Vec<(String, i64)>,
+    /// Per model version, its cutoff.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub model_version_floors: Vec<(String, u64, i64)>,
     /// Every model's current version.
     pub models: Vec<(String, u64)>,
     /// The registry's metadata of the models that have any.

@@ -44,9 +44,12 @@ pub struct Cutoffs {
     /// Each model's registry metadata, as far as the feed said.
     #[serde(default)]
     specs: BTreeMap<String, ModelSpec>,
-    /// The latest cutoff time applied (or the resync floor): a reader that resyncs from this view may
-    /// serve nothing created at or before it.
+    /// The latest cutoff time applied (or the resync floor).
     latest_ms: i64,
+    /// Per tenant, the latest of its key cutoffs: a reader that resyncs from this view (and so does not
+    /// get the key cutoffs) is floored per tenant by it, not by every tenant's latest.
+    #[serde(default)]
+    tenant_key_latest: BTreeMap<String, i64>,
 }
 
 impl Cutoffs {
@@ -65,12 +68,24 @@ impl Cutoffs {
         self.latest_ms
     }
 
-    /// Where a reader of this view starts again: this view's revision, models and settings, and its
-    /// latest cutoff as the floor.
+    /// Where a reader of this view starts again: this view's revision, models and settings, its floor,
+    /// each tenant's latest cutoff (its own or its keys'), and each model version's cutoff. One tenant's
+    /// invalidations floor only its own answers.
     pub fn resync_point(&self) -> Resync {
+        let mut tenant_floors = self.tenants.clone();
+        for (tenant, at) in &self.tenant_key_latest {
+            raise(tenant_floors.entry(tenant.clone()).or_insert(*at), *at);
+        }
+        let model_version_floors = self
+            .model_versions
+            .iter()
+            .flat_map(|(model, versions)| versions.iter().map(move |(v, at)| (model.clone(), *v, *at)))
+            .collect();
         Resync {
             revision: self.revision,
-            floor_ms: self.latest_ms,
+            floor_ms: self.floor_ms,
+            tenant_floors: tenant_floors.into_iter().collect(),
+            model_version_floors,
             models: self.current.iter().map(|(m, v)| (m.clone(), *v)).collect(),
             cache_sampled: self.cache_sampled.iter().cloned().collect(),
             specs: self.specs.iter().map(|(m, s)| (m.clone(), s.clone())).collect(),
@@ -121,7 +136,7 @@ impl Cutoffs {
         self.revision = self.revision.max(batch.revision);
     }
 
-    /// Starts again from `resync`: its models and settings, and its floor over everything held. A resync
+    /// Starts again from `resync`: its models and settings, and its floors over everything held. A resync
     /// from a view behind this one (a lower revision: a source that knows less) is ignored, and model
     /// versions only move forward, so no source can make this view forget a cutoff or a bump.
     pub fn resync(&mut self, resync: &Resync) {
@@ -133,12 +148,17 @@ impl Cutoffs {
             let kept = current.entry(model.clone()).or_default();
             *kept = (*kept).max(*version);
         }
+        // Cutoffs are facts: this view's own stay, and the resync's floors are added to them.
         self.floor_ms = self.floor_ms.max(resync.floor_ms);
         self.latest_ms = self.latest_ms.max(resync.floor_ms);
-        self.tenants.clear();
-        self.model_versions.clear();
-        self.keys.clear();
-        self.key_order.clear();
+        for (tenant, at) in &resync.tenant_floors {
+            raise(self.tenants.entry(tenant.clone()).or_insert(*at), *at);
+            self.latest_ms = self.latest_ms.max(*at);
+        }
+        for (model, version, at) in &resync.model_version_floors {
+            raise(self.model_versions.entry(model.clone()).or_default().entry(*version).or_insert(*at), *at);
+            self.latest_ms = self.latest_ms.max(*at);
+        }
         self.current = current;
         self.cache_sampled = resync.cache_sampled.iter().cloned().collect();
         self.specs = resync.specs.iter().cloned().collect();
@@ -154,7 +174,10 @@ impl Cutoffs {
         let at = revised.at_ms;
         self.latest_ms = self.latest_ms.max(at);
         match &revised.change {
-            Change::Key { key, .. } => self.cut_key(key, at),
+            Change::Key { tenant, key } => {
+                self.cut_key(key, at);
+                raise(self.tenant_key_latest.entry(tenant.clone()).or_insert(at), at);
+            }
             Change::Tenant { tenant } => raise(self.tenants.entry(tenant.clone()).or_insert(at), at),
             Change::ModelVersion { model, version } => {
                 raise(self.model_versions.entry(model.clone()).or_default().entry(*version).or_insert(at), at)
@@ -247,7 +270,7 @@ mod tests {
             floor_ms: 1_000,
             models: vec![("m".into(), 3)],
             cache_sampled: vec!["a".into()],
-            specs: vec![],
+            ..Default::default()
         };
         cutoffs.apply_batch(&Changes { revision: 9, resync: Some(resync), ..Default::default() });
         assert_eq!(cutoffs.revision(), 9);
@@ -326,6 +349,25 @@ mod tests {
         }
     }
 
+    /// A reader that resyncs from a view (a new edge isolate) is floored per tenant: one tenant's
+    /// invalidations refuse its own older answers, not every tenant's.
+    #[test]
+    fn a_resync_floors_each_tenant_at_its_own_latest_cutoff() {
+        let mut view = Cutoffs::default();
+        view.apply(&at(1, 100, Change::Key { tenant: "a".into(), key: "k".into() }));
+        view.apply(&at(2, 200, Change::Tenant { tenant: "c".into() }));
+        view.apply(&at(3, 300, Change::ModelVersion { model: "m".into(), version: 1 }));
+        let mut reader = Cutoffs::default();
+        reader.apply_batch(&Changes { revision: 3, resync: Some(view.resync_point()), ..Default::default() });
+        assert!(!reader.admits(&entry("k", "a", 2, 100)), "tenant a's key cutoff floors tenant a");
+        assert!(!reader.admits(&entry("other", "a", 2, 90)));
+        assert!(reader.admits(&entry("other", "a", 2, 101)));
+        assert!(!reader.admits(&entry("x", "c", 2, 200)), "tenant c's invalidation");
+        assert!(reader.admits(&entry("x", "b", 2, 150)), "tenant b had no invalidation");
+        assert!(!reader.admits(&entry("x", "b", 1, 250)), "model m version 1's cutoff");
+        assert!(reader.admits(&entry("x", "b", 1, 301)));
+    }
+
     #[test]
     fn forgetting_a_key_cutoff_raises_the_floor_instead() {
         let mut cutoffs = Cutoffs::default();
@@ -350,6 +392,7 @@ mod tests {
         assert_eq!(back.revision(), 4);
         let resync = back.resync_point();
         assert_eq!(resync.specs, [("m".to_owned(), spec)]);
-        assert_eq!((resync.revision, resync.floor_ms, resync.models), (4, 50, vec![("m".into(), 2)]));
+        assert_eq!((resync.revision, resync.floor_ms, resync.models), (4, 0, vec![("m".into(), 2)]));
+        assert_eq!(resync.model_version_floors, vec![("m".to_owned(), 1, 40)], "carried, not a global floor");
     }
 }

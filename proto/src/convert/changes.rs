@@ -95,6 +95,10 @@ impl From<FeedResync> for Resync {
             models: wire.models.into_iter().map(|m| (m.name, m.version)).collect(),
             cache_sampled: wire.cache_sampled,
             specs,
+            // The core's resyncs floor everything at its log time; per-tenant floors travel only from a
+            // regional node to the edge.
+            tenant_floors: Vec::new(),
+            model_version_floors: Vec::new(),
         }
     }
 }
@@ -180,6 +184,7 @@ mod tests {
                 models: vec![("m".into(), 2)],
                 cache_sampled: vec!["a".into()],
                 specs: vec![("m".into(), spec())],
+                ..Default::default()
             }),
             changes: vec![],
             confirmed_age_ms: None,

@@ -58,8 +58,10 @@ impl FlightTask {
             // the generation start): the next request learns the versions.
             self.path.models.refresh_soon();
         }
-        self.flight.land(outcome.map_err(|e| e.to_request_error()));
+        // Out of the air before it lands: a request that follows one that saw the landing starts a
+        // new flight instead of joining this one and getting its outcome again.
         self.path.flights.land(self.admitted.key.as_str(), &self.flight);
+        self.flight.land(outcome.map_err(|e| e.to_request_error()));
     }
 
     /// The answer from the core, else (when no core node can be reached and nothing was streamed yet)

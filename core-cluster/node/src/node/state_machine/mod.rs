@@ -411,6 +411,8 @@ impl StateMachineStore {
                 .filter(|(_, t)| t.policy.cache_sampled)
                 .map(|(n, _)| n)
                 .collect(),
+            tenant_floors: Vec::new(),
+            model_version_floors: Vec::new(),
         })
     }
 
