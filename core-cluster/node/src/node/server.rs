@@ -79,6 +79,8 @@ pub async fn run(
     let state_dir = config.data_dir.join("sled-state");
     let state_db = open_db(state_dir.clone()).await?;
     let durable_log = log_store.durable_log();
+    // What the log held at start: a linearizable read waits until it is applied (`ReadBarrier`).
+    let start_last_log = durable_log.last().map_or(0, |id| id.index);
     let state =
         StateMachineStore::open(&state_db, &config.data_dir, previous)?.applying_durable(durable_log.clone());
     let log_store = log_store.purge_behind(state.durable_snapshot()).syncing_followed_entries(config.id);
@@ -132,7 +134,7 @@ pub async fn run(
         identity: config.identity.clone(),
         refresher: Refresher::new(backends, writer.clone(), metrics.clone()),
         hits: hits.clone(),
-        read_barrier: ReadBarrier::default(),
+        read_barrier: ReadBarrier::from_start(start_last_log),
         contact: contact.clone(),
         metrics: metrics.clone(),
     });
