@@ -153,12 +153,7 @@ impl CoreView {
     /// Applies a batch of the core's feed, received `received_at`, and remembers its changes for the
     /// edge. A batch at head marks the view caught up, and confirms it as of its receipt less its age.
     pub fn apply(&self, batch: &Changes, received_at: Instant) {
-        let resynced = {
-            let mut cutoffs = self.cutoffs.write().unwrap_or_else(PoisonError::into_inner);
-            let before = cutoffs.revision();
-            cutoffs.apply_batch(batch);
-            batch.resync.as_ref().is_some_and(|resync| before == 0 || resync.revision >= before)
-        };
+        let resynced = self.cutoffs.write().unwrap_or_else(PoisonError::into_inner).apply_batch(batch);
         let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
         if let (Some(resync), true) = (&batch.resync, resynced) {
             // What came before the resync is unknown to this view: an edge behind it resyncs too.

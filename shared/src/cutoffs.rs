@@ -125,23 +125,24 @@ impl Cutoffs {
     }
 
     /// Applies a batch: its resync first, then its changes. Changes at or before the revision already
-    /// applied are skipped (a batch may be delivered twice).
-    pub fn apply_batch(&mut self, batch: &Changes) {
-        if let Some(resync) = &batch.resync {
-            self.resync(resync);
-        }
+    /// applied are skipped (a batch may be delivered twice). Returns whether the batch's resync was
+    /// taken ([`resync`](Self::resync)).
+    pub fn apply_batch(&mut self, batch: &Changes) -> bool {
+        let resynced = batch.resync.as_ref().is_some_and(|resync| self.resync(resync));
         for revised in &batch.changes {
             self.apply(revised);
         }
         self.revision = self.revision.max(batch.revision);
+        resynced
     }
 
     /// Starts again from `resync`: its models and settings, and its floors over everything held. A resync
     /// from a view behind this one (a lower revision: a source that knows less) is ignored, and model
     /// versions only move forward, so no source can make this view forget a cutoff or a bump.
-    pub fn resync(&mut self, resync: &Resync) {
+    /// Returns whether it was taken.
+    pub fn resync(&mut self, resync: &Resync) -> bool {
         if self.revision > 0 && resync.revision < self.revision {
-            return;
+            return false;
         }
         let mut current: BTreeMap<String, u64> = resync.models.iter().cloned().collect();
         for (model, version) in &self.current {
@@ -163,6 +164,7 @@ impl Cutoffs {
         self.cache_sampled = resync.cache_sampled.iter().cloned().collect();
         self.specs = resync.specs.iter().cloned().collect();
         self.revision = resync.revision;
+        true
     }
 
     /// Applies one change unless it is at or before the revision applied so far (changes of one

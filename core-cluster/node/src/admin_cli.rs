@@ -154,6 +154,26 @@ fn leader_hint(error: &core_client::ClientError) -> Option<String> {
     (!addr.is_empty()).then_some(addr)
 }
 
+/// Runs `call`, which must reach the leader, on the nodes `--nodes` names for [`LEADER_SEARCH`], then on
+/// the leader a refusal names.
+async fn on_leader<T, F, Fut>(
+    client: &CoreClient,
+    identity: &daemon_runtime::IdentityArgs,
+    call: F,
+) -> Result<T, CoreError>
+where
+    F: Fn(CoreClient) -> Fut,
+    Fut: std::future::Future<Output = Result<T, core_client::ClientError>>,
+{
+    match call(client.clone().with_timeout(LEADER_SEARCH)).await {
+        Ok(reply) => Ok(reply),
+        Err(e) => match leader_hint(&e) {
+            Some(leader) => Ok(call(CoreClient::new(vec![leader], identity.load()?)?).await?),
+            None => Err(e.into()),
+        },
+    }
+}
+
 /// Runs one admin command.
 pub async fn run(args: AdminArgs) -> Result<(), CoreError> {
     let client = CoreClient::new(args.nodes.clone(), args.identity.load()?)?;
@@ -185,32 +205,19 @@ pub async fn run(args: AdminArgs) -> Result<(), CoreError> {
             Ok(())
         }
         AdminCommand::AddLearner { id, addr } => {
-            let reply = match client.clone().with_timeout(LEADER_SEARCH).add_learner(id, &addr).await {
-                Err(e) => match leader_hint(&e) {
-                    Some(leader) => {
-                        CoreClient::new(vec![leader], args.identity.load()?)?.add_learner(id, &addr).await?
-                    }
-                    None => return Err(e.into()),
-                },
-                reply => reply?,
-            };
+            let addr = &addr;
+            let reply =
+                on_leader(&client, &args.identity, |c| async move { c.add_learner(id, addr).await }).await?;
             print(
                 &serde_json::json!({ "log_index": reply.log_index, "voters": reply.voters, "learners": reply.learners }),
             )
         }
         AdminCommand::SetVoters { voters, remove } => {
-            let first = client.clone().with_timeout(LEADER_SEARCH);
-            let reply = match first.change_membership(voters.clone(), remove.clone()).await {
-                Err(e) => match leader_hint(&e) {
-                    Some(leader) => {
-                        CoreClient::new(vec![leader], args.identity.load()?)?
-                            .change_membership(voters, remove)
-                            .await?
-                    }
-                    None => return Err(e.into()),
-                },
-                reply => reply?,
-            };
+            let (voters, remove) = (&voters, &remove);
+            let reply = on_leader(&client, &args.identity, |c| async move {
+                c.change_membership(voters.clone(), remove.clone()).await
+            })
+            .await?;
             print(
                 &serde_json::json!({ "log_index": reply.log_index, "voters": reply.voters, "learners": reply.learners }),
             )

@@ -10,15 +10,13 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use mesh_harness::{paths, Mesh, MeshSpec};
+use mesh_harness::{Mesh, MeshSpec};
 use serde_json::{json, Value};
 
 use crate::bench::common::http_load::closed_loop_threads;
 use crate::bench::common::load::LoadResult;
 use crate::bench::common::report::{cpu_model, Machine};
 use crate::bench::common::scratch::run_kept;
-use crate::bench::pod::llama_cpp::LlamaCpp;
-use crate::bench::pod::llama_server::{LlamaServer, ServerSpec};
 
 /// The model both backends serve.
 const MODEL: &str = "smollm2-135m-instruct";
@@ -52,15 +50,7 @@ pub fn run(options: &RoutingBenchOptions) -> anyhow::Result<Value> {
 }
 
 fn run_in(options: &RoutingBenchOptions, dir: &Path) -> anyhow::Result<Value> {
-    let llama = LlamaCpp::locate(options.llama_bin_dir.as_deref(), false, dir, crate::stop::flag())?;
-    let spec = ServerSpec {
-        model: paths::smollm2_gguf(),
-        threads: options.threads,
-        slots: 1,
-        ctx_per_slot: 2048,
-        extra_args: Vec::new(),
-    };
-    let server = LlamaServer::start(&llama, &spec, "llama-server", dir)?;
+    let server = super::start_llama_server(options.llama_bin_dir.as_deref(), options.threads, dir)?;
     let next_prompt = AtomicUsize::new(0);
     let mut rows = Vec::new();
     for policy in ["predicted-time", "round-robin"] {

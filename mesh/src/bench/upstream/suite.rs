@@ -15,8 +15,6 @@ use serde_json::{json, Value};
 use crate::bench::common::load::percentile;
 use crate::bench::common::report::{cpu_model, Machine};
 use crate::bench::common::scratch::run_kept;
-use crate::bench::pod::llama_cpp::LlamaCpp;
-use crate::bench::pod::llama_server::{LlamaServer, ServerSpec};
 
 /// The model the mesh serves the GGUF as.
 const MODEL: &str = "smollm2-135m-instruct";
@@ -90,15 +88,7 @@ pub fn run(options: &UpstreamBenchOptions) -> anyhow::Result<Value> {
 }
 
 fn run_in(options: &UpstreamBenchOptions, dir: &Path) -> anyhow::Result<Value> {
-    let llama = LlamaCpp::locate(options.llama_bin_dir.as_deref(), false, dir, crate::stop::flag())?;
-    let spec = ServerSpec {
-        model: paths::smollm2_gguf(),
-        threads: options.threads,
-        slots: 1,
-        ctx_per_slot: 2048,
-        extra_args: Vec::new(),
-    };
-    let server = LlamaServer::start(&llama, &spec, "llama-server", dir)?;
+    let server = super::start_llama_server(options.llama_bin_dir.as_deref(), options.threads, dir)?;
     eprintln!(
         "llama-server at {} ({} thread(s)); starting a mesh in front of it",
         server.url(),

@@ -23,19 +23,19 @@ pub async fn run(id: NodeId, raft: Raft, state: StateMachineStore, writer: Write
         if crate::node::context::known_leader(id, &raft.metrics().borrow()) != Some(id) {
             continue;
         }
-        let store = state.clone();
-        let from = cursor.clone();
-        let command = match tokio::task::spawn_blocking(move || store.sweep_candidates(from)).await {
-            Ok(Ok((command, next))) => {
+        let (store, from) = (state.clone(), cursor.clone());
+        let listed = tokio::task::spawn_blocking(move || store.sweep_candidates(from))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|listed| listed.map_err(|e| e.to_string()));
+        let command = match listed {
+            Ok((command, next)) => {
                 cursor = next;
                 command
             }
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "listing dead entries failed");
-                Command::Sweep { entries: Vec::new(), requests: Vec::new(), feed: Vec::new() }
-            }
             Err(e) => {
-                tracing::warn!(error = %e, "listing dead entries panicked");
+                // The tick still moves the log time on.
+                tracing::warn!(error = %e, "listing dead entries failed");
                 Command::Sweep { entries: Vec::new(), requests: Vec::new(), feed: Vec::new() }
             }
         };

@@ -31,11 +31,14 @@ struct Confirmation {
 
 /// Confirmations from accepted AppendEntries.
 #[derive(Debug, Default)]
-pub struct LeaderContact {
+pub struct LeaderContact(Mutex<Confirmations>);
+
+#[derive(Debug, Default)]
+struct Confirmations {
     /// The newest confirmation whose commit index this node had applied when it was last looked at.
-    applied: Mutex<Option<Confirmation>>,
+    applied: Option<Confirmation>,
     /// Newer confirmations, oldest first, waiting for their commit index to be applied.
-    pending: Mutex<VecDeque<Confirmation>>,
+    pending: VecDeque<Confirmation>,
 }
 
 impl LeaderContact {
@@ -44,7 +47,7 @@ impl LeaderContact {
     pub fn accepted(&self, leader_quorum_age: Option<Duration>, commit: u64) {
         let Some(age) = leader_quorum_age else { return };
         let Some(at) = Instant::now().checked_sub(age) else { return };
-        let mut pending = self.pending.lock().expect("leader contact lock");
+        let pending = &mut self.0.lock().expect("leader contact lock").pending;
         if pending.back().is_some_and(|last| last.at >= at && last.commit >= commit) {
             return;
         }
@@ -61,7 +64,7 @@ impl LeaderContact {
         let (leading, quorum_ack, applied) = {
             let metrics = raft.metrics();
             let m = metrics.borrow();
-            let leading = m.current_leader == Some(id) && m.state.is_leader();
+            let leading = crate::node::context::known_leader(id, &m) == Some(id);
             (leading, m.millis_since_quorum_ack, m.last_applied.map_or(0, |id| id.index))
         };
         if leading {
@@ -79,14 +82,10 @@ impl LeaderContact {
     /// The newest confirmation time whose commit index is at or below `applied`; moves the pending
     /// confirmations it covers into the applied slot.
     fn confirmed_at(&self, applied: u64) -> Option<Instant> {
-        let mut pending = self.pending.lock().expect("leader contact lock");
-        let mut newest = None;
-        while pending.front().is_some_and(|c| c.commit <= applied) {
-            newest = pending.pop_front();
-        }
-        drop(pending);
-        let mut slot = self.applied.lock().expect("leader contact lock");
-        if let Some(newest) = newest {
+        let mut confirmations = self.0.lock().expect("leader contact lock");
+        let Confirmations { applied: slot, pending } = &mut *confirmations;
+        while let Some(newest) = pending.front().copied().filter(|c| c.commit <= applied) {
+            pending.pop_front();
             if slot.is_none_or(|old| old.at < newest.at) {
                 *slot = Some(newest);
             }
@@ -137,7 +136,7 @@ mod tests {
         for commit in 1..=1_000 {
             contact.accepted(Some(Duration::ZERO), commit);
         }
-        assert_eq!(contact.pending.lock().expect("lock").len(), PENDING_CONFIRMATIONS);
+        assert_eq!(contact.0.lock().expect("lock").pending.len(), PENDING_CONFIRMATIONS);
         assert!(contact.confirmed_at(900).is_none(), "the confirmations it could use were dropped");
         assert!(contact.confirmed_at(1_000).is_some());
     }
