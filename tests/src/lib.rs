@@ -20,6 +20,9 @@
 //! - [`propagation`]: how long after an acknowledged invalidation each tier stops serving the answer.
 //! - [`poll`]: [`poll::poll_until`] and its variants, the one deadline loop the harness and the tests wait
 //!   with.
+//! - [`seeded`]: a seeded random number generator, so a test's or a soak's choices replay exactly.
+//! - [`soak`]: a whole mesh driven at a fixed write rate for a given time, faults injected at random,
+//!   with each process's resources and the core's collected state sampled as it runs (`mesh soak`).
 
 pub mod certs;
 pub mod client;
@@ -34,6 +37,8 @@ pub mod ports;
 pub mod process;
 pub mod propagation;
 pub mod scripted_backend;
+pub mod seeded;
+pub mod soak;
 pub mod wrangler;
 
 pub use mesh::{Mesh, MeshSpec};

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mesh_harness::client::ChatClient;
+use mesh_harness::seeded::SeededRng;
 use mesh_harness::{Mesh, MeshSpec};
 use serde_json::json;
 
@@ -35,21 +36,8 @@ enum Op {
     Invalidated { question: usize, acked: Instant, at_ms: i64 },
 }
 
-/// SplitMix64, so the workload replays exactly.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        ((z ^ (z >> 31)) % n as u64) as usize
-    }
-}
-
 fn reader(name: &str, client: ChatClient, seed: u64, stop: Arc<AtomicBool>, history: Arc<Mutex<Vec<Op>>>) {
-    let mut rng = Rng(seed);
+    let mut rng = SeededRng::new(seed);
     while !stop.load(Ordering::Relaxed) {
         let q = rng.below(QUESTIONS);
         let start = Instant::now();
@@ -97,7 +85,7 @@ fn no_invalidated_answer_returns_and_no_acknowledged_answer_is_lost_under_faults
         let (stop, history, keys) = (Arc::clone(&stop), Arc::clone(&history), keys.clone());
         let invalidator = mesh.regional_client(0);
         threads.push(std::thread::spawn(move || {
-            let mut rng = Rng(99);
+            let mut rng = SeededRng::new(99);
             while !stop.load(Ordering::Relaxed) {
                 // Deliberate: about one invalidation a second, at random moments.
                 std::thread::sleep(Duration::from_millis(700 + rng.below(600) as u64));

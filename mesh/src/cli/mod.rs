@@ -5,10 +5,12 @@
 //! - [`dashboard`]: `mesh dashboard`, the operator's page of a running mesh.
 //! - [`certs`]: `mesh certs`, a development CA and one certificate per node.
 //! - [`bench`]: `mesh bench <suite>`, each suite's options (declared once, by the suite) and its report.
+//! - [`soak`]: `mesh soak`, the whole mesh under a fixed write rate and random faults for a long time.
 
 pub mod bench;
 pub mod certs;
 pub mod dashboard;
+pub mod soak;
 pub mod up;
 
 use clap::{Parser, Subcommand};
@@ -37,6 +39,9 @@ pub enum Command {
         #[command(subcommand)]
         suite: bench::BenchSuite,
     },
+    /// Drive the whole mesh at a fixed write rate for a long time with random faults; prints every
+    /// process's memory, files and data, and the core's collected state, once a period.
+    Soak(soak::SoakArgs),
 }
 
 impl Cli {
@@ -47,6 +52,7 @@ impl Cli {
             Command::Dashboard(args) => dashboard::run(&args),
             Command::Certs(args) => certs::run(&args),
             Command::Bench { suite } => suite.run(),
+            Command::Soak(args) => soak::run(&args),
         }
     }
 }

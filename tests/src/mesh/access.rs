@@ -74,6 +74,40 @@ impl Mesh {
         ChatClient::new(&url, Some(api_key))
     }
 
+    /// The development tenant's name.
+    pub fn tenant(&self) -> &str {
+        &self.spec.tenant
+    }
+
+    /// The served models, `name@version,...`.
+    pub fn models(&self) -> &str {
+        &self.spec.models
+    }
+
+    /// Each running process: its name in the logs, its process id (which is also its process group's)
+    /// and the data directory it would keep (which may not exist: the pod keeps none).
+    pub fn processes(&self) -> Vec<(String, u32, PathBuf)> {
+        let all = self.pod.iter().chain(self.cores.iter().flatten()).chain(self.regionals.iter().flatten());
+        all.chain(self.edge.iter())
+            .map(|p| (p.name().to_owned(), p.pid(), self.spec.data_dir.join(p.name())))
+            .collect()
+    }
+
+    /// A core client of every core node, with the tier secret (call inside a tokio runtime).
+    pub fn core_client(&self) -> anyhow::Result<core_client::CoreClient> {
+        let addrs = (0..self.core_nodes())
+            .map(|i| self.core_url(i).trim_start_matches("http://").to_owned())
+            .collect();
+        let identity = daemon_runtime::identity::TierIdentity::insecure_secret(self.tier_secret())?;
+        Ok(core_client::CoreClient::new(addrs, identity)?)
+    }
+
+    /// `GET <path>` of `base_url` as text (`/metrics`, say).
+    pub fn get_text(&self, base_url: &str, path: &str) -> anyhow::Result<String> {
+        let reply = crate::client::agent(Duration::from_secs(5)).get(format!("{base_url}{path}")).call()?;
+        Ok(reply.into_body().read_to_string()?)
+    }
+
     /// Where the processes' logs are.
     pub fn log_dir(&self) -> PathBuf {
         self.spec.data_dir.join("logs")

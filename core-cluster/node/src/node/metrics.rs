@@ -100,6 +100,12 @@ pub struct StateSizes {
     pub content_bytes: u64,
     /// Bytes of the content log current entries point to.
     pub content_live_bytes: u64,
+    /// Entries dead at the state machine's clock (expired or invalidated) that no sweep removed yet.
+    pub dead_entries: usize,
+    /// Rows of the change feed not yet compacted.
+    pub feed_rows: usize,
+    /// Bytes of the snapshot files kept.
+    pub snapshot_bytes: u64,
 }
 
 impl Metrics {
@@ -219,6 +225,19 @@ fn storage(text: MetricsText, state: StateSizes, log: SyncStats) -> MetricsText 
         "Bytes of the content log that current entries point to.",
         &[],
         state.content_live_bytes as f64,
+    )
+    .gauge(
+        "mesh_core_dead_entries",
+        "Entries dead at the state machine's clock (expired or invalidated) that no sweep has removed yet.",
+        &[],
+        state.dead_entries as f64,
+    )
+    .gauge("mesh_core_feed_rows", "Rows of the change feed not yet compacted.", &[], state.feed_rows as f64)
+    .gauge(
+        "mesh_core_snapshot_bytes",
+        "Bytes of the snapshot files this node keeps.",
+        &[],
+        state.snapshot_bytes as f64,
     )
 }
 
