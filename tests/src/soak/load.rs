@@ -75,7 +75,8 @@ pub async fn run(client: CoreClient, spec: LoadSpec, counters: Arc<LoadCounters>
                 let request_id = format!("soak-{}-{index}-{sent}", spec.seed);
                 sent += 1;
                 let key = key_of(rng.next_u64() % spec.keys.max(1));
-                let invalidate = spec.invalidate_one_in > 0 && rng.next_u64().is_multiple_of(spec.invalidate_one_in);
+                let invalidate =
+                    spec.invalidate_one_in > 0 && rng.next_u64().is_multiple_of(spec.invalidate_one_in);
                 let outcome = if invalidate {
                     let command = write_request::Command::Invalidate(Invalidate {
                         scope: Some(invalidate::Scope::Key(key)),
