@@ -199,7 +199,7 @@ impl Replication {
                 return true;
             }
         }
-        match self.store.merge(&key, &record) {
+        match self.store.merge(&key, &record, &|answer| applier.admits(answer)) {
             Some(merged) => {
                 self.metrics.records_merged.inc();
                 applier.apply(&key, &merged);
@@ -318,7 +318,7 @@ mod offer_tests {
             assert!(record.is_none(), "nothing held yet");
             let merging = {
                 let (replication, tombstone) = (Arc::clone(&replication), tombstone.clone());
-                std::thread::spawn(move || replication.store().merge("k", &tombstone))
+                std::thread::spawn(move || replication.store().merge("k", &tombstone, &|_| true))
             };
             std::thread::sleep(Duration::from_millis(50));
             (merging, Some(Value::Live(entry("k", 1_000))))

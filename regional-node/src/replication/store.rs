@@ -26,6 +26,7 @@ use sha2::{Digest as _, Sha256};
 use shared::completion::CachedCompletion;
 use shared::hot_set::HotSetVersion;
 
+use super::live_answer;
 use super::record::{Clock, Record, Resolved, Value};
 use crate::RegionalError;
 
@@ -227,8 +228,16 @@ impl ReplicaStore {
         record
     }
 
-    /// Merges a peer's record in; returns the merged record when anything changed.
-    pub fn merge(&self, key: &str, incoming: &Record) -> Option<Record> {
+    /// Merges a peer's record in; returns the merged record when anything changed. A merge whose result
+    /// reads as an answer `admits` refuses is dropped whole: versions a collected floor saw are forgotten
+    /// first, so an incoming record that read as invalidated (an old answer beside a collected tombstone)
+    /// can read as that old answer once merged.
+    pub fn merge(
+        &self,
+        key: &str,
+        incoming: &Record,
+        admits: &dyn Fn(&CachedCompletion) -> bool,
+    ) -> Option<Record> {
         let mut inner = self.lock();
         let mut incoming = incoming.clone();
         if let Some((floor, _)) = inner.collected.get(key) {
@@ -240,7 +249,7 @@ impl ReplicaStore {
         let mut record = inner.records.get(key).map(|s| s.record.clone()).unwrap_or_default();
         let before = record.clone();
         record.merge(&incoming);
-        if record == before {
+        if record == before || live_answer(&record).is_some_and(|answer| !admits(answer)) {
             return None;
         }
         self.put(&mut inner, key, record.clone());

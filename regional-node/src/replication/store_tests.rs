@@ -24,7 +24,7 @@ fn push_round(a: &ReplicaStore, b: &ReplicaStore) {
     }
     let theirs = b.summaries(&ranges);
     for (key, record) in a.records(&to_push(&a.summaries(&ranges), &theirs)) {
-        b.merge(&key, &record);
+        b.merge(&key, &record, &|_| true);
     }
 }
 
@@ -101,11 +101,11 @@ fn a_version_of_another_epoch_or_the_future_gets_a_bounded_snapshot() {
 fn a_partitioned_write_and_invalidation_converge_after_anti_entropy() {
     let (a, b, c) = (store("a", 2), store("b", 2), store("c", 2));
     let shared = a.write_local("k1", Value::Live(answer("k1", "v1")), 1);
-    b.merge("k1", &shared);
-    c.merge("k1", &shared);
+    b.merge("k1", &shared, &|_| true);
+    c.merge("k1", &shared, &|_| true);
     // Partition c: a invalidates k1 and writes k2; c writes k3 and rewrites k1 without seeing the tombstone.
     let tombstone = a.write_local("k1", tomb(), 2);
-    b.merge("k1", &tombstone);
+    b.merge("k1", &tombstone, &|_| true);
     a.write_local("k2", Value::Live(answer("k2", "v2")), 3);
     c.write_local("k3", Value::Live(answer("k3", "v3")), 4);
     c.write_local("k1", Value::Live(answer("k1", "rewritten")), 5);
@@ -136,19 +136,37 @@ fn a_tombstone_is_collected_only_once_every_peer_acknowledged_it_and_stale_versi
     a.acknowledged_by_digests(1, &vec![0; RANGES], &HashMap::new());
     assert_eq!(a.sweep(10).collected, 0, "a peer whose digests differ has not seen it");
     let b = store("b", 2);
-    b.merge("k", &tombstone);
+    b.merge("k", &tombstone, &|_| true);
     a.acknowledged_by_digests(1, &b.range_digests(), &HashMap::new());
     assert_eq!(a.sweep(10).collected, 1, "a peer with the same range digest holds it");
     assert!(a.get("k").is_none());
-    assert_eq!(a.merge("k", &old), None, "a stale version in flight is dropped");
+    assert_eq!(a.merge("k", &old, &|_| true), None, "a stale version in flight is dropped");
     let fresh = a.write_local("k", Value::Live(answer("k", "new")), 3);
     assert_eq!(reads(&a, "k").as_deref(), Some("new"));
-    b.merge("k", &fresh);
+    b.merge("k", &fresh, &|_| true);
     assert_eq!(
         reads(&b, "k").as_deref(),
         Some("new"),
         "a write after the collection supersedes the tombstone"
     );
+}
+
+#[test]
+fn an_old_answer_beside_a_collected_tombstone_is_not_merged_back_when_the_node_refuses_it() {
+    let node = store("a", 0);
+    let tombstone = node.write_local("k", tomb(), 2);
+    assert_eq!(node.sweep(10).collected, 1, "no peers: collected at once");
+    let mut racing = Record::default();
+    racing.write_at("b", 1, Value::Live(answer("k", "old")));
+    racing.merge(&tombstone);
+    assert!(racing.is_tombstone(), "as sent, the record reads as invalidated");
+    let refuses_old = |answer: &CachedCompletion| answer.content != "old";
+    assert_eq!(node.merge("k", &racing, &refuses_old), None, "the floor leaves the old answer, refused");
+    assert_eq!(reads(&node, "k"), None);
+    let mut fresh = Record::default();
+    fresh.write_at("b", 2, Value::Live(answer("k", "new")));
+    assert!(node.merge("k", &fresh, &refuses_old).is_some(), "an admitted answer still merges");
+    assert_eq!(reads(&node, "k").as_deref(), Some("new"));
 }
 
 #[test]
@@ -217,12 +235,12 @@ proptest! {
             // Some deltas are delivered between steps, in any order, some twice, some never.
             for (pick, to) in deliveries.iter().skip(time * 2).take(2) {
                 let (_, key, record) = pick.get(&deltas);
-                nodes[*to].merge(key, record);
+                nodes[*to].merge(key, record, &|_| true);
             }
         }
         for (pick, to) in &deliveries {
             let (_, key, record) = pick.get(&deltas);
-            nodes[*to].merge(key, record);
+            nodes[*to].merge(key, record, &|_| true);
         }
         for _ in 0..2 {
             for (x, y) in [(0, 1), (1, 2), (2, 0)] {
@@ -253,7 +271,7 @@ proptest! {
         }
         for (_, key, record) in &deltas {
             for node in &nodes {
-                node.merge(key, record);
+                node.merge(key, record, &|_| true);
             }
         }
         for (index, key) in keys.iter().enumerate() {

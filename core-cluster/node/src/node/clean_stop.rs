@@ -30,17 +30,30 @@ pub fn take(data_dir: &Path) -> io::Result<PreviousStop> {
 }
 
 /// Records a clean stop in `data_dir`, once sled's database in `sled_dir` is flushed: syncs every file
-/// of the database and its directory, then writes and syncs the marker.
+/// of the database and every directory under it (sled keeps large items as files in `blobs/`, written
+/// without a sync), then writes and syncs the marker.
 pub fn leave(data_dir: &Path, sled_dir: &Path) -> io::Result<()> {
-    for item in fs::read_dir(sled_dir)? {
-        let item = item?;
-        if item.file_type()?.is_file() {
-            File::open(item.path())?.sync_all()?;
-        }
-    }
-    sync_dir(sled_dir)?;
+    sync_tree(sled_dir)?;
     File::create(data_dir.join(MARKER))?.sync_all()?;
     sync_dir(data_dir)
+}
+
+/// Syncs every file under `dir`, at any depth, then each directory after its contents; the number of
+/// files synced.
+fn sync_tree(dir: &Path) -> io::Result<usize> {
+    let mut synced = 0;
+    for item in fs::read_dir(dir)? {
+        let item = item?;
+        let kind = item.file_type()?;
+        if kind.is_dir() {
+            synced += sync_tree(&item.path())?;
+        } else if kind.is_file() {
+            File::open(item.path())?.sync_all()?;
+            synced += 1;
+        }
+    }
+    sync_dir(dir)?;
+    Ok(synced)
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -61,6 +74,18 @@ mod tests {
         leave(&dir, &sled_dir).expect("leave");
         assert_eq!(take(&dir).expect("take"), PreviousStop::Clean);
         assert_eq!(take(&dir).expect("take"), PreviousStop::Unclean, "a crash after that start");
+        fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn a_clean_stop_syncs_the_files_in_sleds_subdirectories() {
+        let dir = std::env::temp_dir().join(format!("clean-stop-tree-{}", std::process::id()));
+        let blobs = dir.join("sled").join("blobs");
+        fs::create_dir_all(&blobs).expect("dirs");
+        fs::write(dir.join("sled").join("db"), b"rows").expect("write");
+        fs::write(blobs.join("17"), b"a large item").expect("write");
+        fs::write(blobs.join("18"), b"another").expect("write");
+        assert_eq!(sync_tree(&dir.join("sled")).expect("sync"), 3, "the database file and both blobs");
         fs::remove_dir_all(&dir).expect("cleanup");
     }
 }

@@ -67,6 +67,8 @@ pub struct Metrics {
     pub refresh_failures: Counter,
     /// Time to commit a completion through Raft, in seconds.
     pub commit_seconds: Histogram,
+    /// Proposals whose time the leader clamped, its wall clock being outside the log-time band.
+    pub clamped_stamps: Counter,
     /// Time from a `Complete` call to its `Done` event (or error), in seconds.
     pub complete_seconds: Histogram,
 }
@@ -84,6 +86,7 @@ impl Default for Metrics {
             refreshed: Counter::default(),
             refresh_failures: Counter::default(),
             commit_seconds: Histogram::latency(),
+            clamped_stamps: Counter::default(),
             complete_seconds: Histogram::latency(),
         }
     }
@@ -106,6 +109,8 @@ pub struct StateSizes {
     pub feed_rows: usize,
     /// Bytes of the snapshot files kept.
     pub snapshot_bytes: u64,
+    /// How far the last applied proposal's stamp was ahead of this node's clock, in milliseconds.
+    pub leader_ahead_ms: i64,
 }
 
 impl Metrics {
@@ -160,6 +165,12 @@ impl Metrics {
             "Completions answered by the asked model's fallback model (--fallback-models).",
             &[],
             &self.fallbacks,
+        )
+        .counter(
+            "mesh_core_clock_clamped_stamps_total",
+            "Proposals whose time this leader clamped to its log-time band because its wall clock stepped.",
+            &[],
+            &self.clamped_stamps,
         )
         .counter(
             "mesh_core_forwarded_writes_total",
@@ -238,6 +249,12 @@ fn storage(text: MetricsText, state: StateSizes, log: SyncStats) -> MetricsText 
         "Bytes of the snapshot files this node keeps.",
         &[],
         state.snapshot_bytes as f64,
+    )
+    .gauge(
+        "mesh_core_leader_clock_ahead_ms",
+        "How far the last applied proposal's time was ahead of this node's clock (0 if not ahead): a leader's clock ahead of the followers'.",
+        &[],
+        state.leader_ahead_ms as f64,
     )
 }
 

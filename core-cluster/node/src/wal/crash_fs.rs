@@ -22,6 +22,8 @@ struct Node {
 struct Disk {
     generation: u64,
     nodes: BTreeMap<String, Node>,
+    /// Files whose next sync fails (an EIO: nothing becomes durable, and the bytes stay readable).
+    failing: std::collections::BTreeSet<String>,
 }
 
 /// A directory on a disk that can lose power.
@@ -62,7 +64,14 @@ fn dead() -> io::Error {
 impl CrashFs {
     /// An empty disk.
     pub fn new() -> Self {
-        Self { disk: Arc::new(Mutex::new(Disk { generation: 0, nodes: BTreeMap::new() })), generation: 0 }
+        Self {
+            disk: Arc::new(Mutex::new(Disk {
+                generation: 0,
+                nodes: BTreeMap::new(),
+                failing: Default::default(),
+            })),
+            generation: 0,
+        }
     }
 
     fn live(&self) -> io::Result<MutexGuard<'_, Disk>> {
@@ -107,6 +116,11 @@ impl CrashFs {
     }
 
     /// Flips one bit of a file as the disk holds it (damage no crash explains).
+    /// Makes the next sync of `name` fail.
+    pub fn fail_next_sync_of(&self, name: &str) {
+        self.disk.lock().expect("never poisoned").failing.insert(name.to_owned());
+    }
+
     pub fn flip_bit(&self, name: &str, offset: usize) {
         let mut disk = self.disk.lock().expect("never poisoned");
         let node = disk.nodes.get_mut(name).expect("the file exists");
@@ -145,6 +159,9 @@ impl WalFile for SimFile {
 
     fn sync_data(&self) -> io::Result<()> {
         let mut disk = self.fs.live()?;
+        if disk.failing.remove(&self.name) {
+            return Err(io::Error::other("input/output error (injected)"));
+        }
         if let Some(node) = disk.nodes.get_mut(&self.name) {
             if let Some(current) = &node.current {
                 node.durable = Some(current.clone());

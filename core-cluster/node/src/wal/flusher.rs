@@ -11,6 +11,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
 use super::state::State;
+use super::sync_failure::FailureMarker;
 
 /// What to do once the records written before it are durable (or the sync failed).
 pub type Done = Box<dyn FnOnce(io::Result<()>) + Send>;
@@ -27,34 +28,50 @@ pub struct SyncStats {
     pub queued: AtomicU64,
 }
 
-/// Starts the flusher of `state`; it ends when every sender of its queue is dropped.
-pub fn start(state: Arc<Mutex<State>>, stats: Arc<SyncStats>) -> io::Result<Sender<Done>> {
+/// Starts the flusher of `state`; it ends when every sender of its queue is dropped. A failed sync leaves
+/// `marker`.
+pub fn start(
+    state: Arc<Mutex<State>>,
+    stats: Arc<SyncStats>,
+    marker: FailureMarker,
+) -> io::Result<Sender<Done>> {
     let (queue, waiting) = std::sync::mpsc::channel();
-    std::thread::Builder::new().name("wal-flusher".into()).spawn(move || run(&state, &waiting, &stats))?;
+    std::thread::Builder::new()
+        .name("wal-flusher".into())
+        .spawn(move || run(&state, &waiting, &stats, &marker))?;
     Ok(queue)
 }
 
-fn run(state: &Mutex<State>, waiting: &Receiver<Done>, stats: &SyncStats) {
+fn run(state: &Mutex<State>, waiting: &Receiver<Done>, stats: &SyncStats, marker: &FailureMarker) {
     while let Ok(first) = waiting.recv() {
         let mut round = vec![first];
         round.extend(waiting.try_iter());
         // The file is looked up after the round is taken: a writer that rolled to a new segment synced
         // the old one itself, so the segment written now is the only one that can hold unsynced records.
+        // The tail read with it is how far the sync reaches: every write up to there returned before it.
         let file = {
             let state = state.lock().expect("the write-ahead log's lock is never poisoned");
             match &state.failed {
                 Some(why) => Err(why.clone()),
-                None => Ok(Arc::clone(&state.tail_segment().file)),
+                None => Ok((Arc::clone(&state.tail_segment().file), state.tail_segment().seq, state.tail)),
             }
         };
-        let result = file.and_then(|file| file.sync_data().map_err(|e| e.to_string()));
+        let result = file.and_then(|(file, seq, through)| {
+            file.sync_data().map_err(|e| e.to_string())?;
+            let mut state = state.lock().expect("the write-ahead log's lock is never poisoned");
+            if state.tail_segment().seq == seq {
+                state.synced_through = state.synced_through.max(through);
+            }
+            Ok(())
+        });
         if let Err(why) = &result {
-            tracing::error!(error = %why, "write-ahead log: sync failed; the log accepts no more writes");
-            state
-                .lock()
-                .expect("the write-ahead log's lock is never poisoned")
-                .failed
-                .get_or_insert(why.clone());
+            let mut state = state.lock().expect("the write-ahead log's lock is never poisoned");
+            if state.failed.is_none() {
+                state.failed = Some(why.clone());
+                drop(state);
+                tracing::error!(error = %why, "write-ahead log: sync failed; the log accepts no more writes");
+                marker.leave(why);
+            }
         }
         stats.syncs.fetch_add(1, Ordering::Relaxed);
         stats.writers.fetch_add(round.len() as u64, Ordering::Relaxed);

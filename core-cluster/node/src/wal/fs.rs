@@ -50,16 +50,30 @@ pub struct OsDir {
 /// The lock file's name.
 const LOCK: &str = "LOCK";
 
+/// Creates `path` and any missing directories above it, each one durably: a directory created here has
+/// its parent synced, so a power loss cannot drop its entry after files inside it were synced. An existing
+/// `path` is left as it is.
+pub fn create_dir_synced(path: &Path) -> io::Result<()> {
+    if path.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_dir_synced(parent)?;
+    }
+    match fs::create_dir(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    File::open(parent)?.sync_all()
+}
+
 impl OsDir {
     /// Opens `path`, creating it (and syncing its parent) if it does not exist, and takes its lock. A
     /// lock held elsewhere (a previous instance still exiting) is waited for up to `lock_wait`.
     pub fn open(path: &Path, lock_wait: Duration) -> io::Result<Self> {
-        if !path.exists() {
-            fs::create_dir_all(path)?;
-            if let Some(parent) = path.parent() {
-                File::open(parent)?.sync_all()?;
-            }
-        }
+        create_dir_synced(path)?;
         let lock =
             OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path.join(LOCK))?;
         let deadline = Instant::now() + lock_wait;
@@ -137,5 +151,24 @@ impl WalDir for OsDir {
 
     fn sync(&self) -> io::Result<()> {
         File::open(&self.path)?.sync_all()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn creating_a_directory_synced_makes_its_missing_parents_and_keeps_an_existing_one() {
+        let root = std::env::temp_dir().join(format!("create-dir-synced-{}", std::process::id()));
+        let deep = root.join("data").join("snapshots");
+        create_dir_synced(&deep).expect("create");
+        assert!(deep.is_dir());
+        fs::write(deep.join("kept"), b"x").expect("write");
+        create_dir_synced(&deep).expect("again");
+        assert!(deep.join("kept").exists(), "an existing directory is left as it is");
+        fs::write(root.join("file"), b"x").expect("write");
+        assert!(create_dir_synced(&root.join("file")).is_err(), "a file in the way is an error");
+        fs::remove_dir_all(&root).expect("cleanup");
     }
 }

@@ -8,7 +8,8 @@
 //! - **Group commit**: a writer writes its records and queues its callback; one flusher thread
 //!   `fdatasync`s once for everything queued ([`flusher`]). Rolling to a new segment syncs the old one
 //!   first, so only the segment being written can hold unsynced records.
-//! - **Recovery** ([`recovery`]): replay in order, cut a torn tail, refuse a corrupt middle.
+//! - **Recovery** ([`recovery`]): replay in order, cut a torn tail, refuse a corrupt middle, and refuse a
+//!   log whose sync failed earlier in the same boot ([`sync_failure`]).
 //! - **The file layer** ([`fs`]) is a trait, so tests can run the log over a layer that loses every byte
 //!   not covered by a completed sync.
 //!
@@ -20,6 +21,7 @@ pub mod meta;
 pub mod record;
 pub mod recovery;
 pub mod state;
+pub mod sync_failure;
 
 #[cfg(test)]
 mod crash_fs;
@@ -40,6 +42,7 @@ use fs::{WalDir, WalFile};
 pub use meta::Meta;
 use record::Kind;
 use state::{segment_name, Segment, State};
+use sync_failure::FailureMarker;
 
 use crate::node::NodeId;
 
@@ -69,6 +72,8 @@ pub struct Wal {
     flusher: Sender<Done>,
     spare: Mutex<Option<Spare>>,
     stats: Arc<SyncStats>,
+    /// Where a failed write or sync leaves its mark for the next open.
+    marker: FailureMarker,
 }
 
 impl std::fmt::Debug for Wal {
@@ -78,14 +83,23 @@ impl std::fmt::Debug for Wal {
 }
 
 impl Wal {
-    /// Opens the log in `dir`, recovering what is there, or starts an empty one.
+    /// Opens the log in `dir`, recovering what is there, or starts an empty one. A log whose sync failed
+    /// earlier in this boot is refused ([`sync_failure`]).
     pub fn open(dir: Arc<dyn WalDir>, options: WalOptions) -> io::Result<Self> {
+        Self::open_in_boot(dir, options, &sync_failure::boot_id())
+    }
+
+    /// [`Wal::open`] in the boot named `boot`.
+    fn open_in_boot(dir: Arc<dyn WalDir>, options: WalOptions, boot: &str) -> io::Result<Self> {
+        sync_failure::check(dir.as_ref(), boot)?;
         let state = match recovery::recover(dir.as_ref())? {
             Some(state) => {
                 // What the last process wrote and did not sync may be in the page cache only. It is synced
                 // before anything counts on it: a leader's own entries are reported before their sync
                 // (`node::durable_log`), and after a restart the whole log counts as durable.
+                let mut state = state;
                 state.tail_segment().file.sync_data()?;
+                state.synced_through = state.tail;
                 state
             }
             None => {
@@ -107,8 +121,9 @@ impl Wal {
         };
         let state = Arc::new(Mutex::new(state));
         let stats = Arc::new(SyncStats::default());
-        let flusher = flusher::start(Arc::clone(&state), Arc::clone(&stats))?;
-        let wal = Self { dir, options, state, flusher, spare: Mutex::new(None), stats };
+        let marker = FailureMarker { dir: Arc::clone(&dir), boot: boot.into() };
+        let flusher = flusher::start(Arc::clone(&state), Arc::clone(&stats), marker.clone())?;
+        let wal = Self { dir, options, state, flusher, spare: Mutex::new(None), stats, marker };
         wal.create_ahead(wal.lock().tail_segment().seq + 1);
         Ok(wal)
     }
@@ -159,9 +174,9 @@ impl Wal {
         }
         self.write_held(&mut state, records)?;
         let result = state.tail_segment().file.sync_data();
-        if let Err(e) = &result {
-            state.failed.get_or_insert(e.to_string());
-            tracing::error!(error = %e, "write-ahead log: sync failed; the log accepts no more writes");
+        match &result {
+            Ok(()) => state.synced_through = state.tail,
+            Err(e) => self.fail(&mut state, &e.to_string()),
         }
         self.stats.syncs.fetch_add(1, Ordering::Relaxed);
         self.stats.writers.fetch_add(1, Ordering::Relaxed);
@@ -268,15 +283,29 @@ impl Wal {
         }
         let result = self.write_locked(state, records);
         if let Err(e) = &result {
-            state.failed.get_or_insert(e.to_string());
+            self.fail(state, &e.to_string());
         }
         result
     }
 
+    /// Fails the log for good after a write or sync that failed with `why`, and leaves the marker that
+    /// keeps the next open in this boot from trusting the page cache.
+    fn fail(&self, state: &mut State, why: &str) {
+        if state.failed.is_none() {
+            state.failed = Some(why.to_owned());
+            tracing::error!(error = %why, "write-ahead log: a write or sync failed; the log accepts no more writes");
+            self.marker.leave(why);
+        }
+    }
+
     fn write_locked(&self, state: &mut State, records: Vec<(Kind, Vec<u8>)>) -> io::Result<()> {
         let mut buf = Vec::new();
-        let mut placed = Vec::with_capacity(records.len());
-        for (kind, payload) in records {
+        let mut placed = Vec::with_capacity(records.len() + 1);
+        let marker = (state.synced_through > state.marked_through).then(|| {
+            state.marked_through = state.synced_through;
+            (Kind::Synced, synced_payload(state.tail_segment().seq, state.synced_through))
+        });
+        for (kind, payload) in marker.into_iter().chain(records) {
             let frame = record::frame_len(payload.len()) as u64;
             if state.tail + buf.len() as u64 + frame > state.tail_segment().len {
                 self.commit(state, &buf, std::mem::take(&mut placed))?;
@@ -319,6 +348,7 @@ impl Wal {
         file.write_all_at(&header, 0)?;
         state.segments.push_back(Segment { seq, file, len, last_index: None });
         state.tail = header.len() as u64;
+        (state.synced_through, state.marked_through) = (0, 0);
         self.create_ahead(seq + 1);
         Ok(())
     }
@@ -354,4 +384,9 @@ fn entry_records(entries: impl IntoIterator<Item = (LogId<NodeId>, Vec<u8>)>) ->
             (Kind::Entry, payload)
         })
         .collect()
+}
+
+/// A [`Kind::Synced`] record's payload: segment `seq` was synced through `offset`.
+fn synced_payload(seq: u64, offset: u64) -> Vec<u8> {
+    [seq.to_le_bytes(), offset.to_le_bytes()].concat()
 }

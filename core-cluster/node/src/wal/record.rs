@@ -11,6 +11,8 @@
 //! rather than followed. Headers never straddle a 512-byte sector (16 divides 512), and a disk writes a
 //! sector whole or not at all; a record whose checksum fails is therefore *torn* (a write that a crash
 //! cut short, never acknowledged) when one of its sectors is still all zeros, and *corrupt* otherwise.
+//! A zeroed sector can also be damage to a synced record (a latent sector error reads back as zeros), so
+//! writers leave [`Kind::Synced`] markers, which let recovery tell the two apart ([`super::recovery`]).
 
 /// Records start at multiples of this.
 pub const ALIGN: usize = 16;
@@ -35,6 +37,9 @@ pub enum Kind {
     Truncate = 5,
     /// Every entry up to a log id is purged.
     Purge = 6,
+    /// The segment (its sequence number) was synced through an offset before this record was written:
+    /// recovery's evidence that a damaged record before that offset is corruption, not a torn write.
+    Synced = 7,
 }
 
 impl Kind {
@@ -46,6 +51,7 @@ impl Kind {
             4 => Self::Committed,
             5 => Self::Truncate,
             6 => Self::Purge,
+            7 => Self::Synced,
             _ => return None,
         })
     }
@@ -92,6 +98,13 @@ pub enum Scanned<'a> {
 
 fn u32_at(buf: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(buf[at..at + 4].try_into().expect("four bytes"))
+}
+
+/// The bytes the record at `offset` takes when its header's two lengths agree (its checksum unchecked).
+pub fn stated_frame_len(buf: &[u8], offset: usize) -> Option<usize> {
+    let header = buf.get(offset..offset + HEADER)?;
+    let len = u32_at(header, 0);
+    (!len == u32_at(header, 4) && header.iter().any(|&b| b != 0)).then(|| frame_len(len as usize))
 }
 
 /// Reads the record at `offset` (a multiple of [`ALIGN`]) of the segment `buf`.

@@ -5,13 +5,19 @@
 //! (see [`record`](super::record)) ends the log: it and everything after it were never acknowledged, and
 //! they are zeroed (and synced) so that new records follow the last good one. Unused segments after the
 //! last written one (created ahead of time) and half-created `.tmp` files are removed.
+//!
+//! A record that reads as torn, or a header of zeros with written bytes after it, can also be damage to
+//! a record that *was* synced (a latent sector error that reads back as zeros). Records written after a
+//! torn one in the same unsynced stretch are legitimate, so a valid record after it proves nothing; a
+//! [`Kind::Synced`] marker after it that states a sync through a later offset does. Then the log refuses
+//! to open rather than cut acknowledged entries and votes.
 
 use std::io;
 use std::sync::Arc;
 
 use super::fs::WalDir;
 use super::meta::invalid;
-use super::record::{self, Scanned, ALIGN};
+use super::record::{self, Kind, Scanned, ALIGN, HEADER};
 use super::state::{segment_name, segment_seq, Segment, State};
 
 /// Replays the log in `dir` into a [`State`]; `None` when the directory holds no segment yet.
@@ -81,6 +87,11 @@ pub fn recover(dir: &dyn WalDir) -> io::Result<Option<State>> {
             // Whatever follows the last good record was never acknowledged: zero it, so that records
             // written from here on are not followed by stale bytes a later scan could misread.
             let written = image.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+            if let Some(through) = synced_past(&image[..written], offset, seq) {
+                return Err(invalid(format!(
+                    "{name}: the record at offset {offset} is damaged, yet a later record says the segment was synced through offset {through}"
+                )));
+            }
             if cut || written > offset {
                 let end = written.next_multiple_of(ALIGN).min(image.len());
                 file.write_all_at(&vec![0u8; end - offset], offset as u64)?;
@@ -96,4 +107,29 @@ pub fn recover(dir: &dyn WalDir) -> io::Result<Option<State>> {
 
 fn starts_with_record(image: &[u8]) -> bool {
     image.iter().take(record::HEADER).any(|&b| b != 0)
+}
+
+/// The offset a [`Kind::Synced`] marker of segment `seq` found after the damaged record at `from` says
+/// the segment was synced through, if any says beyond `from`. Whole records are stepped over, so a
+/// payload's bytes are never read as a marker (the damaged record's too, when its header states its
+/// length); elsewhere the scan moves by [`ALIGN`].
+fn synced_past(image: &[u8], from: usize, seq: u64) -> Option<u64> {
+    let mut at = from + record::stated_frame_len(image, from).unwrap_or(ALIGN);
+    while at + HEADER <= image.len() {
+        match record::scan(image, at) {
+            Scanned::Record { kind: Kind::Synced, payload, next } => {
+                let field =
+                    |i: usize| payload.get(i..i + 8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+                if let (Some(marked_seq), Some(through)) = (field(0), field(8)) {
+                    if marked_seq == seq && through > from as u64 {
+                        return Some(through);
+                    }
+                }
+                at = next;
+            }
+            Scanned::Record { next, .. } => at = next,
+            _ => at += ALIGN,
+        }
+    }
+    None
 }

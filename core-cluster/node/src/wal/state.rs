@@ -59,6 +59,10 @@ pub struct State {
     pub segments: VecDeque<Segment>,
     /// Where the next record goes in the last segment.
     pub tail: u64,
+    /// How far the last segment is known synced (a completed sync started after writes up to here).
+    pub synced_through: u64,
+    /// The `synced_through` the last [`Kind::Synced`] marker in the last segment stated.
+    pub marked_through: u64,
     /// Live entries, consecutive by index.
     pub entries: VecDeque<Location>,
     /// Vote, committed and last purged.
@@ -86,6 +90,7 @@ impl State {
                 }
                 self.drop_purged();
             }
+            Kind::Synced => {}
             Kind::Entry => {
                 let log_id = reader.log_id()?;
                 let len = reader.rest().len() as u32;

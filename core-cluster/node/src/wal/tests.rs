@@ -422,3 +422,50 @@ pub fn dump(fs: &CrashFs) {
         eprintln!("{line}");
     }
 }
+
+#[test]
+fn a_zeroed_sector_in_the_synced_part_of_the_last_segment_refuses_to_open() {
+    let path = temp_dir("zeroed");
+    let options = WalOptions { segment_bytes: 1 << 20, create_ahead: false };
+    let open =
+        || Wal::open(Arc::new(OsDir::open(&path, Duration::from_secs(5)).expect("test step")), options);
+    let wal = open().expect("test step");
+    for index in 1..=40 {
+        let (done, rx) = done_channel();
+        wal.append([(log_id(1, index), vec![0xab; 600])], done).expect("test step");
+        wait(&rx).expect("test step");
+    }
+    drop(wal);
+    let file = path.join(segment_name(0));
+    let mut bytes = std::fs::read(&file).expect("test step");
+    // A sector in the middle of the acknowledged records reads back as zeros (a latent sector error).
+    bytes[8 * 512..9 * 512].fill(0);
+    std::fs::write(&file, &bytes).expect("test step");
+    let error = open().expect_err("refused: every record there was synced");
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidData, "{error}");
+    assert!(error.to_string().contains("synced through"), "{error}");
+    let _ = std::fs::remove_dir_all(&path);
+}
+
+#[test]
+fn a_log_whose_sync_failed_is_refused_in_the_same_boot_and_recovered_after_a_reboot() {
+    let fs = CrashFs::new();
+    let wal = Wal::open_in_boot(Arc::new(fs.clone()), small(), "boot-1").expect("open");
+    let (done, rx) = done_channel();
+    wal.append([(log_id(1, 1), content(1, 1))], done).expect("test step");
+    wait(&rx).expect("durable");
+    fs.fail_next_sync_of(&segment_name(0));
+    let (done, rx) = done_channel();
+    wal.append([(log_id(1, 2), content(2, 1))], done).expect("written");
+    assert!(wait(&rx).is_err(), "the sync failed");
+    drop(wal);
+    // The process restarts in the same boot: the page cache still reads entry 2 back, and a sync now passes.
+    let restarted = fs.kill();
+    let error = Wal::open_in_boot(Arc::new(restarted.clone()), small(), "boot-1").expect_err("refused");
+    assert!(error.to_string().contains("sync of this write-ahead log failed"), "{error}");
+    // After a reboot what is read is what the disk holds.
+    let rebooted = restarted.crash(false, &mut Rng(7));
+    let wal = Wal::open_in_boot(Arc::new(rebooted.clone()), small(), "boot-2").expect("opens after a reboot");
+    assert_eq!(wal.last_log_id().map(|id| id.index), Some(1), "entry 2 never reached the disk");
+    assert!(!rebooted.list().expect("list").iter().any(|n| n == super::sync_failure::MARKER));
+}

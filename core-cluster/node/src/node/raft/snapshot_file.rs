@@ -38,7 +38,7 @@ pub struct SnapshotDir {
 impl SnapshotDir {
     /// Opens (or creates) the directory and removes what a crash left half written.
     pub fn open(path: &Path) -> io::Result<Self> {
-        fs::create_dir_all(path)?;
+        crate::wal::fs::create_dir_synced(path)?;
         for item in fs::read_dir(path)? {
             let name = item?.file_name();
             let name = name.to_string_lossy();

@@ -85,12 +85,14 @@ impl StateMachineStore {
         let cache = (&*self.index, &*self.contents);
         let mut overlay = overlay::Overlay::new(trees, &request_index, &self.models, cache);
         let mut clock = start_clock;
+        let mut last_stamp = None;
         let mut responses = Vec::with_capacity(entries.len());
         let apply_err = |e: std::io::Error| StorageIOError::apply(last, &e);
         for entry in entries {
             match &entry.payload {
                 EntryPayload::Normal(proposal) => {
                     clock = clock.max(proposal.issued_ms);
+                    last_stamp = Some(proposal.issued_ms);
                     let revision = entry.log_id.index;
                     overlay.begin_proposal(revision);
                     let applied = apply_proposal(&mut overlay, revision, clock, &proposal.requests)
@@ -114,6 +116,10 @@ impl StateMachineStore {
         self.models.set(written.models);
         request_index.apply(written.request_index);
         self.remembered_ids.store(request_index.len(), std::sync::atomic::Ordering::Relaxed);
+        if let Some(stamp) = last_stamp {
+            let ahead = stamp.saturating_sub(super::now_ms()).max(0);
+            self.leader_ahead_ms.store(ahead, std::sync::atomic::Ordering::Relaxed);
+        }
         Ok(responses)
     }
 }

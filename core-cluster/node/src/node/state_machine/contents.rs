@@ -126,7 +126,7 @@ pub fn decode_record(bytes: &[u8]) -> io::Result<(&[u8], &[u8], usize)> {
 impl Contents {
     /// Opens the log in `dir` (created if missing); appends go to a new segment.
     pub fn open(dir: &Path) -> io::Result<Self> {
-        fs::create_dir_all(dir)?;
+        crate::wal::fs::create_dir_synced(dir)?;
         let mut segments = Segments::default();
         for item in fs::read_dir(dir)? {
             let path = item?.path();

@@ -118,6 +118,10 @@ pub struct StateMachineStore {
     request_index: Arc<std::sync::Mutex<request_rows::RequestIndex>>,
     /// How many ids the index holds, for the metrics (the index's lock is held while a batch applies).
     remembered_ids: Arc<std::sync::atomic::AtomicUsize>,
+    /// How far the last applied proposal's stamp was ahead of this node's wall clock, in milliseconds (0
+    /// when it was not ahead): the alarm for a leader elected with a clock ahead
+    /// ([`crate::node::writes::leader_clock`]).
+    leader_ahead_ms: Arc<std::sync::atomic::AtomicI64>,
     /// Last applied log id, last membership and the clock, as JSON.
     meta: sled::Tree,
     /// The snapshot files.
@@ -285,6 +289,7 @@ impl StateMachineStore {
             dead_entries: self.dead_entries().unwrap_or(0),
             feed_rows: self.feed.len(),
             snapshot_bytes,
+            leader_ahead_ms: self.leader_ahead_ms.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 

@@ -74,6 +74,7 @@ impl StateMachineStore {
             models,
             requests,
             remembered_ids: Arc::new(request_index.len().into()),
+            leader_ahead_ms: Arc::default(),
             request_index: Arc::new(std::sync::Mutex::new(request_index)),
             meta,
             snapshots,

@@ -22,8 +22,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::node::metrics::Metrics;
-use crate::node::state_machine::now_ms;
+use crate::node::state_machine::{now_ms, StateMachineStore};
 use crate::node::types::{Applied, NodeId, Proposal, Raft, Request};
+use crate::node::writes::leader_clock::LeaderClock;
 
 /// Most requests in one proposal.
 pub const MAX_BATCH: usize = 512;
@@ -92,10 +93,10 @@ pub struct GroupCommit {
 }
 
 impl GroupCommit {
-    /// Starts the batching task of node `id` over `raft`.
-    pub fn start(id: NodeId, raft: Raft, metrics: Arc<Metrics>) -> Self {
+    /// Starts the batching task of node `id` over `raft`, stamping log time from `state`'s clock.
+    pub fn start(id: NodeId, raft: Raft, state: StateMachineStore, metrics: Arc<Metrics>) -> Self {
         let (queue, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(run(id, raft, rx, metrics));
+        tokio::spawn(run(id, raft, state, rx, metrics));
         Self { queue }
     }
 
@@ -111,8 +112,16 @@ impl GroupCommit {
 }
 
 /// Proposes batches of the queued requests until every submitter is gone.
-async fn run(id: NodeId, raft: Raft, mut rx: mpsc::Receiver<Pending>, metrics: Arc<Metrics>) {
+async fn run(
+    id: NodeId,
+    raft: Raft,
+    state: StateMachineStore,
+    mut rx: mpsc::Receiver<Pending>,
+    metrics: Arc<Metrics>,
+) {
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    // One proposal in flight at a time, so stamps are made in log order.
+    let mut clock = LeaderClock::default();
     // The request that did not fit in the last batch: it opens the next one.
     let mut carried: Option<Pending> = None;
     // The last batch's size and how long its round took.
@@ -135,13 +144,19 @@ async fn run(id: NodeId, raft: Raft, mut rx: mpsc::Receiver<Pending>, metrics: A
         }
         carried = rest;
         metrics.proposal_requests.observe(batch.len() as f64);
+        let term = raft.metrics().borrow().current_term;
+        let log_ms = || state.clock_ms().unwrap_or(0);
+        let stamp = clock.stamp(term, now_ms(), log_ms, std::time::Instant::now());
+        if stamp.clamped_by_ms.is_some() {
+            metrics.clamped_stamps.inc();
+        }
         let raft = raft.clone();
         let last = Arc::clone(&last);
         tokio::spawn(async move {
             let len = batch.len();
             let (requests, replies): (Vec<Request>, Vec<_>) =
                 batch.into_iter().map(|p| (p.request, p.reply)).unzip();
-            let proposal = Proposal { issued_ms: now_ms(), requests: requests.into() };
+            let proposal = Proposal { issued_ms: stamp.issued_ms, requests: requests.into() };
             let started = std::time::Instant::now();
             let result = raft.client_write(proposal).await;
             *last.lock().expect("never poisoned") = (len, started.elapsed());

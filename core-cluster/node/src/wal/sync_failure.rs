@@ -1,0 +1,80 @@
+//! What a failed sync leaves behind, so that the next start in the same boot refuses the log.
+//!
+//! After a failed `fdatasync` the log fails stop, which is right. But Linux may keep the pages it could
+//! not write readable and clean in the page cache: a restarted process would read the records back as
+//! they were written, its own sync in [`super::Wal::open`] would succeed, and entries and votes that never
+//! reached the disk would count as durable. So the log writes a marker naming the boot it failed in; an
+//! open in that boot refuses the log. After a reboot the page cache is gone, what is read is what the disk
+//! holds, and recovery judges it as after a power loss ([`super::recovery`]); the marker is removed.
+
+use std::io;
+use std::sync::Arc;
+
+use super::fs::WalDir;
+
+/// The marker's name in the log's directory.
+pub const MARKER: &str = "SYNC-FAILED";
+
+/// This boot's id (`/proc/sys/kernel/random/boot_id`), or `"unknown"` where there is none (then a failed
+/// sync is refused until an operator removes the marker).
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|id| id.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Leaves the marker for a sync that failed with `why` in boot `boot`. Best effort: the disk that failed
+/// the sync may fail this too, and the log has failed stop either way.
+pub fn record(dir: &dyn WalDir, boot: &str, why: &str) {
+    let text = format!("{boot}\n{why}\n");
+    let written = dir.create(MARKER, text.len() as u64).and_then(|file| {
+        file.write_all_at(text.as_bytes(), 0)?;
+        file.sync_data()?;
+        dir.sync()
+    });
+    if let Err(e) = written {
+        tracing::error!(error = %e, "write-ahead log: could not leave the failed-sync marker");
+    }
+}
+
+/// Where a failed sync of one log leaves its marker.
+#[derive(Clone)]
+pub struct FailureMarker {
+    /// The log's directory.
+    pub dir: Arc<dyn WalDir>,
+    /// The boot the log was opened in.
+    pub boot: Arc<str>,
+}
+
+impl FailureMarker {
+    /// Leaves the marker for a sync that failed with `why`.
+    pub fn leave(&self, why: &str) {
+        record(self.dir.as_ref(), &self.boot, why);
+    }
+}
+
+/// Refuses a log whose sync failed in boot `boot`; forgets a failure from an earlier boot.
+pub fn check(dir: &dyn WalDir, boot: &str) -> io::Result<()> {
+    if !dir.list()?.iter().any(|name| name == MARKER) {
+        return Ok(());
+    }
+    let file = dir.open(MARKER)?;
+    let mut bytes = vec![0u8; usize::try_from(file.size()?).unwrap_or(0)];
+    file.read_exact_at(&mut bytes, 0)?;
+    let text = String::from_utf8_lossy(&bytes);
+    let mut lines = text.lines();
+    let failed_in = lines.next().unwrap_or_default().trim_matches('\0');
+    if failed_in == boot || boot == "unknown" {
+        let why = lines.next().unwrap_or("unknown error");
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "a sync of this write-ahead log failed earlier in this boot ({why}); the page cache may hold \
+                 records that never reached the disk. Reboot, or check the disk and remove {MARKER}, to start"
+            ),
+        ));
+    }
+    tracing::warn!(failed_in, "write-ahead log: a sync failed in an earlier boot; recovering from the disk");
+    dir.remove(MARKER)?;
+    dir.sync()
+}
