@@ -6,13 +6,15 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use mesh_harness::soak::{self, Flatness, SoakReport, SoakSpec};
+use mesh_harness::soak::{self, Flatness, Peaks, SoakReport, SoakSpec};
 
 use crate::bench::common::report::cpu_model;
 
 /// How long the core remembers a request id (its `REQUEST_ID_RETENTION_MS`): the soak's bound on how many
 /// a settled core may hold is this many seconds of writes.
 const REQUEST_ID_RETENTION_S: u64 = 600;
+/// How long the core keeps a change-feed row (its `FEED_RETENTION_MS`).
+const FEED_RETENTION_S: u64 = 3600;
 /// The soak counts as settled after this long, or half the run if that is shorter.
 const SETTLE: Duration = Duration::from_secs(600);
 
@@ -114,6 +116,19 @@ pub fn summary(report: &SoakReport, settled: Duration, rate: u64) -> String {
             Flatness::spread_percent(flat.data),
         ));
     }
+    text.push_str("peaks in the first and second half of that time (a bounded process repeats its peak):\n");
+    for peaks in report.peaks(settled) {
+        text.push_str(&format!(
+            "  {:<14} RSS {:.1} then {:.1} MiB ({:.2}x), data {:.1} then {:.1} MiB ({:.2}x)\n",
+            peaks.process,
+            mib(peaks.rss.0),
+            mib(peaks.rss.1),
+            Peaks::ratio(peaks.rss),
+            mib(peaks.data.0),
+            mib(peaks.data.1),
+            Peaks::ratio(peaks.data),
+        ));
+    }
     let window = rate * REQUEST_ID_RETENTION_S;
     for (gauge, what) in
         [("mesh_core_request_ids", "request ids"), ("mesh_core_dead_entries", "dead entries")]
@@ -124,5 +139,14 @@ pub fn summary(report: &SoakReport, settled: Duration, rate: u64) -> String {
             most / window as f64
         ));
     }
+    // A feed row per invalidation, kept an hour (`FEED_RETENTION_MS`).
+    let feed_window = (report.invalidations + report.tenant_invalidations) as f64
+        / report.elapsed.as_secs_f64().max(1.0)
+        * FEED_RETENTION_S as f64;
+    let most_feed = report.max_core_gauge("mesh_core_feed_rows", settled).unwrap_or(0.0);
+    text.push_str(&format!(
+        "  most feed rows on a core node: {most_feed:.0} ({:.2} of one retention window at the run's invalidation rate, {feed_window:.0})\n",
+        most_feed / feed_window.max(1.0)
+    ));
     text
 }

@@ -89,6 +89,30 @@ pub struct Flatness {
     pub data: (u64, u64),
 }
 
+/// Whether a process's memory and data still grow once settled: the peaks of the first and second half
+/// of the settled time. A bounded process shows the same peaks (a sawtooth of log segments, snapshots and
+/// restarts included); one that grows shows a higher second peak.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Peaks {
+    /// The process.
+    pub process: String,
+    /// Most resident memory in the first half and in the second, bytes.
+    pub rss: (u64, u64),
+    /// Most data-directory bytes in the first half and in the second.
+    pub data: (u64, u64),
+}
+
+impl Peaks {
+    /// `late / early` of a pair (1 when early is 0).
+    pub fn ratio((early, late): (u64, u64)) -> f64 {
+        if early == 0 {
+            1.0
+        } else {
+            late as f64 / early as f64
+        }
+    }
+}
+
 impl Flatness {
     /// `(most - least) / least` of a pair, in percent (0 when least is 0).
     pub fn spread_percent((least, most): (u64, u64)) -> f64 {
@@ -121,6 +145,31 @@ impl SoakReport {
                     rss: (r.rss_bytes, r.rss_bytes),
                     data: (r.data_bytes, r.data_bytes),
                 }),
+            }
+        }
+        all
+    }
+
+    /// Each process's peaks in the first and second half of the time from `settled` to the last sample.
+    pub fn peaks(&self, settled: Duration) -> Vec<Peaks> {
+        let end = self.samples.iter().map(|s| s.at).max().unwrap_or_default();
+        let middle = settled + end.saturating_sub(settled) / 2;
+        let mut all: Vec<Peaks> = Vec::new();
+        for sample in self.samples.iter().filter(|s| s.at >= settled) {
+            let r = sample.resources;
+            let peaks = match all.iter_mut().find(|p| p.process == sample.process) {
+                Some(peaks) => peaks,
+                None => {
+                    all.push(Peaks { process: sample.process.clone(), rss: (0, 0), data: (0, 0) });
+                    all.last_mut().expect("just pushed")
+                }
+            };
+            if sample.at < middle {
+                peaks.rss.0 = peaks.rss.0.max(r.rss_bytes);
+                peaks.data.0 = peaks.data.0.max(r.data_bytes);
+            } else {
+                peaks.rss.1 = peaks.rss.1.max(r.rss_bytes);
+                peaks.data.1 = peaks.data.1.max(r.data_bytes);
             }
         }
         all
@@ -285,6 +334,9 @@ mod tests {
         assert_eq!(flat[0], Flatness { process: "core-1".into(), rss: (100, 110), data: (40, 50) });
         assert_eq!(flat[1].rss, (7, 7));
         assert_eq!(Flatness::spread_percent(flat[0].rss), 10.0);
+        let peaks = report.peaks(Duration::from_secs(60));
+        assert_eq!(peaks[0], Peaks { process: "core-1".into(), rss: (100, 110), data: (50, 40) });
+        assert_eq!(Peaks::ratio(peaks[0].rss), 1.1);
         assert_eq!(report.ops_per_s(), 2.0);
         assert_eq!(report.last_samples().count(), 1);
     }

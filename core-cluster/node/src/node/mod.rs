@@ -24,6 +24,7 @@
 //! - `memory_tables`: those tables in memory (tests), and `state_machine_proptests`, three replicas of
 //!   one random log compared at every index.
 //! - [`clean_stop`]: the marker file only a clean stop leaves, so a start knows whether to trust sled.
+//! - [`state_db`]: the state machine's sled database, opened empty after a stop that was not clean.
 //! - [`state_machine`]: the sled state machine: apply, reads at log time, digest, sweep candidates,
 //!   the change feed's rows, snapshots.
 //! - [`convert`]: conversions between protobuf types and domain types, JSON Raft payloads.
@@ -50,6 +51,7 @@ pub mod raft;
 pub mod records;
 pub mod server;
 pub mod services;
+pub mod state_db;
 pub mod state_machine;
 pub mod types;
 pub mod writes;

@@ -25,6 +25,7 @@ use super::config::NodeConfig;
 use super::context::NodeContext;
 use super::error::CoreError;
 use super::metrics::Metrics;
+use super::state_db;
 use super::state_machine::StateMachineStore;
 use super::types::{Command, Raft, Request, TenantPolicy};
 use crate::node::background::hit_reporter::{self, HitCounter};
@@ -50,13 +51,6 @@ use crate::node::writes::writer::Writer;
 const BACKEND_PROBE_INTERVAL: Duration = Duration::from_secs(2);
 /// How long open connections may take to finish after shutdown is signalled.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long to wait for the data dir's lock held by an instance that is still exiting.
-const LOCK_WAIT: Duration = Duration::from_secs(10);
-
-/// The most memory sled keeps for the state machine's pages (its default is 1 GiB). The entries' index
-/// lives in memory beside it and their contents in their own log, so sled holds heads, request ids and
-/// feed rows; a bounded cache keeps a node's resident size flat under sustained writes (`mesh soak`).
-const STATE_CACHE_BYTES: u64 = 128 * 1024 * 1024;
 /// Snapshot chunk size: JSON inflates bytes about fourfold, which must stay under the message limit.
 const SNAPSHOT_CHUNK_BYTES: u64 = 1024 * 1024;
 
@@ -77,12 +71,12 @@ pub async fn run(
     // trusted only after a clean stop: after a crash it starts again from its snapshot, and openraft
     // applies the durable log after it again.
     let wal_dir = config.data_dir.join("wal");
-    let log_store = tokio::task::spawn_blocking(move || LogStore::open(&wal_dir, LOCK_WAIT))
+    let log_store = tokio::task::spawn_blocking(move || LogStore::open(&wal_dir, state_db::LOCK_WAIT))
         .await
         .map_err(std::io::Error::other)??;
     let previous = clean_stop::take(&config.data_dir)?;
-    let state_dir = config.data_dir.join("sled-state");
-    let state_db = open_db(state_dir.clone()).await?;
+    let state_dir = state_db::dir(&config.data_dir);
+    let state_db = state_db::open(state_dir.clone(), previous).await?;
     let durable_log = log_store.durable_log();
     // What the log held at start: a linearizable read waits until it is applied (`ReadBarrier`).
     let start_last_log = durable_log.last().map_or(0, |id| id.index);
@@ -264,33 +258,6 @@ async fn close_state(
         tracing::warn!("a write to the state machine failed part way; the next start rebuilds it");
     }
     Ok(())
-}
-
-/// Opens a sled database at `path` (sled's open blocks, so it runs off the runtime).
-///
-/// sled holds an exclusive lock on its files. A previous instance that is still exiting (a quick restart)
-/// holds it for a moment, so a locked database is retried for up to [`LOCK_WAIT`].
-async fn open_db(path: std::path::PathBuf) -> Result<sled::Db, CoreError> {
-    let deadline = tokio::time::Instant::now() + LOCK_WAIT;
-    loop {
-        // No periodic flush: the state machine is made durable at snapshots, and the log is purged only up
-        // to a durable snapshot, so sled's own flush every 500 ms (a `sync_file_range` and an `fsync`)
-        // bought nothing but disk syncs queued with the write-ahead log's `fdatasync`.
-        let config =
-            sled::Config::new().path(path.clone()).flush_every_ms(None).cache_capacity(STATE_CACHE_BYTES);
-        let opened =
-            tokio::task::spawn_blocking(move || config.open()).await.map_err(std::io::Error::other)?;
-        match opened {
-            Err(sled::Error::Io(e))
-                if e.to_string().contains("could not acquire lock")
-                    && tokio::time::Instant::now() < deadline =>
-            {
-                tracing::info!(path = %path.display(), "data dir is locked by an exiting instance; waiting");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            opened => return Ok(opened?),
-        }
-    }
 }
 
 /// Sends a heartbeat whenever a sync of the leader's log makes a commit index that AppendEntries held back
