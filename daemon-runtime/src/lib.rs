@@ -16,6 +16,7 @@
 //! - [`shutdown`]: the SIGINT/SIGTERM future every daemon stops on.
 //! - [`trace_context`]: the W3C trace context each tier continues, logs and passes on.
 //! - [`logging`]: the tracing subscriber every binary installs (`RUST_LOG`, with a per-daemon default).
+//! - [`private_dir`]: data directories created readable by their owner only.
 //!
 //! Layers: `shared` <- `daemon-runtime` <- the daemons, beside `shared` <- `proto` <- the daemons.
 //! Nothing here knows a protobuf message; the wire types stay in `proto`.
@@ -27,6 +28,7 @@ pub mod flag_table;
 pub mod http_serving;
 pub mod identity;
 pub mod logging;
+pub mod private_dir;
 pub mod request_body;
 pub mod shutdown;
 pub mod trace_context;

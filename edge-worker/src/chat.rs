@@ -78,6 +78,7 @@ pub async fn handle(
     if declared_len.is_some_and(|len| len > MAX_REQUEST_BYTES) {
         return Err(RequestError::too_large(MAX_REQUEST_BYTES).into());
     }
+    shared::openai::check_json_content_type(req.headers().get("content-type")?.as_deref())?;
     let traceparent = req.headers().get(shared::trace::TRACEPARENT)?;
     let if_none_match = req.headers().get("if-none-match")?;
     let cache_control = req.headers().get("cache-control")?;

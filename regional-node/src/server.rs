@@ -139,6 +139,9 @@ pub fn path_parts(settings: &Settings) -> Result<PathParts, RegionalError> {
     let cache = ExactCache::new(config.cache_bytes)
         .with_stale_grace(config.stale_grace_s)
         .with_tenant_share(config.tenant_cache_share);
+    if let Some(dir) = &config.data_dir {
+        daemon_runtime::private_dir::create(dir)?;
+    }
     let exact_store = match &config.data_dir {
         Some(dir) => {
             // The directory keeps the name it had before the exact store was named for what it holds.
@@ -212,7 +215,7 @@ fn default_node_id(region: &str, data_dir: Option<&std::path::Path>) -> Result<S
     match std::fs::read_to_string(&path) {
         Ok(id) if !id.trim().is_empty() => Ok(id.trim().to_owned()),
         _ => {
-            std::fs::create_dir_all(dir)?;
+            daemon_runtime::private_dir::create(dir)?;
             std::fs::write(&path, format!("{fresh}\n"))?;
             tracing::info!(node = %fresh, path = %path.display(), "replication node id chosen");
             Ok(fresh)

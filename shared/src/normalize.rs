@@ -264,7 +264,8 @@ pub(crate) fn normalize_api(
         .iter()
         .enumerate()
         .map(|(i, m)| {
-            Ok(Message { role: parse_role(&m.role, i)?, content: normalize_content(m.content.as_ref(), i)? })
+            let role = parse_role(&m.role, i)?;
+            Ok(Message { role, content: normalize_content(role, m.content.as_ref(), i)? })
         })
         .collect::<Result<Vec<_>, RequestError>>()?;
     if !messages.iter().any(|m| m.role == ChatRole::User) {
@@ -320,9 +321,21 @@ fn parse_role(role: &str, index: usize) -> Result<ChatRole, RequestError> {
     })
 }
 
-fn normalize_content(content: Option<&MessageContent>, index: usize) -> Result<String, RequestError> {
+/// A message's text. Content may be missing or null only in an assistant turn (one that called tools, in
+/// OpenAI's API); a system or user message without it is refused, as OpenAI refuses it.
+fn normalize_content(
+    role: ChatRole,
+    content: Option<&MessageContent>,
+    index: usize,
+) -> Result<String, RequestError> {
     let raw = match content {
-        None => String::new(),
+        None if role == ChatRole::Assistant => String::new(),
+        None => {
+            return Err(RequestError::invalid_param(
+                &format!("messages[{index}].content"),
+                format!("a {} message needs `content` (a string or a list of text parts)", role.as_str()),
+            ))
+        }
         Some(MessageContent::Text(text)) => text.clone(),
         Some(MessageContent::Parts(parts)) => {
             let mut texts = Vec::with_capacity(parts.len());
@@ -487,6 +500,21 @@ mod tests {
             (sampled.sampling.temperature, sampled.sampling.top_p, sampled.sampling.seed),
             (1.0, 0.5, Some(9))
         );
+    }
+
+    #[test]
+    fn a_user_or_system_message_without_content_is_refused_and_an_assistant_one_is_not() {
+        for message in [r#"{"role":"user","content":null}"#, r#"{"role":"system"}"#] {
+            let body = format!(r#"{{"model":"smollm2-135m-instruct","messages":[{message}]}}"#);
+            let error = norm(&body).expect_err("refused");
+            assert_eq!(
+                (error.status, error.param.as_deref()),
+                (400, Some("messages[0].content")),
+                "{message}"
+            );
+        }
+        let tool_turn = r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null},{"role":"user","content":"and?"}]}"#;
+        assert!(norm(tool_turn).is_ok());
     }
 
     #[test]

@@ -315,6 +315,21 @@ impl ChatCompletionChunk {
 /// The event that ends every stream.
 pub const SSE_DONE: &str = "data: [DONE]\n\n";
 
+/// Refuses a request body declared as anything but JSON (`application/json`, or a `+json` type), as
+/// OpenAI's API answers 400 to a JSON body sent as `text/plain`. A request with no `Content-Type` is read
+/// as JSON.
+pub fn check_json_content_type(content_type: Option<&str>) -> Result<(), RequestError> {
+    let Some(declared) = content_type else { return Ok(()) };
+    let media = declared.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    if media == "application/json" || (media.starts_with("application/") && media.ends_with("+json")) {
+        return Ok(());
+    }
+    Err(RequestError::invalid(format!(
+        "the request body must be JSON, sent with `Content-Type: application/json` (got {:?})",
+        declared.chars().take(64).collect::<String>()
+    )))
+}
+
 /// Parses a request body, with a 413 above `limit` bytes and a 400 naming the problem otherwise.
 pub fn parse_chat_request(body: &[u8], limit: usize) -> Result<ChatCompletionRequest, RequestError> {
     if body.len() > limit {
@@ -335,6 +350,23 @@ mod tests {
         assert_eq!(req.messages.len(), 3);
         assert_eq!(req.stop, Some(StopSequences::One("x".into())));
         assert_eq!(req.stream, Some(true));
+    }
+
+    #[test]
+    fn only_a_json_content_type_or_none_is_read() {
+        for ok in [
+            None,
+            Some("application/json"),
+            Some("Application/JSON; charset=utf-8"),
+            Some("application/merge+json"),
+        ] {
+            assert!(check_json_content_type(ok).is_ok(), "{ok:?}");
+        }
+        for refused in
+            ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", ""]
+        {
+            assert_eq!(check_json_content_type(Some(refused)).map_err(|e| e.status), Err(400), "{refused}");
+        }
     }
 
     #[test]

@@ -165,9 +165,10 @@ impl ChatClient {
         }
     }
 
-    fn post(&self, path: &str) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
+    /// A POST to `path`, declared JSON unless `content_type` says otherwise.
+    fn post(&self, path: &str, content_type: &str) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
         let request =
-            self.agent.post(format!("{}{path}", self.base_url)).header("content-type", "application/json");
+            self.agent.post(format!("{}{path}", self.base_url)).header("content-type", content_type);
         match &self.api_key {
             Some(key) => request.header("authorization", format!("Bearer {key}")),
             None => request,
@@ -200,8 +201,9 @@ impl ChatClient {
 
     fn send(&self, path: &str, body: &str, headers: &[(&str, &str)]) -> anyhow::Result<Reply> {
         let started = Instant::now();
-        let mut request = self.post(path);
-        for (name, value) in headers {
+        let declared = headers.iter().find(|(name, _)| name.eq_ignore_ascii_case("content-type"));
+        let mut request = self.post(path, declared.map_or("application/json", |(_, value)| value));
+        for (name, value) in headers.iter().filter(|(name, _)| !name.eq_ignore_ascii_case("content-type")) {
             request = request.header(*name, *value);
         }
         let mut response = request.send(body).with_context(|| format!("sending POST {path}"))?;
@@ -249,7 +251,7 @@ impl ChatClient {
         let mut body = body.clone();
         body["stream"] = serde_json::Value::Bool(true);
         let started = Instant::now();
-        let mut request = self.post(path);
+        let mut request = self.post(path, "application/json");
         for (name, value) in headers {
             request = request.header(*name, *value);
         }

@@ -39,6 +39,14 @@ fn edge_path_miss_then_hit_streaming_and_bad_input() -> anyhow::Result<()> {
     assert_openai_error(&ChatClient::new(&edge_url, Some("sk-wrong")).chat(&request("hi"))?, 401);
     assert_openai_error(&client.chat_raw("{\"model\": \"smollm2-135m-instruct\", \"messages\": [")?, 400);
     assert_openai_error(&client.chat_raw(r#"{"model":"smollm2-135m-instruct","messages":"hello"}"#)?, 400);
+    assert_openai_error(
+        &client
+            .chat_raw(r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":null}]}"#)?,
+        400,
+    );
+    let as_text =
+        client.chat_with_headers(&request("What is a JSON body?"), &[("content-type", "text/plain")])?;
+    assert_openai_error(&as_text, 400);
     assert_openai_error(&client.chat_raw(r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"x"}],"max_tokens":"ten"}"#)?, 400);
     assert_openai_error(
         &client.chat(&json!({"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]}))?,

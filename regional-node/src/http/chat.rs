@@ -127,6 +127,8 @@ async fn admit(
 ) -> Result<Admitted, RequestError> {
     let settings = state.settings();
     let tenant = resolve_tenant(headers, peer, &settings.tenants, &settings.identity)?;
+    let content_type = headers.get(axum::http::header::CONTENT_TYPE).map(|v| v.to_str().unwrap_or("?"));
+    shared::openai::check_json_content_type(content_type)?;
     let bytes =
         daemon_runtime::request_body::read_body(body, MAX_REQUEST_BYTES, settings.config.http_body_timeout())
             .await?;

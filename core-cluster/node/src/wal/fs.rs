@@ -50,9 +50,9 @@ pub struct OsDir {
 /// The lock file's name.
 const LOCK: &str = "LOCK";
 
-/// Creates `path` and any missing directories above it, each one durably: a directory created here has
-/// its parent synced, so a power loss cannot drop its entry after files inside it were synced. An existing
-/// `path` is left as it is.
+/// Creates `path` and any missing directories above it, each one durably and readable by its owner only:
+/// a directory created here has its parent synced, so a power loss cannot drop its entry after files
+/// inside it were synced. An existing `path` is left as it is.
 pub fn create_dir_synced(path: &Path) -> io::Result<()> {
     if path.is_dir() {
         return Ok(());
@@ -60,7 +60,8 @@ pub fn create_dir_synced(path: &Path) -> io::Result<()> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         create_dir_synced(parent)?;
     }
-    match fs::create_dir(path) {
+    // Owner-only: the node's data (answers, tenants' prompts) is nobody else's to read.
+    match std::os::unix::fs::DirBuilderExt::mode(&mut fs::DirBuilder::new(), 0o700).create(path) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => return Ok(()),
         Err(e) => return Err(e),

@@ -55,6 +55,10 @@ async fn handle(state: &ApiState, headers: &HeaderMap, body: Body, api: ModelApi
         ModelApi::Completions => text_completion_id(&chat_id),
     };
     let span = tracing::info_span!("openai_generate", api = api.as_str(), request_id = %id, trace_id = %trace.trace_id());
+    let content_type = headers.get(axum::http::header::CONTENT_TYPE).map(|v| v.to_str().unwrap_or("?"));
+    if let Err(refused) = shared::openai::check_json_content_type(content_type) {
+        return error_response(&refused);
+    }
     async {
         match answer(state, api, id, body).await {
             Ok(response) => response,
