@@ -8,6 +8,9 @@ use std::time::Duration;
 use daemon_runtime::TierRole;
 use mesh_harness::certs::{DevCa, NodeCert, Validity};
 use mesh_harness::{Mesh, MeshSpec};
+use proto::core::core_store_client::CoreStoreClient;
+use proto::core::write_request::Command;
+use proto::core::{invalidate, BumpModelVersion, Invalidate, PutEntry, SetTenantPolicy, WriteRequest};
 use serde_json::json;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::Code;
@@ -31,6 +34,17 @@ const ROWS: &[Row] = &[
     Row { name: "Raft.Vote", daemon: "core", allowed: &[TierRole::Core] },
     Row { name: "CoreCache.Models", daemon: "core", allowed: &[TierRole::Regional] },
     Row { name: "CoreStore.Read", daemon: "core", allowed: &[TierRole::Regional, TierRole::Admin] },
+    // Per command: a regional node invalidates single keys; answers, tenants and models are the admin's.
+    // The admitted calls are refused afterwards as invalid, so the matrix changes nothing.
+    Row {
+        name: "CoreStore.Write invalidate key",
+        daemon: "core",
+        allowed: &[TierRole::Regional, TierRole::Admin],
+    },
+    Row { name: "CoreStore.Write invalidate tenant", daemon: "core", allowed: &[TierRole::Admin] },
+    Row { name: "CoreStore.Write put", daemon: "core", allowed: &[TierRole::Admin] },
+    Row { name: "CoreStore.Write set tenant", daemon: "core", allowed: &[TierRole::Admin] },
+    Row { name: "CoreStore.Write bump model", daemon: "core", allowed: &[TierRole::Admin] },
     Row { name: "CoreAdmin.Status", daemon: "core", allowed: &[TierRole::Admin] },
     Row { name: "InferencePod.Health", daemon: "pod", allowed: &[TierRole::Core] },
     Row { name: "Replication.Digest", daemon: "regional", allowed: &[TierRole::Regional] },
@@ -91,7 +105,6 @@ fn code<T>(result: Result<tonic::Response<T>, tonic::Status>) -> Outcome {
 async fn call(mesh: &Mesh, row: &Row, ca: &str, cert: Option<&NodeCert>) -> Outcome {
     use proto::cache::core_cache_client::CoreCacheClient;
     use proto::core::core_admin_client::CoreAdminClient;
-    use proto::core::core_store_client::CoreStoreClient;
     use proto::inference::inference_pod_client::InferencePodClient;
     use proto::raft::raft_client::RaftClient;
     use proto::replication::replication_client::ReplicationClient;
@@ -121,6 +134,33 @@ async fn call(mesh: &Mesh, row: &Row, ca: &str, cert: Option<&NodeCert>) -> Outc
         "CoreStore.Read" => {
             code(CoreStoreClient::new(channel).read(proto::core::ReadRequest::default()).await)
         }
+        "CoreStore.Write invalidate key" => {
+            write(
+                channel,
+                Command::Invalidate(Invalidate {
+                    scope: Some(invalidate::Scope::Key(String::new())),
+                    key_tenant: String::new(),
+                }),
+            )
+            .await
+        }
+        "CoreStore.Write invalidate tenant" => {
+            write(
+                channel,
+                Command::Invalidate(Invalidate {
+                    scope: Some(invalidate::Scope::Tenant(String::new())),
+                    key_tenant: String::new(),
+                }),
+            )
+            .await
+        }
+        "CoreStore.Write put" => write(channel, Command::Put(PutEntry::default())).await,
+        "CoreStore.Write set tenant" => {
+            write(channel, Command::SetTenantPolicy(SetTenantPolicy::default())).await
+        }
+        "CoreStore.Write bump model" => {
+            write(channel, Command::BumpModelVersion(BumpModelVersion::default())).await
+        }
         "CoreAdmin.Status" => {
             code(CoreAdminClient::new(channel).status(proto::core::StatusRequest::default()).await)
         }
@@ -134,6 +174,13 @@ async fn call(mesh: &Mesh, row: &Row, ca: &str, cert: Option<&NodeCert>) -> Outc
         ),
         other => panic!("no call for {other}"),
     }
+}
+
+/// A `CoreStore.Write` of `command`, invalid in its content (empty names), so that one that passes the
+/// role check is refused by validation and changes nothing.
+async fn write(channel: Channel, command: Command) -> Outcome {
+    let request = WriteRequest { request_id: "authorization-test".into(), command: Some(command) };
+    code(CoreStoreClient::new(channel).write(request).await)
 }
 
 fn node_cert(mesh: &Mesh, name: &str) -> anyhow::Result<NodeCert> {

@@ -6,8 +6,9 @@ use crate::node::metrics::Rpc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use daemon_runtime::TierRole;
 use proto::core::core_store_server::CoreStore;
-use proto::core::{Consistency, ReadReply, ReadRequest, WriteReply, WriteRequest};
+use proto::core::{invalidate, write_request, Consistency, ReadReply, ReadRequest, WriteReply, WriteRequest};
 use tonic::{Request, Response, Status};
 
 use crate::node::context::NodeContext;
@@ -20,7 +21,21 @@ const FORWARDED: &str = "x-mesh-forwarded";
 /// How long a linearizable read may wait for the leader's quorum check.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Serves `CoreStore` on one core node. Callers have passed the tier-secret check.
+/// The roles that may send `request`'s command. A regional node invalidates single keys on behalf of the
+/// tenants it authenticated (the state machine refuses a key the named tenant does not own); answers,
+/// tenant policies, models and tenant- or model-wide invalidations are the operator's.
+fn roles_for(request: &WriteRequest) -> &'static [TierRole] {
+    match &request.command {
+        Some(write_request::Command::Invalidate(proto::core::Invalidate {
+            scope: Some(invalidate::Scope::Key(_)),
+            ..
+        })) => &[TierRole::Regional, TierRole::Admin],
+        _ => &[TierRole::Admin],
+    }
+}
+
+/// Serves `CoreStore` on one core node. Callers have passed the service's role check (regional or
+/// admin); each write command is then checked against [`roles_for`].
 #[derive(Clone)]
 pub struct StoreService {
     /// The node's shared parts.
@@ -65,6 +80,7 @@ impl CoreStore for StoreService {
     #[tracing::instrument(name = "core.write", skip_all)]
     async fn write(&self, request: Request<WriteRequest>) -> Result<Response<WriteReply>, Status> {
         self.node.metrics.rpcs.get(Rpc::Write).inc();
+        self.node.identity.check(&request, roles_for(request.get_ref()))?;
         let request = convert::write_request(request.into_inner())?;
         let committed = self.node.writer.write(request).await?;
         let outcome = convert::write_outcome(&committed.applied.outcome)?;
@@ -116,5 +132,28 @@ impl CoreStore for StoreService {
             self.node.read_barrier.wait(&self.node.raft, READ_TIMEOUT).await?;
         }
         Ok(Response::new(self.local_read(&read)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::core::{Invalidate, PutEntry, SetTenantPolicy};
+
+    #[test]
+    fn a_regional_node_may_only_invalidate_single_keys() {
+        let key = Invalidate { scope: Some(invalidate::Scope::Key("v1:k".into())), key_tenant: "t".into() };
+        let tenant =
+            Invalidate { scope: Some(invalidate::Scope::Tenant("t".into())), key_tenant: String::new() };
+        let request = |command| WriteRequest { request_id: "r".into(), command: Some(command) };
+        assert!(roles_for(&request(write_request::Command::Invalidate(key))).contains(&TierRole::Regional));
+        for admin_only in [
+            write_request::Command::Invalidate(tenant),
+            write_request::Command::Put(PutEntry::default()),
+            write_request::Command::SetTenantPolicy(SetTenantPolicy::default()),
+        ] {
+            assert_eq!(roles_for(&request(admin_only)), &[TierRole::Admin]);
+        }
+        assert_eq!(roles_for(&WriteRequest::default()), &[TierRole::Admin]);
     }
 }
