@@ -7,8 +7,9 @@
 //! the entry at once (the edge's Cache API, a peer's delta that raced the invalidation). An answer created
 //! in the same millisecond as a cutoff is refused: a needless miss at worst, never a stale hit.
 //!
-//! Key cutoffs are bounded ([`MAX_KEY_CUTOFFS`]): forgetting the oldest raises the floor to its time, so
-//! the bound costs misses of old answers, never correctness.
+//! Key cutoffs are bounded ([`MAX_KEY_CUTOFFS`]): past the bound, the tenant holding the most forgets its
+//! oldest, which raises that tenant's cutoff to its time. The bound costs misses of old answers, never
+//! correctness, and they fall on the tenant that invalidated the most keys, not on every tenant.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -37,8 +38,12 @@ pub struct Cutoffs {
     current: BTreeMap<String, u64>,
     /// Per key.
     keys: HashMap<String, i64>,
-    /// Keys in the order their cutoffs were set, for the bound.
-    key_order: VecDeque<(String, i64)>,
+    /// Per tenant, its keys in the order their cutoffs were set, for the bound.
+    #[serde(default)]
+    tenant_key_order: HashMap<String, VecDeque<String>>,
+    /// Key cutoffs in `tenant_key_order`.
+    #[serde(default)]
+    ordered_keys: usize,
     /// Tenants that cache sampled answers.
     cache_sampled: BTreeSet<String>,
     /// Each model's registry metadata, as far as the feed said.
@@ -177,7 +182,7 @@ impl Cutoffs {
         self.latest_ms = self.latest_ms.max(at);
         match &revised.change {
             Change::Key { tenant, key } => {
-                self.cut_key(key, at);
+                self.cut_key(tenant, key, at);
                 raise(self.tenant_key_latest.entry(tenant.clone()).or_insert(at), at);
             }
             Change::Tenant { tenant } => raise(self.tenants.entry(tenant.clone()).or_insert(at), at),
@@ -202,18 +207,29 @@ impl Cutoffs {
         self.revision = self.revision.max(revised.revision);
     }
 
-    fn cut_key(&mut self, key: &str, at: i64) {
+    fn cut_key(&mut self, tenant: &str, key: &str, at: i64) {
         match self.keys.get_mut(key) {
             Some(cutoff) => raise(cutoff, at),
             None => {
                 self.keys.insert(key.to_owned(), at);
-                self.key_order.push_back((key.to_owned(), at));
+                self.tenant_key_order.entry(tenant.to_owned()).or_default().push_back(key.to_owned());
+                self.ordered_keys += 1;
             }
         }
-        while self.key_order.len() > MAX_KEY_CUTOFFS {
-            let Some((old, _)) = self.key_order.pop_front() else { break };
-            if let Some(cutoff) = self.keys.remove(&old) {
-                self.floor_ms = self.floor_ms.max(cutoff);
+        while self.ordered_keys > MAX_KEY_CUTOFFS {
+            let Some(heaviest) =
+                self.tenant_key_order.iter().max_by_key(|(_, keys)| keys.len()).map(|(t, _)| t.clone())
+            else {
+                break;
+            };
+            let order = self.tenant_key_order.get_mut(&heaviest).expect("found above");
+            let oldest = order.pop_front();
+            if order.is_empty() {
+                self.tenant_key_order.remove(&heaviest);
+            }
+            self.ordered_keys -= 1;
+            if let Some(cutoff) = oldest.and_then(|key| self.keys.remove(&key)) {
+                raise(self.tenants.entry(heaviest).or_insert(cutoff), cutoff);
             }
         }
     }
@@ -371,14 +387,18 @@ mod tests {
     }
 
     #[test]
-    fn forgetting_a_key_cutoff_raises_the_floor_instead() {
+    fn past_the_bound_the_flooding_tenant_forgets_its_own_oldest_key_cutoffs() {
         let mut cutoffs = Cutoffs::default();
-        for i in 0..=MAX_KEY_CUTOFFS as i64 {
+        cutoffs.apply(&at(1, 5, Change::Key { tenant: "b".into(), key: "b-key".into() }));
+        for i in 0..MAX_KEY_CUTOFFS as i64 {
             cutoffs.apply(&at(1, i + 10, Change::Key { tenant: "a".into(), key: format!("k{i}") }));
         }
-        assert_eq!(cutoffs.floor_ms(), 10, "the oldest cutoff became the floor");
-        assert!(!cutoffs.admits(&entry("k0", "a", 1, 10)));
+        assert_eq!(cutoffs.floor_ms(), 0, "no global floor");
+        assert!(!cutoffs.admits(&entry("k0", "a", 1, 10)), "a's oldest cutoff became a's tenant cutoff");
+        assert!(!cutoffs.admits(&entry("other", "a", 1, 10)));
         assert!(cutoffs.admits(&entry("k0", "a", 1, 11)));
+        assert!(cutoffs.admits(&entry("other", "b", 1, 3)), "tenant b keeps its old answers");
+        assert!(!cutoffs.admits(&entry("b-key", "b", 1, 5)), "and its own key cutoff");
     }
 
     #[test]
