@@ -13,6 +13,7 @@
 //! - [`mesh`]: a whole local mesh: core nodes, the inference pod, regional nodes and the edge (a folder:
 //!   the spec, ports, identities, start-up of each tier, the core's waits, peer links, accessors).
 //! - [`flag_table`]: README's flag tables, each daemon's `--print-flags`.
+//! - [`linearizability`]: a linearizability checker for histories of the core store's registers.
 //! - [`fault_proxy`]: a TCP proxy that refuses and cuts connections by source IP, for partitions.
 //! - [`scripted_backend`]: an OpenAI-compatible server that fails on cue (statuses, stalls, malformed
 //!   and cut streams), for the core's backend fault tests.
@@ -30,6 +31,7 @@ pub mod core_cluster;
 pub mod daemon_config;
 pub mod fault_proxy;
 pub mod flag_table;
+pub mod linearizability;
 pub mod mesh;
 pub mod paths;
 pub mod poll;

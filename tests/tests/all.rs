@@ -12,6 +12,7 @@ mod core_01_leader_kill_under_load;
 mod core_02_full_restart;
 mod core_03_partition;
 mod core_04_membership;
+mod core_05_linearizable_history;
 mod deploy_01_dashboard;
 mod docs_01_flag_tables;
 mod edge_02_hot_set_and_failover;
