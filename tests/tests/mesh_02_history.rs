@@ -1,9 +1,10 @@
 //! A recorded history of the whole mesh under faults, checked for one truth: clients generate and read
 //! a few questions through the edge and both regional nodes while another invalidates them, and
 //! meanwhile the core's leader is killed with SIGKILL (and restarted), a regional node is partitioned
-//! from its peer (and healed), a regional node is killed with SIGKILL (and restarted), and a regional
-//! node is stopped while more invalidations commit than one feed batch holds (and restarted). Every
-//! operation is recorded with its start and end.
+//! from its peer (and healed), the core's leader is cut off from the other core nodes while the regional
+//! nodes still reach it (and healed), a regional node is killed with SIGKILL (and restarted), and a
+//! regional node is stopped while more invalidations commit than one feed batch holds (and restarted).
+//! Every operation is recorded with its start and end.
 //!
 //! Checked per question: no read returns an answer created (at the core) at or before an invalidation
 //! whose acknowledgement came more than the documented bound before the read started; and no
@@ -64,7 +65,8 @@ fn no_invalidated_answer_returns_and_no_acknowledged_answer_is_lost_under_faults
     let seed: u64 = std::env::var("MESH_HISTORY_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let dir = std::env::temp_dir().join(format!("mesh-test-history-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut mesh = Mesh::start(MeshSpec { peer_fault_proxies: true, ..MeshSpec::local(&dir) })?;
+    let spec = MeshSpec { peer_fault_proxies: true, core_fault_proxies: true, ..MeshSpec::local(&dir) };
+    let mut mesh = Mesh::start(spec)?;
     let keys: Vec<String> = (0..QUESTIONS)
         .map(|q| {
             let reply = mesh.client().chat(&question(q))?;
@@ -120,6 +122,27 @@ fn no_invalidated_answer_returns_and_no_acknowledged_answer_is_lost_under_faults
     mesh.partition_regional(1)?;
     std::thread::sleep(step);
     mesh.heal_regional(1)?;
+    // The leader cut off from the other core nodes, still reachable by the regional nodes: it can neither
+    // commit nor vouch for its feed, and what the majority invalidates meanwhile must not be served.
+    let leader = mesh.leader_id().and_then(|id| (0..3).find(|i| Mesh::core_id(*i) == id));
+    if let Some(index) = leader {
+        mesh.partition_core(index)?;
+        // The cut holds: the other two elect a leader of their own.
+        let others: Vec<usize> = (0..3).filter(|i| *i != index).collect();
+        poll_every(
+            Duration::from_millis(100),
+            Duration::from_secs(15),
+            "a leader among the majority",
+            || {
+                let seen = mesh.get_text(&mesh.core_url(others[0]), "/healthz").ok().and_then(|text| {
+                    serde_json::from_str::<serde_json::Value>(&text).ok()?["leader"].as_u64()
+                });
+                Ok(seen.filter(|id| *id != Mesh::core_id(index)))
+            },
+        )?;
+    }
+    std::thread::sleep(step);
+    mesh.heal_cores();
     std::thread::sleep(step);
     mesh.kill_regional(1);
     std::thread::sleep(step);

@@ -39,7 +39,7 @@ impl Mesh {
 
     /// Base URL of core node `index` (gRPC and `/healthz`).
     pub fn core_url(&self, index: usize) -> String {
-        format!("{}://127.0.0.1:{}", self.scheme(), self.ports.cores[index])
+        format!("{}://{}:{}", self.scheme(), self.core_listen_ip(index), self.ports.cores[index])
     }
 
     /// Base URL of regional node `index`.

@@ -50,6 +50,8 @@ pub struct Mesh {
     edge: Option<ManagedProcess>,
     /// `peer_proxies[i][j]`: the proxy regional node `i` dials to reach node `j` (when the spec asks).
     peer_proxies: Vec<Vec<Option<FaultProxy>>>,
+    /// `core_proxies[i]`: the proxy the other core nodes dial to reach core node `i` (when the spec asks).
+    core_proxies: Vec<FaultProxy>,
 }
 
 const POD_READY: Duration = Duration::from_secs(120);
@@ -76,11 +78,17 @@ impl Mesh {
         } else {
             Vec::new()
         };
+        let core_proxies = if spec.core_fault_proxies {
+            peers::core_proxies(&ports.cores, ports.all())?
+        } else {
+            Vec::new()
+        };
         let (ca, certs) = if spec.tls { identity::mesh_certs(&spec)? } else { Default::default() };
         let mut mesh = Self {
             ca,
             certs,
             peer_proxies,
+            core_proxies,
             cores: (0..spec.core_nodes).map(|_| None).collect(),
             regionals: (0..spec.regional_nodes).map(|_| None).collect(),
             spec,

@@ -58,14 +58,16 @@ impl Mesh {
             .cores
             .iter()
             .enumerate()
-            .map(|(i, port)| format!("{}=127.0.0.1:{port}", Self::core_id(i)))
+            // Every node's Raft address, its own included (the cluster's membership records them), is its
+            // fault proxy when the spec asks for them.
+            .map(|(i, port)| format!("{}={}", Self::core_id(i), self.core_peer_addr(i, *port)))
             .collect();
         let data = self.spec.data_dir.join(format!("core-{}", Self::core_id(index)));
         std::fs::create_dir_all(&data)?;
         let name = format!("core-{}", Self::core_id(index));
         let config = DaemonConfig::new()
             .set("id", i64::try_from(Self::core_id(index))?)
-            .set("listen", format!("127.0.0.1:{}", self.ports.cores[index]))
+            .set("listen", format!("{}:{}", self.core_listen_ip(index), self.ports.cores[index]))
             .path("data_dir", &data)
             .set("peers", peers)
             .set("tenants", self.tenant_names());

@@ -33,6 +33,10 @@ pub struct MeshSpec {
     /// can cut links ([`Mesh::partition_regional`](super::Mesh::partition_regional)); otherwise the
     /// nodes dial each other directly.
     pub peer_fault_proxies: bool,
+    /// Route Raft traffic between core nodes through a fault proxy in front of each, with each node on
+    /// its own loopback address (127.0.0.11 on), so a test can cut a core node off from the others while
+    /// regional nodes still reach it directly ([`Mesh::partition_core`](super::Mesh::partition_core)).
+    pub core_fault_proxies: bool,
     /// Milliseconds between anti-entropy rounds of the regional nodes (their default when `None`).
     pub anti_entropy_ms: Option<u64>,
     /// Extra flags for every regional node (TTLs, admission, breaker...).
@@ -74,6 +78,7 @@ impl MeshSpec {
             other_tenants: Vec::new(),
             models: shared::models::DEFAULT_MODELS.into(),
             peer_fault_proxies: false,
+            core_fault_proxies: false,
             anti_entropy_ms: None,
             regional_args: Vec::new(),
             edge_vars: Vec::new(),
