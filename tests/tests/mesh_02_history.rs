@@ -2,7 +2,8 @@
 //! a few questions through the edge and both regional nodes while another invalidates them, and
 //! meanwhile the core's leader is killed with SIGKILL (and restarted), a regional node is partitioned
 //! from its peer (and healed), the core's leader is cut off from the other core nodes while the regional
-//! nodes still reach it (and healed), a regional node is killed with SIGKILL (and restarted), and a
+//! nodes still reach it (and healed), a core follower is removed from the cluster (left running) and
+//! added back as a learner and promoted, a regional node is killed with SIGKILL (and restarted), and a
 //! regional node is stopped while more invalidations commit than one feed batch holds (and restarted).
 //! Every operation is recorded with its start and end.
 //!
@@ -16,8 +17,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use mesh_harness::client::ChatClient;
 use mesh_harness::poll::poll_every;
+use mesh_harness::propagation;
 use mesh_harness::seeded::SeededRng;
 use mesh_harness::{Mesh, MeshSpec};
 use serde_json::json;
@@ -144,6 +147,19 @@ fn no_invalidated_answer_returns_and_no_acknowledged_answer_is_lost_under_faults
     std::thread::sleep(step);
     mesh.heal_cores();
     std::thread::sleep(step);
+    // A membership change with the regional nodes attached: a follower leaves (left running), and comes
+    // back as a learner that is then promoted.
+    mesh.wait_core_converged(Duration::from_secs(30))?;
+    let leader = mesh.leader_id().context("a leader before the membership change")?;
+    let follower = (0..3).find(|i| Mesh::core_id(*i) != leader).context("a follower")?;
+    let id = Mesh::core_id(follower).to_string();
+    let rest: Vec<String> = (0..3).filter(|i| *i != follower).map(|i| Mesh::core_id(i).to_string()).collect();
+    propagation::admin(&mesh, &["set-voters", "--voters", &rest.join(","), "--remove", &id])?;
+    std::thread::sleep(step / 2);
+    let addr = mesh.core_raft_addr(follower).to_string();
+    propagation::admin(&mesh, &["add-learner", "--id", &id, "--addr", &addr])?;
+    propagation::admin(&mesh, &["set-voters", "--voters", "1,2,3"])?;
+    std::thread::sleep(step / 2);
     mesh.kill_regional(1);
     std::thread::sleep(step);
     mesh.start_all()?;
@@ -165,6 +181,8 @@ fn no_invalidated_answer_returns_and_no_acknowledged_answer_is_lost_under_faults
     for thread in threads {
         let _ = thread.join();
     }
+    // Every core node, the one that left and came back included, holds the same log.
+    mesh.wait_core_converged(Duration::from_secs(30))?;
 
     let history = history.lock().expect("history").clone();
     let reads = history.iter().filter(|op| matches!(op, Op::Read { .. })).count();

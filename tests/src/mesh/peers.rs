@@ -53,6 +53,12 @@ impl Mesh {
         }
     }
 
+    /// The address the other core nodes dial to reach core node `index` (its Raft address, as
+    /// `core-node admin add-learner --addr` takes it).
+    pub fn core_raft_addr(&self, index: usize) -> SocketAddr {
+        self.core_peer_addr(index, self.ports.cores[index])
+    }
+
     /// The address the other core nodes dial to reach core node `index`.
     pub(super) fn core_peer_addr(&self, index: usize, port: u16) -> SocketAddr {
         match self.core_proxies.get(index) {
