@@ -85,6 +85,10 @@ pub struct IdentityArgs {
     /// 32 bytes. Without TLS it stands for every tier; with TLS it admits only the edge.
     #[arg(long, env = "MESH_INSECURE_TIER_SECRET_FILE")]
     pub insecure_tier_secret_file: Option<PathBuf>,
+    /// With TLS, also admit the edge by the insecure secret, for an edge that cannot present a client
+    /// certificate (`wrangler dev`); without this flag a secret beside TLS is ignored.
+    #[arg(long, env = "MESH_EDGE_SECRET_BESIDE_TLS")]
+    pub edge_secret_beside_tls: bool,
 }
 
 impl IdentityArgs {
@@ -99,8 +103,8 @@ impl IdentityArgs {
         }
     }
 
-    /// Reads the identity: TLS when the files are named (plus the insecure edge secret when one is
-    /// set), else the insecure secret.
+    /// Reads the identity: TLS when the files are named (plus the insecure edge secret when one is set
+    /// and --edge-secret-beside-tls allows it), else the insecure secret.
     pub fn load(&self) -> Result<TierIdentity, IdentityError> {
         let secret = match TierCredential::load(self.insecure_tier_secret_file.as_deref()) {
             Ok(secret) => Some(secret),
@@ -108,7 +112,17 @@ impl IdentityArgs {
             Err(other) => return Err(other.into()),
         };
         let identity = match self.tls_files()? {
-            Some(files) => TierIdentity::tls(TlsMaterial::load(&files)?, secret),
+            Some(files) => {
+                let secret = secret.filter(|_| {
+                    if !self.edge_secret_beside_tls {
+                        tracing::warn!(
+                            "an insecure tier secret is set beside TLS and ignored (--edge-secret-beside-tls admits the edge by it)"
+                        );
+                    }
+                    self.edge_secret_beside_tls
+                });
+                TierIdentity::tls(TlsMaterial::load(&files)?, secret)
+            }
             None => TierIdentity::insecure(secret.ok_or(IdentityError::Missing)?),
         };
         if identity.tls.is_none() {
