@@ -113,14 +113,7 @@ impl IdentityArgs {
         };
         let identity = match self.tls_files()? {
             Some(files) => {
-                let secret = secret.filter(|_| {
-                    if !self.edge_secret_beside_tls {
-                        tracing::warn!(
-                            "an insecure tier secret is set beside TLS and ignored (--edge-secret-beside-tls admits the edge by it)"
-                        );
-                    }
-                    self.edge_secret_beside_tls
-                });
+                let secret = edge_secret_beside_tls(secret, self.edge_secret_beside_tls);
                 TierIdentity::tls(TlsMaterial::load(&files)?, secret)
             }
             None => TierIdentity::insecure(secret.ok_or(IdentityError::Missing)?),
@@ -130,6 +123,17 @@ impl IdentityArgs {
         }
         Ok(identity)
     }
+}
+
+/// The secret a TLS daemon admits the edge by: the one set, when `allowed`; otherwise none (a secret set
+/// anyway is ignored, with a warning).
+fn edge_secret_beside_tls(secret: Option<TierCredential>, allowed: bool) -> Option<TierCredential> {
+    if secret.is_some() && !allowed {
+        tracing::warn!(
+            "an insecure tier secret is set beside TLS and ignored (--edge-secret-beside-tls admits the edge by it)"
+        );
+    }
+    secret.filter(|_| allowed)
 }
 
 /// Who called: a role proven by a certificate, or the insecure secret.
@@ -317,6 +321,14 @@ mod tests {
         assert_eq!(missing, Some(tonic::Code::Unauthenticated));
         let other = TierIdentity::insecure_secret("another-development-secret-32-bytes").expect("secret");
         assert!(check.call(other.request(())).is_err());
+    }
+
+    #[test]
+    fn beside_tls_the_secret_counts_only_when_a_flag_allows_it() {
+        let secret = || Some(TierCredential::new(SECRET).expect("secret"));
+        assert!(edge_secret_beside_tls(secret(), false).is_none(), "ignored by default");
+        assert!(edge_secret_beside_tls(secret(), true).is_some());
+        assert!(edge_secret_beside_tls(None, true).is_none());
     }
 
     #[test]
