@@ -102,7 +102,7 @@ mod tests {
         steps
             .iter()
             .map(|&(at_s, offset)| {
-                let wall = NOW_MS + i64::try_from(at_s).unwrap() * 1000 + offset;
+                let wall = NOW_MS + i64::try_from(at_s).expect("small") * 1000 + offset;
                 clock.stamp(3, wall, || NOW_MS - 5_000, start + Duration::from_secs(at_s)).issued_ms
             })
             .collect()
