@@ -10,7 +10,10 @@ use mesh_harness::certs::{DevCa, NodeCert, Validity};
 use mesh_harness::{Mesh, MeshSpec};
 use proto::core::core_store_client::CoreStoreClient;
 use proto::core::write_request::Command;
-use proto::core::{invalidate, BumpModelVersion, Invalidate, PutEntry, SetTenantPolicy, WriteRequest};
+use proto::core::{
+    invalidate, BumpModelVersion, Consistency, Invalidate, PutEntry, ReadRequest, SetTenantPolicy,
+    WriteRequest,
+};
 use serde_json::json;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::Code;
@@ -33,7 +36,12 @@ struct Row {
 const ROWS: &[Row] = &[
     Row { name: "Raft.Vote", daemon: "core", allowed: &[TierRole::Core] },
     Row { name: "CoreCache.Models", daemon: "core", allowed: &[TierRole::Regional] },
-    Row { name: "CoreStore.Read", daemon: "core", allowed: &[TierRole::Regional, TierRole::Admin] },
+    // Core nodes too: a follower forwards a linearizable read to the leader.
+    Row {
+        name: "CoreStore.Read",
+        daemon: "core",
+        allowed: &[TierRole::Regional, TierRole::Admin, TierRole::Core],
+    },
     // Per command: a regional node invalidates single keys; answers, tenants and models are the admin's.
     // The admitted calls are refused afterwards as invalid, so the matrix changes nothing.
     Row {
@@ -251,6 +259,25 @@ fn every_hop_is_mutual_tls_and_each_role_reaches_only_its_rows() -> anyhow::Resu
     }
     println!("authorization matrix: {admitted} calls admitted, {refused} refused as the table says");
     assert!(wrong.is_empty(), "the authorization table was not held:\n{}", wrong.join("\n"));
+
+    // A linearizable read at any core node: a follower forwards it to the leader with its own certificate.
+    let regional = node_cert(&mesh, "regional-1")?;
+    for index in 0..mesh.core_nodes() {
+        let outcome = runtime.block_on(async {
+            let channel = channel(&mesh.core_url(index), TierRole::Core, ca.pem(), Some(&regional)).await;
+            let read = ReadRequest {
+                key: "v1:authorization-test".into(),
+                tenant: mesh.tenant().into(),
+                consistency: Consistency::Linearizable as i32,
+                max_staleness_ms: 0,
+            };
+            match channel {
+                Ok(channel) => code(CoreStoreClient::new(channel).read(read).await),
+                Err(error) => Outcome::Refused(error),
+            }
+        });
+        assert_eq!(outcome, Outcome::Grpc(Code::Ok), "a linearizable read at core node {}", index + 1);
+    }
 
     // Operators' probes stay open to any TLS client of the CA.
     let health = mesh_harness::client::agent(Duration::from_secs(5))

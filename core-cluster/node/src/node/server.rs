@@ -205,9 +205,11 @@ fn routes(identity: &TierIdentity, raft_rpc: RaftService, node: Arc<NodeContext>
     let admin_rpc = CoreAdminServer::new(AdminService::new(node.clone()));
     Routes::new(InterceptedService::new(raft_rpc, identity.interceptor(&[TierRole::Core])))
         .add_service(InterceptedService::new(cache_rpc, identity.interceptor(&[TierRole::Regional])))
+        // Core nodes too: a follower forwards a linearizable read to the leader. Writes are checked per
+        // command (`store_service::roles_for`), and no command is a core node's.
         .add_service(InterceptedService::new(
             store_rpc,
-            identity.interceptor(&[TierRole::Regional, TierRole::Admin]),
+            identity.interceptor(&[TierRole::Regional, TierRole::Admin, TierRole::Core]),
         ))
         .add_service(InterceptedService::new(admin_rpc, identity.interceptor(&[TierRole::Admin])))
         .into_axum_router()

@@ -57,7 +57,7 @@ fn run(state: &Mutex<State>, waiting: &Receiver<Done>, stats: &SyncStats, marker
             }
         };
         let result = file.and_then(|(file, seq, through)| {
-            file.sync_data().map_err(|e| e.to_string())?;
+            super::sync_failure::sync(file.as_ref()).map_err(|e| e.to_string())?;
             let mut state = state.lock().expect("the write-ahead log's lock is never poisoned");
             if state.tail_segment().seq == seq {
                 state.synced_through = state.synced_through.max(through);

@@ -92,13 +92,31 @@ impl Wal {
     /// [`Wal::open`] in the boot named `boot`.
     fn open_in_boot(dir: Arc<dyn WalDir>, options: WalOptions, boot: &str) -> io::Result<Self> {
         sync_failure::check(dir.as_ref(), boot)?;
-        let state = match recovery::recover(dir.as_ref())? {
+        let state = Self::recover_or_create(dir.as_ref(), options).inspect_err(|e| {
+            // The previous process's unsynced pages may have failed to reach the disk in the background:
+            // this start's sync reports it once, and the next start in this boot must not trust them.
+            if sync_failure::is_sync_failure(e) {
+                sync_failure::record(dir.as_ref(), boot, &e.to_string());
+            }
+        })?;
+        let state = Arc::new(Mutex::new(state));
+        let stats = Arc::new(SyncStats::default());
+        let marker = FailureMarker { dir: Arc::clone(&dir), boot: boot.into() };
+        let flusher = flusher::start(Arc::clone(&state), Arc::clone(&stats), marker.clone())?;
+        let wal = Self { dir, options, state, flusher, spare: Mutex::new(None), stats, marker };
+        wal.create_ahead(wal.lock().tail_segment().seq + 1);
+        Ok(wal)
+    }
+
+    /// The state recovered from `dir`, or that of a new log with an empty first segment.
+    fn recover_or_create(dir: &dyn WalDir, options: WalOptions) -> io::Result<State> {
+        Ok(match recovery::recover(dir)? {
             Some(state) => {
                 // What the last process wrote and did not sync may be in the page cache only. It is synced
                 // before anything counts on it: a leader's own entries are reported before their sync
                 // (`node::durable_log`), and after a restart the whole log counts as durable.
                 let mut state = state;
-                state.tail_segment().file.sync_data()?;
+                sync_failure::sync(state.tail_segment().file.as_ref())?;
                 state.synced_through = state.tail;
                 state
             }
@@ -118,14 +136,7 @@ impl Wal {
                 state.tail = header.len() as u64;
                 state
             }
-        };
-        let state = Arc::new(Mutex::new(state));
-        let stats = Arc::new(SyncStats::default());
-        let marker = FailureMarker { dir: Arc::clone(&dir), boot: boot.into() };
-        let flusher = flusher::start(Arc::clone(&state), Arc::clone(&stats), marker.clone())?;
-        let wal = Self { dir, options, state, flusher, spare: Mutex::new(None), stats, marker };
-        wal.create_ahead(wal.lock().tail_segment().seq + 1);
-        Ok(wal)
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -173,10 +184,10 @@ impl Wal {
             return self.write(records, Some(done));
         }
         self.write_held(&mut state, records)?;
-        let result = state.tail_segment().file.sync_data();
+        let result = sync_failure::sync(state.tail_segment().file.as_ref());
         match &result {
             Ok(()) => state.synced_through = state.tail,
-            Err(e) => self.fail(&mut state, &e.to_string()),
+            Err(e) => self.fail(&mut state, e),
         }
         self.stats.syncs.fetch_add(1, Ordering::Relaxed);
         self.stats.writers.fetch_add(1, Ordering::Relaxed);
@@ -283,18 +294,20 @@ impl Wal {
         }
         let result = self.write_locked(state, records);
         if let Err(e) = &result {
-            self.fail(state, &e.to_string());
+            self.fail(state, e);
         }
         result
     }
 
-    /// Fails the log for good after a write or sync that failed with `why`, and leaves the marker that
-    /// keeps the next open in this boot from trusting the page cache.
-    fn fail(&self, state: &mut State, why: &str) {
+    /// Fails the log for good after a write or sync that failed with `error`; a failed sync also leaves
+    /// the marker that keeps the next open in this boot from trusting the page cache.
+    fn fail(&self, state: &mut State, error: &io::Error) {
         if state.failed.is_none() {
-            state.failed = Some(why.to_owned());
-            tracing::error!(error = %why, "write-ahead log: a write or sync failed; the log accepts no more writes");
-            self.marker.leave(why);
+            state.failed = Some(error.to_string());
+            tracing::error!(%error, "write-ahead log: a write or sync failed; the log accepts no more writes");
+            if sync_failure::is_sync_failure(error) {
+                self.marker.leave(&error.to_string());
+            }
         }
     }
 
@@ -335,7 +348,7 @@ impl Wal {
 
     /// Moves writing to a new segment with room for a record of `frame` bytes.
     fn roll(&self, state: &mut State, frame: u64) -> io::Result<()> {
-        state.tail_segment().file.sync_data()?;
+        sync_failure::sync(state.tail_segment().file.as_ref())?;
         let seq = state.tail_segment().seq + 1;
         let mut header = Vec::new();
         record::encode(&mut header, Kind::Meta, &meta_payload(&state.meta));

@@ -41,8 +41,17 @@ pub fn recover(dir: &dyn WalDir) -> io::Result<Option<State>> {
         file.read_exact_at(&mut image, 0)?;
         images.push((seq, file, image));
     }
-    // Segments after the last one with data were created ahead and never used.
+    // Segments after the last one with data were created ahead and never used, or their first records
+    // were never synced (a roll syncs the segment it leaves, not the one it starts). One whose header
+    // reads as zeros but holds a marker of a completed sync was damaged, not unused.
     while images.len() > 1 && images.last().is_some_and(|(_, _, image)| !starts_with_record(image)) {
+        let (seq, _, image) = images.last().expect("checked above");
+        if let Some(through) = synced_past(image, 0, *seq) {
+            return Err(invalid(format!(
+                "{}: its header reads as zeros, yet a record in it says it was synced through offset {through}",
+                segment_name(*seq)
+            )));
+        }
         let (seq, _, _) = images.pop().expect("checked above");
         dir.remove(&segment_name(seq))?;
         removed = true;
@@ -87,7 +96,8 @@ pub fn recover(dir: &dyn WalDir) -> io::Result<Option<State>> {
             // Whatever follows the last good record was never acknowledged: zero it, so that records
             // written from here on are not followed by stale bytes a later scan could misread.
             let written = image.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
-            if let Some(through) = synced_past(&image[..written], offset, seq) {
+            // The whole image: a marker's payload may end in zeros past the last non-zero byte.
+            if let Some(through) = synced_past(&image, offset, seq) {
                 return Err(invalid(format!(
                     "{name}: the record at offset {offset} is damaged, yet a later record says the segment was synced through offset {through}"
                 )));
@@ -95,7 +105,7 @@ pub fn recover(dir: &dyn WalDir) -> io::Result<Option<State>> {
             if cut || written > offset {
                 let end = written.next_multiple_of(ALIGN).min(image.len());
                 file.write_all_at(&vec![0u8; end - offset], offset as u64)?;
-                file.sync_data()?;
+                super::sync_failure::sync(file.as_ref())?;
                 tracing::warn!(segment = %name, offset, bytes = end - offset, "write-ahead log: cut a torn tail");
             }
             state.tail = offset as u64;

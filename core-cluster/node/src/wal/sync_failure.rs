@@ -10,10 +10,33 @@
 use std::io;
 use std::sync::Arc;
 
-use super::fs::WalDir;
+use super::fs::{WalDir, WalFile};
 
 /// The marker's name in the log's directory.
 pub const MARKER: &str = "SYNC-FAILED";
+
+/// A failed `fdatasync`, told apart from the log's other I/O errors: only a failed sync leaves the marker
+/// (a full disk at a segment's creation, say, does not keep the next start in this boot from the log).
+#[derive(Debug)]
+struct SyncFailed(io::Error);
+
+impl std::fmt::Display for SyncFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "sync failed: {}", self.0)
+    }
+}
+
+impl std::error::Error for SyncFailed {}
+
+/// `file.sync_data()`, its error marked as a failed sync.
+pub fn sync(file: &dyn WalFile) -> io::Result<()> {
+    file.sync_data().map_err(|e| io::Error::new(e.kind(), SyncFailed(e)))
+}
+
+/// Whether `error` is a failed sync ([`sync`]).
+pub fn is_sync_failure(error: &io::Error) -> bool {
+    error.get_ref().is_some_and(|inner| inner.is::<SyncFailed>())
+}
 
 /// This boot's id (`/proc/sys/kernel/random/boot_id`), or `"unknown"` where there is none (then a failed
 /// sync is refused until an operator removes the marker).
@@ -64,7 +87,8 @@ pub fn check(dir: &dyn WalDir, boot: &str) -> io::Result<()> {
     let text = String::from_utf8_lossy(&bytes);
     let mut lines = text.lines();
     let failed_in = lines.next().unwrap_or_default().trim_matches('\0');
-    if failed_in == boot || boot == "unknown" {
+    // A marker without a boot (a crash between its creation and its text) counts as this boot's.
+    if failed_in == boot || failed_in.is_empty() || boot == "unknown" {
         let why = lines.next().unwrap_or("unknown error");
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,

@@ -469,3 +469,38 @@ fn a_log_whose_sync_failed_is_refused_in_the_same_boot_and_recovered_after_a_reb
     assert_eq!(wal.last_log_id().map(|id| id.index), Some(1), "entry 2 never reached the disk");
     assert!(!rebooted.list().expect("list").iter().any(|n| n == super::sync_failure::MARKER));
 }
+
+#[test]
+fn a_last_segment_whose_header_reads_as_zeros_but_was_synced_refuses_to_open() {
+    let path = temp_dir("zeroed-header");
+    fill(&path, 30);
+    let files = segments(&path);
+    let last = files
+        .iter()
+        .rev()
+        .find(|f| std::fs::read(f).expect("test step")[..16].iter().any(|&b| b != 0))
+        .expect("a segment with data");
+    let mut bytes = std::fs::read(last).expect("test step");
+    bytes[..512].fill(0);
+    std::fs::write(last, &bytes).expect("test step");
+    let error = Wal::open(Arc::new(OsDir::open(&path, Duration::from_secs(5)).expect("test step")), small())
+        .expect_err("refused, not dropped as unused");
+    assert!(error.to_string().contains("header reads as zeros"), "{error}");
+    let _ = std::fs::remove_dir_all(&path);
+}
+
+#[test]
+fn a_sync_that_fails_while_the_log_opens_leaves_the_marker_too() {
+    let fs = CrashFs::new();
+    let wal = Wal::open_in_boot(Arc::new(fs.clone()), small(), "boot-1").expect("open");
+    let (done, rx) = done_channel();
+    wal.append([(log_id(1, 1), content(1, 1))], done).expect("test step");
+    wait(&rx).expect("durable");
+    drop(wal);
+    let restarted = fs.kill();
+    // The pages the killed process left failed to reach the disk in the background: the next sync says so.
+    restarted.fail_next_sync_of(&segment_name(0));
+    assert!(Wal::open_in_boot(Arc::new(restarted.clone()), small(), "boot-1").is_err());
+    let error = Wal::open_in_boot(Arc::new(restarted), small(), "boot-1").expect_err("refused");
+    assert!(error.to_string().contains("failed earlier in this boot"), "{error}");
+}
