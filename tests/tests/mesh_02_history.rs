@@ -169,7 +169,7 @@ fn no_invalidated_answer_returns_and_no_acknowledged_answer_is_lost_under_faults
     mesh.stop_regional(1);
     let backlog = mesh.regional_client(0);
     for i in 0..BACKLOG {
-        let key = format!("v1:history-backlog-{i}");
+        let key = format!("v1:{:064x}", 0xb0_0000 + i);
         // The tenant's request rate paces the backlog (429 answers): each invalidation is retried.
         poll_every(Duration::from_millis(50), Duration::from_secs(20), "a backlog invalidation", || {
             Ok(backlog.invalidate(&key).ok().filter(|reply| reply.status == 200))
