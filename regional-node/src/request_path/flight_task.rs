@@ -76,7 +76,9 @@ impl FlightTask {
                 // Only a view that caught up since the start vouches for what it has not invalidated;
                 // invalidations made during the outage itself cannot reach it (README: STALE).
                 let view = &self.path.view;
-                let Some(entry) = stale.filter(|entry| view.caught_up() && view.not_invalidated(entry))
+                let ours = |entry: &Arc<CachedCompletion>| entry.tenant == self.admitted.tenant;
+                let Some(entry) =
+                    stale.filter(|entry| ours(entry) && view.caught_up() && view.not_invalidated(entry))
                 else {
                     return Err(error);
                 };

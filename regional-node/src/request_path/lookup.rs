@@ -121,7 +121,7 @@ impl RequestPath {
         hit: SemanticHit,
     ) -> Result<Option<(Arc<CachedCompletion>, SemanticHit)>, RegionalError> {
         let now = now_ms();
-        let entry = match self.cached(&hit.key, now) {
+        let entry = match self.cached(&hit.key, &admitted.tenant, now) {
             Some(entry) => Some(entry),
             None => {
                 self.metrics.core_calls.get(CoreCall::Lookup).inc();

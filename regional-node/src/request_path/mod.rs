@@ -174,7 +174,7 @@ impl RequestPath {
         let key = admitted.key.as_str();
         if cacheable {
             let hot = self.replication.touch(key);
-            if let Some(entry) = self.cached(key, now_ms()) {
+            if let Some(entry) = self.cached(key, &admitted.tenant, now_ms()) {
                 self.replication.offer(&entry, Some(hot), now_ms());
                 self.metrics.hits.get(HitTier::Regional).inc();
                 self.metrics.tokens_avoided.add(entry.completion_tokens.into());
@@ -296,8 +296,9 @@ impl RequestPath {
 
     /// This node's entry under `key`, if it is live and no cutoff of the core covers it (one that is
     /// covered is forgotten).
-    fn cached(&self, key: &str, now_ms: i64) -> Option<Arc<CachedCompletion>> {
-        let entry = self.cache.get(key, now_ms)?;
+    fn cached(&self, key: &str, tenant: &str, now_ms: i64) -> Option<Arc<CachedCompletion>> {
+        // Keys are derived per tenant, so another tenant's entry under this key is never its answer.
+        let entry = self.cache.get(key, now_ms).filter(|entry| entry.tenant == tenant)?;
         if self.view.admits(&entry) {
             return Some(entry);
         }
@@ -316,7 +317,7 @@ impl RequestPath {
         for _ in 0..hits.clamp(1, 8) {
             hot = self.replication.touch(key);
         }
-        if let Some(entry) = self.cached(key, now_ms()) {
+        if let Some(entry) = self.cached(key, tenant, now_ms()) {
             self.replication.offer(&entry, Some(hot), now_ms());
             return;
         }

@@ -427,6 +427,28 @@ async fn a_stale_answer_is_served_while_the_core_is_out_of_reach() {
     assert_eq!(error.status, 503, "nothing stale to serve: the core's absence shows");
 }
 
+#[tokio::test]
+async fn another_tenants_entry_under_the_key_is_never_served() {
+    let (_core, addr) = fake_core(Duration::ZERO).await;
+    let path = path_to(addr, &[]).await;
+    let question = admitted("Whose answer is this?", true);
+    let mut entry = CachedCompletion {
+        tenant: "intruder".into(),
+        model: "smollm2-135m-instruct".into(),
+        etag: String::new(),
+        created_ms: now_ms(),
+        ..CachedCompletion::example(question.key.as_str(), "planted")
+    };
+    entry.etag = CachedCompletion::etag_of(&entry.content, &entry.finish_reason);
+    path.remember(entry);
+    let answered = path.answer(question).await;
+    let served = match answered {
+        Ok(answered) => Some(outcome(answered).await.0.entry.content.clone()),
+        Err(_) => None,
+    };
+    assert_ne!(served.as_deref(), Some("planted"), "acme never gets the intruder's entry");
+}
+
 async fn outcome_error(answered: Result<Answered, RegionalError>) -> shared::RequestError {
     match answered {
         Err(error) => error.to_request_error(),
