@@ -64,6 +64,24 @@ impl Job {
     }
 }
 
+/// The request's body, refused with a 413 as soon as it passes `limit` bytes: a chunked body declares no
+/// length, and reading it whole first would let one client fill the memory of an isolate other tenants
+/// share.
+async fn read_body(req: &mut Request, limit: usize) -> Result<Vec<u8>, EdgeError> {
+    use futures::StreamExt as _;
+    // A request without a body has no stream.
+    let Ok(mut stream) = req.stream() else { return Ok(Vec::new()) };
+    let mut body = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        if body.len() + chunk.len() > limit {
+            return Err(RequestError::too_large(limit).into());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
 /// Handles one chat or text completion request (`api`).
 pub async fn handle(
     mut req: Request,
@@ -83,7 +101,7 @@ pub async fn handle(
     let if_none_match = req.headers().get("if-none-match")?;
     let cache_control = req.headers().get("cache-control")?;
     let caching = RequestCaching::parse(cache_control.as_deref());
-    let body = req.bytes().await?;
+    let body = read_body(&mut req, MAX_REQUEST_BYTES).await?;
     let normalized = match normalized(&body, api, &crate::core_view::models(&config)) {
         // A model (or an API of one) this isolate does not know may be one the registry has just added:
         // look again with the view pulled now.

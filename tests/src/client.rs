@@ -175,6 +175,19 @@ impl ChatClient {
         }
     }
 
+    /// `POST /v1/chat/completions` with `body` sent chunked (no `Content-Length`).
+    pub fn chat_chunked(&self, body: Vec<u8>) -> anyhow::Result<Reply> {
+        let started = Instant::now();
+        let mut reader = std::io::Cursor::new(body);
+        let mut response = self
+            .post("/v1/chat/completions", "application/json")
+            .send(ureq::SendBody::from_reader(&mut reader))
+            .context("sending a chunked POST")?;
+        let headers = header_map(response.headers());
+        let body = response.body_mut().read_to_string().context("reading the reply")?;
+        Ok(Reply { status: response.status().as_u16(), headers, body, elapsed: started.elapsed() })
+    }
+
     /// `POST /v1/chat/completions` with a raw body.
     pub fn chat_raw(&self, body: &str) -> anyhow::Result<Reply> {
         self.send("/v1/chat/completions", body, &[])

@@ -44,6 +44,12 @@ fn edge_path_miss_then_hit_streaming_and_bad_input() -> anyhow::Result<()> {
             .chat_raw(r#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":null}]}"#)?,
         400,
     );
+    // A chunked body declares no length: it is cut off at the limit, not read whole.
+    let mut oversized =
+        br#"{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":""#.to_vec();
+    oversized.extend(std::iter::repeat_n(b'x', shared::MAX_REQUEST_BYTES + 1024));
+    oversized.extend_from_slice(br#""}]}"#);
+    assert_openai_error(&client.chat_chunked(oversized)?, 413);
     let as_text =
         client.chat_with_headers(&request("What is a JSON body?"), &[("content-type", "text/plain")])?;
     assert_openai_error(&as_text, 400);
