@@ -117,8 +117,11 @@ pub async fn edge_hits(
             return crate::error::error_response(&RequestError::invalid(format!("not a hit report: {e}")))
         }
     };
-    for hit in &report.hits {
+    // Only keys of the shape every tier derives count: anything else names no answer.
+    let valid: Vec<_> =
+        report.hits.iter().filter(|hit| shared::cache_key::CacheKey::parse(&hit.key).is_some()).collect();
+    for hit in &valid {
         state.path().count_edge_hits(&hit.key, &hit.tenant, hit.hits);
     }
-    Json(serde_json::json!({ "counted": report.hits.len() })).into_response()
+    Json(serde_json::json!({ "counted": valid.len() })).into_response()
 }

@@ -100,7 +100,13 @@ pub struct RequestPath {
     invalidation_ids: InvalidationIds,
     /// What the core decided: every answer is checked against it before it is served or kept.
     view: Arc<CoreView>,
+    /// Core lookups of edge-hot keys in flight, at most [`HOT_FETCHES`]: a hit report names thousands
+    /// of keys, and the ones past the bound wait for the next report.
+    hot_fetches: Arc<tokio::sync::Semaphore>,
 }
+
+/// Core lookups of edge-hot keys this node runs at once.
+const HOT_FETCHES: usize = 16;
 
 /// Request ids of this node's invalidations at the core: unique across nodes, restarts and calls in
 /// the same millisecond (the core applies a request id once, so a collision would drop an
@@ -164,6 +170,7 @@ impl RequestPath {
             admission,
             replication,
             metrics: RegionalMetrics::default(),
+            hot_fetches: Arc::new(tokio::sync::Semaphore::new(HOT_FETCHES)),
         }
     }
 
@@ -324,8 +331,10 @@ impl RequestPath {
         if !hot || !self.view.caught_up() {
             return;
         }
+        let Ok(permit) = Arc::clone(&self.hot_fetches).try_acquire_owned() else { return };
         let (path, key, tenant) = (Arc::clone(self), key.to_owned(), tenant.to_owned());
         tokio::spawn(async move {
+            let _permit = permit;
             match path.core.lookup(&key, &tenant).await {
                 Ok(Some(entry))
                     if entry.key == key && !entry.is_expired(now_ms()) && path.view.admits(&entry) =>
