@@ -36,6 +36,12 @@ pub enum IdentityError {
     /// Some TLS files were named, not all three.
     #[error("--tls-ca, --tls-cert and --tls-key go together")]
     PartialTls,
+    /// Insecure development mode asked to listen where other machines reach.
+    #[error("insecure development mode serves loopback addresses only, not {addr}: give --tls-ca, --tls-cert and --tls-key to listen there")]
+    InsecureBeyondLoopback {
+        /// The address.
+        addr: std::net::SocketAddr,
+    },
     /// A file could not be read.
     #[error("cannot read {path}: {source}")]
     Unreadable {
@@ -203,6 +209,16 @@ impl TierIdentity {
         self.tls.is_some()
     }
 
+    /// Refuses to serve on `addr` in insecure development mode unless it is a loopback address: one
+    /// shared secret sent in the clear must not guard a port other machines reach.
+    pub fn check_listen(&self, addr: std::net::SocketAddr) -> Result<(), IdentityError> {
+        if self.is_tls() || addr.ip().is_loopback() {
+            Ok(())
+        } else {
+            Err(IdentityError::InsecureBeyondLoopback { addr })
+        }
+    }
+
     /// The URL scheme of this mode's peers: `https` with TLS, `http` without.
     pub fn scheme(&self) -> &'static str {
         if self.is_tls() {
@@ -342,6 +358,15 @@ mod tests {
         let mut request = Request::new(());
         request.extensions_mut().insert(PeerRole(Some(TierRole::Core)));
         assert!(core_only.call(request).is_ok());
+    }
+
+    #[test]
+    fn insecure_mode_listens_on_loopback_only() {
+        let identity = TierIdentity::insecure_secret(SECRET).expect("secret");
+        assert!(identity.check_listen("127.0.0.11:7100".parse().expect("addr")).is_ok());
+        assert!(identity.check_listen("[::1]:7100".parse().expect("addr")).is_ok());
+        let everywhere = identity.check_listen("0.0.0.0:7100".parse().expect("addr"));
+        assert!(matches!(everywhere, Err(IdentityError::InsecureBeyondLoopback { .. })));
     }
 
     #[test]

@@ -11,6 +11,10 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let settings = parsed.settings.resolve()?;
+    settings.identity.check_listen(settings.config.listen)?;
+    if let Some(peer_listen) = settings.config.peer_listen {
+        settings.identity.check_listen(peer_listen)?;
+    }
     let listener = tokio::net::TcpListener::bind(settings.config.listen).await?;
     regional_node::server::run(settings, listener, daemon_runtime::shutdown::signal()).await?;
     Ok(())

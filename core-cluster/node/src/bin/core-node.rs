@@ -37,6 +37,7 @@ fn main() -> anyhow::Result<()> {
 async fn serve(args: NodeArgs) -> anyhow::Result<()> {
     let listen = args.listen;
     let config = args.into_config()?;
+    config.identity.check_listen(listen)?;
     let listener = TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     node::run(config, listener, daemon_runtime::shutdown::signal()).await?;
     Ok(())

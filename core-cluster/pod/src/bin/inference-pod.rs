@@ -21,6 +21,7 @@ fn main() -> anyhow::Result<()> {
     daemon_runtime::logging::init("info");
 
     let credential = args.identity.load()?;
+    credential.check_listen(args.listen)?;
     let config = args.pod_config(credential)?;
 
     tokio::runtime::Builder::new_multi_thread()
