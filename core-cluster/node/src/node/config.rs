@@ -30,7 +30,8 @@ pub struct NodeArgs {
     #[arg(long, env = "MESH_CORE_LISTEN")]
     pub listen: SocketAddr,
     /// Directory of this node's data: `wal/` (the Raft log and vote, a write-ahead log synced per group
-    /// of appends), `sled-state/` (the state machine, in sled) and `snapshots/` (the current snapshot file).
+    /// of appends), `sled-state/` (the state machine, in sled; trusted only after a clean stop, and started
+    /// empty after any other), `contents/` (the entries' rows) and `snapshots/` (the current snapshot file).
     #[arg(long, env = "MESH_CORE_DATA_DIR")]
     pub data_dir: PathBuf,
     /// Every core node as `id=host:port`, comma-separated; the same list on every node.
