@@ -116,7 +116,7 @@ fn no_invalidated_answer_returns_and_no_acknowledged_answer_is_lost_under_faults
     // (`MESH_HISTORY_SECONDS` in all), with the readers and the invalidator running throughout.
     let step = Duration::from_secs(seconds / 6);
     std::thread::sleep(step);
-    let leader = mesh.leader_id().and_then(|id| (0..3).find(|i| Mesh::core_id(*i) == id));
+    let leader = mesh.leader_index();
     if let Some(index) = leader {
         mesh.kill_core(index);
     }
@@ -127,7 +127,7 @@ fn no_invalidated_answer_returns_and_no_acknowledged_answer_is_lost_under_faults
     mesh.heal_regional(1)?;
     // The leader cut off from the other core nodes, still reachable by the regional nodes: it can neither
     // commit nor vouch for its feed, and what the majority invalidates meanwhile must not be served.
-    let leader = mesh.leader_id().and_then(|id| (0..3).find(|i| Mesh::core_id(*i) == id));
+    let leader = mesh.leader_index();
     if let Some(index) = leader {
         mesh.partition_core(index)?;
         // The cut holds: the other two elect a leader of their own.
@@ -136,12 +136,7 @@ fn no_invalidated_answer_returns_and_no_acknowledged_answer_is_lost_under_faults
             Duration::from_millis(100),
             Duration::from_secs(15),
             "a leader among the majority",
-            || {
-                let seen = mesh.get_text(&mesh.core_url(others[0]), "/healthz").ok().and_then(|text| {
-                    serde_json::from_str::<serde_json::Value>(&text).ok()?["leader"].as_u64()
-                });
-                Ok(seen.filter(|id| *id != Mesh::core_id(index)))
-            },
+            || Ok(mesh.leader_seen_by(others[0]).filter(|id| *id != Mesh::core_id(index))),
         )?;
     }
     std::thread::sleep(step);

@@ -143,24 +143,10 @@ async fn call(mesh: &Mesh, row: &Row, ca: &str, cert: Option<&NodeCert>) -> Outc
             code(CoreStoreClient::new(channel).read(proto::core::ReadRequest::default()).await)
         }
         "CoreStore.Write invalidate key" => {
-            write(
-                channel,
-                Command::Invalidate(Invalidate {
-                    scope: Some(invalidate::Scope::Key(String::new())),
-                    key_tenant: String::new(),
-                }),
-            )
-            .await
+            write(channel, invalidation(invalidate::Scope::Key(String::new()))).await
         }
         "CoreStore.Write invalidate tenant" => {
-            write(
-                channel,
-                Command::Invalidate(Invalidate {
-                    scope: Some(invalidate::Scope::Tenant(String::new())),
-                    key_tenant: String::new(),
-                }),
-            )
-            .await
+            write(channel, invalidation(invalidate::Scope::Tenant(String::new()))).await
         }
         "CoreStore.Write put" => write(channel, Command::Put(PutEntry::default())).await,
         "CoreStore.Write set tenant" => {
@@ -182,6 +168,11 @@ async fn call(mesh: &Mesh, row: &Row, ca: &str, cert: Option<&NodeCert>) -> Outc
         ),
         other => panic!("no call for {other}"),
     }
+}
+
+/// An invalidation of `scope` (with no key tenant).
+fn invalidation(scope: invalidate::Scope) -> Command {
+    Command::Invalidate(Invalidate { scope: Some(scope), key_tenant: String::new() })
 }
 
 /// A `CoreStore.Write` of `command`, invalid in its content (empty names), so that one that passes the

@@ -24,6 +24,16 @@ impl Mesh {
         self.running_cores().find_map(|i| self.core_health(&agent, i)?["leader"].as_u64())
     }
 
+    /// The index of the core node that leads, as the first live core node that knows one reports it.
+    pub fn leader_index(&self) -> Option<usize> {
+        self.leader_id().and_then(|id| (0..self.cores.len()).find(|i| Self::core_id(*i) == id))
+    }
+
+    /// The leader core node `index` knows of, from its `/healthz`.
+    pub fn leader_seen_by(&self, index: usize) -> Option<u64> {
+        self.core_health(&crate::client::agent(Duration::from_secs(2)), index)?["leader"].as_u64()
+    }
+
     /// Waits until a core node has every tenant and the models (seeded when the cluster forms;
     /// a cluster restarted from its data has them at once).
     pub(super) fn wait_core_seeded(&self, timeout: Duration) -> anyhow::Result<()> {

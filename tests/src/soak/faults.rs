@@ -46,7 +46,7 @@ impl Fault {
         let regional = rng.below(mesh.regional_nodes().max(1));
         let done = match self {
             Self::KillCoreLeader | Self::KillCoreFollower => {
-                let leader = mesh.leader_id().map(|id| id as usize - 1);
+                let leader = mesh.leader_index();
                 let index = match (self, leader) {
                     (Self::KillCoreLeader, Some(leader)) => leader,
                     (_, leader) => {

@@ -46,7 +46,7 @@ pub fn recover(dir: &dyn WalDir) -> io::Result<Option<State>> {
     // reads as zeros but holds a marker of a completed sync was damaged, not unused.
     while images.len() > 1 && images.last().is_some_and(|(_, _, image)| !starts_with_record(image)) {
         let (seq, _, image) = images.last().expect("checked above");
-        if let Some(through) = synced_past(image, 0, *seq) {
+        if let Some(through) = synced_past(&image[..written_end(image)], 0, *seq) {
             return Err(invalid(format!(
                 "{}: its header reads as zeros, yet a record in it says it was synced through offset {through}",
                 segment_name(*seq)
@@ -95,15 +95,13 @@ pub fn recover(dir: &dyn WalDir) -> io::Result<Option<State>> {
         if position == last {
             // Whatever follows the last good record was never acknowledged: zero it, so that records
             // written from here on are not followed by stale bytes a later scan could misread.
-            let written = image.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
-            // The whole image: a marker's payload may end in zeros past the last non-zero byte.
-            if let Some(through) = synced_past(&image, offset, seq) {
-                return Err(invalid(format!(
-                    "{name}: the record at offset {offset} is damaged, yet a later record says the segment was synced through offset {through}"
-                )));
-            }
-            if cut || written > offset {
-                let end = written.next_multiple_of(ALIGN).min(image.len());
+            let end = written_end(&image);
+            if cut || end > offset {
+                if let Some(through) = synced_past(&image[..end], offset, seq) {
+                    return Err(invalid(format!(
+                        "{name}: the record at offset {offset} is damaged, yet a later record says the segment was synced through offset {through}"
+                    )));
+                }
                 file.write_all_at(&vec![0u8; end - offset], offset as u64)?;
                 super::sync_failure::sync(file.as_ref())?;
                 tracing::warn!(segment = %name, offset, bytes = end - offset, "write-ahead log: cut a torn tail");
@@ -113,6 +111,12 @@ pub fn recover(dir: &dyn WalDir) -> io::Result<Option<State>> {
     }
     state.check_start()?;
     Ok(Some(state))
+}
+
+/// Where the written part of a segment ends: past its last non-zero byte, rounded up to [`ALIGN`]. A
+/// [`Kind::Synced`] record ends within it: its last field, the offset it states, is not zero.
+fn written_end(image: &[u8]) -> usize {
+    image.iter().rposition(|&b| b != 0).map_or(0, |i| (i + 1).next_multiple_of(ALIGN).min(image.len()))
 }
 
 fn starts_with_record(image: &[u8]) -> bool {

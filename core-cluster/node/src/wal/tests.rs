@@ -219,6 +219,15 @@ fn segments(path: &std::path::Path) -> Vec<std::path::PathBuf> {
     names.into_iter().map(|n| path.join(n)).collect()
 }
 
+/// The newest segment file in `path` that holds records (later ones were created ahead, unused).
+fn last_written_segment(path: &std::path::Path) -> std::path::PathBuf {
+    segments(path)
+        .into_iter()
+        .rev()
+        .find(|f| std::fs::read(f).expect("test step")[..16].iter().any(|&b| b != 0))
+        .expect("a segment with data")
+}
+
 /// A log of small segments over a fresh crash-simulating file layer.
 fn crash_wal() -> (CrashFs, Wal) {
     let fs = CrashFs::new();
@@ -297,13 +306,8 @@ fn a_torn_tail_is_cut_and_writing_resumes_after_it() {
     let path = temp_dir("torn");
     fill(&path, 30);
     // Tear the last record: zero its last sector, as a crash in the middle of its write leaves it.
-    let files = segments(&path);
-    let last = files
-        .iter()
-        .rev()
-        .find(|f| std::fs::read(f).expect("test step")[..16].iter().any(|&b| b != 0))
-        .expect("test step");
-    let mut bytes = std::fs::read(last).expect("test step");
+    let last = last_written_segment(&path);
+    let mut bytes = std::fs::read(&last).expect("test step");
     let (mut offset, mut last_record) = (0, 0);
     while let super::record::Scanned::Record { next, .. } = super::record::scan(&bytes, offset) {
         (last_record, offset) = (offset, next);
@@ -311,7 +315,7 @@ fn a_torn_tail_is_cut_and_writing_resumes_after_it() {
     // The record's part in its last sector never reached the disk.
     let last_sector = (offset - 1) / 512 * 512;
     bytes[last_sector.max(last_record + 16)..offset].fill(0);
-    std::fs::write(last, &bytes).expect("test step");
+    std::fs::write(&last, &bytes).expect("test step");
 
     let wal = Wal::open(Arc::new(OsDir::open(&path, Duration::from_secs(5)).expect("test step")), small())
         .expect("test step");
@@ -474,15 +478,10 @@ fn a_log_whose_sync_failed_is_refused_in_the_same_boot_and_recovered_after_a_reb
 fn a_last_segment_whose_header_reads_as_zeros_but_was_synced_refuses_to_open() {
     let path = temp_dir("zeroed-header");
     fill(&path, 30);
-    let files = segments(&path);
-    let last = files
-        .iter()
-        .rev()
-        .find(|f| std::fs::read(f).expect("test step")[..16].iter().any(|&b| b != 0))
-        .expect("a segment with data");
-    let mut bytes = std::fs::read(last).expect("test step");
+    let last = last_written_segment(&path);
+    let mut bytes = std::fs::read(&last).expect("test step");
     bytes[..512].fill(0);
-    std::fs::write(last, &bytes).expect("test step");
+    std::fs::write(&last, &bytes).expect("test step");
     let error = Wal::open(Arc::new(OsDir::open(&path, Duration::from_secs(5)).expect("test step")), small())
         .expect_err("refused, not dropped as unused");
     assert!(error.to_string().contains("header reads as zeros"), "{error}");
