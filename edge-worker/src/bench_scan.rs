@@ -43,6 +43,7 @@ pub fn run(embedder: &SmallEmbedder, entries: usize, queries: usize) -> usize {
                 etag: String::new(),
                 created_ms: 0,
                 ttl_s: 0,
+                signature: String::new(),
                 question: Some(AnsweredQuestion { partition: "p".into(), text: format!("question {i}") }),
             },
             embedding: Some(encode_embedding(&vector())),

@@ -22,8 +22,8 @@ use shared::openai::parse_chat_request;
 use shared::text_completion::{normalize_completion, parse_completion_request};
 use shared::trace::TraceParent;
 use shared::{
-    RequestError, CACHE_CREATED_HEADER, CACHE_KEY_HEADER, CACHE_MATCHED_KEY_HEADER, MAX_REQUEST_BYTES,
-    X_CACHE,
+    RequestError, CACHE_CREATED_HEADER, CACHE_ENTRY_TTL_HEADER, CACHE_KEY_HEADER, CACHE_MATCHED_KEY_HEADER,
+    CACHE_SIGNATURE_HEADER, MAX_REQUEST_BYTES, X_CACHE,
 };
 use worker::{Context, KvStore, Request, Response, ResponseBuilder};
 
@@ -60,6 +60,7 @@ impl Job {
             model_version: self.model_version,
             default_ttl_s: self.config.cache_ttl_s,
             now_ms,
+            verifier: self.config.answer_verifier.as_ref(),
         }
     }
 }
@@ -168,6 +169,7 @@ pub async fn handle(
     let (etag, cache_control) = (headers.get("etag")?, headers.get("cache-control")?);
     let created = headers.get(CACHE_CREATED_HEADER)?;
     let matched_key = headers.get(CACHE_MATCHED_KEY_HEADER)?;
+    let (entry_ttl, signature) = (headers.get(CACHE_ENTRY_TTL_HEADER)?, headers.get(CACHE_SIGNATURE_HEADER)?);
     let answer = RegionalAnswer {
         status,
         x_cache: x_cache.as_deref(),
@@ -176,6 +178,8 @@ pub async fn handle(
         matched_key: matched_key.as_deref(),
         cache_control: cache_control.as_deref(),
         created_ms: created.as_deref().and_then(|v| v.trim().parse().ok()),
+        ttl_s: entry_ttl.as_deref().and_then(|v| v.trim().parse().ok()),
+        signature: signature.as_deref(),
         body: &bytes,
     };
     // Kept in the isolate's memory before answering, so that once a client has its answer the next
@@ -336,6 +340,11 @@ async fn fill_after_stream(job: Job, ended: futures::channel::oneshot::Receiver<
     ) else {
         return;
     };
+    let (Ok(entry_ttl), Ok(signature)) =
+        (headers.get(CACHE_ENTRY_TTL_HEADER), headers.get(CACHE_SIGNATURE_HEADER))
+    else {
+        return;
+    };
     if !x_cache.as_deref().is_some_and(|v| v.trim().to_ascii_uppercase().starts_with("HIT-")) {
         if response.status_code() == 200 {
             worker::console_warn!(
@@ -353,6 +362,8 @@ async fn fill_after_stream(job: Job, ended: futures::channel::oneshot::Receiver<
         matched_key: matched_key.as_deref(),
         cache_control: cache_control.as_deref(),
         created_ms: created.as_deref().and_then(|v| v.trim().parse().ok()),
+        ttl_s: entry_ttl.as_deref().and_then(|v| v.trim().parse().ok()),
+        signature: signature.as_deref(),
         body: &bytes,
     };
     let fill = fill::entry_from_answer(&job.target(Clock::now_ms()), &answer);

@@ -14,11 +14,13 @@
 //! | `REGIONAL_TIMEOUT_MS` | var | How long a regional node may take to answer (headers) before the next is tried (default 30000). |
 //! | `CHANGES_REFRESH_MS` | var | Milliseconds between pulls of the core's changes per isolate, after a response (default 100). |
 //! | `CHANGES_BOUND_MS` | var | Staleness bound: no cached answer is served unless the isolate's view of the core's changes was confirmed this recently; an older view is pulled first (default 1000). |
+//! | `ANSWER_PUBLIC_KEY` | var | The core's answer-signing public key (64 hex digits, `answer-signing.pub` of `mesh certs`): when set, the edge keeps only answers the core signed, from the hot set and from fills. |
 //! | `HOTSET` | KV binding | Optional: the last hot set, so a cold isolate starts warm.          |
 //!
 //! Parsing is pure (a lookup function in, a [`Config`] out) so it is tested natively; `lib.rs` feeds it
 //! from the worker's `Env`.
 
+use shared::answer_signature::AnswerVerifier;
 use shared::auth::TenantKeys;
 use shared::content_class::SemanticThresholds;
 use shared::models::{ModelTable, DEFAULT_MODELS};
@@ -75,6 +77,8 @@ pub struct Config {
     pub changes_refresh_ms: u64,
     /// Oldest view of the core's changes that cached answers are served under, in milliseconds.
     pub changes_bound_ms: u64,
+    /// Checks the core's signature on answers kept here; `None` keeps unsigned answers too.
+    pub answer_verifier: Option<AnswerVerifier>,
 }
 
 impl std::fmt::Debug for Config {
@@ -91,6 +95,7 @@ impl std::fmt::Debug for Config {
             .field("regional_timeout_ms", &self.regional_timeout_ms)
             .field("changes_refresh_ms", &self.changes_refresh_ms)
             .field("changes_bound_ms", &self.changes_bound_ms)
+            .field("answer_verifier", &self.answer_verifier.is_some())
             .finish()
     }
 }
@@ -128,6 +133,10 @@ impl Config {
             total: number("HOTSET_MAX_ENTRIES", DEFAULT_HOTSET_MAX_ENTRIES as u64)? as usize,
             per_tenant: number("HOTSET_PER_TENANT", DEFAULT_HOTSET_PER_TENANT as u64)? as usize,
         };
+        let answer_verifier = lookup("ANSWER_PUBLIC_KEY")
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| AnswerVerifier::from_hex(&v).map_err(|e| format!("ANSWER_PUBLIC_KEY: {e}")))
+            .transpose()?;
         Ok(Self {
             keys,
             tier_secret,
@@ -140,6 +149,7 @@ impl Config {
             regional_timeout_ms: number("REGIONAL_TIMEOUT_MS", DEFAULT_REGIONAL_TIMEOUT_MS)?,
             changes_refresh_ms: number("CHANGES_REFRESH_MS", DEFAULT_CHANGES_REFRESH_MS)?,
             changes_bound_ms: number("CHANGES_BOUND_MS", DEFAULT_CHANGES_BOUND_MS)?,
+            answer_verifier,
         })
     }
 }
@@ -224,6 +234,16 @@ mod tests {
         ])
         .expect("valid");
         assert_eq!((tuned.semantic, tuned.hotset_limits.per_tenant), (Some(DEFAULT_SEMANTIC_THRESHOLDS), 5));
+        assert!(config.answer_verifier.is_none(), "unsigned answers are kept unless a key is named");
+        let public = shared::answer_signature::AnswerSigner::from_seed([3; 32]).public_hex();
+        let verifying = parse(&[
+            ("API_KEYS", &keys),
+            ("TIER_SECRET", SECRET),
+            ("REGIONAL_URLS", "https://a"),
+            ("ANSWER_PUBLIC_KEY", &public),
+        ])
+        .expect("valid");
+        assert!(verifying.answer_verifier.is_some());
     }
 
     #[test]
@@ -244,6 +264,7 @@ mod tests {
             ("SEMANTIC_THRESHOLDS", "0.9"),
             ("HOTSET_REFRESH_S", "-1"),
             ("REGIONAL_TIMEOUT_MS", "soon"),
+            ("ANSWER_PUBLIC_KEY", "not-a-key"),
             ("API_KEYS", "dev:abc"),
             ("API_KEYS", " "),
         ];

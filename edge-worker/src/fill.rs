@@ -2,6 +2,7 @@
 //!
 //! Pure: the caller reads the regional response's status, headers and body and passes them in.
 
+use shared::answer_signature::{AnswerVerifier, SignatureError};
 use shared::cache_key::CacheKey;
 use shared::completion::CachedCompletion;
 use shared::openai::{ChatCompletion, Usage};
@@ -27,6 +28,10 @@ pub struct RegionalAnswer<'a> {
     /// `X-Cache-Created-Ms`: the answer's creation time at the core (the clock the core's invalidations
     /// are in); without it, the completion's `created` second is used.
     pub created_ms: Option<i64>,
+    /// `X-Cache-Ttl-S`: the answer's time to live as the core committed and signed it.
+    pub ttl_s: Option<u64>,
+    /// `X-Cache-Signature`: the core's signature over the answer ([`shared::answer_signature`]).
+    pub signature: Option<&'a str>,
     /// The JSON body of a non-streamed completion.
     pub body: &'a [u8],
 }
@@ -44,6 +49,8 @@ pub struct FillTarget<'a> {
     pub default_ttl_s: u64,
     /// Current Unix time in milliseconds.
     pub now_ms: i64,
+    /// `ANSWER_PUBLIC_KEY`: when set, only answers the core signed are kept.
+    pub verifier: Option<&'a AnswerVerifier>,
 }
 
 /// Why an answer is not stored at the edge.
@@ -69,6 +76,9 @@ pub enum Skip {
     /// `Cache-Control` forbids keeping it.
     #[error("cache-control forbids storing")]
     DoNotStore,
+    /// The edge verifies answers and this one does not carry the core's signature over what it says.
+    #[error("not signed by the core: {0}")]
+    Unsigned(SignatureError),
     /// The body is not a chat or text completion with one choice.
     #[error("body is not a completion of one choice: {0}")]
     Body(String),
@@ -104,6 +114,10 @@ pub struct Fill {
 /// core's invalidations in the core's clock;
 /// `ttl_s` is stretched by the answer's age so that the entry expires when the regional `max-age` (or
 /// `CACHE_TTL_S`, counted from now) runs out.
+///
+/// With a verifier, the answer as the core committed it (its signed TTL from `X-Cache-Ttl-S`) must carry
+/// the core's signature (`X-Cache-Signature`); the entry kept is the edge's own, its signature dropped
+/// (its TTL is the edge's).
 pub fn entry_from_answer(target: &FillTarget<'_>, answer: &RegionalAnswer<'_>) -> Result<Fill, Skip> {
     if target.default_ttl_s == 0 {
         return Err(Skip::Disabled);
@@ -153,7 +167,16 @@ pub fn entry_from_answer(target: &FillTarget<'_>, answer: &RegionalAnswer<'_>) -
         created_ms,
         ttl_s: lifetime_s.saturating_add(age_s),
         question: None,
+        signature: String::new(),
     };
+    if let Some(verifier) = target.verifier {
+        let as_signed = CachedCompletion {
+            ttl_s: answer.ttl_s.unwrap_or(entry.ttl_s),
+            signature: answer.signature.unwrap_or_default().trim().to_owned(),
+            ..entry.clone()
+        };
+        verifier.verify(&as_signed).map_err(Skip::Unsigned)?;
+    }
     Ok(Fill { under: target.key.to_string(), entry })
 }
 
@@ -225,6 +248,8 @@ mod tests {
             matched_key: None,
             cache_control: None,
             created_ms: None,
+            ttl_s: None,
+            signature: None,
             body: body.as_bytes(),
         }
     }
@@ -232,8 +257,14 @@ mod tests {
     #[test]
     fn builds_an_entry_that_renders_the_same_completion() {
         let key = key();
-        let target =
-            FillTarget { key: &key, tenant: "dev", model_version: 3, default_ttl_s: 600, now_ms: 1_010_500 };
+        let target = FillTarget {
+            key: &key,
+            tenant: "dev",
+            model_version: 3,
+            default_ttl_s: 600,
+            now_ms: 1_010_500,
+            verifier: None,
+        };
         let fill = entry_from_answer(&target, &answer(BODY)).expect("cacheable");
         assert_eq!(fill.under, fill.entry.key, "an exact answer is kept under its own key");
         let entry = fill.entry;
@@ -272,8 +303,14 @@ mod tests {
     #[test]
     fn a_regional_semantic_hit_is_kept_under_the_request_key_as_the_matched_entry() {
         let key = key();
-        let target =
-            FillTarget { key: &key, tenant: "dev", model_version: 3, default_ttl_s: 600, now_ms: 1_000_000 };
+        let target = FillTarget {
+            key: &key,
+            tenant: "dev",
+            model_version: 3,
+            default_ttl_s: 600,
+            now_ms: 1_000_000,
+            verifier: None,
+        };
         let semantic = RegionalAnswer {
             x_cache: Some(SEMANTIC_SOURCE),
             cache_key: Some(key.as_str()),
@@ -287,10 +324,69 @@ mod tests {
     }
 
     #[test]
+    fn a_verifying_edge_keeps_only_what_the_core_signed() {
+        use shared::answer_signature::AnswerSigner;
+        let key = key();
+        let signer = AnswerSigner::from_seed([9; 32]);
+        let verifier = signer.verifier();
+        let target = FillTarget {
+            key: &key,
+            tenant: "dev",
+            model_version: 3,
+            default_ttl_s: 600,
+            now_ms: 1_010_500,
+            verifier: Some(&verifier),
+        };
+        // The answer as the core committed it, rendered by the regional node as BODY.
+        let mut committed = CachedCompletion {
+            key: key.to_string(),
+            tenant: "dev".into(),
+            model: "smollm2-135m-instruct".into(),
+            model_version: 3,
+            content: "Hello!".into(),
+            finish_reason: "stop".into(),
+            prompt_tokens: 5,
+            completion_tokens: 2,
+            etag: "\"e1\"".into(),
+            created_ms: 1_000_250,
+            ttl_s: 3_600,
+            question: None,
+            signature: String::new(),
+        };
+        signer.sign(&mut committed);
+        let signed = RegionalAnswer {
+            created_ms: Some(1_000_250),
+            ttl_s: Some(3_600),
+            signature: Some(&committed.signature),
+            cache_control: Some("max-age=60"),
+            ..answer(BODY)
+        };
+        let fill = entry_from_answer(&target, &signed).expect("signed by the core");
+        assert_eq!(fill.entry.ttl_s, 70, "the edge's own lifetime");
+        let unsigned = RegionalAnswer { signature: None, ..signed.clone() };
+        let redated = RegionalAnswer { created_ms: Some(2_000_000), ..signed.clone() };
+        let longer = RegionalAnswer { ttl_s: Some(0), ..signed.clone() };
+        let forged = signed.clone();
+        let other_body = BODY.replace("Hello!", "Goodbye");
+        let forged = RegionalAnswer { body: other_body.as_bytes(), ..forged };
+        for (answer, why) in
+            [(unsigned, "unsigned"), (redated, "re-dated"), (longer, "ttl"), (forged, "content")]
+        {
+            assert!(matches!(entry_from_answer(&target, &answer), Err(Skip::Unsigned(_))), "{why}");
+        }
+    }
+
+    #[test]
     fn refuses_what_must_not_be_kept() {
         let key = key();
-        let target =
-            FillTarget { key: &key, tenant: "dev", model_version: 3, default_ttl_s: 600, now_ms: 1_000_000 };
+        let target = FillTarget {
+            key: &key,
+            tenant: "dev",
+            model_version: 3,
+            default_ttl_s: 600,
+            now_ms: 1_000_000,
+            verifier: None,
+        };
         let two_choices = BODY.replace(
             r#""choices":[{"#,
             r#""choices":[{"index":1,"message":{"role":"assistant","content":"x"},"finish_reason":"stop"},{"#,

@@ -171,7 +171,13 @@ async fn pull(config: &Config, path: &str) -> Result<WireHotSet, String> {
     serde_json::from_slice(&bytes).map_err(|e| format!("unreadable hot set: {e}"))
 }
 
-fn apply(config: &Config, set: WireHotSet, embedder: Option<&SmallEmbedder>, dims: usize) {
+fn apply(config: &Config, mut set: WireHotSet, embedder: Option<&SmallEmbedder>, dims: usize) {
+    if let Some(verifier) = &config.answer_verifier {
+        let refused = crate::hot_set::drop_unsigned(&mut set, verifier);
+        if refused > 0 {
+            worker::console_warn!("hot set: refused {refused} entries without the core's signature");
+        }
+    }
     STATE.with(|state| {
         let mut state = state.borrow_mut();
         let held = state.set.get_or_insert_with(|| IsolateHotSet::new(config.hotset_limits, dims));

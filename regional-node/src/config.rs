@@ -1,5 +1,6 @@
 //! Configuration of the regional daemon: command-line flags, each with an environment variable.
 
+use shared::answer_signature::AnswerVerifier;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -57,6 +58,11 @@ pub struct RegionalConfig {
     /// This node's identity: mutual TLS files, or the insecure development secret.
     #[command(flatten)]
     pub identity: IdentityArgs,
+    /// The core's answer-signing public key (64 hex digits; `mesh certs` writes `answer-signing.pub`):
+    /// answers replicated from peers are merged only when the core signed them, so a peer can relay an
+    /// answer but never plant, alter or re-date one. Without it peers' answers are taken unchecked.
+    #[arg(long, env = "MESH_ANSWER_PUBLIC_KEY")]
+    pub answer_public_key: Option<PathBuf>,
     /// Directory of the sled store that keeps the exact cache across restarts; without it the cache
     /// starts empty.
     #[arg(long, env = "MESH_REGIONAL_DATA_DIR")]
@@ -200,6 +206,8 @@ pub struct Settings {
     pub identity: TierIdentity,
     /// How long answers of each content class are cached.
     pub ttl: TtlPolicy,
+    /// Checks the core's signature on peers' answers (`--answer-public-key`).
+    pub answer_verifier: Option<AnswerVerifier>,
 }
 
 impl RegionalConfig {
@@ -241,7 +249,13 @@ impl RegionalConfig {
             return Err(RegionalError::Config("--anti-entropy-interval-ms must be positive".into()));
         }
         let ttl = self.ttl_policy();
-        Ok(Settings { config: self, tenants, models, identity, ttl })
+        let answer_verifier = self
+            .answer_public_key
+            .as_deref()
+            .map(daemon_runtime::identity::load_answer_verifier)
+            .transpose()
+            .map_err(|e| RegionalError::Config(format!("--answer-public-key: {e}")))?;
+        Ok(Settings { config: self, tenants, models, identity, ttl, answer_verifier })
     }
 
     /// The similarity threshold of each content class, from the `--semantic-threshold-*` flags.

@@ -198,6 +198,7 @@ fn replication_settings(settings: &Settings) -> Result<ReplicationSettings, Regi
         identity: settings.identity.clone(),
         // A tenant's replicated answers are bounded as its share of the exact cache is.
         tenant_bytes: (config.cache_bytes as f64 * config.tenant_cache_share) as usize,
+        answer_verifier: settings.answer_verifier.clone(),
     })
 }
 

@@ -42,6 +42,10 @@ pub struct CachedCompletion {
     /// regional node attaches it; the hot set needs it for the edge's semantic tier).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub question: Option<AnsweredQuestion>,
+    /// The core's Ed25519 signature over the answer's signed fields, as hex
+    /// ([`crate::answer_signature`]); empty when the core that made it signs nothing.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub signature: String,
 }
 
 /// The last user turn an entry answers, within its partition ([`crate::cache_key::SemanticQuery`]).
@@ -101,6 +105,7 @@ impl CachedCompletion {
             + self.finish_reason.len()
             + self.etag.len()
             + self.question.as_ref().map_or(0, |q| q.partition.len() + q.text.len())
+            + self.signature.len()
     }
 
     /// The entry as a non-streamed chat completion of `copies` choices (a greedy request's `n`: every
@@ -344,6 +349,7 @@ impl CachedCompletion {
             created_ms: 0,
             ttl_s: 0,
             question: None,
+            signature: String::new(),
         }
     }
 }

@@ -16,6 +16,7 @@
 //! - [`hot_set`]: the hot set a regional node serves to the edge (versioned snapshots and deltas).
 //! - [`changes`]: the core's change feed (invalidations, model versions, tenant settings) by revision.
 //! - [`cutoffs`]: that feed as cutoff times every cache layer checks before it serves or keeps an entry.
+//! - [`answer_signature`]: the core's Ed25519 signature over an answer, and its check at every tier.
 //! - [`auth`]: API-key hashing, the tenant key table, constant-time comparison of secrets.
 //! - [`server_timing`]: the `Server-Timing` header each tier adds to.
 //! - [`trace`]: the W3C `traceparent` that follows a request from the edge to the pod.
@@ -27,6 +28,7 @@
 //! Architecture invariant: this crate does no I/O and depends on no async runtime; it builds for
 //! `wasm32-unknown-unknown`.
 
+pub mod answer_signature;
 pub mod auth;
 pub mod cache_key;
 pub mod changes;
@@ -76,5 +78,11 @@ pub const MODEL_FALLBACK_HEADER: &str = "x-model-fallback";
 /// Header with a cached answer's creation time at the core (Unix milliseconds, the core's log time), which
 /// the edge compares with the core's invalidations.
 pub const CACHE_CREATED_HEADER: &str = "x-cache-created-ms";
+/// Header with a cached answer's time to live as the core committed it (seconds; 0: none), one of the
+/// fields its signature covers.
+pub const CACHE_ENTRY_TTL_HEADER: &str = "x-cache-entry-ttl-s";
+/// Header with the core's signature over a cached answer ([`answer_signature`]), so the edge can keep
+/// only answers the core made.
+pub const CACHE_SIGNATURE_HEADER: &str = "x-cache-signature";
 /// Largest request body any tier accepts.
 pub const MAX_REQUEST_BYTES: usize = 256 * 1024;

@@ -109,8 +109,42 @@ impl NodeCert {
     }
 }
 
-/// The certificates of a mesh: the CA and one per node, written to `dir`; `nodes` pairs each node's
-/// name with its role. Returns the CA and each node's files, in the order given.
+/// The cluster's answer-signing key files in `dir` ([`shared::answer_signature`]): the core nodes'
+/// private seed and the public key regional nodes and the edge check answers with.
+#[derive(Clone, Debug)]
+pub struct AnswerKeyFiles {
+    /// `answer-signing.key` (owner-only).
+    pub private: PathBuf,
+    /// `answer-signing.pub`.
+    pub public: PathBuf,
+}
+
+impl AnswerKeyFiles {
+    /// The files' places in `dir`.
+    pub fn in_dir(dir: &Path) -> Self {
+        Self { private: dir.join("answer-signing.key"), public: dir.join("answer-signing.pub") }
+    }
+
+    /// A fresh key pair from the operating system's randomness, written to the files.
+    pub fn generate(dir: &Path) -> anyhow::Result<Self> {
+        let mut seed = [0u8; 32];
+        std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut seed)?;
+        let signer = shared::answer_signature::AnswerSigner::from_seed(seed);
+        let files = Self::in_dir(dir);
+        write_private(&files.private, &format!("{}\n", signer.seed_hex()))?;
+        std::fs::write(&files.public, format!("{}\n", signer.public_hex()))?;
+        Ok(files)
+    }
+
+    /// The public key as hex (the edge's `ANSWER_PUBLIC_KEY`).
+    pub fn public_hex(&self) -> anyhow::Result<String> {
+        Ok(std::fs::read_to_string(&self.public)?.trim().to_owned())
+    }
+}
+
+/// The certificates of a mesh: the CA and one per node, written to `dir`, and the cluster's
+/// answer-signing key beside them; `nodes` pairs each node's name with its role. Returns the CA and each
+/// node's files, in the order given.
 #[allow(clippy::type_complexity)]
 pub fn write_mesh_certs(
     dir: &Path,
@@ -118,6 +152,7 @@ pub fn write_mesh_certs(
 ) -> anyhow::Result<(DevCa, Vec<(String, TlsFiles)>)> {
     let ca = DevCa::new("llm-cache-mesh development CA")?;
     ca.write(dir)?;
+    AnswerKeyFiles::generate(dir)?;
     let files = nodes
         .iter()
         .map(|(name, role)| {
@@ -136,6 +171,11 @@ pub fn env(files: &TlsFiles) -> [(&'static str, PathBuf); 3] {
         ("MESH_TLS_CERT", files.cert.clone()),
         ("MESH_TLS_KEY", files.key.clone()),
     ]
+}
+
+/// The answer-signing key files beside `files`' CA.
+pub fn answer_keys(files: &TlsFiles) -> AnswerKeyFiles {
+    AnswerKeyFiles::in_dir(files.ca.parent().unwrap_or(Path::new(".")))
 }
 
 fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {

@@ -506,6 +506,7 @@ pub fn entry(tenant: &str, name: &str, content: &str) -> CachedCompletion {
         created_ms,
         ttl_s: 0,
         question: None,
+        signature: String::new(),
     }
 }
 

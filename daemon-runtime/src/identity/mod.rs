@@ -12,6 +12,7 @@
 //! runtime cannot present a client certificate (a deployed edge presents one through its
 //! `mtls_certificates` binding).
 
+mod answer_keys;
 mod role;
 mod tls;
 
@@ -22,6 +23,7 @@ use tonic::service::Interceptor;
 use tonic::transport::Endpoint;
 use tonic::{Request, Status};
 
+pub use answer_keys::{load_answer_signer, load_answer_verifier};
 pub use role::{TierRole, ROLE_DOMAIN};
 pub use tls::{role_of, ClientAuth, TlsFiles, TlsMaterial};
 
@@ -61,6 +63,14 @@ pub enum IdentityError {
     /// A certificate or key is malformed or unusable.
     #[error("TLS: {0}")]
     Tls(String),
+    /// An answer-signing key file is malformed.
+    #[error("{path}: {source}")]
+    AnswerKey {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        source: shared::answer_signature::SignatureError,
+    },
     /// The insecure secret is unusable.
     #[error(transparent)]
     Secret(#[from] CredentialError),

@@ -147,7 +147,7 @@ fn read(path: &Path) -> Result<Vec<u8>, IdentityError> {
 }
 
 /// A key file its group or others may read is refused, as ssh refuses one.
-fn refuse_shared_key(path: &Path) -> Result<(), IdentityError> {
+pub(super) fn refuse_shared_key(path: &Path) -> Result<(), IdentityError> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt as _;

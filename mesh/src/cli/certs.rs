@@ -7,7 +7,9 @@ use anyhow::Context as _;
 /// What `mesh certs` makes.
 #[derive(Debug, clap::Args)]
 pub struct CertsArgs {
-    /// Where `ca.pem`, `ca.key` and each node's `<name>.pem` and `<name>.key` go.
+    /// Where `ca.pem`, `ca.key`, each node's `<name>.pem` and `<name>.key`, and the cluster's
+    /// answer-signing key (`answer-signing.key` for the core nodes, `answer-signing.pub` for regional
+    /// nodes and the edge) go.
     #[arg(long, default_value = ".cache/mesh/certs")]
     pub dir: PathBuf,
     /// The nodes, as `name=role` (roles: edge, regional, core, pod, admin), comma-separated.
@@ -39,5 +41,12 @@ pub fn run(args: &CertsArgs) -> anyhow::Result<()> {
             files.key.display()
         );
     }
+    let answer_keys = mesh_harness::certs::AnswerKeyFiles::in_dir(&args.dir);
+    println!(
+        "core nodes: --answer-signing-key {}\nregional nodes: --answer-public-key {}\nedge: ANSWER_PUBLIC_KEY={}",
+        answer_keys.private.display(),
+        answer_keys.public.display(),
+        answer_keys.public_hex()?
+    );
     Ok(())
 }

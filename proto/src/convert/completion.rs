@@ -19,6 +19,7 @@ impl From<CachedCompletion> for WireCompletion {
             ttl_s: e.ttl_s,
             question_partition: e.question.as_ref().map(|q| q.partition.clone()).unwrap_or_default(),
             question: e.question.map(|q| q.text).unwrap_or_default(),
+            signature: e.signature,
         }
     }
 }
@@ -39,6 +40,7 @@ impl From<WireCompletion> for CachedCompletion {
             ttl_s: e.ttl_s,
             question: (!e.question_partition.is_empty())
                 .then_some(AnsweredQuestion { partition: e.question_partition, text: e.question }),
+            signature: e.signature,
         }
     }
 }
@@ -62,6 +64,7 @@ mod tests {
             created_ms: 1_700_000_000_000,
             ttl_s: 60,
             question: None,
+            signature: "ab".repeat(64),
         };
         assert_eq!(CachedCompletion::from(WireCompletion::from(entry.clone())), entry);
         let asked = AnsweredQuestion { partition: "p1:ab".into(), text: "What is 2 + 2?".into() };

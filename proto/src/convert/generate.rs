@@ -146,6 +146,7 @@ impl GeneratedEntry {
             created_ms: self.created_ms,
             ttl_s: self.ttl_s,
             question: None,
+            signature: String::new(),
         }
     }
 }

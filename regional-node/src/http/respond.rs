@@ -19,7 +19,8 @@ pub const EVENT_STREAM: &str = "text/event-stream";
 /// left of the entry's own life (it may have been stored under another policy, or capped by the tenant's).
 /// An answer that must not be stored (realtime, sampled, or asked `no-store`) says `no-store`, so that
 /// neither the edge nor the client keeps it. `X-Cache-Created-Ms` is the entry's creation time at the
-/// core, which the edge compares with the core's invalidations.
+/// core, which the edge compares with the core's invalidations; with `X-Cache-Entry-Ttl-S` and
+/// `X-Cache-Signature` the edge can check the core's signature over the answer.
 pub fn cache_headers(
     x_cache: &'static str,
     key: &str,
@@ -43,6 +44,11 @@ pub fn cache_headers(
             HeaderName::from_static(shared::CACHE_CREATED_HEADER),
             HeaderValue::from(entry.created_ms),
         );
+        headers
+            .insert(HeaderName::from_static(shared::CACHE_ENTRY_TTL_HEADER), HeaderValue::from(entry.ttl_s));
+        if !entry.signature.is_empty() {
+            insert(&mut headers, HeaderName::from_static(shared::CACHE_SIGNATURE_HEADER), &entry.signature);
+        }
     }
     if !store {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));

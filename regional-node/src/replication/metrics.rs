@@ -1,8 +1,24 @@
 //! Counters of replication, rendered with the daemon's other metrics.
 
-use shared::metrics::{Counter, MetricsText};
+use shared::metrics::{Counter, Family, MetricsText};
 
 use super::store::ReplicaStats;
+
+shared::label_values! {
+    /// Why a peer's record was refused ([`super::wire::Refused`]).
+    pub enum RefusedReason("reason") {
+        /// A version without a value.
+        Empty = "empty",
+        /// An answer filed under another key.
+        Misfiled = "misfiled",
+        /// An answer without the core's signature over what it says.
+        Unsigned = "unsigned",
+        /// An answer dated ahead of this node's clock.
+        Future = "future",
+        /// A clock counter out of range.
+        DotRange = "dot_range",
+    }
+}
 
 /// What replication did since the start.
 #[derive(Debug, Default)]
@@ -27,6 +43,8 @@ pub struct ReplicationMetrics {
     pub tombstones_collected: Counter,
     /// Records dropped because every answer in them expired.
     pub records_expired: Counter,
+    /// Records from peers refused, by reason.
+    pub refused: Family<RefusedReason, Counter>,
 }
 
 impl ReplicationMetrics {
@@ -50,6 +68,12 @@ impl ReplicationMetrics {
             "Records from peers already held or stale.",
             &r,
             &self.records_ignored,
+        )
+        .family(
+            "mesh_regional_replication_refused_total",
+            "Records from peers refused: unsigned or forged answers, future dates, clock counters out of range.",
+            &r,
+            &self.refused,
         )
         .counter(
             "mesh_regional_replication_over_budget_total",

@@ -84,6 +84,8 @@ pub struct ReplicationSettings {
     /// Bytes of live answers one tenant may have replicated here: past them its new keys are neither
     /// replicated from here nor accepted from peers (keys it has keep being updated).
     pub tenant_bytes: usize,
+    /// The core's answer key: when set, a peer's answer is merged only if the core signed it.
+    pub answer_verifier: Option<shared::answer_signature::AnswerVerifier>,
 }
 
 /// What a peer link reports for the status route.
@@ -186,17 +188,26 @@ impl Replication {
         let _ = self.changes.send(key.to_owned());
     }
 
-    /// Merges a record from a peer and applies it when it changed anything; false when it did not parse.
-    pub fn merge_remote(&self, wire: proto::replication::Record, applier: &dyn Applier) -> bool {
-        let Some((key, record)) = wire::from_wire(wire) else { return false };
+    /// Merges a record from a peer and applies it when it changed anything; the reason when it is
+    /// refused (counted by reason).
+    pub fn merge_remote(
+        &self,
+        wire: proto::replication::Record,
+        applier: &dyn Applier,
+    ) -> Result<(), wire::Refused> {
+        let checks =
+            wire::Checks { verifier: self.settings.answer_verifier.as_ref(), now_ms: crate::clock::now_ms() };
+        let (key, record) = wire::from_wire(wire, checks).inspect_err(|refused| {
+            self.metrics.refused.get(refused.label()).inc();
+        })?;
         if let Some(answer) = live_answer(&record) {
             if !applier.admits(answer) {
                 self.metrics.records_ignored.inc();
-                return true;
+                return Ok(());
             }
             if !self.store.contains(&key) && self.over_budget(&answer.tenant, answer.size_bytes()) {
                 self.metrics.over_budget.inc();
-                return true;
+                return Ok(());
             }
         }
         match self.store.merge(&key, &record, &|answer| applier.admits(answer)) {
@@ -206,7 +217,7 @@ impl Replication {
             }
             None => self.metrics.records_ignored.inc(),
         }
-        true
+        Ok(())
     }
 
     /// Whether `size` more bytes of `tenant` would take it past its budget.
@@ -293,6 +304,7 @@ mod offer_tests {
             identity: daemon_runtime::TierIdentity::insecure_secret("a-development-secret-of-32-bytes!")
                 .expect("credential"),
             tenant_bytes,
+            answer_verifier: None,
         };
         Arc::new(Replication::new(settings, None).expect("replication"))
     }
@@ -357,11 +369,11 @@ mod offer_tests {
         // The same from a peer: a new key of the flooding tenant is not taken, another tenant's is.
         let mut peer = Record::default();
         peer.write_at("peer", 1, Value::Live(of("flood", "from-peer")));
-        assert!(replication.merge_remote(wire::to_wire("from-peer", &peer), &Admit));
+        assert!(replication.merge_remote(wire::to_wire("from-peer", &peer), &Admit).is_ok());
         assert!(replication.store().get("from-peer").is_none());
         let mut quiet = Record::default();
         quiet.write_at("peer", 1, Value::Live(of("quiet", "quiet-key")));
-        assert!(replication.merge_remote(wire::to_wire("quiet-key", &quiet), &Admit));
+        assert!(replication.merge_remote(wire::to_wire("quiet-key", &quiet), &Admit).is_ok());
         assert!(replication.store().get("quiet-key").is_some());
         assert_eq!(replication.store().tenant_bytes("quiet"), of("quiet", "quiet-key").size_bytes());
     }

@@ -64,6 +64,7 @@ impl Node {
             identity: daemon_runtime::TierIdentity::insecure_secret("a-development-secret-of-32-bytes!")
                 .expect("credential"),
             tenant_bytes: usize::MAX,
+            answer_verifier: None,
         };
         Self {
             replication: Replication::new(settings, None).expect("replication"),
@@ -158,7 +159,7 @@ proptest! {
                 Step::Deliver { pick, to } => {
                     if !deltas.is_empty() {
                         let delta = pick.get(&deltas).clone();
-                        nodes[to].replication.merge_remote(delta, &nodes[to].view);
+                        nodes[to].replication.merge_remote(delta, &nodes[to].view).expect("a valid record");
                     }
                 }
                 Step::Feed { node } => nodes[node].deliver_feed(),
@@ -199,14 +200,14 @@ proptest! {
         }
         for delta in &deltas {
             for n in &nodes {
-                n.replication.merge_remote(delta.clone(), &n.view);
+                n.replication.merge_remote(delta.clone(), &n.view).expect("a valid record");
             }
         }
         for _ in 0..2 {
             for (x, y) in [(0, 1), (1, 2), (2, 0), (1, 0), (2, 1), (0, 2)] {
                 for key in KEYS {
                     if let Some(record) = nodes[x].replication.store().get(key) {
-                        nodes[y].replication.merge_remote(wire::to_wire(key, &record), &nodes[y].view);
+                        nodes[y].replication.merge_remote(wire::to_wire(key, &record), &nodes[y].view).expect("a valid record");
                     }
                 }
             }

@@ -32,6 +32,9 @@ pub struct Tombstone {
 }
 
 /// What one write put under a key.
+// Most values are answers: boxing them would add an allocation to nearly every record for the sake of
+// the few tombstones.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Value {
     /// A cached answer.
@@ -91,7 +94,7 @@ impl Record {
 
     /// A write of `value` by `actor` that supersedes every version held, taking the actor's next counter.
     pub fn write(&mut self, actor: &str, value: Value) {
-        let next = self.clock().get(&actor.to_owned()) + 1;
+        let next = self.clock().get(&actor.to_owned()).saturating_add(1);
         self.write_at(actor, next, value);
     }
 
@@ -100,7 +103,7 @@ impl Record {
     pub fn write_at(&mut self, actor: &str, counter: u64, value: Value) {
         let mut clock = self.clock();
         let held = clock.get(&actor.to_owned());
-        clock.dots.insert(actor.to_owned(), counter.max(held + 1));
+        clock.dots.insert(actor.to_owned(), counter.max(held.saturating_add(1)));
         self.versions = vec![Version { clock, value }];
     }
 

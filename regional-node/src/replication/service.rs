@@ -67,8 +67,9 @@ impl ReplicationRpc for ReplicationService {
                 }
                 replication.metrics.bytes_received.add(batch.encoded_len() as u64);
                 for record in batch.records {
-                    if !replication.merge_remote(record, applier.as_ref()) {
-                        tracing::warn!(from = %batch.from, "dropped a malformed record from a peer");
+                    let key = record.key.clone();
+                    if let Err(refused) = replication.merge_remote(record, applier.as_ref()) {
+                        tracing::warn!(from = %batch.from, %key, %refused, "refused a record from a peer");
                     }
                 }
                 // Acknowledge only what is on disk: a tombstone is collected once every peer has it.
@@ -142,6 +143,7 @@ mod tests {
             anti_entropy_interval: Duration::from_secs(5),
             identity: credential.clone(),
             tenant_bytes: usize::MAX,
+            answer_verifier: None,
         };
         let replication = Arc::new(Replication::new(settings, None).expect("replication"));
         (ReplicationService::new(replication, Arc::new(Ignore)), credential)

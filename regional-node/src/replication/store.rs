@@ -513,7 +513,7 @@ impl std::fmt::Debug for ReplicaStore {
 /// record's), and at least the wall clock in milliseconds, so that a node that lost its disk still writes
 /// above the dots it used before (a hybrid logical clock).
 fn next_counter(last: u64, in_record: u64, now_ms: i64) -> u64 {
-    (last.max(in_record) + 1).max(u64::try_from(now_ms).unwrap_or(0))
+    last.max(in_record).saturating_add(1).max(u64::try_from(now_ms).unwrap_or(0))
 }
 
 /// Reads the persisted records and counter into `inner`, deleting what does not parse.

@@ -33,9 +33,15 @@ impl Mesh {
         match self.certs.get(name) {
             Some(files) => {
                 command.envs(crate::certs::env(files));
+                // Core nodes sign the answers they hand out; regional nodes check peers' answers.
+                let answer_keys = crate::certs::answer_keys(files);
+                if name.starts_with("core") {
+                    command.env("MESH_ANSWER_SIGNING_KEY", &answer_keys.private);
+                }
                 // The edge (`wrangler dev`) presents no client certificate: it reaches the regional nodes
                 // by the secret, which they admit beside TLS only when told to.
                 if name.starts_with("regional") {
+                    command.env("MESH_ANSWER_PUBLIC_KEY", &answer_keys.public);
                     command.env("MESH_INSECURE_TIER_SECRET", &self.secret);
                     command.env("MESH_EDGE_SECRET_BESIDE_TLS", "true");
                 }

@@ -155,8 +155,11 @@ impl Mesh {
         let persist = self.spec.data_dir.join("edge");
         let mut command = crate::wrangler::dev_command(self.ports.edge, self.ports.edge_inspector, &persist)?;
         if let Some(files) = self.certs.get("edge") {
-            // The local Workers runtime trusts the mesh CA for the regional nodes' https:// URLs.
+            // The local Workers runtime trusts the mesh CA for the regional nodes' https:// URLs, and the
+            // edge keeps only answers the core signed.
             command.env("NODE_EXTRA_CA_CERTS", &files.ca);
+            let public = crate::certs::answer_keys(files).public_hex()?;
+            command.arg("--var").arg(format!("ANSWER_PUBLIC_KEY:{public}"));
         }
         command
             .arg("--env-file")

@@ -121,5 +121,6 @@ fn entry(spec: &LoadSpec, key: String) -> CachedCompletion {
         created_ms: 0,
         ttl_s: spec.entry_ttl_s,
         question: None,
+        signature: String::new(),
     }
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use shared::answer_signature::AnswerSigner;
 use shared::models::{ModelRef, ModelTable};
 
 use super::backends::settings::parse_fallback;
@@ -92,6 +93,11 @@ pub struct NodeArgs {
     /// This node's identity: mutual TLS files, or the insecure development secret.
     #[command(flatten)]
     pub identity: IdentityArgs,
+    /// The cluster's answer-signing key (64 hex digits of Ed25519 seed, owner-only; `mesh certs` writes
+    /// `answer-signing.key`): every answer this node hands out carries its signature, which regional
+    /// nodes and the edge check against `answer-signing.pub`. Every core node needs the same key.
+    #[arg(long, env = "MESH_ANSWER_SIGNING_KEY")]
+    pub answer_signing_key: Option<PathBuf>,
     /// Raft heartbeat interval in milliseconds.
     #[arg(long, env = "MESH_CORE_HEARTBEAT_MS", default_value_t = RaftTuning::default().heartbeat_ms)]
     pub heartbeat_ms: u64,
@@ -157,6 +163,11 @@ impl NodeArgs {
                 .map_err(|e| CoreError::Config(format!("--fallback-models: {e}")))?,
             bootstrap: self.bootstrap,
             identity: self.identity.load()?,
+            answer_signer: self
+                .answer_signing_key
+                .as_deref()
+                .map(daemon_runtime::identity::load_answer_signer)
+                .transpose()?,
             raft: RaftTuning {
                 heartbeat_ms: self.heartbeat_ms,
                 election_timeout_min_ms: self.election_timeout_min_ms,
@@ -215,6 +226,8 @@ pub struct NodeConfig {
     pub bootstrap: bool,
     /// The secret every gRPC call between tiers carries.
     pub identity: TierIdentity,
+    /// Signs every answer this node hands out; `None` signs nothing.
+    pub answer_signer: Option<AnswerSigner>,
     /// Raft timing and snapshot policy.
     pub raft: RaftTuning,
     /// How long a write may wait for a leader and a quorum.

@@ -17,6 +17,8 @@ use crate::node::raft::peers::PeerChannels;
 use crate::node::raft::read_barrier::ReadBarrier;
 use crate::node::writes::writer::Writer;
 use daemon_runtime::TierIdentity;
+use shared::answer_signature::AnswerSigner;
+use shared::completion::CachedCompletion;
 
 /// Longest time since a leader confirmed this node's state for it to serve cached answers.
 pub const SERVING_STALENESS_MS: u64 = 5_000;
@@ -49,6 +51,8 @@ pub struct NodeContext {
     pub contact: Arc<LeaderContact>,
     /// The node's metrics.
     pub metrics: Arc<Metrics>,
+    /// Signs the answers this node hands out (`--answer-signing-key`); `None` signs nothing.
+    pub answer_signer: Option<AnswerSigner>,
 }
 
 /// The node's Raft status, as `/healthz` reports it.
@@ -69,6 +73,14 @@ pub struct Health {
 }
 
 impl NodeContext {
+    /// `entry` as handed out: signed with the cluster's answer key, when this node has it.
+    pub fn signed(&self, mut entry: CachedCompletion) -> CachedCompletion {
+        if let Some(signer) = &self.answer_signer {
+            signer.sign(&mut entry);
+        }
+        entry
+    }
+
     /// The node's current Raft status.
     pub fn health(&self) -> Health {
         let metrics = self.raft.metrics();

@@ -41,6 +41,8 @@ pub fn write_request(request: pb::WriteRequest) -> Result<Request, CoreError> {
             if entry.etag.is_empty() {
                 entry.etag = CachedCompletion::etag_of(&entry.content, &entry.finish_reason);
             }
+            // Only the core signs; what a caller sends as a signature is not kept.
+            entry.signature.clear();
             Command::Put { entry, content_class: put.content_class, prompt: None }
         }
         Pb::Invalidate(inv) => {

@@ -136,6 +136,7 @@ pub async fn run(
         read_barrier: ReadBarrier::from_start(start_last_log),
         contact: contact.clone(),
         metrics: metrics.clone(),
+        answer_signer: config.answer_signer.clone(),
     });
     let snapshots = snapshot_trigger::run(
         config.id,

@@ -45,6 +45,7 @@ impl CoreTarget {
             created_ms: 0,
             ttl_s: 0,
             question: None,
+            signature: String::new(),
         }
     }
 }

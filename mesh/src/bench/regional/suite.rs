@@ -276,6 +276,7 @@ fn replication_phase(mesh: &Mesh, options: &RegionalBenchOptions) -> anyhow::Res
                 created_ms: now,
                 ttl_s: 0,
                 question: None,
+                signature: String::new(),
             }
         })
         .collect();

@@ -3,6 +3,11 @@
 //! regional node from `--concurrency` clients on persistent connections, the two meshes taking turns
 //! in short rounds so that neither gets the quieter moments; then misses through the edge (a question
 //! never asked, one generated token), alternating between the meshes.
+//!
+//! The TLS mesh also signs answers at the core and checks them at the regional nodes (peers' answers)
+//! and the edge (fills and the hot set). Those checks run where answers enter a tier, not on its hits;
+//! what one costs is measured in process: signing and verifying a 1 KiB answer, against the TLS mesh's
+//! own exact-hit p50 (goal: a check under 5% of a hit).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,6 +44,46 @@ pub struct TlsBenchOptions {
     /// process's [`crate::stop::flag`].
     #[arg(skip = crate::stop::flag())]
     pub stop: &'static AtomicBool,
+}
+
+/// Answers signed and verified to time each.
+const SIGNATURE_ROUNDS: u32 = 2_000;
+
+/// Microseconds to sign and to verify one 1 KiB answer (medians of [`SIGNATURE_ROUNDS`]).
+fn signature_costs() -> anyhow::Result<(f64, f64)> {
+    use shared::answer_signature::AnswerSigner;
+    let signer = AnswerSigner::from_seed(*b"mesh bench tls: answer signing!!");
+    let verifier = signer.verifier();
+    let content = "An answer of about one kibibyte. ".repeat(32);
+    let mut entry = shared::completion::CachedCompletion {
+        key: format!("v1:{}", "ab".repeat(32)),
+        tenant: "bench".into(),
+        model: "smollm2-135m-instruct".into(),
+        model_version: 1,
+        etag: shared::completion::CachedCompletion::etag_of(&content, "stop"),
+        content,
+        finish_reason: "stop".into(),
+        prompt_tokens: 40,
+        completion_tokens: 240,
+        created_ms: 1_800_000_000_000,
+        ttl_s: 86_400,
+        question: None,
+        signature: String::new(),
+    };
+    let (mut sign, mut verify) = (Vec::new(), Vec::new());
+    for i in 0..SIGNATURE_ROUNDS {
+        entry.created_ms += i64::from(i);
+        let started = Instant::now();
+        signer.sign(&mut entry);
+        sign.push(started.elapsed());
+        let started = Instant::now();
+        verifier.verify(&entry).map_err(|e| anyhow::anyhow!("a fresh signature failed: {e}"))?;
+        verify.push(started.elapsed());
+    }
+    sign.sort_unstable();
+    verify.sort_unstable();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    Ok((us(percentile(&sign, 0.5)), us(percentile(&verify, 0.5))))
 }
 
 /// One mesh's figures.
@@ -125,7 +170,23 @@ fn run_in(options: &TlsBenchOptions, scratch: &Path) -> anyhow::Result<Report> {
         Figures { hits, misses }
     };
     let (plain, tls) = (figures(0, plain_hits), figures(1, tls_hits));
-    Ok(Report { suite: "tls".into(), machine: Machine::current(), rows: rows(options, &tls, &plain) })
+    let (sign_us, verify_us) = signature_costs()?;
+    eprintln!("answer signatures (1 KiB answer): sign {sign_us:.1} us, verify {verify_us:.1} us");
+    let mut rows = rows(options, &tls, &plain);
+    let hit_p50_us = tls.hits.percentile_ms(0.5) * 1000.0;
+    for (metric, value) in [("answer_sign_us", sign_us), ("answer_verify_us", verify_us)] {
+        rows.push(Row {
+            metric: metric.into(),
+            unit: "us".into(),
+            better: Better::Lower,
+            ours: value,
+            peer: "an exact hit at the TLS regional node (p50)".into(),
+            peer_value: hit_p50_us,
+            goal_ratio: Some(0.05),
+            limit: None,
+        });
+    }
+    Ok(Report { suite: "tls".into(), machine: Machine::current(), rows })
 }
 
 /// The rounds of one mesh as one run.

@@ -75,6 +75,7 @@ impl Cluster {
             fallbacks: crate::node::backends::FallbackPolicy::default(),
             bootstrap: id == 1,
             identity: credential(),
+            answer_signer: Some(shared::answer_signature::AnswerSigner::from_seed([1; 32])),
             raft: self.tuning.clone(),
             commit_timeout: Duration::from_secs(10),
         }

@@ -130,7 +130,7 @@ impl CoreCache for CacheService {
         validate::key(&request.key)?;
         validate::name("tenant", &request.tenant)?;
         self.node.check_serving()?;
-        let entry = self.node.state.read(&request.key, &request.tenant)?.map(|s| s.entry);
+        let entry = self.node.state.read(&request.key, &request.tenant)?.map(|s| self.node.signed(s.entry));
         if entry.is_some() {
             self.node.hits.record(&request.key);
             metrics.lookups.get(CacheResult::Hit).inc()
@@ -353,6 +353,7 @@ async fn generate_and_commit(
         }
         outcome => convert::outcome_result(outcome)?,
     }
+    let entry = node.signed(entry);
     tracing::debug!(log_index = committed.log_index, commit_us = micros(commit), "committed");
     Ok(CompleteDone { entry: Some(entry.into()), timings: finished.timings, commit_us: micros(commit) })
 }
