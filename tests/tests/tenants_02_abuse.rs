@@ -1,6 +1,9 @@
 //! Abuse of a regional node's listener by one client, while another keeps being served: a client that
 //! never finishes its headers (slowloris), one that sends its headers and then drips its body, and long
-//! questions that share a long prefix (which embed alike and would keep the semantic verifier busy).
+//! questions that share a long prefix (which embed alike and would keep the semantic verifier busy). A
+//! client that asks for a long generation and hangs up stops it at every tier: the regional node drops
+//! the flight, the core cancels it (nothing committed) and the pod frees its place in the batch, so
+//! asking and hanging up cannot fill the pods outside the tenant's admission budget.
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
@@ -22,6 +25,13 @@ fn read_until_closed(stream: &mut TcpStream) -> String {
     let mut answer = Vec::new();
     let _ = stream.read_to_end(&mut answer);
     String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// The sum of the samples of `name` (with `label` in their labels) on the `/metrics` page at `base_url`.
+fn metric_at(mesh: &Mesh, base_url: &str, name: &str, label: &str) -> Option<f64> {
+    let text = mesh.get_text(base_url, "/metrics").ok()?;
+    let samples = text.lines().filter(|l| l.starts_with(name) && l.contains(label));
+    Some(samples.filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum())
 }
 
 /// The value of the first line of the node's `/metrics` that starts with `name`, if it answers.
@@ -97,11 +107,13 @@ fn slow_clients_are_cut_off_and_long_questions_are_bounded_while_others_are_serv
     assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
 
     // A streaming client that reads the first words and hangs up: the node stops following that
-    // generation (the core finishes and keeps it).
+    // generation, the core cancels it and commits nothing, the pod frees its place.
     let mut streaming = TcpStream::connect(&addr)?;
-    let body = json!({"model": "smollm2-135m-instruct", "temperature": 0, "max_tokens": 400, "stream": true,
-        "messages": [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]})
-    .to_string();
+    let story = json!({"model": "smollm2-135m-instruct", "temperature": 0, "max_tokens": 400,
+        "messages": [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]});
+    let mut streamed = story.clone();
+    streamed["stream"] = json!(true);
+    let body = streamed.to_string();
     let head = format!(
         "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
         mesh.api_key(),
@@ -116,6 +128,19 @@ fn slow_clients_are_cut_off_and_long_questions_are_bounded_while_others_are_serv
     poll_every(Duration::from_millis(100), Duration::from_secs(10), what, || {
         Ok(metric(&client, "mesh_regional_flights_abandoned_total").filter(|count| *count >= 1.0))
     })?;
+    let (core, pod) = (mesh.core_url(0), mesh.pod_url());
+    poll_every(
+        Duration::from_millis(100),
+        Duration::from_secs(10),
+        "the core and the pod cancelling it",
+        || {
+            let core_cancelled = metric_at(&mesh, &core, "mesh_core_completions_cancelled_total", "");
+            let pod_cancelled = metric_at(&mesh, &pod, "mesh_pod_requests_total", "outcome=\"cancelled\"");
+            Ok((core_cancelled >= Some(1.0) && pod_cancelled >= Some(1.0)).then_some(()))
+        },
+    )?;
+    let again = client.chat(&story)?;
+    assert_eq!(again.header("x-cache"), Some("MISS"), "an abandoned generation is not committed");
 
     // Long questions with a long shared prefix: answered (by exact keys only), each within a bound,
     // while the node's other requests keep their latency.

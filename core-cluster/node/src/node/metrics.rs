@@ -55,6 +55,8 @@ pub struct Metrics {
     pub completions: Family<CacheResult, Counter>,
     /// Completions that ended in an error.
     pub complete_errors: Counter,
+    /// Generations stopped because their caller hung up.
+    pub complete_cancelled: Counter,
     /// Completions the asked model's fallback answered.
     pub fallbacks: Counter,
     /// Writes this node forwarded to the leader and saw committed.
@@ -80,6 +82,7 @@ impl Default for Metrics {
             lookups: Family::default(),
             completions: Family::default(),
             complete_errors: Counter::default(),
+            complete_cancelled: Counter::default(),
             fallbacks: Counter::default(),
             forwarded_writes: Counter::default(),
             proposal_requests: Histogram::with_bounds(BATCH_BOUNDS),
@@ -159,6 +162,12 @@ impl Metrics {
             "Completions that ended in an error.",
             &[],
             &self.complete_errors,
+        )
+        .counter(
+            "mesh_core_completions_cancelled_total",
+            "Generations stopped because their caller hung up (nothing committed).",
+            &[],
+            &self.complete_cancelled,
         )
         .counter(
             "mesh_core_fallbacks_total",

@@ -16,7 +16,7 @@
 //! - `state`: [`Scheduler`] and the sequence lifecycle (add, commit, append, rollback, fork,
 //!   finish, abort).
 //! - `step`: [`Scheduler::schedule`], building a step, with preemption.
-//! - `queue`: the waiting queue, one FIFO per priority class.
+//! - `queue`: the waiting queue: per priority class, the tenants take turns, FIFO within a tenant.
 //! - `invariants`: [`Scheduler::check_invariants`].
 //!
 //! Architecture Invariant: a step never exceeds `max_batched_tokens` tokens or `max_running`

@@ -83,8 +83,8 @@ impl Scheduler {
         }
     }
 
-    /// Queues a new sequence (interactive ahead of batch, FIFO within a class). `salt` is the
-    /// tenant's prefix-cache salt.
+    /// Queues a new sequence (interactive ahead of batch; within a class the tenants take turns, FIFO
+    /// within a tenant). `salt` is the tenant's prefix-cache salt, and names the tenant.
     pub fn add(
         &mut self,
         id: SeqId,
@@ -115,7 +115,7 @@ impl Scheduler {
             blocks: None,
         };
         self.seqs.insert(id, seq);
-        self.waiting.push_back(id, priority);
+        self.waiting.push_back(id, priority, salt);
         Ok(())
     }
 
@@ -245,7 +245,7 @@ impl Scheduler {
                 bm.free(blocks);
             }
             None => {
-                self.waiting.remove(id, seq.priority);
+                self.waiting.remove(id, seq.priority, seq.salt);
             }
         }
         Ok(seq)

@@ -179,7 +179,7 @@ impl Scheduler {
             bm.free(blocks);
         }
         self.running.retain(|&r| r != id);
-        self.waiting.push_front(id, seq.priority);
+        self.waiting.push_front(id, seq.priority, seq.salt);
         step.unplan(id);
         step.preempted.push(id);
         self.preemptions_total += 1;

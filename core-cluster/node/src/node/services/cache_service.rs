@@ -237,8 +237,9 @@ impl CoreCache for CacheService {
             // The channel is new and has room: this send cannot fail.
             let _ = tx.try_send(Ok(fallback_event(fallback)));
         }
-        // Generation and commit run on their own task so that a caller who hangs up mid-stream does not
-        // stop the entry from being committed; a generation that will not be stored ends with its caller.
+        // Generation and commit run on their own task; a caller who hangs up before `Done` stops the
+        // generation (at the backend too) and nothing is committed: nobody holds admission for it any
+        // more, so finishing it would let a tenant fill the pods by asking and hanging up.
         let span = tracing::info_span!("core.complete.generate", backend = %backend);
         let node = self.node.clone();
         let completion = async move {
@@ -270,7 +271,8 @@ async fn run_completion(
             );
             let _ = tx.send(Ok(CompleteEvent { event: Some(complete_event::Event::Done(done)) })).await;
         }
-        Err(e) if tx.is_closed() && input.no_store => {
+        Err(e) if tx.is_closed() => {
+            node.metrics.complete_cancelled.inc();
             tracing::info!(error = %e, "completion cancelled: the caller hung up");
         }
         Err(e) => {
@@ -292,11 +294,11 @@ async fn generate_and_commit(
         let next = backends::next_event(&mut stream, BACKEND_IDLE_TIMEOUT);
         let message = tokio::select! {
             message = next => message,
-            // Nobody waits for an answer nobody will store: dropping the pod's stream cancels the
-            // generation there and frees its place in the batch.
-            () = tx.closed(), if input.no_store => return Err(CoreError::Backend {
+            // The caller hung up: dropping the backend's stream cancels the generation there and frees
+            // its place in the batch.
+            () = tx.closed() => return Err(CoreError::Backend {
                 code: Code::Cancelled,
-                message: "the caller hung up and the answer is not to be stored".into(),
+                message: "the caller hung up".into(),
             }),
         };
         let Some(event) = message? else {
