@@ -114,13 +114,20 @@ pub struct RegionalConfig {
     /// Milliseconds a client may take to send a request's body once its headers arrived (408 after).
     #[arg(long, env = "MESH_HTTP_BODY_TIMEOUT_MS", default_value_t = 30_000)]
     pub http_body_timeout_ms: u64,
-    /// Seconds a connection may go with nothing read or written before it is closed (a client that
-    /// stops reading its stream, or an idle keep-alive connection).
+    /// Seconds a connection may go with no request in flight (HTTP/2 keep-alive PINGs do not count), or
+    /// with nothing read or written, before it is closed.
     #[arg(long, env = "MESH_HTTP_IDLE_TIMEOUT_S", default_value_t = 120)]
     pub http_idle_timeout_s: u64,
+    /// Seconds a response may wait for its client to take data it has ready (an HTTP/2 stream whose
+    /// window stays shut, a socket nobody reads) before its connection is dropped.
+    #[arg(long, env = "MESH_HTTP_WRITE_TIMEOUT_S", default_value_t = 60)]
+    pub http_write_timeout_s: u64,
     /// Connections served at once; more wait in the listen queue.
     #[arg(long, env = "MESH_HTTP_MAX_CONNECTIONS", default_value_t = 4096)]
     pub http_max_connections: usize,
+    /// Connections served at once from one address; more are closed at once.
+    #[arg(long, env = "MESH_HTTP_MAX_CONNECTIONS_PER_IP", default_value_t = 1024)]
+    pub http_max_connections_per_ip: usize,
     /// This node's id in replication clocks; unique in the mesh. Without it: the region and a random
     /// suffix, kept in `--data-dir` (`node-id`) so that a restart keeps it. A peer with this node's id is
     /// refused.
@@ -295,7 +302,9 @@ impl RegionalConfig {
         daemon_runtime::http_serving::HttpLimits {
             header_read_timeout: std::time::Duration::from_millis(self.http_header_timeout_ms.max(1)),
             idle_timeout: std::time::Duration::from_secs(self.http_idle_timeout_s.max(1)),
+            write_timeout: std::time::Duration::from_secs(self.http_write_timeout_s.max(1)),
             max_connections: self.http_max_connections.max(1),
+            max_connections_per_ip: self.http_max_connections_per_ip.max(1),
         }
     }
 
