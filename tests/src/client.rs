@@ -10,15 +10,25 @@ use anyhow::Context as _;
 /// started sets it; plain `http://` URLs ignore it).
 static MESH_CA: std::sync::Mutex<Option<Vec<u8>>> = std::sync::Mutex::new(None);
 
+/// The certificate and key (PEM) [`agent`] presents (the latest TLS mesh's read-only `metrics` one).
+static DEFAULT_CLIENT: std::sync::Mutex<Option<(Vec<u8>, Vec<u8>)>> = std::sync::Mutex::new(None);
+
 /// Trusts `ca_pem` for the `https://` URLs of every agent made from now on.
 pub fn trust_mesh_ca(ca_pem: &[u8]) {
     *MESH_CA.lock().unwrap_or_else(|p| p.into_inner()) = Some(ca_pem.to_vec());
 }
 
-/// An HTTP agent that returns error statuses as responses instead of errors. It presents no client
-/// certificate, and trusts the mesh CA given to [`trust_mesh_ca`].
+/// Makes [`agent`] present `cert` and `key` (PEM) to TLS servers from now on.
+pub fn present_by_default(cert: &[u8], key: &[u8]) {
+    *DEFAULT_CLIENT.lock().unwrap_or_else(|p| p.into_inner()) = Some((cert.to_vec(), key.to_vec()));
+}
+
+/// An HTTP agent that returns error statuses as responses instead of errors. It trusts the mesh CA
+/// given to [`trust_mesh_ca`] and presents the certificate given to [`present_by_default`], if any (a
+/// tenant's client needs none; the core and the pod want one).
 pub fn agent(timeout: Duration) -> ureq::Agent {
-    agent_with_certificate(timeout, None)
+    let client = DEFAULT_CLIENT.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    agent_with_certificate(timeout, client.as_ref().map(|(cert, key)| (cert.as_slice(), key.as_slice())))
 }
 
 /// The same, presenting `client` (a certificate and key, PEM) to TLS servers.

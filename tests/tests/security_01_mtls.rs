@@ -223,6 +223,11 @@ fn every_hop_is_mutual_tls_and_each_role_reaches_only_its_rows() -> anyhow::Resu
         Caller { name: "core-2", role: Some(TierRole::Core), cert: Some(node_cert(&mesh, "core-2")?) },
         Caller { name: "pod", role: Some(TierRole::Pod), cert: Some(node_cert(&mesh, "inference-pod")?) },
         Caller { name: "admin", role: Some(TierRole::Admin), cert: Some(node_cert(&mesh, "admin")?) },
+        Caller {
+            name: "prometheus",
+            role: Some(TierRole::Metrics),
+            cert: Some(node_cert(&mesh, "prometheus")?),
+        },
     ];
     callers.push(Caller { name: "no certificate", role: None, cert: None });
     callers.push(Caller { name: "another CA's admin", role: None, cert: Some(foreign) });
@@ -270,11 +275,17 @@ fn every_hop_is_mutual_tls_and_each_role_reaches_only_its_rows() -> anyhow::Resu
         assert_eq!(outcome, Outcome::Grpc(Code::Ok), "a linearizable read at core node {}", index + 1);
     }
 
-    // Operators' probes stay open to any TLS client of the CA.
-    let health = mesh_harness::client::agent(Duration::from_secs(5))
-        .get(format!("{}/healthz", mesh.core_url(0)))
-        .call()?;
-    assert_eq!(health.status().as_u16(), 200);
+    // The core's and the pod's probes answer any mesh certificate (the read-only `metrics` one here);
+    // a client without one does not get past the handshake, so it cannot hold a connection slot.
+    for url in [mesh.core_url(0), mesh.pod_url()] {
+        let health =
+            mesh_harness::client::agent(Duration::from_secs(5)).get(format!("{url}/healthz")).call()?;
+        assert_eq!(health.status().as_u16(), 200, "{url}");
+        let stranger = mesh_harness::client::agent_with_certificate(Duration::from_secs(5), None)
+            .get(format!("{url}/healthz"))
+            .call();
+        assert!(stranger.is_err(), "{url} served a client without a certificate");
+    }
     drop(mesh);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

@@ -36,7 +36,9 @@ pub async fn run(
         config.identity.interceptor(&[TierRole::Core]),
         config.openai_api_key.clone(),
     );
-    let tls = config.identity.acceptor(ClientAuth::Optional)?;
+    // Every client presents a mesh certificate (gRPC is the core's; `/healthz`, `/metrics` and the
+    // OpenAI API take any role, the API its key as well).
+    let tls = config.identity.acceptor(ClientAuth::Required)?;
     tracing::info!(addr = %listener.local_addr()?, model = %config.model_name, "inference pod listening");
     let server = daemon_runtime::http_serving::serve(
         listener,

@@ -16,6 +16,9 @@ pub enum TierRole {
     Pod,
     /// An operator (the admin CLI, the test harness).
     Admin,
+    /// A read-only scraper (Prometheus, the dashboard): `/healthz` and `/metrics`, and nothing that
+    /// reads answers or writes anything.
+    Metrics,
 }
 
 /// The suffix every role name shares; nothing else is ever issued under it.
@@ -23,10 +26,16 @@ pub const ROLE_DOMAIN: &str = "role.mesh.internal";
 
 impl TierRole {
     /// Every role.
-    pub const ALL: [TierRole; 5] =
-        [TierRole::Edge, TierRole::Regional, TierRole::Core, TierRole::Pod, TierRole::Admin];
+    pub const ALL: [TierRole; 6] = [
+        TierRole::Edge,
+        TierRole::Regional,
+        TierRole::Core,
+        TierRole::Pod,
+        TierRole::Admin,
+        TierRole::Metrics,
+    ];
 
-    /// The role's short name: `edge`, `regional`, `core`, `pod`, `admin`.
+    /// The role's short name: `edge`, `regional`, `core`, `pod`, `admin`, `metrics`.
     pub fn as_str(self) -> &'static str {
         match self {
             TierRole::Edge => "edge",
@@ -34,6 +43,7 @@ impl TierRole {
             TierRole::Core => "core",
             TierRole::Pod => "pod",
             TierRole::Admin => "admin",
+            TierRole::Metrics => "metrics",
         }
     }
 
@@ -47,6 +57,7 @@ impl TierRole {
             TierRole::Core => "core.role.mesh.internal",
             TierRole::Pod => "pod.role.mesh.internal",
             TierRole::Admin => "admin.role.mesh.internal",
+            TierRole::Metrics => "metrics.role.mesh.internal",
         }
     }
 

@@ -26,7 +26,9 @@ pub struct TlsFiles {
 /// Whether a listener demands a client certificate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientAuth {
-    /// Every client presents a certificate of the mesh CA (the gRPC listeners: only tiers call them).
+    /// Every client presents a certificate of the mesh CA (the core's and the pod's listeners: only
+    /// tiers, operators and scrapers call them, so a stranger cannot hold a connection slot past the
+    /// handshake).
     Required,
     /// A client may present one; one that does not is a client with an API key (the regional node's
     /// HTTP listener, which also serves the OpenAI API to tenants).

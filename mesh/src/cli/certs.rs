@@ -12,11 +12,11 @@ pub struct CertsArgs {
     /// nodes and the edge) go.
     #[arg(long, default_value = ".cache/mesh/certs")]
     pub dir: PathBuf,
-    /// The nodes, as `name=role` (roles: edge, regional, core, pod, admin), comma-separated.
+    /// The nodes, as `name=role` (roles: edge, regional, core, pod, admin, metrics), comma-separated.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "edge=edge,regional-1=regional,regional-2=regional,core-1=core,core-2=core,core-3=core,inference-pod=pod,admin=admin"
+        default_value = "edge=edge,regional-1=regional,regional-2=regional,core-1=core,core-2=core,core-3=core,inference-pod=pod,admin=admin,prometheus=metrics"
     )]
     pub nodes: Vec<String>,
 }

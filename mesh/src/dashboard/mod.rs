@@ -62,8 +62,8 @@ impl DashboardOptions {
         }
     }
 
-    /// What `mesh dashboard` needs to watch `mesh`: every daemon's metrics, read with the admin identity
-    /// when the mesh runs TLS, the page served on `listen`.
+    /// What `mesh dashboard` needs to watch `mesh`: every daemon's metrics, read with the read-only
+    /// `metrics` identity when the mesh runs TLS, the page served on `listen`.
     pub fn for_mesh(mesh: &mesh_harness::Mesh, listen: &str) -> anyhow::Result<Self> {
         let mut targets = vec![Target { name: "pod".into(), url: mesh.pod_url() }];
         targets.extend(
@@ -73,7 +73,7 @@ impl DashboardOptions {
             (0..mesh.regional_nodes())
                 .map(|i| Target { name: format!("regional-{}", i + 1), url: mesh.regional_url(i) }),
         );
-        let client_identity = match mesh.tls_files("admin") {
+        let client_identity = match mesh.tls_files("prometheus") {
             Some(files) => Some((std::fs::read(&files.cert)?, std::fs::read(&files.key)?)),
             None => None,
         };

@@ -54,16 +54,24 @@ impl Mesh {
 }
 
 /// The development CA and every node's certificate of a TLS mesh, in `<data_dir>/certs`; the
-/// harness's own clients trust the CA from now on.
+/// harness's own clients trust the CA from now on, and present the read-only `metrics` certificate
+/// (`prometheus`) where no other is named (the core and the pod want one for `/healthz`).
 pub(super) fn mesh_certs(spec: &MeshSpec) -> anyhow::Result<(Option<DevCa>, HashMap<String, TlsFiles>)> {
     use daemon_runtime::TierRole;
     let mut nodes = vec![("inference-pod".to_owned(), TierRole::Pod), ("edge".to_owned(), TierRole::Edge)];
     nodes.push(("admin".to_owned(), TierRole::Admin));
+    nodes.push(("prometheus".to_owned(), TierRole::Metrics));
     nodes.extend((0..spec.core_nodes).map(|i| (format!("core-{}", Mesh::core_id(i)), TierRole::Core)));
     nodes.extend((0..spec.regional_nodes).map(|i| (format!("regional-{}", i + 1), TierRole::Regional)));
     let dir = spec.data_dir.join("certs");
     let (ca, files) = crate::certs::write_mesh_certs(&dir, &nodes)?;
     crate::client::trust_mesh_ca(ca.pem().as_bytes());
+    if let Some((_, prometheus)) = files.iter().find(|(name, _)| name == "prometheus") {
+        crate::client::present_by_default(
+            &std::fs::read(&prometheus.cert)?,
+            &std::fs::read(&prometheus.key)?,
+        );
+    }
     Ok((Some(ca), files.into_iter().collect()))
 }
 

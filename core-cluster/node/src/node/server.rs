@@ -169,8 +169,10 @@ pub async fn run(
     let raft_rpc = RaftService::new(raft.clone(), group, contact, metrics, stopping_rx.clone());
     let app = routes(identity, raft_rpc, node);
 
-    // gRPC and HTTP/1.1 share the listener: the server detects HTTP/2 (h2c) per connection.
-    let tls = identity.acceptor(ClientAuth::Optional)?;
+    // gRPC and HTTP/1.1 share the listener: the server detects HTTP/2 (h2c) per connection. Every
+    // client presents a mesh certificate; `/healthz` and `/metrics` take any role (the `metrics` one is
+    // for scrapers).
+    let tls = identity.acceptor(ClientAuth::Required)?;
     let mut stop = stopping_rx;
     let serve = daemon_runtime::http_serving::serve(listener, app, HttpLimits::default(), tls, async move {
         let _ = stop.wait_for(|stopping| *stopping).await;
