@@ -50,6 +50,21 @@ impl GenerateRequest {
     pub fn normalized_sampling(&self) -> Sampling {
         self.sampling.clone().unwrap_or_default().into()
     }
+
+    /// The cache key a regional node derives for this request at `model_version`: what the core stores
+    /// its answer under, whatever key a caller names. `None` when a message's role is not one the mesh
+    /// knows.
+    pub fn derived_key(&self, model_version: u64) -> Option<CacheKey> {
+        let normalized = NormalizedRequest {
+            model: ModelRef { name: self.model.clone(), version: model_version },
+            messages: self.normalized_messages()?,
+            sampling: self.normalized_sampling(),
+            delivery: shared::openai::Delivery::Whole,
+            api: self.normalized_api(),
+            echo: false,
+        };
+        Some(CacheKey::derive(&self.tenant, &normalized))
+    }
 }
 
 impl From<pb::Sampling> for Sampling {

@@ -74,9 +74,9 @@ async fn the_change_feed_streams_invalidations_and_resumes_on_another_node() {
     assert_eq!(rest, changes[1..].to_vec());
 
     // A completion asked not to be stored is answered and not kept.
-    let mut request = complete_request("unstored", "hello");
+    let mut request = complete_request_at("hello", 2);
     request.no_store = true;
-    request.model_version = 2;
+    let unstored = request.key.clone();
     let secret = credential();
     let mut stream = client(cluster.addrs[&leader])
         .await
@@ -85,7 +85,7 @@ async fn the_change_feed_streams_invalidations_and_resumes_on_another_node() {
         .expect("complete")
         .into_inner();
     while stream.message().await.expect("stream").is_some() {}
-    assert_eq!(lookup(cluster.addrs[&leader], "unstored").await, None);
+    assert_eq!(lookup(cluster.addrs[&leader], &unstored).await, None);
     for (_, node) in nodes {
         node.stop().await;
     }
@@ -145,7 +145,7 @@ async fn a_node_removed_from_the_cluster_and_left_running_ends_its_feed_streams(
     // It serves no completion from its frozen state either, and no longer names itself leader.
     let refused = client(cluster.addrs[&removed])
         .await
-        .complete(secret.request(complete_request("after-removal", "hello")))
+        .complete(secret.request(complete_request("hello")))
         .await
         .expect_err("refused");
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");

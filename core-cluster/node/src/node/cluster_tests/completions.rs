@@ -16,7 +16,7 @@ async fn a_generation_nobody_will_store_ends_when_its_caller_hangs_up() {
         nodes.insert(id, cluster.start(id).await);
     }
     let leader = wait_for_leader(&cluster, &[1, 2, 3]).await;
-    let mut request = complete_request("slow-key", "slow answer");
+    let mut request = complete_request("slow answer");
     request.no_store = true;
     let mut stream =
         client(cluster.addrs[&leader]).await.complete(credential().request(request)).await.expect("complete");
@@ -36,7 +36,6 @@ async fn a_generation_nobody_will_store_ends_when_its_caller_hangs_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_version_bump_stales_old_entries_and_regenerates_the_hottest() {
     use proto::core::write_request::Command as Pb;
-    use shared::normalize::{ChatRole, Message, NormalizedRequest, Sampling};
     let pod = FakePod::default();
     let cluster = new_cluster(pod.clone(), RaftTuning::default()).await;
     let mut nodes = BTreeMap::new();
@@ -44,9 +43,9 @@ async fn a_version_bump_stales_old_entries_and_regenerates_the_hottest() {
         nodes.insert(id, cluster.start(id).await);
     }
     let leader = wait_for_leader(&cluster, &[1, 2, 3]).await;
-    complete(cluster.addrs[&leader], "k1", "hi").await.expect("complete");
-    complete(cluster.addrs[&leader], "k2", "there").await.expect("complete");
-    assert_eq!(lookup(cluster.addrs[&leader], "k1").await.as_deref(), Some("echo: hi"));
+    complete(cluster.addrs[&leader], complete_request("hi")).await.expect("complete");
+    complete(cluster.addrs[&leader], complete_request("there")).await.expect("complete");
+    assert_eq!(lookup(cluster.addrs[&leader], &key_of("hi")).await.as_deref(), Some("echo: hi"));
 
     let ack = store_client(&cluster)
         .write(
@@ -56,32 +55,15 @@ async fn a_version_bump_stales_old_entries_and_regenerates_the_hottest() {
         .await
         .expect("bump");
     assert!(matches!(&ack.outcome, Some(write_outcome::Outcome::ModelVersion(m)) if m.version == 2));
-    assert_eq!(lookup(cluster.addrs[&leader], "k1").await, None, "old-version entries are stale at once");
+    assert_eq!(
+        lookup(cluster.addrs[&leader], &key_of("hi")).await,
+        None,
+        "old-version entries are stale at once"
+    );
 
-    // The pod's fake request carries no sampling, so the prompt's sampling is all zeros.
-    let sampling = Sampling {
-        max_tokens: 0,
-        temperature: 0.0,
-        top_p: 0.0,
-        seed: None,
-        stop: vec![],
-        penalties: Default::default(),
-        n: 1,
-        logprobs: None,
-    };
-    let new_key = |text: &str| {
-        let request = NormalizedRequest {
-            model: shared::models::ModelRef { name: "fake".into(), version: 2 },
-            messages: vec![Message { role: ChatRole::User, content: text.into() }],
-            sampling: sampling.clone(),
-            delivery: shared::openai::Delivery::Whole,
-            api: shared::model_spec::ModelApi::Chat,
-            echo: false,
-        };
-        shared::cache_key::CacheKey::derive("dev", &request).as_str().to_owned()
-    };
-    wait_for_entry(&cluster, &[1, 2, 3], &new_key("hi"), "echo: hi").await;
-    wait_for_entry(&cluster, &[1, 2, 3], &new_key("there"), "echo: there").await;
+    // Regenerated under the new version's keys.
+    wait_for_entry(&cluster, &[1, 2, 3], &key_at("hi", 2), "echo: hi").await;
+    wait_for_entry(&cluster, &[1, 2, 3], &key_at("there", 2), "echo: there").await;
     assert_eq!(pod.calls.load(Ordering::SeqCst), 4, "two generations, then two refreshes");
     for (_, node) in nodes {
         node.stop().await;

@@ -20,28 +20,32 @@ async fn cluster_commits_survives_a_dead_follower_and_restarts() {
     let follower = (1..=3).find(|id| *id != leader).expect("a follower");
 
     // A write from a follower is forwarded to the leader, committed, and readable everywhere.
-    let (streamed, done) = complete(cluster.addrs[&follower], "k1", "hi").await.expect("complete");
+    let (streamed, done) =
+        complete(cluster.addrs[&follower], complete_request("hi")).await.expect("complete");
     assert_eq!(streamed, "echo: hi");
     let entry = done.entry.expect("entry");
     assert_eq!(entry.content, "echo: hi");
     assert_eq!(entry.etag, shared::completion::CachedCompletion::etag_of("echo: hi", "stop"));
     assert!(done.commit_us > 0);
     assert_eq!(done.timings.map(|t| t.ttft_us), Some(4));
-    wait_for_entry(&cluster, &[1, 2, 3], "k1", "echo: hi").await;
+    wait_for_entry(&cluster, &[1, 2, 3], &key_of("hi"), "echo: hi").await;
 
     // A second request for the key is answered from the state machine, without the pod.
-    let (streamed, done) = complete(cluster.addrs[&leader], "k1", "hi").await.expect("hit");
+    let (streamed, done) = complete(cluster.addrs[&leader], complete_request("hi")).await.expect("hit");
     assert_eq!((streamed.as_str(), done.commit_us), ("", 0));
     assert_eq!(pod.calls.load(Ordering::SeqCst), 1);
 
     // Calls without the secret, and bad input, are refused.
     let unauthenticated = client(cluster.addrs[&leader])
         .await
-        .lookup(LookupRequest { key: "k1".into(), tenant: "dev".into() })
+        .lookup(LookupRequest { key: key_of("hi"), tenant: "dev".into() })
         .await;
     assert_eq!(unauthenticated.map_err(|s| s.code()).err(), Some(Code::Unauthenticated));
     assert_eq!(
-        complete(cluster.addrs[&leader], "", "hi").await.map_err(|s| s.code()).err(),
+        complete(cluster.addrs[&leader], CompleteRequest { key: String::new(), ..complete_request("hi") })
+            .await
+            .map_err(|s| s.code())
+            .err(),
         Some(Code::InvalidArgument)
     );
     assert_eq!(lookup(cluster.addrs[&leader], "nope").await, None);
@@ -63,8 +67,9 @@ async fn cluster_commits_survives_a_dead_follower_and_restarts() {
     // With one follower dead, the other two still commit.
     let dead = (1..=3).find(|id| *id != leader && *id != follower).expect("another follower");
     nodes.remove(&dead).expect("running").stop().await;
-    let (_, done) =
-        complete(cluster.addrs[&follower], "k2", "again").await.expect("complete with a dead follower");
+    let (_, done) = complete(cluster.addrs[&follower], complete_request("again"))
+        .await
+        .expect("complete with a dead follower");
     assert_eq!(done.entry.map(|e| e.content).as_deref(), Some("echo: again"));
 
     // Everything stops; everything restarts from its data dir and still has both entries.
@@ -75,10 +80,11 @@ async fn cluster_commits_survives_a_dead_follower_and_restarts() {
         nodes.insert(id, cluster.start(id).await);
     }
     wait_for_leader(&cluster, &[1, 2, 3]).await;
-    wait_for_entry(&cluster, &[1, 2, 3], "k1", "echo: hi").await;
-    wait_for_entry(&cluster, &[1, 2, 3], "k2", "echo: again").await;
-    let (_, done) =
-        complete(cluster.addrs[&dead], "k3", "after restart").await.expect("complete after restart");
+    wait_for_entry(&cluster, &[1, 2, 3], &key_of("hi"), "echo: hi").await;
+    wait_for_entry(&cluster, &[1, 2, 3], &key_of("again"), "echo: again").await;
+    let (_, done) = complete(cluster.addrs[&dead], complete_request("after restart"))
+        .await
+        .expect("complete after restart");
     assert_eq!(done.entry.map(|e| e.content).as_deref(), Some("echo: after restart"));
     for (_, node) in nodes {
         node.stop().await;
@@ -99,11 +105,11 @@ async fn a_follower_that_missed_purged_logs_catches_up_from_a_snapshot() {
 
     // Enough writes for the leader to snapshot and purge everything the stopped follower lacks.
     for i in 0..12 {
-        complete(cluster.addrs[&leader], &format!("s{i}"), &format!("n{i}")).await.expect("complete");
+        complete(cluster.addrs[&leader], complete_request(&format!("n{i}"))).await.expect("complete");
     }
     nodes.insert(lagging, cluster.start(lagging).await);
-    wait_for_entry(&cluster, &[lagging], "s0", "echo: n0").await;
-    wait_for_entry(&cluster, &[lagging], "s11", "echo: n11").await;
+    wait_for_entry(&cluster, &[lagging], &key_of("n0"), "echo: n0").await;
+    wait_for_entry(&cluster, &[lagging], &key_of("n11"), "echo: n11").await;
     let (_, metrics) = http_get(cluster.addrs[&lagging], "/metrics").await.expect("metrics");
     let installs = metrics
         .lines()

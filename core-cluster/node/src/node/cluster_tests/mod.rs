@@ -134,29 +134,49 @@ async fn client(addr: SocketAddr) -> CoreCacheClient<tonic::transport::Channel> 
     CoreCacheClient::connect(format!("http://{addr}")).await.expect("connect")
 }
 
-fn complete_request(key: &str, text: &str) -> CompleteRequest {
+/// Tenant `dev` asking the fake model `text`.
+fn generate(text: &str) -> GenerateRequest {
+    GenerateRequest {
+        request_id: text.into(),
+        tenant: "dev".into(),
+        model: "fake".into(),
+        messages: vec![ChatMessage { role: "user".into(), content: text.into() }],
+        sampling: None,
+        ..Default::default()
+    }
+}
+
+/// The key of asking `text` of the fake model at `version` (the one a regional node derives).
+fn key_at(text: &str, version: u64) -> String {
+    generate(text).derived_key(version).expect("a user message").as_str().to_owned()
+}
+
+/// The key of asking `text` of the fake model at version 1.
+fn key_of(text: &str) -> String {
+    key_at(text, 1)
+}
+
+/// A completion of `text` at version 1, under its derived key.
+fn complete_request(text: &str) -> CompleteRequest {
+    complete_request_at(text, 1)
+}
+
+/// A completion of `text` at `version`, under its derived key.
+fn complete_request_at(text: &str, version: u64) -> CompleteRequest {
     CompleteRequest {
-        key: key.into(),
-        model_version: 1,
+        key: key_at(text, version),
+        model_version: version,
         ttl_s: 3600,
         content_class: String::new(),
-        generate: Some(GenerateRequest {
-            request_id: key.into(),
-            tenant: "dev".into(),
-            model: "fake".into(),
-            messages: vec![ChatMessage { role: "user".into(), content: text.into() }],
-            sampling: None,
-            ..Default::default()
-        }),
+        generate: Some(generate(text)),
         ..Default::default()
     }
 }
 
 /// Runs a completion on `addr`: the streamed text and the final `Done`.
-async fn complete(addr: SocketAddr, key: &str, text: &str) -> Result<(String, CompleteDone), Status> {
+async fn complete(addr: SocketAddr, request: CompleteRequest) -> Result<(String, CompleteDone), Status> {
     let secret = credential();
-    let mut stream =
-        client(addr).await.complete(secret.request(complete_request(key, text))).await?.into_inner();
+    let mut stream = client(addr).await.complete(secret.request(request)).await?.into_inner();
     let mut streamed = String::new();
     while let Some(event) = stream.message().await? {
         match event.event {

@@ -79,6 +79,18 @@ fn validate_complete(request: CompleteRequest) -> Result<CompleteInput, CoreErro
     if generate.messages.is_empty() {
         return Err(CoreError::InvalidArgument("messages are empty".into()));
     }
+    // The answer is stored under the key the request derives, never under one a caller chose: a caller
+    // cannot file an answer under another question's key (or another tenant's).
+    let derived = generate
+        .derived_key(request.model_version)
+        .ok_or_else(|| CoreError::InvalidArgument("a message role is not one the mesh knows".into()))?;
+    if derived.as_str() != request.key {
+        return Err(CoreError::InvalidArgument(format!(
+            "the key {:?} is not the one this request derives ({})",
+            request.key,
+            derived.as_str()
+        )));
+    }
     // The state keeps one text per key, without log-probabilities.
     let sampling = generate.sampling.as_ref();
     if !request.no_store && sampling.is_some_and(|s| s.n > 1 || s.logprobs) {
@@ -366,19 +378,20 @@ mod tests {
     use proto::inference::ChatMessage;
 
     fn request() -> CompleteRequest {
+        let generate = GenerateRequest {
+            request_id: "r".into(),
+            tenant: "dev".into(),
+            model: "m".into(),
+            messages: vec![ChatMessage { role: "user".into(), content: "hi".into() }],
+            sampling: None,
+            ..Default::default()
+        };
         CompleteRequest {
-            key: "k".into(),
+            key: generate.derived_key(1).expect("a user message").as_str().to_owned(),
             model_version: 1,
             ttl_s: 60,
             content_class: String::new(),
-            generate: Some(GenerateRequest {
-                request_id: "r".into(),
-                tenant: "dev".into(),
-                model: "m".into(),
-                messages: vec![ChatMessage { role: "user".into(), content: "hi".into() }],
-                sampling: None,
-                ..Default::default()
-            }),
+            generate: Some(generate),
             ..Default::default()
         }
     }
@@ -386,8 +399,22 @@ mod tests {
     #[test]
     fn accepts_a_complete_request() {
         let input = validate_complete(request()).expect("valid");
-        assert_eq!(input.key, "k");
+        assert!(input.key.starts_with("v1:"), "{}", input.key);
         assert_eq!(input.generate.tenant, "dev");
+    }
+
+    #[test]
+    fn a_key_the_request_does_not_derive_is_refused() {
+        let refused = |r: CompleteRequest| matches!(validate_complete(r), Err(CoreError::InvalidArgument(_)));
+        let other = request().generate.map(|g| GenerateRequest { tenant: "other".into(), ..g });
+        let other_tenants_key = other.and_then(|g| g.derived_key(1)).expect("key").as_str().to_owned();
+        assert!(refused(CompleteRequest { key: other_tenants_key, ..request() }), "another tenant's key");
+        assert!(refused(CompleteRequest { model_version: 2, ..request() }), "another version's key");
+        let mut other_question = request();
+        if let Some(g) = other_question.generate.as_mut() {
+            g.messages[0].content = "bye".into();
+        }
+        assert!(refused(other_question), "another question's key");
     }
 
     #[test]
@@ -420,6 +447,7 @@ mod tests {
             let mut r = request();
             if let Some(g) = r.generate.as_mut() {
                 g.sampling = Some(sampling);
+                r.key = g.derived_key(1).expect("key").as_str().to_owned();
             }
             assert!(invalid(r.clone()));
             r.no_store = true;

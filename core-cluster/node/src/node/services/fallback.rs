@@ -7,10 +7,7 @@
 
 use proto::cache::FallbackStarted;
 use proto::inference::GenerateRequest;
-use shared::cache_key::CacheKey;
 use shared::completion::CachedCompletion;
-use shared::models::ModelRef;
-use shared::normalize::NormalizedRequest;
 use tonic::Code;
 
 use super::cache_service::CompleteInput;
@@ -123,24 +120,19 @@ fn fallback_input(
 
 /// The key a regional node derives for `generate` (already naming the fallback model) at `version`.
 fn fallback_key(generate: &GenerateRequest, version: u64) -> Result<String, CoreError> {
-    let messages = generate
-        .normalized_messages()
+    let key = generate
+        .derived_key(version)
         .ok_or_else(|| CoreError::InvalidArgument("a message role is not one the mesh knows".into()))?;
-    let normalized = NormalizedRequest {
-        model: ModelRef { name: generate.model.clone(), version },
-        messages,
-        sampling: generate.normalized_sampling(),
-        delivery: shared::openai::Delivery::Whole,
-        api: generate.normalized_api(),
-        echo: false,
-    };
-    Ok(CacheKey::derive(&generate.tenant, &normalized).as_str().to_owned())
+    Ok(key.as_str().to_owned())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use proto::inference::{ChatMessage, Sampling};
+    use shared::cache_key::CacheKey;
+    use shared::models::ModelRef;
+    use shared::normalize::NormalizedRequest;
 
     #[test]
     fn the_fallback_key_is_the_one_a_regional_node_derives_for_that_model() {
