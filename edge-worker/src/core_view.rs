@@ -155,8 +155,8 @@ fn apply(batch: &Changes) {
         }
     });
     for revised in &batch.changes {
-        if let Change::Key { key, .. } = &revised.change {
-            crate::hot_set_sync::forget(key);
+        if let Change::Key { key, tenant } = &revised.change {
+            crate::hot_set_sync::forget(key, tenant);
         }
     }
     if batch.resync.is_some() || !batch.changes.is_empty() {

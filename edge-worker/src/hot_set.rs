@@ -138,6 +138,11 @@ impl IsolateHotSet {
         applied
     }
 
+    /// The entry under `key`, whoever owns it and whether or not it expired.
+    pub fn get_any(&self, key: &str) -> Option<&CachedCompletion> {
+        self.held.get(key).map(|held| held.entry.as_ref())
+    }
+
     /// The live entry under `key`, if it belongs to `tenant`.
     pub fn get(&self, key: &str, tenant: &str, now_ms: i64) -> Option<Rc<CachedCompletion>> {
         let held = self.held.get(key)?;

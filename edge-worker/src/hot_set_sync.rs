@@ -41,13 +41,15 @@ thread_local! {
 }
 
 /// Drops `key` from the isolate's hot set and recent fills (the core invalidated it).
-pub fn forget(key: &str) {
+pub fn forget(key: &str, tenant: &str) {
     STATE.with(|state| {
         if let Some(set) = state.borrow_mut().set.as_mut() {
-            set.remove(key);
+            if set.get_any(key).is_some_and(|held| held.tenant == tenant) {
+                set.remove(key);
+            }
         }
     });
-    RECENT.with(|recent| recent.borrow_mut().remove(key));
+    RECENT.with(|recent| recent.borrow_mut().remove(key, tenant));
 }
 
 /// Keeps an answer this isolate is storing in L1 in memory too ([`RecentFills`]).

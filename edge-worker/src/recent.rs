@@ -42,9 +42,12 @@ impl RecentFills {
         (entry.tenant == tenant && !entry.is_expired(now_ms)).then(|| Rc::clone(entry))
     }
 
-    /// Forgets `key` (the core invalidated it). The order keeps its slot until it comes up.
-    pub fn remove(&mut self, key: &str) {
-        self.entries.remove(key);
+    /// Forgets `key` when it holds `tenant`'s answer (the core invalidated it for that tenant; another
+    /// tenant's answer under the key stays). The order keeps its slot until it comes up.
+    pub fn remove(&mut self, key: &str, tenant: &str) {
+        if self.entries.get(key).is_some_and(|entry| entry.tenant == tenant) {
+            self.entries.remove(key);
+        }
     }
 
     /// Entries held.

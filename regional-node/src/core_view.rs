@@ -304,8 +304,12 @@ mod tests {
     #[test]
     fn a_backlog_longer_than_one_batch_is_not_caught_up_until_its_end() {
         let view = CoreView::open(None);
-        let entry =
-            CachedCompletion { etag: String::new(), created_ms: 15, ..CachedCompletion::example("z", "x") };
+        let entry = CachedCompletion {
+            tenant: "t".into(),
+            etag: String::new(),
+            created_ms: 15,
+            ..CachedCompletion::example("z", "x")
+        };
         let partial = Changes { at_head: false, ..at_head(1, None, vec![key_change(1, "a")]) };
         view.apply(&partial, Instant::now());
         assert!(!view.caught_up() && !view.admits(&entry));

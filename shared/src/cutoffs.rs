@@ -36,8 +36,13 @@ pub struct Cutoffs {
     model_versions: BTreeMap<String, BTreeMap<u64, i64>>,
     /// Each model's current version.
     current: BTreeMap<String, u64>,
-    /// Per key.
+    /// Per key, for every tenant: only what a view persisted before key cutoffs were scoped by tenant
+    /// holds (read, never added to; it empties as the bound evicts).
     keys: HashMap<String, i64>,
+    /// Per tenant, per key: a tenant's invalidation of a key covers only that tenant's answer under it,
+    /// so invalidating a key one does not own changes nothing for its owner.
+    #[serde(default)]
+    tenant_keys: HashMap<String, HashMap<String, i64>>,
     /// Per tenant, its keys in the order their cutoffs were set, for the bound.
     #[serde(default)]
     tenant_key_order: HashMap<String, VecDeque<String>>,
@@ -126,6 +131,7 @@ impl Cutoffs {
             && after(self.tenants.get(&entry.tenant))
             && after(self.model_versions.get(&entry.model).and_then(|v| v.get(&entry.model_version)))
             && after(self.keys.get(&entry.key))
+            && after(self.tenant_keys.get(&entry.tenant).and_then(|keys| keys.get(&entry.key)))
             && self.current.get(&entry.model).is_none_or(|&v| v == entry.model_version)
     }
 
@@ -208,10 +214,10 @@ impl Cutoffs {
     }
 
     fn cut_key(&mut self, tenant: &str, key: &str, at: i64) {
-        match self.keys.get_mut(key) {
+        match self.tenant_keys.entry(tenant.to_owned()).or_default().get_mut(key) {
             Some(cutoff) => raise(cutoff, at),
             None => {
-                self.keys.insert(key.to_owned(), at);
+                self.tenant_keys.entry(tenant.to_owned()).or_default().insert(key.to_owned(), at);
                 self.tenant_key_order.entry(tenant.to_owned()).or_default().push_back(key.to_owned());
                 self.ordered_keys += 1;
             }
@@ -228,7 +234,14 @@ impl Cutoffs {
                 self.tenant_key_order.remove(&heaviest);
             }
             self.ordered_keys -= 1;
-            if let Some(cutoff) = oldest.and_then(|key| self.keys.remove(&key)) {
+            let evicted = oldest.and_then(|key| {
+                let own = self.tenant_keys.get_mut(&heaviest).and_then(|keys| keys.remove(&key));
+                own.or_else(|| self.keys.remove(&key))
+            });
+            if self.tenant_keys.get(&heaviest).is_some_and(HashMap::is_empty) {
+                self.tenant_keys.remove(&heaviest);
+            }
+            if let Some(cutoff) = evicted {
                 raise(self.tenants.entry(heaviest).or_insert(cutoff), cutoff);
             }
         }
@@ -263,6 +276,10 @@ mod tests {
         cutoffs.apply(&at(1, 100, Change::Key { tenant: "a".into(), key: "k".into() }));
         assert!(!cutoffs.admits(&entry("k", "a", 1, 100)), "same millisecond: refused");
         assert!(cutoffs.admits(&entry("k", "a", 1, 101)));
+        assert!(
+            cutoffs.admits(&entry("k", "b", 1, 50)),
+            "another tenant's invalidation of b's key cuts nothing"
+        );
         assert!(cutoffs.admits(&entry("other", "a", 1, 50)));
         cutoffs.apply(&at(2, 200, Change::Tenant { tenant: "a".into() }));
         assert!(!cutoffs.admits(&entry("other", "a", 1, 150)));
@@ -275,6 +292,15 @@ mod tests {
         assert!(cutoffs.admits(&entry("x", "b", 2, 500)));
         cutoffs.apply(&at(4, 400, Change::ModelCurrent { model: "m".into(), version: 1 }));
         assert_eq!(cutoffs.current_version("m"), Some(2), "versions never go back");
+    }
+
+    #[test]
+    fn a_view_persisted_before_key_cutoffs_had_tenants_keeps_them_for_every_tenant() {
+        let persisted = r#"{"revision":3,"floor_ms":0,"tenants":{},"model_versions":{},"current":{},
+            "keys":{"k":100},"cache_sampled":[],"latest_ms":100}"#;
+        let cutoffs: Cutoffs = serde_json::from_str(persisted).expect("an older view");
+        assert!(!cutoffs.admits(&entry("k", "a", 1, 100)) && !cutoffs.admits(&entry("k", "b", 1, 50)));
+        assert!(cutoffs.admits(&entry("k", "b", 1, 101)));
     }
 
     #[test]

@@ -181,11 +181,26 @@ impl Replication {
         admitted
     }
 
-    /// Records an invalidation of `key` (owned by `tenant`) and sends it to every peer.
-    pub fn invalidate(&self, key: &str, tenant: &str, now_ms: i64) {
+    /// Records an invalidation of `key` by `tenant` and sends it to every peer, when this node holds a
+    /// replicated answer of `tenant` under it; returns whether it did. A tombstone supersedes whatever
+    /// answer its peers hold under the key, so one written for a key this node holds no answer of the
+    /// tenant for could drop another tenant's copies everywhere. Peers that hold the tenant's answer
+    /// tombstone it themselves from their own feed, and a delta that races the invalidation is refused
+    /// by the receiving node's cutoffs ([`Applier::admits`]).
+    pub fn invalidate(&self, key: &str, tenant: &str, now_ms: i64) -> bool {
+        let holds_own = self.store.get(key).is_some_and(|record| {
+            record
+                .versions()
+                .iter()
+                .any(|v| matches!(&v.value, Value::Live(answer) if answer.tenant == tenant))
+        });
+        if !holds_own {
+            return false;
+        }
         let tombstone = Tombstone { tenant: tenant.to_owned(), invalidated_ms: now_ms };
         self.store.write_local(key, Value::Tombstone(tombstone), now_ms);
         let _ = self.changes.send(key.to_owned());
+        true
     }
 
     /// Merges a record from a peer and applies it when it changed anything; the reason when it is
@@ -339,6 +354,19 @@ mod offer_tests {
         let record = replication.store().get("k").expect("a record");
         assert!(matches!(record.resolve(), Some(Resolved::Invalidated)), "the answer was resurrected");
         assert!(!replication.offer(&entry("k", 1_000), Some(true), 1_600), "an older answer is refused");
+    }
+
+    #[test]
+    fn only_the_owner_invalidating_its_answer_writes_a_tombstone() {
+        let replication = replication();
+        assert!(replication.offer(&entry("k", 1_000), Some(true), 1_100), "tenant t's answer");
+        assert!(!replication.invalidate("k", "someone-else", 1_200), "another tenant's key");
+        assert!(!replication.invalidate("absent", "t", 1_200), "a key holding no answer of the tenant");
+        let record = replication.store().get("k").expect("a record");
+        assert!(matches!(record.resolve(), Some(Resolved::Live(_))), "t's answer stays for its peers too");
+        assert!(replication.invalidate("k", "t", 1_300));
+        let record = replication.store().get("k").expect("a record");
+        assert!(matches!(record.resolve(), Some(Resolved::Invalidated)));
     }
 
     #[test]

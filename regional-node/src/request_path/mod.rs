@@ -274,7 +274,11 @@ impl RequestPath {
     fn drop_invalidated(&self, change: &Change, at_ms: i64) {
         match change {
             Change::Key { tenant, key } => {
-                self.forget(key);
+                // A tenant's invalidation covers its own answer only: another tenant's under the same key
+                // (an invalidation of a key the core no longer held, naming someone else's) stays.
+                if self.cache.peek(key).is_none_or(|held| &held.tenant == tenant) {
+                    self.forget(key);
+                }
                 self.replication.invalidate(key, tenant, at_ms);
             }
             Change::ModelCurrent { model, version } => {
