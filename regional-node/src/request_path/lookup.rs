@@ -45,7 +45,7 @@ impl RequestPath {
         }
         let Some(question) = self.semantic_question(admitted) else { return Ok((None, None)) };
         // A paraphrase found by the small embedding is served without running MiniLM at all.
-        let quick = match self.quick_hit(admitted, &question) {
+        let quick = match self.quick_hit(admitted, &question).await {
             Some(hit) => self.entry_of(admitted, hit).await?,
             None => None,
         };
@@ -87,8 +87,8 @@ impl RequestPath {
     }
 
     /// A cached paraphrase found by the question's small embedding that the verifier accepts.
-    fn quick_hit(&self, admitted: &Admitted, question: &EmbeddedQuestion) -> Option<SemanticHit> {
-        self.semantic.as_ref()?.quick_lookup(question, &admitted.tenant, admitted.class.class)
+    async fn quick_hit(&self, admitted: &Admitted, question: &EmbeddedQuestion) -> Option<SemanticHit> {
+        self.semantic.as_ref()?.quick_lookup(question, &admitted.tenant, admitted.class.class).await
     }
 
     /// The live entry of a cached paraphrase that passes the class's threshold and the verifier (from
@@ -102,7 +102,7 @@ impl RequestPath {
         let Some(threshold) = tier.threshold_for(&admitted.tenant, admitted.class.class) else {
             return Ok(None);
         };
-        let Some(hit) = tier.lookup(question, threshold) else {
+        let Some(hit) = tier.lookup(question, threshold).await else {
             self.metrics.semantic_misses.inc();
             return Ok(None);
         };

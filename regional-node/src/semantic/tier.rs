@@ -120,13 +120,13 @@ impl SemanticTier {
     /// The best verified match of `question` found by its small embedding, at the small embedding's
     /// gate of `class` for `tenant` (lower for a unit conversion, [`SemanticThresholds::gate`]); `None`
     /// without the table.
-    pub fn quick_lookup(
-        &self,
+    pub async fn quick_lookup(
+        self: &Arc<Self>,
         question: &EmbeddedQuestion,
         tenant: &str,
         class: ContentClass,
     ) -> Option<SemanticHit> {
-        let small = question.small.as_ref()?;
+        question.small.as_ref()?;
         let thresholds = if self.embeds_with_minilm() {
             SemanticThresholds::SMALL_EMBEDDING
         } else {
@@ -137,7 +137,31 @@ impl SemanticTier {
             tenant,
             class,
         )?;
-        self.cache.lookup(&question.query(), Space::Small, small, threshold)
+        self.blocking_lookup(question.clone(), Space::Small, threshold).await
+    }
+
+    /// A lookup in `space` on a blocking thread: the verifier's comparisons of up to
+    /// [`CANDIDATES`](super::cache) questions take the time of a few forward passes' worth of string
+    /// work, and must not hold up the runtime's workers (every tenant's requests share them).
+    async fn blocking_lookup(
+        self: &Arc<Self>,
+        question: EmbeddedQuestion,
+        space: Space,
+        threshold: f32,
+    ) -> Option<SemanticHit> {
+        let tier = Arc::clone(self);
+        let found = tokio::task::spawn_blocking(move || {
+            let embedding = match space {
+                Space::Small => question.small.as_deref()?,
+                Space::Full => question.embedding.as_deref()?,
+            };
+            tier.cache.lookup(&question.query(), space, embedding, threshold)
+        })
+        .await;
+        found.unwrap_or_else(|error| {
+            tracing::warn!(%error, "a semantic lookup task failed");
+            None
+        })
     }
 
     /// The threshold of `class`, `None` when that class never hits semantically.
@@ -202,8 +226,13 @@ impl SemanticTier {
 
     /// The best verified match of `question` by its MiniLM embedding at `threshold`; `None` when the
     /// tier matches by the small embedding alone.
-    pub fn lookup(&self, question: &EmbeddedQuestion, threshold: f32) -> Option<SemanticHit> {
-        self.cache.lookup(&question.query(), Space::Full, question.embedding.as_ref()?, threshold)
+    pub async fn lookup(
+        self: &Arc<Self>,
+        question: &EmbeddedQuestion,
+        threshold: f32,
+    ) -> Option<SemanticHit> {
+        question.embedding.as_ref()?;
+        self.blocking_lookup(question.clone(), Space::Full, threshold).await
     }
 
     /// Indexes `question` as answered by the entry `key`.
@@ -228,9 +257,12 @@ impl SemanticTier {
     }
 }
 
-/// Whether `text` has at most `limit` whitespace-separated words.
+/// Whether `text` has at most `limit` words, counted as the verifier reads them: whitespace-separated
+/// words and every run of letters or digits within them (`a;b;c` is three), so that punctuation cannot
+/// slip a long question past the limit.
 fn at_most_words(text: &str, limit: usize) -> bool {
-    text.split_whitespace().nth(limit).is_none()
+    let spaced = text.split_whitespace().nth(limit).is_none();
+    spaced && text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).nth(limit).is_none()
 }
 
 #[cfg(test)]
@@ -243,5 +275,7 @@ mod tests {
         assert!(!at_most_words("how do I sort a list", 4));
         assert!(at_most_words("", 0) && !at_most_words("hi", 0));
         assert!(at_most_words(&"word ".repeat(1000), usize::MAX));
+        assert!(!at_most_words(&"a;".repeat(500), 48), "punctuation does not join words");
+        assert!(at_most_words("what's 2+2?", 4));
     }
 }
