@@ -245,6 +245,16 @@ impl ChatClient {
         self.send(path, &body.to_string(), &[])
     }
 
+    /// `POST /v1/chat/completions` of `body` (a streamed request), reading only the first bytes of the
+    /// answer before hanging up: a client that leaves a generation. The status.
+    pub fn chat_and_hang_up(&self, body: &serde_json::Value) -> anyhow::Result<u16> {
+        let mut response = self.post("/v1/chat/completions", "application/json").send(&body.to_string())?;
+        let status = response.status().as_u16();
+        let mut first = [0u8; 16];
+        let _ = std::io::Read::read(&mut response.body_mut().as_reader(), &mut first);
+        Ok(status)
+    }
+
     /// `POST /v1/chat/completions` with a JSON body.
     pub fn chat(&self, body: &serde_json::Value) -> anyhow::Result<Reply> {
         self.chat_raw(&body.to_string())

@@ -10,6 +10,7 @@
 //! - [`regional`]: `mesh bench regional`: the regional tier against Redis and GPTCache.
 //! - [`edge`]: `mesh bench edge`: the edge worker against a pass-through worker, and the scan.
 //! - [`tls`]: `mesh bench tls`: exact hits and edge misses with mutual TLS against without.
+//! - [`tenants`]: `mesh bench tenants`: a victim tenant alone and beside each attack of another.
 //! - [`e2e`]: `mesh bench e2e`: the mesh, the mesh with caching off, and GPTCache before llama-server.
 //! - [`propagation`]: `mesh bench propagation`: how long each tier takes to obey an invalidation.
 //! - [`upstream`]: `mesh bench upstream`: the mesh in front of `llama-server` against it alone; `mesh
@@ -22,6 +23,7 @@ pub mod edge;
 pub mod pod;
 pub mod propagation;
 pub mod regional;
+pub mod tenants;
 pub mod tls;
 pub mod upstream;
 

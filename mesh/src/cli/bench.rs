@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use crate::bench::propagation::suite::PropagationOptions;
+use crate::bench::tenants::suite::TenantsBenchOptions;
 use crate::bench::tls::suite::TlsBenchOptions;
 use crate::bench::upstream::routing::RoutingBenchOptions;
 use crate::bench::upstream::suite::UpstreamBenchOptions;
@@ -27,6 +28,10 @@ pub enum BenchSuite {
     /// What mutual TLS costs: exact hits at a regional node and misses through the edge, two meshes
     /// (with TLS and without) side by side.
     Tls(SuiteArgs<TlsBenchOptions>),
+    /// What a hostile tenant does to another: the victim's hit ratio and latencies alone and beside a
+    /// flood of random invalidations, of abandoned generations, of punctuation-heavy questions, and of
+    /// connections without a certificate.
+    Tenants(SuiteArgs<TenantsBenchOptions>),
     /// The whole mesh on ShareGPT traffic (natural and Zipf-popular mixes) against the mesh with
     /// caching off and GPTCache in front of llama-server: throughput, TTFT and end-to-end latency per
     /// concurrency step, answers from cache, tokens avoided, and the agreement of semantic hits.
@@ -64,6 +69,7 @@ impl BenchSuite {
             Self::Pod(args) => args.report(bench::pod::suite::run),
             Self::Regional(args) => args.report(bench::regional::suite::run),
             Self::Tls(args) => args.report(bench::tls::suite::run),
+            Self::Tenants(args) => args.report(bench::tenants::suite::run),
             Self::E2e(args) => args.report(bench::e2e::suite::run),
             Self::Edge(args) => args.report(bench::edge::suite::run),
             Self::Propagation(args) => printed(&args, bench::propagation::suite::run),

@@ -7,10 +7,16 @@ use super::plan::{Aborted, PlanItem, StepPlan};
 use super::sequence::{SeqId, Sequence};
 use super::state::Scheduler;
 
+/// The least a prefilling sequence gets of a shared step, however many share it.
+const MIN_PREFILL_SHARE: usize = 32;
+
 /// A step under construction.
 struct StepBuilder {
     /// Tokens left in this step's budget.
     budget: usize,
+    /// Most prompt tokens one sequence may prefill in this step: its share of the budget when several
+    /// want prefill (so a long prompt cannot hold the step while short ones wait behind it).
+    prefill_share: usize,
     /// Planned items with the copies their writes need, in plan order.
     entries: Vec<(PlanItem, Vec<BlockCopy>)>,
     /// Sequences preempted so far.
@@ -20,6 +26,16 @@ struct StepBuilder {
 }
 
 impl StepBuilder {
+    /// The tokens `seq` may take now: what is left of the budget, and no more than its prefill share
+    /// while it prefills.
+    fn allowance(&self, seq: &Sequence) -> usize {
+        if seq.is_decoding() {
+            self.budget
+        } else {
+            self.budget.min(self.prefill_share)
+        }
+    }
+
     /// Drops `id`'s item (it was preempted after being planned) and refunds its tokens.
     fn unplan(&mut self, id: SeqId) {
         if let Some(at) = self.entries.iter().position(|(item, _)| item.seq == id) {
@@ -52,7 +68,10 @@ impl Scheduler {
     ///
     /// 1. Running sequences that are decoding get their uncomputed tokens (one, or one plus
     ///    drafts), interactive first, each all or nothing within the token budget.
-    /// 2. Running sequences still prefilling get chunks of what is left of the budget.
+    /// 2. Running sequences still prefilling get chunks of what is left of the budget, each at most
+    ///    an equal share of the budget among every sequence that wants prefill (running and
+    ///    waiting, at least [`MIN_PREFILL_SHARE`]): a long prompt is prefilled over more steps while
+    ///    others wait, rather than holding every step until it is done.
     /// 3. Waiting sequences are admitted (prefix-cache hits count as computed) while the batch
     ///    and budget have room, unless this step preempted something.
     ///
@@ -60,12 +79,6 @@ impl Scheduler {
     /// latest-arrived running sequence is preempted (freed, to be recomputed from the front of
     /// its waiting class) until it can; a sequence that cannot fit even alone is aborted.
     pub fn schedule(&mut self, bm: &mut BlockManager) -> StepPlan {
-        let mut step = StepBuilder {
-            budget: self.config.max_batched_tokens,
-            entries: Vec::new(),
-            preempted: Vec::new(),
-            aborted: Vec::new(),
-        };
         let mut order: Vec<(bool, _, u64, SeqId)> = self
             .running
             .iter()
@@ -73,6 +86,15 @@ impl Scheduler {
             .map(|s| (!s.is_decoding(), s.priority, s.arrival, s.id))
             .collect();
         order.sort_unstable();
+        let prefilling = order.iter().filter(|(prefill, ..)| *prefill).count() + self.waiting.len();
+        let budget = self.config.max_batched_tokens;
+        let mut step = StepBuilder {
+            budget,
+            prefill_share: (budget / prefilling.max(1)).max(MIN_PREFILL_SHARE),
+            entries: Vec::new(),
+            preempted: Vec::new(),
+            aborted: Vec::new(),
+        };
         for (_, _, _, id) in order {
             self.schedule_running(bm, id, &mut step);
         }
@@ -87,7 +109,7 @@ impl Scheduler {
         loop {
             // It may have been preempted earlier in this step.
             let Some(seq) = self.seqs.get(&id).filter(|s| s.is_running()) else { return };
-            let Some((start, end)) = seq.wanted(step.budget) else { return };
+            let Some((start, end)) = seq.wanted(step.allowance(seq)) else { return };
             let Some(blocks) = seq.blocks.as_ref() else { return };
             if let Some(fit) = fit(bm, seq, blocks, start, end) {
                 self.plan(bm, id, fit, step);
@@ -125,7 +147,7 @@ impl Scheduler {
             };
             let (blocks, cached) = bm.allocate_prefix(seq.salt, &seq.tokens);
             seq.computed = cached;
-            let fitted = seq.wanted(step.budget).and_then(|(s, e)| fit(bm, seq, &blocks, s, e));
+            let fitted = seq.wanted(step.allowance(seq)).and_then(|(s, e)| fit(bm, seq, &blocks, s, e));
             let Some(fitted) = fitted else {
                 seq.computed = 0;
                 if self.running.is_empty() {

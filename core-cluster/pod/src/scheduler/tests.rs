@@ -311,3 +311,19 @@ fn a_step_that_preempts_admits_nobody() {
     let plan = h.step_and_sample(9);
     assert!(Harness::item(&plan, 3).is_some(), "admitted the next step");
 }
+
+#[test]
+fn a_long_prefill_shares_its_steps_with_a_short_prompt_that_arrives() {
+    // A budget of 512 tokens a step, a 2,000-token prompt of one tenant being prefilled.
+    let mut h = Harness::new(8, 512, 256, 16);
+    h.add(1, 7, prompt(2000), Priority::Interactive);
+    let first = h.step();
+    assert_eq!(Harness::item(&first, 1).map(|i| i.tokens.len()), Some(512), "alone, it takes the step");
+    // Another tenant's short question arrives: the next step shares the budget, and the question is
+    // prefilled whole in it rather than after the long prompt's remaining steps.
+    h.add(2, 8, prompt(30), Priority::Interactive);
+    let shared = h.step();
+    assert_eq!(Harness::item(&shared, 1).map(|i| i.tokens.len()), Some(256), "an equal share");
+    assert_eq!(Harness::item(&shared, 2).map(|i| i.tokens.len()), Some(30), "the short prompt, whole");
+    assert_eq!(Harness::item(&shared, 2).map(|i| i.num_logits), Some(1), "its first token comes now");
+}
