@@ -14,9 +14,10 @@ const MIN_PREFILL_SHARE: usize = 32;
 struct StepBuilder {
     /// Tokens left in this step's budget.
     budget: usize,
-    /// Most prompt tokens one sequence may prefill in this step: its share of the budget when several
-    /// want prefill (so a long prompt cannot hold the step while short ones wait behind it).
-    prefill_share: usize,
+    /// Most prompt tokens one sequence may prefill in this step: its tenant's equal share of the budget
+    /// among the tenants that want prefill, split among that tenant's prefilling sequences (so neither
+    /// a long prompt nor a tenant with many holds the step while another's short one waits).
+    prefill_shares: PrefillShares,
     /// Planned items with the copies their writes need, in plan order.
     entries: Vec<(PlanItem, Vec<BlockCopy>)>,
     /// Sequences preempted so far.
@@ -32,7 +33,7 @@ impl StepBuilder {
         if seq.is_decoding() {
             self.budget
         } else {
-            self.budget.min(self.prefill_share)
+            self.budget.min(self.prefill_shares.of(seq.salt))
         }
     }
 
@@ -55,6 +56,29 @@ impl StepBuilder {
     }
 }
 
+/// Each tenant's share of a step's prefill budget, per prefilling sequence.
+struct PrefillShares {
+    per_tenant: usize,
+    sequences: std::collections::HashMap<u64, usize>,
+}
+
+impl PrefillShares {
+    /// Shares of `budget` among the tenants (salts) of `prefilling`, one entry per sequence.
+    fn new(budget: usize, prefilling: impl Iterator<Item = u64>) -> Self {
+        let mut sequences = std::collections::HashMap::new();
+        for tenant in prefilling {
+            *sequences.entry(tenant).or_insert(0) += 1;
+        }
+        Self { per_tenant: budget / sequences.len().max(1), sequences }
+    }
+
+    /// The prefill tokens one sequence of `tenant` may take this step.
+    fn of(&self, tenant: u64) -> usize {
+        let split = self.sequences.get(&tenant).copied().unwrap_or(1).max(1);
+        (self.per_tenant / split).max(MIN_PREFILL_SHARE)
+    }
+}
+
 /// Where a sequence wants to compute this step, already fitted to the free blocks.
 struct Fitted {
     /// First position.
@@ -69,9 +93,10 @@ impl Scheduler {
     /// 1. Running sequences that are decoding get their uncomputed tokens (one, or one plus
     ///    drafts), interactive first, each all or nothing within the token budget.
     /// 2. Running sequences still prefilling get chunks of what is left of the budget, each at most
-    ///    an equal share of the budget among every sequence that wants prefill (running and
-    ///    waiting, at least [`MIN_PREFILL_SHARE`]): a long prompt is prefilled over more steps while
-    ///    others wait, rather than holding every step until it is done.
+    ///    its share: the budget split equally among the tenants with sequences that want prefill
+    ///    (running and waiting), then among each tenant's (at least [`MIN_PREFILL_SHARE`]). A long
+    ///    prompt, or a tenant's many, is prefilled over more steps while others wait, rather than
+    ///    holding every step until it is done.
     /// 3. Waiting sequences are admitted (prefix-cache hits count as computed) while the batch
     ///    and budget have room, unless this step preempted something.
     ///
@@ -86,11 +111,17 @@ impl Scheduler {
             .map(|s| (!s.is_decoding(), s.priority, s.arrival, s.id))
             .collect();
         order.sort_unstable();
-        let prefilling = order.iter().filter(|(prefill, ..)| *prefill).count() + self.waiting.len();
+        let prefilling = order
+            .iter()
+            .filter(|(prefill, ..)| *prefill)
+            .map(|(.., id)| *id)
+            .chain(self.waiting.iter().map(|(id, _)| id))
+            .filter_map(|id| self.seqs.get(&id).map(Sequence::salt));
         let budget = self.config.max_batched_tokens;
+        let prefill_shares = PrefillShares::new(budget, prefilling);
         let mut step = StepBuilder {
             budget,
-            prefill_share: (budget / prefilling.max(1)).max(MIN_PREFILL_SHARE),
+            prefill_shares,
             entries: Vec::new(),
             preempted: Vec::new(),
             aborted: Vec::new(),

@@ -327,3 +327,17 @@ fn a_long_prefill_shares_its_steps_with_a_short_prompt_that_arrives() {
     assert_eq!(Harness::item(&shared, 2).map(|i| i.tokens.len()), Some(30), "the short prompt, whole");
     assert_eq!(Harness::item(&shared, 2).map(|i| i.num_logits), Some(1), "its first token comes now");
 }
+
+#[test]
+fn a_tenant_with_many_long_prompts_gets_one_tenants_share_of_a_step() {
+    let mut h = Harness::new(8, 512, 512, 16);
+    for id in 1..=3 {
+        h.add(id, 7, prompt(2000), Priority::Interactive);
+    }
+    h.step();
+    h.add(9, 8, prompt(300), Priority::Interactive);
+    let shared = h.step();
+    let took = |id| Harness::item(&shared, id).map_or(0, |i| i.tokens.len());
+    assert_eq!(took(9), 256, "half the step for the other tenant's one prompt");
+    assert_eq!(took(1) + took(2) + took(3), 255, "the flooding tenant's three share the other half");
+}
