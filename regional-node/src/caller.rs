@@ -53,6 +53,22 @@ pub fn require_edge(
     }
 }
 
+/// Refuses a caller of an operator's route (`/metrics`, `/v1/replication`: tenant names, peer URLs)
+/// that presents no mesh certificate, when the node runs TLS. Any role may read them (the `metrics`
+/// one is for scrapers); in insecure development mode (loopback only) they are open.
+pub fn require_mesh_certificate(
+    peer: Option<&PeerRole>,
+    identity: &TierIdentity,
+) -> Result<(), RequestError> {
+    match peer {
+        _ if !identity.is_tls() => Ok(()),
+        Some(PeerRole(Some(_))) => Ok(()),
+        _ => Err(RequestError::unauthorized(
+            "this route names tenants and peers: present a mesh certificate (the metrics role is enough)",
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -58,6 +58,9 @@ const ROWS: &[Row] = &[
     Row { name: "Replication.Digest", daemon: "regional", allowed: &[TierRole::Regional] },
     Row { name: "GET /v1/hotset", daemon: "regional", allowed: &[TierRole::Edge] },
     Row { name: "GET /v1/changes", daemon: "regional", allowed: &[TierRole::Edge] },
+    // Operators' routes name tenants and peers: any mesh certificate, none without one.
+    Row { name: "GET /metrics", daemon: "regional", allowed: &TierRole::ALL },
+    Row { name: "GET /v1/replication", daemon: "regional", allowed: &TierRole::ALL },
 ];
 
 /// What a call got: a gRPC status code or an HTTP status, or a refused connection.

@@ -36,7 +36,14 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> Response {
 
 /// `GET /v1/replication`: this node's replicated state (counts and root digest: equal roots, equal
 /// states) and its peer links (none when the node does not replicate).
-pub async fn replication(State(state): State<Arc<AppState>>) -> Response {
+pub async fn replication(
+    State(state): State<Arc<AppState>>,
+    peer: Option<axum::Extension<daemon_runtime::PeerRole>>,
+) -> Response {
+    let peer = peer.as_ref().map(|axum::Extension(p)| p);
+    if let Err(error) = crate::caller::require_mesh_certificate(peer, &state.settings().identity) {
+        return error_response(&error);
+    }
     let replication = state.path().replication();
     let stats = replication.store().stats();
     Json(serde_json::json!({
@@ -51,8 +58,16 @@ pub async fn replication(State(state): State<Arc<AppState>>) -> Response {
     .into_response()
 }
 
-/// `GET /metrics`: every family of the daemon in one exposition (OpenMetrics text).
-pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+/// `GET /metrics`: every family of the daemon in one exposition (OpenMetrics text); on a TLS node, for
+/// callers with a mesh certificate only (it names tenants).
+pub async fn metrics(
+    State(state): State<Arc<AppState>>,
+    peer: Option<axum::Extension<daemon_runtime::PeerRole>>,
+) -> Response {
+    let peer = peer.as_ref().map(|axum::Extension(p)| p);
+    if let Err(error) = crate::caller::require_mesh_certificate(peer, &state.settings().identity) {
+        return error_response(&error);
+    }
     let (path, region) = (state.path(), &state.settings().config.region);
     let text = path.metrics().render(MetricsText::default(), region, path.cache().stats());
     let text = overload_metrics(text, &state);
