@@ -33,8 +33,9 @@ use crate::RegionalError;
 
 /// Prompt tokens that cost as much as one decoded token.
 pub const PROMPT_TOKENS_PER_UNIT: u64 = 8;
-/// Characters per token, for estimating a prompt's tokens without tokenizing it.
-const CHARS_PER_TOKEN: u64 = 4;
+/// Letters per token, for estimating a prompt's tokens without tokenizing it (digits, punctuation and
+/// symbols are counted a token each: tokenizers split them, and a prompt made of them is that long).
+const LETTERS_PER_TOKEN: u64 = 4;
 /// Longest a completion-rate measurement window runs before it is folded into the rate.
 const RATE_WINDOW: Duration = Duration::from_secs(5);
 /// Most seconds a `Retry-After` asks for.
@@ -127,10 +128,23 @@ pub struct Ticket<'a> {
 /// The predicted cost of generating an answer to `request`, in decode-token units: every choice the pod
 /// generates decodes, and the prompt is computed once.
 pub fn predicted_cost(request: &NormalizedRequest) -> u64 {
-    let prompt_chars: u64 = request.messages.iter().map(|m| m.content.len() as u64 + 16).sum();
-    let prompt_tokens = prompt_chars.div_ceil(CHARS_PER_TOKEN);
+    let prompt_tokens: u64 = request.messages.iter().map(|m| estimated_tokens(&m.content) + 4).sum();
     let decoded = u64::from(request.sampling.max_tokens) * u64::from(request.sampling.generated_choices());
     decoded + prompt_tokens.div_ceil(PROMPT_TOKENS_PER_UNIT)
+}
+
+/// A prompt's tokens, estimated without its tokenizer: a token per [`LETTERS_PER_TOKEN`] letters (or
+/// other word characters), and one per digit, punctuation mark or symbol. Whitespace goes with words.
+fn estimated_tokens(text: &str) -> u64 {
+    let (mut letters, mut singles) = (0u64, 0u64);
+    for c in text.chars() {
+        if c.is_alphabetic() {
+            letters += 1;
+        } else if !c.is_whitespace() {
+            singles += 1;
+        }
+    }
+    letters.div_ceil(LETTERS_PER_TOKEN) + singles
 }
 
 impl Admission {
@@ -307,6 +321,14 @@ mod tests {
         let copies = predicted_cost(&request(Sampling { n: 4, ..Sampling::greedy(100) }));
         assert_eq!(four - one, 300, "three more choices of 100 tokens");
         assert_eq!(copies, one, "greedy choices are one generation");
+    }
+
+    #[test]
+    fn digits_and_punctuation_are_not_undercounted() {
+        assert_eq!(estimated_tokens("What is the capital of France?"), 6 + 1);
+        let words: Vec<String> = (0..300).map(|i| format!("w{}", 100 + i)).collect();
+        // 300 x (w, three digits, ;) is about 1,500 tokens to a tokenizer; four characters a token said 375.
+        assert!(estimated_tokens(&words.join(";")) >= 1_200, "{}", estimated_tokens(&words.join(";")));
     }
 
     fn admission(budget: u64, queue: usize, wait_ms: u64) -> Admission {
