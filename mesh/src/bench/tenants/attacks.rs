@@ -150,11 +150,10 @@ fn hold_connections(core: std::net::SocketAddr, stop: &AtomicBool, sent: &Sent) 
                     }
                 }
             }
-            match tokio::time::timeout(Duration::from_millis(50), held.join_next()).await {
-                Ok(Some(Ok(true))) => {
-                    sent.refused.fetch_add(1, Ordering::Relaxed);
-                }
-                _ => {}
+            if let Ok(Some(Ok(true))) =
+                tokio::time::timeout(Duration::from_millis(50), held.join_next()).await
+            {
+                sent.refused.fetch_add(1, Ordering::Relaxed);
             }
         }
         held.abort_all();
