@@ -90,11 +90,12 @@ impl AdmissionLimits {
     }
 }
 
-/// One tenant's share: its own budget, and how many of its requests wait.
+/// One tenant's share: its own budget, and how many of its requests wait (and their cost) for it.
 #[derive(Debug)]
 struct TenantShare {
     budget: Arc<Semaphore>,
     waiting: AtomicUsize,
+    waiting_cost: AtomicU64,
 }
 
 /// The admission controller.
@@ -103,6 +104,8 @@ pub struct Admission {
     limits: AdmissionLimits,
     budget: Arc<Semaphore>,
     waiting: AtomicUsize,
+    /// Cost of the requests that hold their tenant's share and wait for the node's budget (those still
+    /// waiting for their tenant's share are counted by it: they do not wait ahead of other tenants).
     waiting_cost: AtomicU64,
     /// Units per second generations completed at, as f64 bits (0: not measured yet).
     rate: AtomicU64,
@@ -172,6 +175,7 @@ impl Admission {
         let share = Arc::new(TenantShare {
             budget: Arc::new(Semaphore::new(self.limits.tenant_budget() as usize)),
             waiting: AtomicUsize::new(0),
+            waiting_cost: AtomicU64::new(0),
         });
         tenants.insert(tenant.to_owned(), Arc::clone(&share));
         share
@@ -204,7 +208,7 @@ impl Admission {
             Err(_) => {}
         }
         if let Some(wait) = self
-            .predicted_wait(cost)
+            .predicted_wait(cost, &share)
             .filter(|wait| self.limits.ttft_target_of(tenant).is_some_and(|target| *wait > target))
         {
             self.refused.fetch_add(1, Ordering::Relaxed);
@@ -216,34 +220,43 @@ impl Admission {
         let tenant_queued = share.waiting.fetch_add(1, Ordering::AcqRel);
         let _leave = Leave(&self.waiting, &share.waiting);
         if queued >= self.limits.queue || tenant_queued >= self.limits.tenant_queue() {
-            return Err(self.refuse(queued, cost));
+            return Err(self.refuse(queued, cost, &share));
         }
-        self.waiting_cost.fetch_add(cost, Ordering::AcqRel);
         let acquired = tokio::time::timeout(self.limits.max_wait, async {
+            let for_share = Waiting::new(&share.waiting_cost, cost);
             let tenant_permit = Arc::clone(&share.budget).acquire_many_owned(permits).await?;
+            drop(for_share);
+            let _for_budget = Waiting::new(&self.waiting_cost, cost);
             let permit = Arc::clone(&self.budget).acquire_many_owned(permits).await?;
             Ok::<_, tokio::sync::AcquireError>((permit, tenant_permit))
         })
         .await;
-        self.waiting_cost.fetch_sub(cost, Ordering::AcqRel);
         match acquired {
             Ok(Ok((permit, tenant_permit))) => {
                 Ok(Ticket { admission: self, cost, _permit: permit, _tenant_permit: Some(tenant_permit) })
             }
-            _ => Err(self.refuse(self.waiting.load(Ordering::Acquire).saturating_sub(1), cost)),
+            _ => Err(self.refuse(self.waiting.load(Ordering::Acquire).saturating_sub(1), cost, &share)),
         }
     }
 
-    /// How long a request of `cost` would wait for budget now: the cost that must finish first, at the
-    /// measured completion rate; `None` before any rate is measured.
-    fn predicted_wait(&self, cost: u64) -> Option<Duration> {
+    /// How long a request of `cost` of the tenant of `share` would wait for budget now: the cost that
+    /// must finish first, at the measured completion rate; `None` before any rate is measured. Ahead of
+    /// it: what is in flight, what waits for the node's budget, and what its own tenant has waiting,
+    /// never another tenant's requests still waiting for that tenant's share.
+    fn predicted_wait(&self, cost: u64, share: &TenantShare) -> Option<Duration> {
         let rate = f64::from_bits(self.rate.load(Ordering::Acquire));
         if rate <= 0.0 {
             return None;
         }
-        let ahead = self.in_flight() + self.waiting_cost.load(Ordering::Acquire) + cost;
-        let must_finish = ahead.saturating_sub(self.limits.budget);
+        let must_finish = self.ahead_of(cost, share).saturating_sub(self.limits.budget);
         Some(Duration::from_secs_f64(must_finish as f64 / rate))
+    }
+
+    /// The cost that must be admitted before a request of `cost` of the tenant of `share` is, itself
+    /// included.
+    fn ahead_of(&self, cost: u64, share: &TenantShare) -> u64 {
+        let waiting = self.waiting_cost.load(Ordering::Acquire) + share.waiting_cost.load(Ordering::Acquire);
+        self.in_flight() + waiting + cost
     }
 
     /// Requests waiting now.
@@ -256,10 +269,9 @@ impl Admission {
         self.limits.budget - self.budget.available_permits() as u64
     }
 
-    fn refuse(&self, queued: usize, cost: u64) -> RegionalError {
+    fn refuse(&self, queued: usize, cost: u64, share: &TenantShare) -> RegionalError {
         self.refused.fetch_add(1, Ordering::Relaxed);
-        let ahead = self.in_flight() + self.waiting_cost.load(Ordering::Acquire) + cost;
-        RegionalError::Overloaded { queued, retry_after_s: self.retry_after_s(ahead) }
+        RegionalError::Overloaded { queued, retry_after_s: self.retry_after_s(self.ahead_of(cost, share)) }
     }
 
     /// Seconds for `units` of work at the measured completion rate (a guess from the budget before any
@@ -282,6 +294,22 @@ impl Admission {
             self.rate.store(rate.to_bits(), Ordering::Release);
             *window = (Instant::now(), 0);
         }
+    }
+}
+
+/// Cost counted as waiting until the wait ends, however it ends.
+struct Waiting<'a>(&'a AtomicU64, u64);
+
+impl<'a> Waiting<'a> {
+    fn new(counter: &'a AtomicU64, cost: u64) -> Self {
+        counter.fetch_add(cost, Ordering::AcqRel);
+        Self(counter, cost)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(self.1, Ordering::AcqRel);
     }
 }
 
@@ -435,5 +463,38 @@ mod tests {
         assert!(futures::poll!(patient.as_mut()).is_pending());
         assert!(AdmissionLimits::parse_ttft_targets(&["nonsense".into()]).is_err());
         drop(full);
+    }
+
+    #[tokio::test]
+    async fn a_tenant_that_fills_its_own_queue_does_not_get_another_shed() {
+        let admission = Admission::new(AdmissionLimits {
+            budget: 100,
+            queue: 8,
+            max_wait: Duration::from_millis(5_000),
+            tenant_share: 0.5,
+            ttft_target: Duration::from_secs(2),
+            tenant_ttft_targets: HashMap::new(),
+        });
+        let _share = admission.admit("flood", 50).await.expect("its share");
+        let borrowed = admission.admit("flood", 50).await.expect("idle budget, borrowed");
+        // The flood queues three more behind its own share (before any rate is measured, so none is
+        // shed): 15 s of work at the 10 units a second measured next.
+        let mut queued: Vec<_> = (0..3).map(|_| Box::pin(admission.admit("flood", 50))).collect();
+        for waiting in &mut queued {
+            assert!(futures::poll!(waiting.as_mut()).is_pending());
+        }
+        admission.rate.store(10.0_f64.to_bits(), Ordering::Release);
+        // Another tenant waits only for what is in flight past the budget (1 s), not behind the flood.
+        let quiet = admission.admit("quiet", 10);
+        tokio::pin!(quiet);
+        assert!(futures::poll!(quiet.as_mut()).is_pending(), "queued, not shed");
+        assert_eq!(admission.shed.load(Ordering::Relaxed), 0);
+        drop(borrowed);
+        let quiet = quiet.await.expect("admitted when the borrowed budget returns");
+        assert_eq!(quiet.cost, 10);
+        // The flood's own next request is predicted behind its own queue (15 s): shed.
+        let next = admission.admit("flood", 50).await;
+        assert!(matches!(next, Err(RegionalError::Overloaded { .. })), "{next:?}");
+        drop(quiet);
     }
 }
