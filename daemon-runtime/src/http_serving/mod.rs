@@ -37,6 +37,10 @@ use self::idle_timeout::IdleTimeout;
 use self::per_ip::PerIp;
 use crate::identity::{role_of, PeerRole};
 
+/// The address a request's connection came from, in every request's extensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerAddr(pub std::net::SocketAddr);
+
 /// How long connections in flight may take to finish once shutdown begins.
 pub const DRAIN: Duration = Duration::from_secs(10);
 
@@ -119,8 +123,8 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let stream = IdleTimeout::new(stream, limits.idle_timeout);
-        let (builder, stopping, router, tls) =
-            (builder.clone(), stopping_rx.clone(), router.clone(), tls.clone());
+        let router = router.clone().layer(axum::Extension(PeerAddr(peer)));
+        let (builder, stopping, tls) = (builder.clone(), stopping_rx.clone(), tls.clone());
         tokio::spawn(async move {
             let served = match tls {
                 None => serve_connection(&builder, stopping, stream, router, limits).await,

@@ -18,17 +18,61 @@ use super::{Applier, Replication};
 pub struct ReplicationService {
     replication: Arc<Replication>,
     applier: Arc<dyn Applier>,
+    streaming: Arc<StreamingActors>,
 }
 
 impl ReplicationService {
     /// Serves `replication`, applying merged records through `applier`.
     pub fn new(replication: Arc<Replication>, applier: Arc<dyn Applier>) -> Self {
-        Self { replication, applier }
+        Self { replication, applier, streaming: Arc::default() }
     }
 
     fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
         // The replication row of the authorization table: regional peers only.
         self.replication.settings.identity.check(request, &[daemon_runtime::TierRole::Regional]).map(|_| ())
+    }
+}
+
+/// The actors with a delta stream open to this node, and the address each streams from. Two nodes with
+/// one actor id (a cloned data directory, a restored backup) would write dots that collide; a second
+/// stream under an id already streaming from another address is refused, so the clash is loud.
+#[derive(Debug, Default)]
+struct StreamingActors {
+    open: std::sync::Mutex<std::collections::HashMap<String, (std::net::IpAddr, usize)>>,
+}
+
+impl StreamingActors {
+    /// A claim on `actor` streaming from `ip`; refused while it streams from another address.
+    fn claim(self: &Arc<Self>, actor: &str, ip: std::net::IpAddr) -> Result<ActorClaim, Status> {
+        let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entry = open.entry(actor.to_owned()).or_insert((ip, 0));
+        if entry.0 != ip && entry.1 > 0 {
+            tracing::error!(actor, streaming_from = %entry.0, refused = %ip, "two peers share one replication id: give each node its own --node-id (and data directory)");
+            return Err(Status::failed_precondition(format!(
+                "replication id {actor:?} already streams from {}: each regional node needs its own --node-id",
+                entry.0
+            )));
+        }
+        *entry = (ip, entry.1 + 1);
+        Ok(ActorClaim { streaming: Arc::clone(self), actor: actor.to_owned() })
+    }
+}
+
+/// One open stream's claim on its actor id; released when dropped.
+struct ActorClaim {
+    streaming: Arc<StreamingActors>,
+    actor: String,
+}
+
+impl Drop for ActorClaim {
+    fn drop(&mut self) {
+        let mut open = self.streaming.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(entry) = open.get_mut(&self.actor) {
+            entry.1 = entry.1.saturating_sub(1);
+            if entry.1 == 0 {
+                open.remove(&self.actor);
+            }
+        }
     }
 }
 
@@ -53,6 +97,8 @@ impl ReplicationRpc for ReplicationService {
         request: Request<Streaming<DeltaBatch>>,
     ) -> Result<Response<Self::ReplicateStream>, Status> {
         self.authorize(&request)?;
+        let from_ip = request.extensions().get::<daemon_runtime::http_serving::PeerAddr>().map(|a| a.0.ip());
+        let streaming = Arc::clone(&self.streaming);
         let mut inbound = request.into_inner();
         // Acknowledgements are tiny and cumulative; an unbounded queue keeps the reader from ever waiting
         // on a peer that is slow to read them.
@@ -60,10 +106,20 @@ impl ReplicationRpc for ReplicationService {
         let replication = Arc::clone(&self.replication);
         let applier = Arc::clone(&self.applier);
         tokio::spawn(async move {
+            let mut claim = None;
             while let Ok(Some(batch)) = inbound.message().await {
                 if let Err(refused) = refuse_own_id(&replication, &batch.from) {
                     let _ = tx.send(Err(refused));
                     break;
+                }
+                if let (None, Some(ip)) = (&claim, from_ip) {
+                    match streaming.claim(&batch.from, ip) {
+                        Ok(held) => claim = Some(held),
+                        Err(refused) => {
+                            let _ = tx.send(Err(refused));
+                            break;
+                        }
+                    }
                 }
                 replication.metrics.bytes_received.add(batch.encoded_len() as u64);
                 for record in batch.records {
@@ -147,6 +203,20 @@ mod tests {
         };
         let replication = Arc::new(Replication::new(settings, None).expect("replication"));
         (ReplicationService::new(replication, Arc::new(Ignore)), credential)
+    }
+
+    #[test]
+    fn one_actor_id_streaming_from_two_addresses_is_refused() {
+        let streaming = Arc::new(StreamingActors::default());
+        let (a, b): (std::net::IpAddr, std::net::IpAddr) =
+            ("10.0.0.1".parse().expect("ip"), "10.0.0.2".parse().expect("ip"));
+        let first = streaming.claim("region-1-x", a).expect("first");
+        let reconnect = streaming.claim("region-1-x", a).expect("the same node reconnecting");
+        let clone = streaming.claim("region-1-x", b).map(|_| ()).expect_err("a clone elsewhere");
+        assert_eq!(clone.code(), tonic::Code::FailedPrecondition);
+        assert!(streaming.claim("region-2-y", b).is_ok(), "another actor");
+        drop((first, reconnect));
+        assert!(streaming.claim("region-1-x", b).is_ok(), "once the first has gone, the id may move");
     }
 
     #[tokio::test]
