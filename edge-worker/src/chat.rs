@@ -23,7 +23,8 @@ use shared::text_completion::{normalize_completion, parse_completion_request};
 use shared::trace::TraceParent;
 use shared::{
     RequestError, CACHE_CREATED_HEADER, CACHE_ENTRY_TTL_HEADER, CACHE_KEY_HEADER, CACHE_MATCHED_KEY_HEADER,
-    CACHE_SIGNATURE_HEADER, MAX_REQUEST_BYTES, X_CACHE,
+    CACHE_QUESTION_PARTITION_HEADER, CACHE_QUESTION_TEXT_HEADER, CACHE_SIGNATURE_HEADER, MAX_REQUEST_BYTES,
+    X_CACHE,
 };
 use worker::{Context, KvStore, Request, Response, ResponseBuilder};
 
@@ -170,6 +171,7 @@ pub async fn handle(
     let created = headers.get(CACHE_CREATED_HEADER)?;
     let matched_key = headers.get(CACHE_MATCHED_KEY_HEADER)?;
     let (entry_ttl, signature) = (headers.get(CACHE_ENTRY_TTL_HEADER)?, headers.get(CACHE_SIGNATURE_HEADER)?);
+    let question = (headers.get(CACHE_QUESTION_PARTITION_HEADER)?, headers.get(CACHE_QUESTION_TEXT_HEADER)?);
     let answer = RegionalAnswer {
         status,
         x_cache: x_cache.as_deref(),
@@ -180,6 +182,7 @@ pub async fn handle(
         created_ms: created.as_deref().and_then(|v| v.trim().parse().ok()),
         ttl_s: entry_ttl.as_deref().and_then(|v| v.trim().parse().ok()),
         signature: signature.as_deref(),
+        question: question.0.as_deref().zip(question.1.as_deref()),
         body: &bytes,
     };
     // Kept in the isolate's memory before answering, so that once a client has its answer the next
@@ -340,9 +343,12 @@ async fn fill_after_stream(job: Job, ended: futures::channel::oneshot::Receiver<
     ) else {
         return;
     };
-    let (Ok(entry_ttl), Ok(signature)) =
-        (headers.get(CACHE_ENTRY_TTL_HEADER), headers.get(CACHE_SIGNATURE_HEADER))
-    else {
+    let (Ok(entry_ttl), Ok(signature), Ok(partition), Ok(text)) = (
+        headers.get(CACHE_ENTRY_TTL_HEADER),
+        headers.get(CACHE_SIGNATURE_HEADER),
+        headers.get(CACHE_QUESTION_PARTITION_HEADER),
+        headers.get(CACHE_QUESTION_TEXT_HEADER),
+    ) else {
         return;
     };
     if !x_cache.as_deref().is_some_and(|v| v.trim().to_ascii_uppercase().starts_with("HIT-")) {
@@ -364,6 +370,7 @@ async fn fill_after_stream(job: Job, ended: futures::channel::oneshot::Receiver<
         created_ms: created.as_deref().and_then(|v| v.trim().parse().ok()),
         ttl_s: entry_ttl.as_deref().and_then(|v| v.trim().parse().ok()),
         signature: signature.as_deref(),
+        question: partition.as_deref().zip(text.as_deref()),
         body: &bytes,
     };
     let fill = fill::entry_from_answer(&job.target(Clock::now_ms()), &answer);

@@ -4,7 +4,7 @@
 
 use shared::answer_signature::{AnswerVerifier, SignatureError};
 use shared::cache_key::CacheKey;
-use shared::completion::CachedCompletion;
+use shared::completion::{AnsweredQuestion, CachedCompletion};
 use shared::openai::{ChatCompletion, Usage};
 use shared::text_completion::{TextCompletion, TEXT_COMPLETION_OBJECT};
 
@@ -32,6 +32,9 @@ pub struct RegionalAnswer<'a> {
     pub ttl_s: Option<u64>,
     /// `X-Cache-Signature`: the core's signature over the answer ([`shared::answer_signature`]).
     pub signature: Option<&'a str>,
+    /// `X-Cache-Question-Partition` and `X-Cache-Question-Text` (hex): the question the signed answer
+    /// names, which its signature covers.
+    pub question: Option<(&'a str, &'a str)>,
     /// The JSON body of a non-streamed completion.
     pub body: &'a [u8],
 }
@@ -170,9 +173,14 @@ pub fn entry_from_answer(target: &FillTarget<'_>, answer: &RegionalAnswer<'_>) -
         signature: String::new(),
     };
     if let Some(verifier) = target.verifier {
+        let question = answer.question.and_then(|(partition, text)| {
+            let text = String::from_utf8(shared::hex::decode(text.trim())?).ok()?;
+            Some(AnsweredQuestion { partition: partition.trim().to_owned(), text })
+        });
         let as_signed = CachedCompletion {
             ttl_s: answer.ttl_s.unwrap_or(entry.ttl_s),
             signature: answer.signature.unwrap_or_default().trim().to_owned(),
+            question,
             ..entry.clone()
         };
         verifier.verify(&as_signed).map_err(Skip::Unsigned)?;
@@ -250,6 +258,7 @@ mod tests {
             created_ms: None,
             ttl_s: None,
             signature: None,
+            question: None,
             body: body.as_bytes(),
         }
     }
@@ -363,6 +372,20 @@ mod tests {
         };
         let fill = entry_from_answer(&target, &signed).expect("signed by the core");
         assert_eq!(fill.entry.ttl_s, 70, "the edge's own lifetime");
+        // An answer that names its question is checked with it.
+        let asked = AnsweredQuestion { partition: "p1:ab".into(), text: "Hi?".into() };
+        let mut named = CachedCompletion { question: Some(asked), ..committed.clone() };
+        signer.sign(&mut named);
+        let text = shared::hex::encode(b"Hi?");
+        let with_question = RegionalAnswer {
+            signature: Some(&named.signature),
+            question: Some(("p1:ab", &text)),
+            ..signed.clone()
+        };
+        assert!(entry_from_answer(&target, &with_question).is_ok());
+        let other = shared::hex::encode(b"Bye?");
+        let refiled = RegionalAnswer { question: Some(("p1:ab", &other)), ..with_question.clone() };
+        assert!(matches!(entry_from_answer(&target, &refiled), Err(Skip::Unsigned(_))), "another question");
         let unsigned = RegionalAnswer { signature: None, ..signed.clone() };
         let redated = RegionalAnswer { created_ms: Some(2_000_000), ..signed.clone() };
         let longer = RegionalAnswer { ttl_s: Some(0), ..signed.clone() };

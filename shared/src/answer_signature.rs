@@ -4,9 +4,10 @@
 //! forge one, move it to another key or tenant, or re-date it.
 //!
 //! What is signed ([`signed_message`]): the key, tenant, model and version, the finish reason, the token
-//! counts, the ETag, the creation time at the core, the TTL and a SHA-256 digest of the content. The
-//! question an answer was attached to (a regional node's semantic metadata) is not: the core does not
-//! know it.
+//! counts, the ETag, the creation time at the core, the TTL, a SHA-256 digest of the content, and the
+//! question it answers in its semantic partition when the core knows it (it derives both from the
+//! request it generated for), so a region cannot re-file a signed answer under another question for
+//! the semantic tiers either.
 //!
 //! Ed25519 signatures are deterministic (RFC 8032), so every core node holding the key signs an answer
 //! the same way, whichever node a regional node asked.
@@ -137,6 +138,16 @@ pub fn signed_message(entry: &CachedCompletion) -> Vec<u8> {
     out.extend_from_slice(&entry.created_ms.to_be_bytes());
     out.extend_from_slice(&entry.ttl_s.to_be_bytes());
     out.extend_from_slice(&Sha256::digest(entry.content.as_bytes()));
+    match &entry.question {
+        None => out.push(0),
+        Some(question) => {
+            out.push(1);
+            for text in [&question.partition, &question.text] {
+                out.extend_from_slice(&(text.len() as u64).to_be_bytes());
+                out.extend_from_slice(text.as_bytes());
+            }
+        }
+    }
     out
 }
 
@@ -159,9 +170,18 @@ mod tests {
         let verifier = AnswerVerifier::from_hex(&signer().public_hex()).expect("public key");
         let entry = signed();
         assert_eq!(verifier.verify(&entry), Ok(()));
-        // The question is a regional node's metadata, outside the signature.
+        // The question is signed too: one attached or changed afterwards breaks the signature.
         let asked = crate::completion::AnsweredQuestion { partition: "p".into(), text: "q".into() };
-        assert_eq!(verifier.verify(&CachedCompletion { question: Some(asked), ..entry.clone() }), Ok(()));
+        let refiled = CachedCompletion { question: Some(asked.clone()), ..entry.clone() };
+        assert_eq!(verifier.verify(&refiled), Err(SignatureError::Invalid));
+        let mut with_question = CachedCompletion { question: Some(asked), ..entry.clone() };
+        signer().sign(&mut with_question);
+        assert_eq!(verifier.verify(&with_question), Ok(()));
+        let other = crate::completion::AnsweredQuestion { partition: "p".into(), text: "another".into() };
+        assert_eq!(
+            verifier.verify(&CachedCompletion { question: Some(other), ..with_question }),
+            Err(SignatureError::Invalid)
+        );
         let changed: Vec<(CachedCompletion, &str)> = vec![
             (CachedCompletion { key: "v1:other".into(), ..entry.clone() }, "key"),
             (CachedCompletion { tenant: "other".into(), ..entry.clone() }, "tenant"),

@@ -58,9 +58,10 @@ pub struct AnsweredQuestion {
 }
 
 impl CachedCompletion {
-    /// This entry, naming the question of `query` when it names none yet.
+    /// This entry, naming the question of `query` when it names none yet and carries no signature (the
+    /// core's signature covers the question it named, or that it named none).
     pub fn answering(mut self, query: Option<crate::cache_key::SemanticQuery<'_>>) -> Self {
-        if self.question.is_none() {
+        if self.question.is_none() && self.signature.is_empty() {
             self.question =
                 query.map(|q| AnsweredQuestion { partition: q.partition, text: q.question.to_owned() });
         }

@@ -84,5 +84,9 @@ pub const CACHE_ENTRY_TTL_HEADER: &str = "x-cache-entry-ttl-s";
 /// Header with the core's signature over a cached answer ([`answer_signature`]), so the edge can keep
 /// only answers the core made.
 pub const CACHE_SIGNATURE_HEADER: &str = "x-cache-signature";
+/// Header with the semantic partition of the question a signed answer names (its signature covers it).
+pub const CACHE_QUESTION_PARTITION_HEADER: &str = "x-cache-question-partition";
+/// Header with the text of that question, as hex of its UTF-8 (any text fits a header so).
+pub const CACHE_QUESTION_TEXT_HEADER: &str = "x-cache-question-text";
 /// Largest request body any tier accepts.
 pub const MAX_REQUEST_BYTES: usize = 256 * 1024;

@@ -48,6 +48,12 @@ pub fn cache_headers(
             .insert(HeaderName::from_static(shared::CACHE_ENTRY_TTL_HEADER), HeaderValue::from(entry.ttl_s));
         if !entry.signature.is_empty() {
             insert(&mut headers, HeaderName::from_static(shared::CACHE_SIGNATURE_HEADER), &entry.signature);
+            if let Some(question) = &entry.question {
+                let partition = HeaderName::from_static(shared::CACHE_QUESTION_PARTITION_HEADER);
+                insert(&mut headers, partition, &question.partition);
+                let text = shared::hex::encode(question.text.as_bytes());
+                insert(&mut headers, HeaderName::from_static(shared::CACHE_QUESTION_TEXT_HEADER), &text);
+            }
         }
     }
     if !store {

@@ -18,7 +18,12 @@ use crate::node::raft::read_barrier::ReadBarrier;
 use crate::node::writes::writer::Writer;
 use daemon_runtime::TierIdentity;
 use shared::answer_signature::AnswerSigner;
-use shared::completion::CachedCompletion;
+use shared::cache_key::SemanticQuery;
+use shared::completion::{AnsweredQuestion, CachedCompletion};
+use shared::models::ModelRef;
+use shared::normalize::NormalizedRequest;
+
+use super::types::Prompt;
 
 /// Longest time since a leader confirmed this node's state for it to serve cached answers.
 pub const SERVING_STALENESS_MS: u64 = 5_000;
@@ -55,6 +60,22 @@ pub struct NodeContext {
     pub answer_signer: Option<AnswerSigner>,
 }
 
+/// The question `entry` answers in its semantic partition, derived from the request it was generated
+/// for as a regional node derives it (`None` when the request has none: its last turn is not the
+/// user's, or is too long).
+fn answered_question(entry: &CachedCompletion, prompt: &Prompt) -> Option<AnsweredQuestion> {
+    let request = NormalizedRequest {
+        model: ModelRef { name: entry.model.clone(), version: entry.model_version },
+        messages: prompt.messages.clone(),
+        sampling: prompt.sampling.clone(),
+        delivery: shared::openai::Delivery::Whole,
+        api: shared::model_spec::ModelApi::Chat,
+        echo: false,
+    };
+    let query = SemanticQuery::derive(&entry.tenant, &request)?;
+    Some(AnsweredQuestion { partition: query.partition, text: query.question.to_owned() })
+}
+
 /// The node's Raft status, as `/healthz` reports it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Health {
@@ -73,8 +94,12 @@ pub struct Health {
 }
 
 impl NodeContext {
-    /// `entry` as handed out: signed with the cluster's answer key, when this node has it.
-    pub fn signed(&self, mut entry: CachedCompletion) -> CachedCompletion {
+    /// `entry` as handed out: naming the question it answers when `prompt` (the request it was
+    /// generated for) has one, and signed with the cluster's answer key, when this node has it.
+    pub fn signed(&self, mut entry: CachedCompletion, prompt: Option<&Prompt>) -> CachedCompletion {
+        if entry.question.is_none() {
+            entry.question = prompt.and_then(|prompt| answered_question(&entry, prompt));
+        }
         if let Some(signer) = &self.answer_signer {
             signer.sign(&mut entry);
         }
@@ -142,4 +167,39 @@ pub fn known_leader(
 ) -> Option<NodeId> {
     let votes = || metrics.membership_config.membership().voter_ids().any(|voter| voter == id);
     metrics.current_leader.filter(|leader| *leader != id || (metrics.state.is_leader() && votes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_core_names_the_question_a_regional_node_derives() {
+        let body = r#"{"model":"smollm2-135m-instruct","temperature":0,"max_tokens":12,
+            "messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"What is 2 + 2?"}]}"#;
+        let request = shared::openai::parse_chat_request(body.as_bytes(), 1 << 20).expect("json");
+        let models = shared::models::ModelTable::parse("smollm2-135m-instruct@3").expect("models");
+        let normalized =
+            shared::normalize::normalize(&request, &models, &shared::normalize::Limits::default())
+                .expect("valid");
+        // The regional node's view: its semantic query of the request.
+        let regional = SemanticQuery::derive("dev", &normalized).expect("a question");
+        // The core's: the request as the regional node sent it to generate, as the state keeps it.
+        let generate = proto::inference::GenerateRequest::for_request("r".into(), "dev", &normalized);
+        let prompt = Prompt {
+            messages: generate.normalized_messages().expect("roles"),
+            sampling: generate.normalized_sampling(),
+        };
+        let entry = CachedCompletion {
+            tenant: "dev".into(),
+            model: "smollm2-135m-instruct".into(),
+            model_version: 3,
+            ..CachedCompletion::example("v1:k", "4")
+        };
+        let core = answered_question(&entry, &prompt).expect("a question");
+        assert_eq!(
+            (core.partition.as_str(), core.text.as_str()),
+            (regional.partition.as_str(), regional.question)
+        );
+    }
 }

@@ -142,7 +142,11 @@ impl CoreCache for CacheService {
         validate::key(&request.key)?;
         validate::name("tenant", &request.tenant)?;
         self.node.check_serving()?;
-        let entry = self.node.state.read(&request.key, &request.tenant)?.map(|s| self.node.signed(s.entry));
+        let entry = self
+            .node
+            .state
+            .read(&request.key, &request.tenant)?
+            .map(|s| self.node.signed(s.entry, s.prompt.as_ref()));
         if entry.is_some() {
             self.node.hits.record(&request.key);
             metrics.lookups.get(CacheResult::Hit).inc()
@@ -211,7 +215,11 @@ impl CoreCache for CacheService {
 
         let cached = match input.fresh {
             true => None,
-            false => self.node.state.read(&input.key, &input.generate.tenant)?.map(|s| s.entry),
+            false => self
+                .node
+                .state
+                .read(&input.key, &input.generate.tenant)?
+                .map(|s| self.node.signed(s.entry, s.prompt.as_ref())),
         };
         if let Some(entry) = cached.filter(|e| e.model_version == input.model_version) {
             self.node.hits.record(&input.key);
@@ -367,7 +375,7 @@ async fn generate_and_commit(
         }
         outcome => convert::outcome_result(outcome)?,
     }
-    let entry = node.signed(entry);
+    let entry = node.signed(entry, prompt_of(&input.generate).as_ref());
     tracing::debug!(log_index = committed.log_index, commit_us = micros(commit), "committed");
     Ok(CompleteDone { entry: Some(entry.into()), timings: finished.timings, commit_us: micros(commit) })
 }

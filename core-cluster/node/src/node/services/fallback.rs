@@ -82,7 +82,8 @@ pub async fn start(
         if let Some(stored) = node.state.read(&input.key, &input.generate.tenant)? {
             if stored.entry.model_version == input.model_version {
                 node.hits.record(&input.key);
-                return Ok(Start::Stored { entry: stored.entry, fallback });
+                let entry = node.signed(stored.entry, stored.prompt.as_ref());
+                return Ok(Start::Stored { entry, fallback });
             }
         }
     }

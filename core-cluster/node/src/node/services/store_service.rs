@@ -67,7 +67,7 @@ impl StoreService {
         let stored = self.node.state.read(&read.key, &read.tenant)?;
         Ok(ReadReply {
             content_class: stored.as_ref().map(|s| s.content_class.clone()).unwrap_or_default(),
-            entry: stored.map(|s| self.node.signed(s.entry).into()),
+            entry: stored.map(|s| self.node.signed(s.entry, s.prompt.as_ref()).into()),
             applied_index: last_applied.unwrap_or(0),
             leader_id: leader.unwrap_or(0),
             served_by: self.node.id,
