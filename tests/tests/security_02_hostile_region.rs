@@ -1,7 +1,7 @@
 //! A hostile region: a node holding a valid regional certificate replicates, to another regional node,
 //! an answer it forged under a real question's key, a genuine answer of the core re-dated by 30 s (within
-//! the clock skew allowed),
-//! one with a vector-clock counter at `u64::MAX`, and one dated far in the future. Each is refused by
+//! the clock skew allowed), one with a vector-clock counter at `u64::MAX`, one dated far in the future,
+//! and the genuine answer re-filed under the other question for the semantic tier. Each is refused by
 //! reason and nothing of it is served: the question's next ask gets the core's answer. The genuine
 //! answer, relayed unchanged, is merged, so the refusals are the checks' doing and not a broken channel.
 //! The edge, holding the core's public key, keeps and serves the genuine answers as before.
@@ -102,6 +102,7 @@ fn a_region_relays_answers_but_cannot_forge_redate_or_overflow_them() -> anyhow:
         reply.entry.ok_or_else(|| anyhow::anyhow!("the core holds no answer for {relayed_key}"))
     })?;
     assert_eq!(signed.signature.len(), 128, "the core signs what it hands out");
+    assert!(!signed.question_partition.is_empty(), "and names the question it answers");
 
     let now_ms = signed.created_ms;
     let forged = WireCompletion {
@@ -114,6 +115,9 @@ fn a_region_relays_answers_but_cannot_forge_redate_or_overflow_them() -> anyhow:
     let redated = WireCompletion { created_ms: signed.created_ms + 30_000, ..signed.clone() };
     let future =
         WireCompletion { created_ms: now_ms + 86_400_000, signature: String::new(), ..forged.clone() };
+    // The genuine answer re-filed under another question, for peers' semantic tiers to serve it there.
+    let refiled =
+        WireCompletion { question: "Name the largest planet in the solar system.".into(), ..signed.clone() };
     runtime.block_on(replicate(
         &mesh,
         vec![
@@ -121,13 +125,14 @@ fn a_region_relays_answers_but_cannot_forge_redate_or_overflow_them() -> anyhow:
             record(redated, 11),
             record(signed.clone(), u64::MAX),
             record(future, 12),
+            record(refiled, 14),
             record(signed.clone(), 13),
         ],
     ))?;
     let (unsigned, dot_range, ahead) =
         (refused(&mesh, "unsigned")?, refused(&mesh, "dot_range")?, refused(&mesh, "future")?);
     println!("hostile region: refused {unsigned} unsigned or altered, {dot_range} out-of-range dots, {ahead} future-dated");
-    assert_eq!((unsigned, dot_range, ahead), (2, 1, 1), "each planted record refused by its reason");
+    assert_eq!((unsigned, dot_range, ahead), (3, 1, 1), "each planted record refused by its reason");
 
     // Nothing planted is served: the target question gets the core's answer at regional node 1.
     let at_one = mesh.regional_client(0).chat(&target)?;
