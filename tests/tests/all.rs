@@ -29,6 +29,7 @@ mod regional_06_hotset;
 mod regional_07_model_bump;
 mod security_01_mtls;
 mod security_02_hostile_region;
+mod security_03_http2_limits;
 mod soak_01_bounded_state;
 mod tenants_01_isolation;
 mod tenants_02_abuse;
