@@ -1,6 +1,7 @@
-//! Two tenants on one mesh: neither is served the other's answers, and one cannot learn whether the
-//! other holds an answer, nor drop it, through `POST /v1/cache/invalidate`, nor flood the core with
-//! invalidations.
+//! Two tenants on one mesh of two regional nodes: neither is served the other's answers, and one cannot
+//! learn whether the other holds an answer, nor drop it, through `POST /v1/cache/invalidate` (at the
+//! node that holds the copy, or at the other one, whose tombstone would reach every peer), nor flood
+//! the core with invalidations.
 
 use mesh_harness::client::Reply;
 use mesh_harness::{Mesh, MeshSpec};
@@ -31,7 +32,7 @@ fn tenants_share_nothing_and_cannot_probe_each_other() -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("mesh-test-tenants-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mesh = Mesh::start(MeshSpec {
-        regional_nodes: 1,
+        regional_nodes: 2,
         edge: false,
         other_tenants: vec![("acme".into(), "sk-acme".into())],
         regional_args: ["--invalidation-burst", "4", "--invalidations-per-s", "0.01"]
@@ -74,6 +75,17 @@ fn tenants_share_nothing_and_cannot_probe_each_other() -> anyhow::Result<()> {
     let still = dev.chat(&question)?;
     assert_eq!(x_cache(&still), "HIT-REGIONAL", "another tenant dropped dev's answer: {:?}", still.headers);
     assert_eq!(still.content(), first.content());
+    // The same probe at the other regional node, whose exact cache holds no copy: nothing changes there
+    // or at the first node (no cutoff of acme's covers dev's answer, no tombstone of acme's replicates).
+    let acme_at_two = mesh_harness::client::ChatClient::new(&mesh.regional_url(1), Some("sk-acme"));
+    assert_eq!(acme_at_two.invalidate(&dev_key)?.status, 200);
+    // Deliberate: a tombstone, had one been written, reaches the peer within this.
+    std::thread::sleep(std::time::Duration::from_millis(1_500));
+    let at_one = dev.chat(&question)?;
+    assert_eq!(x_cache(&at_one), "HIT-REGIONAL", "a tombstone dropped dev's copy: {:?}", at_one.headers);
+    let at_two = mesh.regional_client(1).chat(&question)?;
+    assert!(x_cache(&at_two).starts_with("HIT"), "dev's answer refused at node 2: {:?}", at_two.headers);
+    assert_eq!(at_two.content(), first.content());
 
     // The pod's prefix cache is salted by tenant: a long prompt dev sent saves acme no prefill.
     let long = format!("{} Which of these words is longest?", "alpha beta gamma delta epsilon ".repeat(60));
