@@ -2,6 +2,9 @@
 //! entries in one partition and runs Q semantic lookups against it, so that `mesh bench edge` can time
 //! the int8 scan inside workerd. The time is taken from outside (the request with Q lookups minus the
 //! one with none), because workerd's clocks stand still while a worker computes.
+//!
+//! `GET /v1/edge/bench/verify?answers=N&check=1` signs N synthetic answers and, with `check=1`, checks
+//! each signature as the edge checks fills and hot entries; the difference of the two times is N checks.
 
 use shared::completion::{AnsweredQuestion, CachedCompletion};
 use shared::hot_set::{encode_embedding, HotEntry, HotSet as WireHotSet};
@@ -65,4 +68,39 @@ pub fn run(embedder: &SmallEmbedder, entries: usize, queries: usize) -> usize {
     (0..queries)
         .filter(|q| set.nearest("p", &probes[q % probes.len()], "a question", 1.01, 1).is_some())
         .count()
+}
+
+/// Most answers per verification request.
+pub const MAX_ANSWERS: usize = 20_000;
+
+/// Signs `answers` synthetic 1 KiB answers with a fixed key and, when `check`, verifies each as the
+/// edge does; returns how many verified.
+pub fn verify(answers: usize, check: bool) -> usize {
+    use shared::answer_signature::AnswerSigner;
+    let signer = AnswerSigner::from_seed(*b"edge bench: answer verification!");
+    let verifier = signer.verifier();
+    let content = "An answer of about one kibibyte. ".repeat(32);
+    let mut verified = 0;
+    for i in 0..answers {
+        let mut entry = CachedCompletion {
+            key: format!("v1:{i:064x}"),
+            tenant: "bench".into(),
+            model: "m".into(),
+            model_version: 1,
+            etag: CachedCompletion::etag_of(&content, "stop"),
+            content: content.clone(),
+            finish_reason: "stop".into(),
+            prompt_tokens: 40,
+            completion_tokens: 240,
+            created_ms: i as i64,
+            ttl_s: 86_400,
+            question: None,
+            signature: String::new(),
+        };
+        signer.sign(&mut entry);
+        if check && verifier.verify(&entry).is_ok() {
+            verified += 1;
+        }
+    }
+    verified
 }

@@ -242,7 +242,9 @@ async fn edge_answer(
         true => EdgeMatch::Exact,
         false => EdgeMatch::Semantic { request_key: job.key.as_str(), similarity: None },
     };
-    let by_key = match crate::hot_set_sync::exact(job.key.as_str(), &job.tenant, now).filter(|e| accepts(e)) {
+    let by_key = match crate::hot_set_sync::exact(&job.config, job.key.as_str(), &job.tenant, now)
+        .filter(|e| accepts(e))
+    {
         Some(entry) => Some(entry),
         None => l1.get(&job.key, &job.tenant, now).await.filter(|e| accepts(e)).map(Rc::new),
     };
@@ -275,7 +277,7 @@ fn semantic_hit(job: &Job, request: &NormalizedRequest, now_ms: i64) -> Option<S
         .flatten()?;
     let admitted =
         job.caching.accepts_age(found.entry.created_ms, now_ms) && crate::core_view::admits(&found.entry);
-    admitted.then_some(found)
+    (admitted && crate::hot_set_sync::signed_or_forget(&job.config, &found.entry)).then_some(found)
 }
 
 /// Whether the regional key (absent: trust ours) is the one the edge derived; logs when it is not.

@@ -12,7 +12,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
 use near_miss::verify;
-use shared::answer_signature::AnswerVerifier;
 use shared::completion::CachedCompletion;
 use shared::hot_set::{encode_embedding, HotEntry, HotSet as WireHotSet};
 use shared::small_embedding::SmallEmbedder;
@@ -39,14 +38,6 @@ pub struct SemanticMatch {
     pub entry: Rc<CachedCompletion>,
     /// Cosine of the two questions' small embeddings.
     pub similarity: f32,
-}
-
-/// Drops the entries of `set` that do not carry the core's signature over what they say (a regional
-/// node relays the hot set; it must not be able to plant or re-date an answer); returns how many.
-pub fn drop_unsigned(set: &mut WireHotSet, verifier: &AnswerVerifier) -> usize {
-    let before = set.entries.len();
-    set.entries.retain(|hot| verifier.verify(&hot.entry).is_ok());
-    before - set.entries.len()
 }
 
 /// What applying a hot-set response changed.

@@ -8,6 +8,10 @@
 //! - A cold isolate first loads the last snapshot another isolate left in KV (binding `HOTSET`, if
 //!   configured), then asks the regional tier only for what changed since. An isolate writes its
 //!   snapshot (at most [`KV_SNAPSHOT_ENTRIES`] entries) back at most every [`KV_WRITE_INTERVAL_MS`].
+//! - With `ANSWER_PUBLIC_KEY`, a hot entry's signature is checked when it is first about to be served
+//!   ([`signed_or_forget`]), not when it arrives: a check costs about 120 us in wasm, so checking a cold
+//!   isolate's whole 20,000-entry set up front would take seconds of CPU for entries mostly never asked
+//!   for. An entry that fails is dropped.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -23,6 +27,7 @@ use crate::config::Config;
 use crate::hot_set::IsolateHotSet;
 use crate::recent::RecentFills;
 use crate::regional;
+use crate::signature_checks::SignatureChecks;
 
 /// KV key of the shared snapshot.
 const KV_KEY: &str = "hotset-snapshot-v1";
@@ -34,6 +39,8 @@ pub const KV_WRITE_INTERVAL_MS: i64 = 60_000;
 const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
 
 thread_local! {
+    /// Hot entries this isolate has found signed by the core.
+    static CHECKED: RefCell<SignatureChecks> = RefCell::new(SignatureChecks::default());
     /// `None` until the first attempt to parse the bundled table, then its result.
     static EMBEDDER: RefCell<Option<Option<Rc<SmallEmbedder>>>> = const { RefCell::new(None) };
     static STATE: RefCell<IsolateState> = RefCell::new(IsolateState::default());
@@ -57,11 +64,31 @@ pub fn remember_fill(fill: crate::fill::Fill) {
     RECENT.with(|recent| recent.borrow_mut().put_under(fill.under, fill.entry));
 }
 
-/// The isolate's own copy of `key` (the hot set's, else a recent fill's) for `tenant`, if live.
-pub fn exact(key: &str, tenant: &str, now_ms: i64) -> Option<Rc<CachedCompletion>> {
+/// The isolate's own copy of `key` (the hot set's, its signature checked, else a recent fill's, checked
+/// when it was filled) for `tenant`, if live.
+pub fn exact(config: &Config, key: &str, tenant: &str, now_ms: i64) -> Option<Rc<CachedCompletion>> {
     with_hot_set(|set| set.get(key, tenant, now_ms))
         .flatten()
+        .filter(|entry| signed_or_forget(config, entry))
         .or_else(|| RECENT.with(|recent| recent.borrow().get(key, tenant, now_ms)))
+}
+
+/// Whether the hot entry `entry` may be served under `config`'s answer key: its signature is checked
+/// the first time (and remembered); one that is not the core's is dropped from the hot set.
+pub fn signed_or_forget(config: &Config, entry: &CachedCompletion) -> bool {
+    let Some(verifier) = &config.answer_verifier else { return true };
+    match CHECKED.with(|checked| checked.borrow_mut().check(verifier, entry)) {
+        Ok(()) => true,
+        Err(error) => {
+            worker::console_warn!("hot set: dropped {}: {error}", entry.key);
+            STATE.with(|state| {
+                if let Some(set) = state.borrow_mut().set.as_mut() {
+                    set.remove(&entry.key);
+                }
+            });
+            false
+        }
+    }
 }
 
 #[derive(Default)]
@@ -173,13 +200,7 @@ async fn pull(config: &Config, path: &str) -> Result<WireHotSet, String> {
     serde_json::from_slice(&bytes).map_err(|e| format!("unreadable hot set: {e}"))
 }
 
-fn apply(config: &Config, mut set: WireHotSet, embedder: Option<&SmallEmbedder>, dims: usize) {
-    if let Some(verifier) = &config.answer_verifier {
-        let refused = crate::hot_set::drop_unsigned(&mut set, verifier);
-        if refused > 0 {
-            worker::console_warn!("hot set: refused {refused} entries without the core's signature");
-        }
-    }
+fn apply(config: &Config, set: WireHotSet, embedder: Option<&SmallEmbedder>, dims: usize) {
     STATE.with(|state| {
         let mut state = state.borrow_mut();
         let held = state.set.get_or_insert_with(|| IsolateHotSet::new(config.hotset_limits, dims));

@@ -162,15 +162,3 @@ fn a_snapshot_for_kv_restores_the_same_answers_with_or_without_the_same_table() 
     assert!(exact_only.get("k1", "t", 2_000).is_some());
     assert_eq!(exact_only.nearest("P", &[], "What is 3 times 7?", 0.0, 2_000).map(|m| m.similarity), None);
 }
-
-#[test]
-fn only_answers_the_core_signed_enter_a_verifying_isolate() {
-    let signer = shared::answer_signature::AnswerSigner::from_seed([5; 32]);
-    let mut good = entry("k1", "t", "P", "What is 3 times 7?");
-    signer.sign(&mut good);
-    let redated = CachedCompletion { created_ms: good.created_ms + 3_600_000, ..good.clone() };
-    let planted = entry("k2", "t", "P", "What is 3 times 8?");
-    let mut set = snapshot(vec![good.clone(), redated, planted], None);
-    assert_eq!(drop_unsigned(&mut set, &signer.verifier()), 2);
-    assert_eq!(set.entries.iter().map(|h| h.entry.clone()).collect::<Vec<_>>(), vec![good]);
-}

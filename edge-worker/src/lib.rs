@@ -13,6 +13,7 @@
 //!   the regional tier's `/v1/changes` within a bound), checked before any cached answer is served.
 //! - [`l1`]: the exact-match cache in the Workers Cache API.
 //! - [`recent`]: answers this isolate stored in L1 lately, kept in memory too.
+//! - [`signature_checks`]: the hot entries this isolate has found signed by the core (checked at first use).
 //! - [`hot_set`]: the regional tier's hot set in this isolate: exact and small-embedding semantic hits;
 //!   [`dot`] its int8 (simd128) scan; [`hot_set_sync`] the bundled table, pulls and the KV copy.
 //! - [`bench_scan`]: a tier-only route that times the hot-set scan in wasm for `mesh bench edge`.
@@ -49,6 +50,7 @@ pub mod observed_stream;
 pub mod recent;
 pub mod regional;
 pub mod respond;
+pub mod signature_checks;
 pub mod sse;
 
 use shared::model_spec::ModelApi;
@@ -93,6 +95,10 @@ pub async fn route(req: Request, env: Env, ctx: Context) -> Result<Response> {
             Ok(config) => bench_scan_route(&req, &config),
             Err(e) => Err(e),
         },
+        ("/v1/edge/bench/verify", Method::Get) => match read_config(&env) {
+            Ok(config) => bench_verify_route(&req, &config),
+            Err(e) => Err(e),
+        },
         ("/v1/edge/status", Method::Get) => match read_config(&env) {
             Ok(config) => status(config, &env, &ctx),
             Err(e) => Err(e),
@@ -124,22 +130,40 @@ fn status(config: Config, env: &Env, ctx: &Context) -> std::result::Result<Respo
     }))?)
 }
 
-/// `GET /v1/edge/bench/scan?entries=N&queries=Q`, for tiers only ([`bench_scan`]).
-fn bench_scan_route(req: &Request, config: &Config) -> std::result::Result<Response, EdgeError> {
+/// A benchmark route's whole-number query parameter `name`, at most `max` (0 when absent); the tier
+/// secret is checked first.
+fn bench_params(
+    req: &Request,
+    config: &Config,
+) -> std::result::Result<impl Fn(&str, usize) -> std::result::Result<usize, EdgeError>, EdgeError> {
     let secret = req.headers().get(shared::TIER_SECRET_HEADER)?.unwrap_or_default();
     if !shared::auth::constant_time_eq(secret.as_bytes(), config.tier_secret.as_bytes()) {
-        return Err(
-            RequestError::unauthorized("the scan benchmark is for tiers: send the tier secret").into()
-        );
+        return Err(RequestError::unauthorized("the benchmarks are for tiers: send the tier secret").into());
     }
     let url = req.url()?;
-    let param =
-        |name: &str, max: usize| -> std::result::Result<usize, EdgeError> {
-            let value = url.query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned());
-            value.as_deref().unwrap_or("0").parse::<usize>().ok().filter(|n| *n <= max).ok_or_else(|| {
-                RequestError::invalid(format!("{name} must be a whole number up to {max}")).into()
-            })
-        };
+    Ok(move |name: &str, max: usize| -> std::result::Result<usize, EdgeError> {
+        let value = url.query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned());
+        value
+            .as_deref()
+            .unwrap_or("0")
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n <= max)
+            .ok_or_else(|| RequestError::invalid(format!("{name} must be a whole number up to {max}")).into())
+    })
+}
+
+/// `GET /v1/edge/bench/verify?answers=N&check=0|1`, for tiers only ([`bench_scan::verify`]).
+fn bench_verify_route(req: &Request, config: &Config) -> std::result::Result<Response, EdgeError> {
+    let param = bench_params(req, config)?;
+    let (answers, check) = (param("answers", bench_scan::MAX_ANSWERS)?, param("check", 1)?);
+    let verified = bench_scan::verify(answers, check == 1);
+    Ok(Response::from_json(&serde_json::json!({ "answers": answers, "verified": verified }))?)
+}
+
+/// `GET /v1/edge/bench/scan?entries=N&queries=Q`, for tiers only ([`bench_scan`]).
+fn bench_scan_route(req: &Request, config: &Config) -> std::result::Result<Response, EdgeError> {
+    let param = bench_params(req, config)?;
     let (entries, queries) =
         (param("entries", bench_scan::MAX_ENTRIES)?, param("queries", bench_scan::MAX_QUERIES)?);
     let embedder = hot_set_sync::embedder()

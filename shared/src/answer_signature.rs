@@ -123,6 +123,15 @@ fn thirty_two(text: &str) -> Result<[u8; 32], SignatureError> {
         .ok_or(SignatureError::BadKey("not 64 hex digits"))
 }
 
+/// A digest of `entry`'s signed fields and its signature: two entries with one fingerprint say the same
+/// thing under the same signature, so a check of one vouches for the other.
+pub fn fingerprint(entry: &CachedCompletion) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(signed_message(entry));
+    hasher.update(entry.signature.as_bytes());
+    hasher.finalize().into()
+}
+
 /// The bytes signed for `entry`: every field that decides what a client is served and for how long,
 /// each length-prefixed, so no two answers share a message.
 pub fn signed_message(entry: &CachedCompletion) -> Vec<u8> {

@@ -10,6 +10,7 @@
 //! - [`sharegpt`]: ShareGPT V3 first turns and conversations, as workloads.
 //! - [`report`]: the table and the JSON, and the machine they ran on.
 //! - [`scratch`]: the run's scratch directory, kept when a run fails.
+//! - [`signatures`]: what signing and checking an answer costs natively.
 
 pub mod bandwidth;
 pub mod cpu_time;
@@ -19,4 +20,5 @@ pub mod load;
 pub mod report;
 pub mod scratch;
 pub mod sharegpt;
+pub mod signatures;
 pub mod throughput;

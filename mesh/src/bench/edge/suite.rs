@@ -6,7 +6,9 @@
 //!
 //! The scan is timed from outside: the edge's tier-only `/v1/edge/bench/scan` builds a synthetic hot set
 //! and runs Q lookups; (time with Q lookups - time with none) / Q is one lookup (workerd's clocks do not
-//! move while a worker computes).
+//! move while a worker computes). The check of the core's signature on an answer (what the edge does for
+//! every fill and hot entry) is timed the same way (`/v1/edge/bench/verify`), against the same check
+//! natively.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -112,7 +114,61 @@ fn run_in(options: &EdgeBenchOptions, scratch: &Path) -> anyhow::Result<Report> 
         eprintln!("scan of {entries} entries: {wasm_us:.1} us in wasm, {native_us:.1} us natively");
         scans.push((entries, wasm_us, native_us));
     }
-    Ok(Report { suite: "edge".into(), machine: Machine::current(), rows: rows(&peer, &hit, &miss, &scans) })
+    let (wasm_verify_us, native_verify_us) = (
+        wasm_verify_us(&edge, mesh.tier_secret(), VERIFIED_ANSWERS)?,
+        crate::bench::common::signatures::sign_and_verify_us(2_000)?.1,
+    );
+    eprintln!(
+        "answer signature check: {wasm_verify_us:.1} us in wasm, {native_verify_us:.1} us natively; a cold isolate's 20,000-entry hot set: {:.0} ms",
+        wasm_verify_us * 20_000.0 / 1000.0
+    );
+    let mut rows = rows(&peer, &hit, &miss, &scans);
+    rows.push(Row {
+        metric: "answer_verify_us".into(),
+        unit: "us".into(),
+        better: Better::Lower,
+        ours: wasm_verify_us,
+        peer: "the same check, native x86-64".into(),
+        peer_value: native_verify_us,
+        goal_ratio: None,
+        limit: None,
+    });
+    Ok(Report { suite: "edge".into(), machine: Machine::current(), rows })
+}
+
+/// Answers whose signatures are checked per timed request.
+const VERIFIED_ANSWERS: usize = 2_000;
+
+/// Microseconds of one signature check inside the edge worker (median of 5 differences).
+fn wasm_verify_us(edge: &str, secret: &str, answers: usize) -> anyhow::Result<f64> {
+    let client = agent(Duration::from_secs(120));
+    let time = |check: u8| -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let mut reply = client
+            .get(format!("{edge}/v1/edge/bench/verify?answers={answers}&check={check}"))
+            .header(shared::TIER_SECRET_HEADER, secret)
+            .call()?;
+        let body: Value = serde_json::from_reader(reply.body_mut().as_reader())?;
+        let verified = if check == 1 { answers } else { 0 };
+        anyhow::ensure!(body["verified"] == json!(verified), "verify route: {body}");
+        Ok(started.elapsed())
+    };
+    median_difference_us(answers, || time(1), || time(0))
+}
+
+/// Microseconds per unit of work timed from outside the worker: after a warm-up, the median of 5
+/// differences between a request doing `units` of it (`with`) and one doing none (`without`).
+fn median_difference_us(
+    units: usize,
+    with: impl Fn() -> anyhow::Result<Duration>,
+    without: impl Fn() -> anyhow::Result<Duration>,
+) -> anyhow::Result<f64> {
+    with()?;
+    let mut diffs: Vec<f64> = (0..5)
+        .map(|_| Ok((with()?.as_secs_f64() - without()?.as_secs_f64()) * 1e6 / units.max(1) as f64))
+        .collect::<anyhow::Result<_>>()?;
+    diffs.sort_by(f64::total_cmp);
+    Ok(diffs[2].max(0.0))
 }
 
 struct Passthrough {
@@ -150,12 +206,8 @@ fn wasm_scan_us(edge: &str, secret: &str, entries: usize, queries: usize) -> any
         dims.set(body["dims"].as_u64().unwrap_or(0) as usize);
         Ok(started.elapsed())
     };
-    time(queries)?; // warm-up
-    let mut diffs: Vec<f64> = (0..5)
-        .map(|_| Ok((time(queries)?.as_secs_f64() - time(0)?.as_secs_f64()) * 1e6 / queries as f64))
-        .collect::<anyhow::Result<_>>()?;
-    diffs.sort_by(f64::total_cmp);
-    Ok((diffs[2].max(0.0), dims.get()))
+    let us = median_difference_us(queries, || time(queries), || time(0))?;
+    Ok((us, dims.get()))
 }
 
 /// Microseconds of the same int8 scan (dot products and norms over `entries` rows) natively.

@@ -49,43 +49,6 @@ pub struct TlsBenchOptions {
 /// Answers signed and verified to time each.
 const SIGNATURE_ROUNDS: u32 = 2_000;
 
-/// Microseconds to sign and to verify one 1 KiB answer (medians of [`SIGNATURE_ROUNDS`]).
-fn signature_costs() -> anyhow::Result<(f64, f64)> {
-    use shared::answer_signature::AnswerSigner;
-    let signer = AnswerSigner::from_seed(*b"mesh bench tls: answer signing!!");
-    let verifier = signer.verifier();
-    let content = "An answer of about one kibibyte. ".repeat(32);
-    let mut entry = shared::completion::CachedCompletion {
-        key: format!("v1:{}", "ab".repeat(32)),
-        tenant: "bench".into(),
-        model: "smollm2-135m-instruct".into(),
-        model_version: 1,
-        etag: shared::completion::CachedCompletion::etag_of(&content, "stop"),
-        content,
-        finish_reason: "stop".into(),
-        prompt_tokens: 40,
-        completion_tokens: 240,
-        created_ms: 1_800_000_000_000,
-        ttl_s: 86_400,
-        question: None,
-        signature: String::new(),
-    };
-    let (mut sign, mut verify) = (Vec::new(), Vec::new());
-    for i in 0..SIGNATURE_ROUNDS {
-        entry.created_ms += i64::from(i);
-        let started = Instant::now();
-        signer.sign(&mut entry);
-        sign.push(started.elapsed());
-        let started = Instant::now();
-        verifier.verify(&entry).map_err(|e| anyhow::anyhow!("a fresh signature failed: {e}"))?;
-        verify.push(started.elapsed());
-    }
-    sign.sort_unstable();
-    verify.sort_unstable();
-    let us = |d: Duration| d.as_secs_f64() * 1e6;
-    Ok((us(percentile(&sign, 0.5)), us(percentile(&verify, 0.5))))
-}
-
 /// One mesh's figures.
 struct Figures {
     hits: LoadResult,
@@ -170,7 +133,7 @@ fn run_in(options: &TlsBenchOptions, scratch: &Path) -> anyhow::Result<Report> {
         Figures { hits, misses }
     };
     let (plain, tls) = (figures(0, plain_hits), figures(1, tls_hits));
-    let (sign_us, verify_us) = signature_costs()?;
+    let (sign_us, verify_us) = crate::bench::common::signatures::sign_and_verify_us(SIGNATURE_ROUNDS)?;
     eprintln!("answer signatures (1 KiB answer): sign {sign_us:.1} us, verify {verify_us:.1} us");
     let mut rows = rows(options, &tls, &plain);
     let hit_p50_us = tls.hits.percentile_ms(0.5) * 1000.0;
