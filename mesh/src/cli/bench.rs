@@ -86,6 +86,7 @@ impl<T: Args> SuiteArgs<T> {
         stop::install_handlers()?;
         let report = run(&self.options)?;
         print!("\n{}", report.table());
+        println!("cpu: {}", crate::bench::common::report::cpu_model());
         if let Some(path) = &self.json {
             report.write_json(path)?;
             println!("\nwrote {}", path.display());
