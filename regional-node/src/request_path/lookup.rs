@@ -51,7 +51,7 @@ impl RequestPath {
         };
         let (found, question) = match quick {
             Some(found) => (Some(found), None),
-            None => match self.with_minilm(question).await {
+            None => match self.with_minilm(admitted, question).await {
                 Some(embedded) => (self.semantic_hit(admitted, &embedded).await?, Some(embedded)),
                 None => return Ok((None, None)),
             },
@@ -74,10 +74,15 @@ impl RequestPath {
         tier.question(&admitted.query()?)
     }
 
-    /// `question` with its MiniLM embedding when the tier uses one; an embedding failure only skips
-    /// the tier.
-    async fn with_minilm(&self, question: EmbeddedQuestion) -> Option<EmbeddedQuestion> {
-        match self.semantic.as_ref()?.with_minilm(question).await {
+    /// `question` with its MiniLM embedding when the tier uses one, the forward run within the tenant's
+    /// share ([`super::embedding_share`]); an embedding failure only skips the tier.
+    async fn with_minilm(&self, admitted: &Admitted, question: EmbeddedQuestion) -> Option<EmbeddedQuestion> {
+        let tier = self.semantic.as_ref()?;
+        let _forward = match question.embedding.is_some() || !tier.embeds_with_minilm() {
+            true => None,
+            false => self.embedding_share.take(&admitted.tenant).await,
+        };
+        match tier.with_minilm(question).await {
             Ok(question) => Some(question),
             Err(error) => {
                 tracing::warn!(%error, "semantic tier skipped");

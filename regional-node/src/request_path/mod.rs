@@ -9,13 +9,16 @@
 //!
 //! - [`admitted`]: [`Admitted`], the request with what is derived from it once (key, class, question).
 //! - `lookup`: the core's entry, then the semantic tier.
-//! - `flight_task`: the leader's work for a flight, which lands even if its client leaves.
+//! - `embedding_share`: how many MiniLM forwards one tenant may run at once.
+//! - `flight_task`: the leader's work for a flight; when its last client leaves, the flight ends and
+//!   the core stops the generation.
 //!
 //! The HTTP handlers only authenticate, parse and render: they call [`RequestPath::answer`] and
 //! [`RequestPath::invalidate`], and read the parts below for status and metrics.
 
 pub mod admitted;
 mod audit;
+mod embedding_share;
 mod flight_task;
 mod lookup;
 #[cfg(test)]
@@ -103,6 +106,8 @@ pub struct RequestPath {
     /// Core lookups of edge-hot keys in flight, at most [`HOT_FETCHES`]: a hit report names thousands
     /// of keys, and the ones past the bound wait for the next report.
     hot_fetches: Arc<tokio::sync::Semaphore>,
+    /// MiniLM forwards each tenant has running ([`embedding_share`]).
+    embedding_share: embedding_share::EmbeddingShare,
 }
 
 /// Core lookups of edge-hot keys this node runs at once.
@@ -171,6 +176,7 @@ impl RequestPath {
             replication,
             metrics: RegionalMetrics::default(),
             hot_fetches: Arc::new(tokio::sync::Semaphore::new(HOT_FETCHES)),
+            embedding_share: embedding_share::EmbeddingShare::default(),
         }
     }
 

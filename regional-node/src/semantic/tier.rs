@@ -89,7 +89,7 @@ impl SemanticTier {
     }
 
     /// Whether requests' questions are embedded with MiniLM.
-    fn embeds_with_minilm(&self) -> bool {
+    pub fn embeds_with_minilm(&self) -> bool {
         self.minilm_lookups || self.small.is_none()
     }
 
