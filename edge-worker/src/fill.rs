@@ -247,6 +247,11 @@ mod tests {
         "choices":[{"index":0,"message":{"role":"assistant","content":"Hello!"},"finish_reason":"stop"}],
         "usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}"#;
 
+    /// Tenant `dev`'s request for `key` at model version 3, with the default lifetime of 600 s.
+    fn target<'a>(key: &'a CacheKey, now_ms: i64, verifier: Option<&'a AnswerVerifier>) -> FillTarget<'a> {
+        FillTarget { key, tenant: "dev", model_version: 3, default_ttl_s: 600, now_ms, verifier }
+    }
+
     fn answer(body: &str) -> RegionalAnswer<'_> {
         RegionalAnswer {
             status: 200,
@@ -266,14 +271,7 @@ mod tests {
     #[test]
     fn builds_an_entry_that_renders_the_same_completion() {
         let key = key();
-        let target = FillTarget {
-            key: &key,
-            tenant: "dev",
-            model_version: 3,
-            default_ttl_s: 600,
-            now_ms: 1_010_500,
-            verifier: None,
-        };
+        let target = target(&key, 1_010_500, None);
         let fill = entry_from_answer(&target, &answer(BODY)).expect("cacheable");
         assert_eq!(fill.under, fill.entry.key, "an exact answer is kept under its own key");
         let entry = fill.entry;
@@ -312,14 +310,7 @@ mod tests {
     #[test]
     fn a_regional_semantic_hit_is_kept_under_the_request_key_as_the_matched_entry() {
         let key = key();
-        let target = FillTarget {
-            key: &key,
-            tenant: "dev",
-            model_version: 3,
-            default_ttl_s: 600,
-            now_ms: 1_000_000,
-            verifier: None,
-        };
+        let target = target(&key, 1_000_000, None);
         let semantic = RegionalAnswer {
             x_cache: Some(SEMANTIC_SOURCE),
             cache_key: Some(key.as_str()),
@@ -338,14 +329,7 @@ mod tests {
         let key = key();
         let signer = AnswerSigner::from_seed([9; 32]);
         let verifier = signer.verifier();
-        let target = FillTarget {
-            key: &key,
-            tenant: "dev",
-            model_version: 3,
-            default_ttl_s: 600,
-            now_ms: 1_010_500,
-            verifier: Some(&verifier),
-        };
+        let target = target(&key, 1_010_500, Some(&verifier));
         // The answer as the core committed it, rendered by the regional node as BODY.
         let mut committed = CachedCompletion {
             key: key.to_string(),
@@ -402,14 +386,7 @@ mod tests {
     #[test]
     fn refuses_what_must_not_be_kept() {
         let key = key();
-        let target = FillTarget {
-            key: &key,
-            tenant: "dev",
-            model_version: 3,
-            default_ttl_s: 600,
-            now_ms: 1_000_000,
-            verifier: None,
-        };
+        let target = target(&key, 1_000_000, None);
         let two_choices = BODY.replace(
             r#""choices":[{"#,
             r#""choices":[{"index":1,"message":{"role":"assistant","content":"x"},"finish_reason":"stop"},{"#,

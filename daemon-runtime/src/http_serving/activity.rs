@@ -117,14 +117,14 @@ pub(super) async fn track(State(activity): State<Arc<Activity>>, request: Reques
     let in_flight = activity.start();
     let response = next.run(request).await;
     let since = activity.track();
-    response.map(|inner| Body::new(TrackedBody { inner, since, _in_flight: in_flight }))
+    response.map(|inner| Body::new(TrackedBody { inner, since, in_flight }))
 }
 
 /// A response body that records when it last waited on its client.
 struct TrackedBody {
     inner: Body,
     since: Arc<AtomicU64>,
-    _in_flight: InFlight,
+    in_flight: InFlight,
 }
 
 impl http_body::Body for TrackedBody {
@@ -140,7 +140,7 @@ impl http_body::Body for TrackedBody {
         this.since.store(0, Ordering::Relaxed);
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
         if let Poll::Ready(Some(Ok(_))) = &polled {
-            this.since.store(this._in_flight.activity.now_ms() + 1, Ordering::Relaxed);
+            this.since.store(this.in_flight.activity.now_ms() + 1, Ordering::Relaxed);
         }
         polled
     }

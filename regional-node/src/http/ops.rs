@@ -34,15 +34,26 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> Response {
     (status, body).into_response()
 }
 
+/// The refusal of a caller of an operator's route that presents no mesh certificate on a TLS node
+/// ([`crate::caller::require_mesh_certificate`]); `None` lets it through.
+fn refusal_of_stranger(
+    state: &AppState,
+    peer: Option<axum::Extension<daemon_runtime::PeerRole>>,
+) -> Option<Response> {
+    let peer = peer.as_ref().map(|axum::Extension(p)| p);
+    crate::caller::require_mesh_certificate(peer, &state.settings().identity)
+        .err()
+        .map(|e| error_response(&e))
+}
+
 /// `GET /v1/replication`: this node's replicated state (counts and root digest: equal roots, equal
 /// states) and its peer links (none when the node does not replicate).
 pub async fn replication(
     State(state): State<Arc<AppState>>,
     peer: Option<axum::Extension<daemon_runtime::PeerRole>>,
 ) -> Response {
-    let peer = peer.as_ref().map(|axum::Extension(p)| p);
-    if let Err(error) = crate::caller::require_mesh_certificate(peer, &state.settings().identity) {
-        return error_response(&error);
+    if let Some(refusal) = refusal_of_stranger(&state, peer) {
+        return refusal;
     }
     let replication = state.path().replication();
     let stats = replication.store().stats();
@@ -64,9 +75,8 @@ pub async fn metrics(
     State(state): State<Arc<AppState>>,
     peer: Option<axum::Extension<daemon_runtime::PeerRole>>,
 ) -> Response {
-    let peer = peer.as_ref().map(|axum::Extension(p)| p);
-    if let Err(error) = crate::caller::require_mesh_certificate(peer, &state.settings().identity) {
-        return error_response(&error);
+    if let Some(refusal) = refusal_of_stranger(&state, peer) {
+        return refusal;
     }
     let (path, region) = (state.path(), &state.settings().config.region);
     let text = path.metrics().render(MetricsText::default(), region, path.cache().stats());
