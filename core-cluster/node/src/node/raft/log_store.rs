@@ -51,6 +51,10 @@ pub struct LogStore {
     durable: DurableLog,
     /// Encoded bytes of the entries the log held when it was opened and of every one appended since.
     appended: Arc<AtomicU64>,
+    /// The furthest purge openraft asked for that waits for a durable snapshot ([`LogStore::purge`]).
+    pending_purge: Arc<std::sync::Mutex<Option<LogId<NodeId>>>>,
+    /// Held while a purge is written, so that purges reach the log one at a time and in order.
+    purging: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl LogStore {
@@ -62,7 +66,16 @@ impl LogStore {
         let recent = Arc::new(RecentEntries::new(RECENT_BYTES));
         let durable = DurableLog::new(wal.last_log_id());
         let appended = Arc::new(AtomicU64::new(wal.entry_bytes_after(0)));
-        Ok(Self { wal, recent, durable_snapshot: None, me: None, durable, appended })
+        Ok(Self {
+            wal,
+            recent,
+            durable_snapshot: None,
+            me: None,
+            durable,
+            appended,
+            pending_purge: Arc::default(),
+            purging: Arc::default(),
+        })
     }
 
     /// Makes node `me` sync entries that another leader sent on the appending task
@@ -78,6 +91,7 @@ impl LogStore {
     /// snapshot covers) reaches the purge point. openraft purges the log as soon as it installs a snapshot
     /// from the leader, on another task than the install; without this, a crash between the purge and
     /// the installed state reaching the disk would leave entries that are neither in the log nor durable.
+    /// The wait happens off openraft's core task ([`LogStore::purge`]), which meanwhile votes and appends.
     pub fn purge_behind(mut self, durable_snapshot: tokio::sync::watch::Receiver<u64>) -> Self {
         self.durable_snapshot = Some(durable_snapshot);
         self
@@ -209,6 +223,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
+        if let Some(first) = entries.first() {
+            self.settle_purge_before(first.log_id.index).await?;
+        }
         let encoded: Vec<_> =
             entries.iter().map(|entry| (entry.log_id, log_codec::encode_payload(&entry.payload))).collect();
         let sizes: Vec<usize> = encoded.iter().map(|(_, bytes)| bytes.len()).collect();
@@ -255,12 +272,71 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(())
     }
 
+    /// Purges the log up to `log_id` at once when no durable snapshot must cover it first
+    /// ([`LogStore::purge_behind`]) or one already does; otherwise records the purge and writes it from
+    /// a task of its own once the snapshot is durable. openraft awaits a purge on its core task, right
+    /// after handing a snapshot install to the state machine: waiting there for the install's end (seconds
+    /// for a large state) kept a follower from voting and appending, so a leader lost meanwhile left a
+    /// 3-node cluster without one. An append that would leave a hole behind a recorded purge waits for it
+    /// ([`LogStore::settle_purge_before`]).
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError> {
-        if let Some(durable) = self.durable_snapshot.as_mut() {
-            durable
-                .wait_for(|&covered| covered >= log_id.index)
-                .await
-                .map_err(|e| StorageIOError::write_logs(&io::Error::other(e)))?;
+        let covered = self.durable_snapshot.as_ref().map(|durable| *durable.borrow());
+        if covered.is_none_or(|covered| covered >= log_id.index) {
+            return self.purge_now(log_id).await;
+        }
+        {
+            let mut pending = self.pending_purge.lock().expect("pending purge");
+            if pending.is_none_or(|p| p.index < log_id.index) {
+                *pending = Some(log_id);
+            }
+        }
+        let store = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = store.purge_when_covered(log_id).await {
+                tracing::error!(error = %e, index = log_id.index, "a deferred log purge failed");
+            }
+        });
+        Ok(())
+    }
+}
+
+impl LogStore {
+    /// Waits until the durable snapshot covers `log_id`, then purges up to it (unless a purge as far or
+    /// further was written meanwhile). Ends quietly when the state machine stopped.
+    async fn purge_when_covered(&self, log_id: LogId<NodeId>) -> Result<(), StorageError> {
+        if let Some(mut durable) = self.durable_snapshot.clone() {
+            if durable.wait_for(|&covered| covered >= log_id.index).await.is_err() {
+                return Ok(());
+            }
+        }
+        self.purge_now(log_id).await?;
+        let mut pending = self.pending_purge.lock().expect("pending purge");
+        if pending.is_some_and(|p| p.index <= log_id.index) {
+            *pending = None;
+        }
+        Ok(())
+    }
+
+    /// Before entries from index `first` on are appended: when the log ends before `first - 1` (openraft
+    /// counts the entries up to a snapshot it installed as purged) and a recorded purge covers that gap,
+    /// waits for the purge, so the log never holds a hole.
+    async fn settle_purge_before(&self, first: u64) -> Result<(), StorageError> {
+        let next = self.wal.last_log_id().map_or(0, |last| last.index + 1);
+        if first <= next {
+            return Ok(());
+        }
+        let pending = *self.pending_purge.lock().expect("pending purge");
+        match pending {
+            Some(purge) if purge.index + 1 >= first => self.purge_when_covered(purge).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes a purge up to `log_id` and waits for its sync, then removes the segments it emptied.
+    async fn purge_now(&self, log_id: LogId<NodeId>) -> Result<(), StorageError> {
+        let _one_at_a_time = self.purging.lock().await;
+        if self.wal.meta().last_purged.is_some_and(|purged| purged.index >= log_id.index) {
+            return Ok(());
         }
         self.recent.purge(log_id.index);
         let (done, rx) = durable();

@@ -21,6 +21,8 @@ pub mod durable_log;
 pub mod leader_contact;
 pub mod log_codec;
 pub mod log_store;
+#[cfg(test)]
+mod log_store_tests;
 pub mod network;
 pub mod peers;
 pub mod raft_service;
