@@ -16,8 +16,9 @@ setup_apt() {
   # etcd-server: the core benchmark's peer; protobuf-compiler and libprotobuf-dev (protoc and the
   # well-known .proto files): the etcd-client crate's build script; wordnet-base: the source of
   # near-miss/data/lexicon.tsv (scripts/build-lexicon.py); g++: usearch (C++) for the semantic tier;
-  # chromium: the dashboard page's test opens it headless.
-  local want=(rustc-web rust-web-src lld-22 etcd-server protobuf-compiler libprotobuf-dev wordnet-base g++ chromium) missing=()
+  # chromium: the dashboard page's test opens it headless; libfaketime: the clock tests step a daemon's
+  # wall clock with it.
+  local want=(rustc-web rust-web-src lld-22 etcd-server protobuf-compiler libprotobuf-dev wordnet-base g++ chromium libfaketime) missing=()
   for p in "${want[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   if [ ${#missing[@]} -eq 0 ]; then log "apt: ${want[*]} present"; return; fi
   log "apt: installing ${missing[*]}"

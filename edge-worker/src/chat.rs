@@ -188,7 +188,7 @@ pub async fn handle(
     // Kept in the isolate's memory before answering, so that once a client has its answer the next
     // identical request here is an edge hit; the Cache API store (other isolates) runs after the response.
     if job.caching.may_store() && fillable {
-        let fill = fill::entry_from_answer(&job.target(Clock::now_ms()), &answer);
+        let fill = fill::entry_from_answer(&job.target(Clock::core_ms()), &answer);
         if let Ok(fill) = &fill {
             if crate::core_view::admits(&fill.entry) {
                 crate::hot_set_sync::remember_fill(fill.clone());
@@ -233,7 +233,8 @@ async fn edge_answer(
     {
         return Ok(None);
     }
-    let now = Clock::now_ms();
+    // Answers' ages and TTLs run on the core's clock.
+    let now = Clock::core_ms();
     let not_modified = |etag: &str| if_none_match.is_some_and(|v| respond::etag_matches(v, etag));
     let accepts =
         |e: &CachedCompletion| caching.accepts_age(e.created_ms, now) && crate::core_view::admits(e);
@@ -297,7 +298,7 @@ fn keys_agree(ours: &CacheKey, theirs: Option<&str>) -> bool {
 async fn store(l1: &L1, fill: Result<Fill, Skip>) {
     match fill {
         Ok(fill) => {
-            if let Err(e) = l1.put(&fill.under, &fill.entry, Clock::now_ms()).await {
+            if let Err(e) = l1.put(&fill.under, &fill.entry, Clock::core_ms()).await {
                 worker::console_warn!("edge cache store failed for {}: {e}", fill.under);
             }
         }
@@ -375,7 +376,7 @@ async fn fill_after_stream(job: Job, ended: futures::channel::oneshot::Receiver<
         question: partition.as_deref().zip(text.as_deref()),
         body: &bytes,
     };
-    let fill = fill::entry_from_answer(&job.target(Clock::now_ms()), &answer);
+    let fill = fill::entry_from_answer(&job.target(Clock::core_ms()), &answer);
     match fill {
         Ok(Fill { entry, .. })
             if entry.content != streamed.content || entry.finish_reason != streamed.finish_reason =>

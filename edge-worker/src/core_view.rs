@@ -145,6 +145,9 @@ async fn fetch(config: &Config, since: u64) -> Result<Changes, String> {
 
 fn apply(batch: &Changes) {
     let now = Clock::now_ms();
+    if let Some(core_ms) = batch.core_time_ms {
+        Clock::observe_core_time(core_ms);
+    }
     // A batch that does not say how old its view is confirms nothing.
     let confirmed = batch.confirmed_age_ms.map(|age| now - i64::try_from(age).unwrap_or(i64::MAX / 2));
     VIEW.with(|view| {

@@ -153,6 +153,9 @@ impl CoreView {
     /// Applies a batch of the core's feed, received `received_at`, and remembers its changes for the
     /// edge. A batch at head marks the view caught up, and confirms it as of its receipt less its age.
     pub fn apply(&self, batch: &Changes, received_at: Instant) {
+        if let Some(core_ms) = batch.core_time_ms {
+            crate::clock::observe_core_time(core_ms);
+        }
         let resynced = self.cutoffs.write().unwrap_or_else(PoisonError::into_inner).apply_batch(batch);
         let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
         if let (Some(resync), true) = (&batch.resync, resynced) {
@@ -191,6 +194,7 @@ impl CoreView {
         }
         let age = self.confirmed_age().filter(|age| *age <= FEED_BOUND).ok_or(NotServable::Stale)?;
         let confirmed_age_ms = Some(u64::try_from(age.as_millis()).unwrap_or(u64::MAX));
+        let core_time_ms = Some(crate::clock::now_ms());
         let cutoffs = self.read();
         let recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
         let revision = cutoffs.revision();
@@ -199,10 +203,17 @@ impl CoreView {
         }
         if since == 0 || since < recent.complete_after {
             let resync = Some(cutoffs.resync_point());
-            return Ok(Changes { revision, resync, confirmed_age_ms, at_head: true, ..Default::default() });
+            return Ok(Changes {
+                revision,
+                resync,
+                confirmed_age_ms,
+                core_time_ms,
+                at_head: true,
+                ..Default::default()
+            });
         }
         let changes = recent.changes.iter().filter(|r| r.revision > since).cloned().collect();
-        Ok(Changes { revision, changes, confirmed_age_ms, at_head: true, ..Default::default() })
+        Ok(Changes { revision, changes, confirmed_age_ms, core_time_ms, at_head: true, ..Default::default() })
     }
 
     /// Writes the view to its file, unless it was written less than [`SAVE_INTERVAL`] ago (`force`:
@@ -246,7 +257,7 @@ mod tests {
 
     /// A batch at head, confirmed by the core just now.
     fn at_head(revision: u64, resync: Option<Resync>, changes: Vec<Revised>) -> Changes {
-        Changes { revision, resync, changes, confirmed_age_ms: Some(0), at_head: true }
+        Changes { revision, resync, changes, confirmed_age_ms: Some(0), at_head: true, core_time_ms: None }
     }
 
     #[test]
@@ -269,6 +280,27 @@ mod tests {
         view.apply(&at_head(12, None, vec![]), Instant::now());
         let quiet = view.changes_since(6).expect("servable");
         assert!(quiet.resync.is_none() && quiet.changes.is_empty() && quiet.revision == 12);
+    }
+
+    #[test]
+    fn the_node_reads_time_on_the_core_s_clock_and_passes_it_to_edges() {
+        // Half a second: small beside every other test's TTLs, which share this process's clock.
+        let view = CoreView::open(None);
+        let ahead =
+            || Changes { core_time_ms: Some(crate::clock::wall_ms() + 500), ..at_head(3, None, vec![]) };
+        view.apply(&ahead(), Instant::now());
+        let offset = crate::clock::core_offset_ms();
+        assert!((490..=500).contains(&offset), "offset {offset} ms");
+        let told = view.changes_since(3).expect("servable").core_time_ms.expect("the core's time");
+        assert!((told - crate::clock::wall_ms() - 500).abs() < 100, "an edge learns the same clock");
+        // Back to the host's clock once every sample of the offset aged out.
+        for _ in 0..8 {
+            view.apply(
+                &Changes { core_time_ms: Some(crate::clock::wall_ms()), ..at_head(3, None, vec![]) },
+                Instant::now(),
+            );
+        }
+        assert!(crate::clock::core_offset_ms().abs() < 10);
     }
 
     #[test]

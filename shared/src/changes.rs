@@ -115,6 +115,11 @@ pub struct Changes {
     /// known, and the batch confirms nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirmed_age_ms: Option<u64>,
+    /// The core's log time when the sender sent this batch, as the sender reckons it (Unix milliseconds):
+    /// a reader learns from it how far its own clock is from the core's, by which answers' TTLs run
+    /// ([`crate::core_clock`]). Absent: not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core_time_ms: Option<i64>,
     /// Whether the batch brings the reader to the sender's current state: no rows are left behind it
     /// (a first batch after a long absence may carry only part of the backlog).
     #[serde(default)]

@@ -16,6 +16,7 @@
 //! - [`hot_set`]: the hot set a regional node serves to the edge (versioned snapshots and deltas).
 //! - [`changes`]: the core's change feed (invalidations, model versions, tenant settings) by revision.
 //! - [`cutoffs`]: that feed as cutoff times every cache layer checks before it serves or keeps an entry.
+//! - [`core_clock`]: the core's log time as another tier reckons it, by which TTLs expire everywhere.
 //! - [`answer_signature`]: the core's Ed25519 signature over an answer, and its check at every tier.
 //! - [`auth`]: API-key hashing, the tenant key table, constant-time comparison of secrets.
 //! - [`server_timing`]: the `Server-Timing` header each tier adds to.
@@ -34,6 +35,7 @@ pub mod cache_key;
 pub mod changes;
 pub mod completion;
 pub mod content_class;
+pub mod core_clock;
 pub mod cutoffs;
 pub mod error;
 pub mod hex;

@@ -15,6 +15,7 @@
 //! - [`flag_table`]: README's flag tables, each daemon's `--print-flags`.
 //! - [`linearizability`]: a linearizability checker for histories of the core store's registers.
 //! - [`fault_proxy`]: a TCP proxy that refuses and cuts connections by source IP, for partitions.
+//! - [`fake_clock`]: wall clocks a test can step, for daemons run under libfaketime.
 //! - [`scripted_backend`]: an OpenAI-compatible server that fails on cue (statuses, stalls, malformed
 //!   and cut streams), for the core's backend fault tests.
 //! - [`core_cluster`]: a core cluster alone (no pods), each node behind a fault proxy, for store tests.
@@ -29,6 +30,7 @@ pub mod certs;
 pub mod client;
 pub mod core_cluster;
 pub mod daemon_config;
+pub mod fake_clock;
 pub mod fault_proxy;
 pub mod flag_table;
 pub mod linearizability;

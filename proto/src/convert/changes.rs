@@ -119,6 +119,7 @@ impl From<&Changes> for WatchEvent {
             event: Some(event),
             confirmed_age_ms: batch.confirmed_age_ms,
             at_head: batch.at_head,
+            core_time_ms: batch.core_time_ms,
         }
     }
 }
@@ -130,6 +131,7 @@ impl TryFrom<WatchEvent> for Changes {
         let mut batch = Changes {
             revision: wire.revision,
             confirmed_age_ms: wire.confirmed_age_ms,
+            core_time_ms: wire.core_time_ms,
             at_head: wire.at_head,
             ..Default::default()
         };
@@ -173,6 +175,7 @@ mod tests {
                 .map(|(i, change)| Revised { revision: i as u64 + 5, at_ms: 100, change })
                 .collect(),
             confirmed_age_ms: Some(12),
+            core_time_ms: Some(1_700_000_000_000),
             at_head: false,
         };
         assert_eq!(Changes::try_from(WatchEvent::from(&batch)), Ok(batch));
@@ -188,6 +191,7 @@ mod tests {
             }),
             changes: vec![],
             confirmed_age_ms: None,
+            core_time_ms: None,
             at_head: true,
         };
         assert_eq!(Changes::try_from(WatchEvent::from(&resync)), Ok(resync));

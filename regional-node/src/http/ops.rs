@@ -30,6 +30,7 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> Response {
         "cache_bytes": stats.bytes,
         "feed_revision": view.revision(),
         "feed_confirmed_age_ms": view.confirmed_age().map(|age| age.as_millis() as u64),
+        "core_clock_offset_ms": crate::clock::core_offset_ms(),
     }));
     (status, body).into_response()
 }

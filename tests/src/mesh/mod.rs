@@ -101,6 +101,13 @@ impl Mesh {
         Ok(mesh)
     }
 
+    /// Steps the wall clock of node `name` (`core-<id>`, `regional-<n>`) to `seconds` away from the
+    /// host's while it runs; the mesh must have been started with [`MeshSpec::fake_clocks`].
+    pub fn set_clock_offset(&self, name: &str, seconds: i64) -> anyhow::Result<()> {
+        anyhow::ensure!(self.spec.fake_clocks, "the mesh runs on the host's clock (MeshSpec::fake_clocks)");
+        self.clock(name)?.set_offset_s(seconds)
+    }
+
     /// Starts whatever is not running, in dependency order, and waits for readiness.
     pub fn start_all(&mut self) -> anyhow::Result<()> {
         if self.pod.is_none() {

@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 
 use super::Mesh;
 use crate::daemon_config::DaemonConfig;
+use crate::fake_clock::FakeClock;
 use crate::paths;
 use crate::process::ManagedProcess;
 
@@ -86,6 +87,7 @@ impl Mesh {
         self.give_identity(&mut command, &name);
         // Extra flags of the spec override the file.
         command.args(&self.spec.core_args);
+        self.give_clock(&mut command, &name)?;
         ManagedProcess::spawn(&name, command, &self.log_dir())
     }
 
@@ -134,7 +136,21 @@ impl Mesh {
         self.give_identity(&mut command, &name);
         // Extra flags of the spec override the file.
         command.args(&self.spec.regional_args);
+        self.give_clock(&mut command, &name)?;
         ManagedProcess::spawn(&name, command, &self.log_dir())
+    }
+
+    /// Runs node `name` on its own steppable wall clock when the spec asks for fake clocks.
+    fn give_clock(&self, command: &mut Command, name: &str) -> anyhow::Result<()> {
+        match self.spec.fake_clocks {
+            true => self.clock(name)?.apply(command),
+            false => Ok(()),
+        }
+    }
+
+    /// Node `name`'s steppable wall clock (its offset file under the data directory).
+    pub(super) fn clock(&self, name: &str) -> anyhow::Result<FakeClock> {
+        FakeClock::at(self.spec.data_dir.join("clocks").join(name))
     }
 
     /// Writes the edge's secrets to an env file only the owner can read: wrangler shows values passed

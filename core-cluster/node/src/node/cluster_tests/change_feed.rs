@@ -66,6 +66,12 @@ async fn the_change_feed_streams_invalidations_and_resumes_on_another_node() {
     // Every event says how long ago a leader confirmed the node's state; a short backlog arrives at head.
     assert!(first.iter().chain(&batches).all(|b| b.confirmed_age_ms.is_some_and(|age| age < 5_000)));
     assert!(batches.last().is_some_and(|b| b.at_head));
+    // And the log time as the node reckons it, by which other tiers set their clocks to the core's.
+    let wall = crate::node::state_machine::now_ms();
+    assert!(
+        batches.iter().all(|b| b.core_time_ms.is_some_and(|t| (wall - 10_000..=wall + 1_000).contains(&t))),
+        "{batches:?}"
+    );
 
     // Another node has the same rows at the same revisions: a watcher resumes there from its revision.
     let other = (1..=3).find(|id| *id != follower).expect("another node");

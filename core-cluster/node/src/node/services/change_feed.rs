@@ -16,6 +16,8 @@
 //! Every event carries how long ago a leader confirmed the node's state (`confirmed_age_ms`) and whether
 //! it reaches the node's applied state (`at_head`: a batch that filled [`ROWS_PER_BATCH`] does not), so
 //! a watcher knows how fresh its view is against the core, not against the node it asked.
+//! Every event also carries the log time as the node reckons it when sending (`core_time_ms`), by which
+//! watchers learn how far their clocks are from the core's, since answers' TTLs run on log time.
 
 use std::time::Duration;
 
@@ -103,6 +105,7 @@ async fn follow(
                         .send(Ok(WatchEvent::from(&Changes {
                             revision: now,
                             confirmed_age_ms,
+                            core_time_ms: Some(state.log_time_ms()),
                             at_head: true,
                             ..Default::default()
                         })))
@@ -122,7 +125,7 @@ async fn follow(
             }
         };
         cursor = batch.revision;
-        let batch = Changes { confirmed_age_ms, ..batch };
+        let batch = Changes { confirmed_age_ms, core_time_ms: Some(state.log_time_ms()), ..batch };
         if tx.send(Ok(WatchEvent::from(&batch))).await.is_err() {
             return Ok(());
         }

@@ -119,6 +119,8 @@ impl StateMachineStore {
         if let Some(stamp) = last_stamp {
             let ahead = stamp.saturating_sub(super::now_ms()).max(0);
             self.leader_ahead_ms.store(ahead, std::sync::atomic::Ordering::Relaxed);
+            *self.last_stamp.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some((stamp, std::time::Instant::now()));
         }
         Ok(responses)
     }

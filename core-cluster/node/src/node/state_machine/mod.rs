@@ -122,6 +122,9 @@ pub struct StateMachineStore {
     /// when it was not ahead): the alarm for a leader elected with a clock ahead
     /// ([`crate::node::writes::leader_clock`]).
     leader_ahead_ms: Arc<std::sync::atomic::AtomicI64>,
+    /// The last applied proposal's stamp and when it was applied (monotonic), from which
+    /// [`StateMachineStore::log_time_ms`] reckons the log time now.
+    last_stamp: Arc<std::sync::Mutex<Option<(i64, std::time::Instant)>>>,
     /// Last applied log id, last membership and the clock, as JSON.
     meta: sled::Tree,
     /// The snapshot files.
@@ -262,6 +265,21 @@ impl StateMachineStore {
     /// The state machine's clock: the leader's time of the last applied proposal.
     pub fn clock_ms(&self) -> Result<i64, CoreError> {
         Ok(self.meta.get(CLOCK)?.map(|b| decode(&b)).transpose()?.unwrap_or(0))
+    }
+
+    /// The log time now, as this node reckons it: the last applied proposal's stamp plus the monotonic
+    /// time since it was applied (a leader's stamps run on its monotonic clock too,
+    /// [`crate::node::writes::leader_clock`]); before any proposal was applied here, the larger of the
+    /// state machine's clock and the wall clock. The change feed sends it, so that other tiers judge
+    /// TTLs on the core's clock ([`shared::core_clock`]).
+    pub fn log_time_ms(&self) -> i64 {
+        let last = *self.last_stamp.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match last {
+            Some((stamp, at)) => {
+                stamp.saturating_add(i64::try_from(at.elapsed().as_millis()).unwrap_or(i64::MAX / 2))
+            }
+            None => self.clock_ms().unwrap_or(0).max(now_ms()),
+        }
     }
 
     /// Number of entries stored (dead ones not yet swept included).

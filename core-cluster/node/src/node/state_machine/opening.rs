@@ -75,6 +75,7 @@ impl StateMachineStore {
             requests,
             remembered_ids: Arc::new(request_index.len().into()),
             leader_ahead_ms: Arc::default(),
+            last_stamp: Arc::default(),
             request_index: Arc::new(std::sync::Mutex::new(request_index)),
             meta,
             snapshots,
