@@ -4,7 +4,8 @@
 //! from its peer (and healed), the core's leader is cut off from the other core nodes while the regional
 //! nodes still reach it (and healed), a core follower is removed from the cluster (left running) and
 //! added back as a learner and promoted, a regional node is killed with SIGKILL (and restarted), and a
-//! regional node is stopped while more invalidations commit than one feed batch holds (and restarted).
+//! regional node is stopped while more invalidations commit than one feed batch holds (and restarted), and
+//! the wall clocks of the leader and a regional node are stepped ahead and behind (libfaketime).
 //! Every operation is recorded with its start and end.
 //!
 //! Checked per question: no read returns an answer created (at the core) at or before an invalidation
@@ -68,7 +69,12 @@ fn no_invalidated_answer_returns_and_no_acknowledged_answer_is_lost_under_faults
     let seed: u64 = std::env::var("MESH_HISTORY_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let dir = std::env::temp_dir().join(format!("mesh-test-history-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let spec = MeshSpec { peer_fault_proxies: true, core_fault_proxies: true, ..MeshSpec::local(&dir) };
+    let spec = MeshSpec {
+        peer_fault_proxies: true,
+        core_fault_proxies: true,
+        fake_clocks: true,
+        ..MeshSpec::local(&dir)
+    };
     let mut mesh = Mesh::start(spec)?;
     let keys: Vec<String> = (0..QUESTIONS)
         .map(|q| {
@@ -159,6 +165,16 @@ fn no_invalidated_answer_returns_and_no_acknowledged_answer_is_lost_under_faults
     std::thread::sleep(step);
     mesh.start_all()?;
     std::thread::sleep(step);
+    // Wall clocks stepped as NTP steps them: the leader's and a regional node's 30 s ahead, then 30 s
+    // behind, then right. Log time must neither jump nor stop, and nothing invalidated may come back.
+    let leader = mesh.leader_index().map(|index| format!("core-{}", Mesh::core_id(index)));
+    let stepped: Vec<String> = leader.into_iter().chain(["regional-2".to_owned()]).collect();
+    for offset_s in [30, -30, 0] {
+        for name in &stepped {
+            mesh.set_clock_offset(name, offset_s)?;
+        }
+        std::thread::sleep(step / 2);
+    }
     // A backlog: regional node 1 is stopped, more invalidations than one feed batch commit (other keys,
     // beside the invalidator's), and it must not serve before it has read them all.
     mesh.stop_regional(1);

@@ -9,8 +9,8 @@
 //! So a leader anchors log time when its term begins, at the larger of the log's clock and its own wall
 //! clock, and from then on runs it on its monotonic clock: a stamp follows the wall clock only while the
 //! wall clock stays within [`MAX_WALL_DRIFT_MS`] of the anchor plus the monotonic time since, and never
-//! goes back. A wall-clock step during a lead moves log time by at most that much, and a step back does
-//! not stop it. Each stamp the band clamped is counted (`mesh_core_clock_clamped_stamps_total`) and the
+//! goes back: each stamp is at least 1 ms after the previous one and after the log's clock. A wall-clock
+//! step during a lead moves log time by at most that much, and a step back does not stop it. Each stamp the band clamped is counted (`mesh_core_clock_clamped_stamps_total`) and the
 //! first of each excursion is logged.
 //!
 //! Not caught here: a leader whose wall clock is already ahead when it is elected (its anchor). Every node
@@ -62,7 +62,10 @@ impl LeaderClock {
         let since = self.anchor_at.map_or(0, |at| now.saturating_duration_since(at).as_millis());
         let steady = self.anchor_ms.saturating_add(i64::try_from(since).unwrap_or(i64::MAX));
         let banded = wall_ms.clamp(steady - MAX_WALL_DRIFT_MS, steady.saturating_add(MAX_WALL_DRIFT_MS));
-        let issued_ms = banded.max(self.last_ms);
+        // Strictly after the last stamp: two proposals never share a time, so an answer proposed after an
+        // invalidation committed is never taken for one the invalidation covers (`created <= at`), even
+        // while the band holds log time back.
+        let issued_ms = banded.max(self.last_ms.saturating_add(1));
         self.last_ms = issued_ms;
         let clamped_by_ms = (banded != wall_ms).then_some(wall_ms - issued_ms);
         if let (Some(by), false) = (clamped_by_ms, self.clamping) {
@@ -115,7 +118,7 @@ mod tests {
     #[test]
     fn a_step_back_does_not_stop_log_time() {
         let stamps = run(&[(0, 0), (1, -HOUR_MS), (30, -HOUR_MS)]);
-        assert_eq!(stamps, [NOW_MS, NOW_MS, NOW_MS + 29_000]);
+        assert_eq!(stamps, [NOW_MS, NOW_MS + 1, NOW_MS + 29_000], "each stamp after the last");
     }
 
     #[test]
@@ -123,12 +126,12 @@ mod tests {
         let start = Instant::now();
         let mut clock = LeaderClock::default();
         let stamp = clock.stamp(1, NOW_MS - HOUR_MS, || NOW_MS, start);
-        assert_eq!(stamp.issued_ms, NOW_MS);
+        assert_eq!(stamp.issued_ms, NOW_MS + 1, "after every stamp the log holds");
         let later = clock.stamp(1, NOW_MS - HOUR_MS, || unreachable!(), start + Duration::from_secs(10));
         assert_eq!(later.issued_ms, NOW_MS + 9_000);
         assert!(stamp.clamped_by_ms.is_some() && later.clamped_by_ms.is_some(), "both clamped");
         // A new term re-anchors; the clock never goes back past its own last stamp.
         let next_term = clock.stamp(2, NOW_MS - HOUR_MS, || NOW_MS, start + Duration::from_secs(11));
-        assert_eq!(next_term.issued_ms, NOW_MS + 9_000);
+        assert_eq!(next_term.issued_ms, NOW_MS + 9_001);
     }
 }
