@@ -188,16 +188,19 @@ impl Replication {
     /// tombstone it themselves from their own feed, and a delta that races the invalidation is refused
     /// by the receiving node's cutoffs ([`Applier::admits`]).
     pub fn invalidate(&self, key: &str, tenant: &str, now_ms: i64) -> bool {
-        let holds_own = self.store.get(key).is_some_and(|record| {
-            record
-                .versions()
-                .iter()
-                .any(|v| matches!(&v.value, Value::Live(answer) if answer.tenant == tenant))
-        });
-        if !holds_own {
+        let Some(record) = self.store.get(key) else { return false };
+        let superseded: Vec<&CachedCompletion> = record
+            .versions()
+            .iter()
+            .filter_map(|v| match &v.value {
+                Value::Live(answer) => Some(answer),
+                Value::Tombstone(_) => None,
+            })
+            .collect();
+        if !superseded.iter().any(|answer| answer.tenant == tenant) {
             return false;
         }
-        let tombstone = Tombstone { tenant: tenant.to_owned(), invalidated_ms: now_ms };
+        let tombstone = Tombstone::of(tenant, now_ms, superseded);
         self.store.write_local(key, Value::Tombstone(tombstone), now_ms);
         let _ = self.changes.send(key.to_owned());
         true
@@ -339,7 +342,7 @@ mod offer_tests {
         tombstone.write_at(
             "peer",
             1,
-            Value::Tombstone(Tombstone { tenant: "t".into(), invalidated_ms: 2_000 }),
+            Value::Tombstone(Tombstone { tenant: "t".into(), invalidated_ms: 2_000, covers_until_ms: None }),
         );
         let admitted = replication.store().write_local_if("k", 1_500, |record| {
             assert!(record.is_none(), "nothing held yet");

@@ -29,6 +29,27 @@ pub struct Tombstone {
     pub tenant: String,
     /// Unix milliseconds at the node that invalidated it.
     pub invalidated_ms: i64,
+    /// When every answer it superseded had expired (the latest `created_ms` plus TTL among them); past
+    /// it the tombstone has nothing left to cover and expires like an answer, whether or not every peer
+    /// acknowledged it, so a peer lost for good does not hold collection back for ever. `None`: one of
+    /// them never expires, and the tombstone waits for the acknowledgements.
+    #[serde(default)]
+    pub covers_until_ms: Option<i64>,
+}
+
+impl Tombstone {
+    /// A tombstone of `tenant`'s answers `superseded`, invalidated at `invalidated_ms`.
+    pub fn of<'a>(
+        tenant: &str,
+        invalidated_ms: i64,
+        superseded: impl IntoIterator<Item = &'a CachedCompletion>,
+    ) -> Self {
+        let covers_until_ms = superseded.into_iter().try_fold(i64::MIN, |until, answer| {
+            let ttl_ms = i64::try_from(answer.ttl_s).ok()?.checked_mul(1_000)?;
+            (answer.ttl_s > 0).then(|| until.max(answer.created_ms.saturating_add(ttl_ms)))
+        });
+        Self { tenant: tenant.to_owned(), invalidated_ms, covers_until_ms }
+    }
 }
 
 /// What one write put under a key.
@@ -149,12 +170,13 @@ impl Record {
         })
     }
 
-    /// Whether every version is an answer past its TTL at `now_ms` (tombstones never expire).
+    /// Whether every version is past its time at `now_ms`: an answer past its TTL, a tombstone past the
+    /// expiry of every answer it covered ([`Tombstone::covers_until_ms`]).
     pub fn is_expired(&self, now_ms: i64) -> bool {
         !self.versions.is_empty()
             && self.versions.iter().all(|v| match &v.value {
                 Value::Live(entry) => entry.is_expired(now_ms),
-                Value::Tombstone(_) => false,
+                Value::Tombstone(t) => t.covers_until_ms.is_some_and(|until| until <= now_ms),
             })
     }
 

@@ -13,7 +13,7 @@ pub(crate) fn answer(key: &str, content: &str, created_ms: i64) -> CachedComplet
 }
 
 fn tombstone() -> Value {
-    Value::Tombstone(Tombstone { tenant: "acme".into(), invalidated_ms: 5 })
+    Value::Tombstone(Tombstone { tenant: "acme".into(), invalidated_ms: 5, covers_until_ms: None })
 }
 
 fn clock(dots: &[(&str, u64)]) -> Clock {
@@ -117,7 +117,11 @@ fn arb_clock() -> impl Strategy<Value = Clock> {
 fn arb_value() -> impl Strategy<Value = Value> {
     prop_oneof![
         (0usize..3, 0i64..3).prop_map(|(content, created)| live(["p", "q", "r"][content], created)),
-        (0i64..2).prop_map(|at| Value::Tombstone(Tombstone { tenant: "acme".into(), invalidated_ms: at })),
+        (0i64..2).prop_map(|at| Value::Tombstone(Tombstone {
+            tenant: "acme".into(),
+            invalidated_ms: at,
+            covers_until_ms: None
+        })),
     ]
 }
 

@@ -9,7 +9,7 @@ fn answer(key: &str, content: &str) -> CachedCompletion {
 }
 
 fn tomb() -> Value {
-    Value::Tombstone(Tombstone { tenant: "acme".into(), invalidated_ms: 1 })
+    Value::Tombstone(Tombstone { tenant: "acme".into(), invalidated_ms: 1, covers_until_ms: None })
 }
 
 fn store(id: &str, peers: usize) -> ReplicaStore {
@@ -149,6 +149,24 @@ fn a_tombstone_is_collected_only_once_every_peer_acknowledged_it_and_stale_versi
         Some("new"),
         "a write after the collection supersedes the tombstone"
     );
+}
+
+#[test]
+fn a_tombstone_a_lost_peer_never_acknowledges_goes_once_every_answer_it_covered_has_expired() {
+    let a = store("a", 2);
+    let covered = CachedCompletion { created_ms: 1_000, ttl_s: 60, ..answer("k", "old") };
+    a.write_local("k", Value::Live(covered.clone()), 1_000);
+    let tombstone = Tombstone::of("acme", 2_000, [&covered]);
+    assert_eq!(tombstone.covers_until_ms, Some(61_000));
+    let digest = a.write_local("k", Value::Tombstone(tombstone), 2_000).digest("k");
+    a.acknowledged("k", digest, 0);
+    // Peer 1 is gone for good: its acknowledgement never comes.
+    assert_eq!(a.sweep(60_999).expired + a.sweep(60_999).collected, 0, "an answer it covers may still live");
+    assert_eq!(a.sweep(61_000).expired, 1, "nothing left to cover");
+    assert!(a.get("k").is_none());
+    // An answer that never expires keeps its tombstone until every peer acknowledged it.
+    let forever = CachedCompletion { ttl_s: 0, ..covered };
+    assert_eq!(Tombstone::of("acme", 2_000, [&forever]).covers_until_ms, None);
 }
 
 #[test]

@@ -29,6 +29,7 @@ pub fn to_wire(key: &str, record: &Record) -> WireRecord {
                     Value::Tombstone(t) => version::Value::Tombstone(WireTombstone {
                         tenant: t.tenant.clone(),
                         invalidated_ms: t.invalidated_ms,
+                        covers_until_ms: t.covers_until_ms,
                     }),
                 }),
             })
@@ -120,6 +121,9 @@ pub fn from_wire(wire: WireRecord, checks: Checks<'_>) -> Result<(String, Record
             version::Value::Tombstone(t) => Value::Tombstone(Tombstone {
                 tenant: t.tenant,
                 invalidated_ms: t.invalidated_ms.min(checks.now_ms.saturating_add(MAX_PEER_SKEW_MS)),
+                // Only when a tombstone may be collected without every acknowledgement: the core's feed
+                // still refuses what it covered at every node.
+                covers_until_ms: t.covers_until_ms,
             }),
         };
         versions.push(Version { clock, value });
@@ -139,7 +143,10 @@ mod tests {
     fn records_round_trip_and_misfiled_answers_are_refused() {
         let mut record = Record::default();
         record.write("a", Value::Live(super::super::record::tests::answer("k", "v", 1)));
-        record.write("b", Value::Tombstone(Tombstone { tenant: "acme".into(), invalidated_ms: 2 }));
+        record.write(
+            "b",
+            Value::Tombstone(Tombstone { tenant: "acme".into(), invalidated_ms: 2, covers_until_ms: None }),
+        );
         let wire = to_wire("k", &record);
         assert_eq!(from_wire(wire.clone(), OPEN), Ok(("k".to_owned(), record)));
         let mut misfiled = to_wire("k", &{
@@ -185,7 +192,14 @@ mod tests {
         assert_eq!(from_wire(live(future, 1), OPEN), Err(Refused::FromTheFuture(MAX_PEER_SKEW_MS + 1)));
         assert_eq!(from_wire(live(signed.clone(), u64::MAX), checks), Err(Refused::DotOutOfRange(u64::MAX)));
         let mut record = Record::default();
-        record.write("a", Value::Tombstone(Tombstone { tenant: "acme".into(), invalidated_ms: i64::MAX }));
+        record.write(
+            "a",
+            Value::Tombstone(Tombstone {
+                tenant: "acme".into(),
+                invalidated_ms: i64::MAX,
+                covers_until_ms: None,
+            }),
+        );
         let (_, merged) = from_wire(to_wire("k", &record), OPEN).expect("tombstone");
         assert!(matches!(
             &merged.versions()[0].value,
