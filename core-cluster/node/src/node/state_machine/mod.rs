@@ -189,7 +189,7 @@ pub type SweepCursor = Option<Box<[u8]>>;
 /// Sizes and a digest of the live state, equal on replicas that applied the same log prefix.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StateDigest {
-    /// SHA-256 (hex) of the live entries, tenants and models.
+    /// SHA-256 (hex) of the live entries, tenants, models, remembered request ids and change feed.
     pub digest: String,
     /// Live entries.
     pub entries: u64,
@@ -377,6 +377,23 @@ impl StateMachineStore {
         }
         hasher.update(serde_json::to_vec(&tenants)?);
         hasher.update(serde_json::to_vec(&models)?);
+        // The rest of the replicated state, each in its decoded form (a replica that installed a snapshot
+        // holds the same rows as one that applied the log, not necessarily the same bytes): the
+        // remembered request ids with their outcomes, and the change feed with its floor. Not the clock:
+        // every proposal moves it, a new leader's first included, and what it decides (which entries
+        // live) is in the digest already.
+        let mut requests = request_rows::RequestRow::new();
+        for row in self.request_rows() {
+            requests.extend(row?);
+        }
+        hasher.update(serde_json::to_vec(&requests)?);
+        hasher.update(self.feed_floor()?.to_be_bytes());
+        for item in self.feed.iter() {
+            let (key, bytes) = item?;
+            let row: FeedRow = decode(&bytes)?;
+            hasher.update(&key);
+            hasher.update(serde_json::to_vec(&row)?);
+        }
         Ok(StateDigest { digest: shared::hex::encode(&hasher.finalize()), entries })
     }
 
