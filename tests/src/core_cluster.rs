@@ -324,6 +324,11 @@ impl CoreCluster {
         self.wait_leader_among(&self.running_ids(), timeout)
     }
 
+    /// Node `id`'s data directory (its write-ahead log is `wal/` in it).
+    pub fn data_dir(&self, id: u64) -> Option<PathBuf> {
+        self.nodes.get(&id).map(|node| node.data_dir.clone())
+    }
+
     /// Kills node `id` with SIGKILL, as a crash would.
     pub fn kill(&mut self, id: u64) {
         if let Some(mut process) = self.nodes.get_mut(&id).and_then(|n| n.process.take()) {

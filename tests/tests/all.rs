@@ -14,6 +14,7 @@ mod core_02_full_restart;
 mod core_03_partition;
 mod core_04_membership;
 mod core_05_linearizable_history;
+mod core_06_damaged_segment;
 mod deploy_01_dashboard;
 mod docs_01_flag_tables;
 mod edge_02_hot_set_and_failover;
