@@ -52,6 +52,9 @@ pub struct CoreClusterSpec {
     pub election_timeout_max_ms: u64,
     /// More `core-node` flags, given to every node.
     pub extra_args: Vec<String>,
+    /// Where the data directories live when not under `dir` (a test's own file system); logs stay in
+    /// `dir`.
+    pub data_root: Option<PathBuf>,
     /// Whether Raft traffic goes straight to the nodes (no fault proxies on the path; partitions are then
     /// impossible). The benchmark uses this so that the proxy hop is not measured.
     pub direct_peers: bool,
@@ -67,6 +70,7 @@ impl CoreClusterSpec {
             election_timeout_min_ms: 300,
             election_timeout_max_ms: 600,
             extra_args: Vec::new(),
+            data_root: None,
             direct_peers: false,
         }
     }
@@ -155,7 +159,7 @@ impl CoreCluster {
             let node = Node {
                 listen,
                 proxy,
-                data_dir: spec.dir.join(format!("core-{id}")),
+                data_dir: spec.data_root.as_ref().unwrap_or(&spec.dir).join(format!("core-{id}")),
                 peers: peers.join(","),
                 bootstrap: id == 1,
                 process: None,
@@ -187,7 +191,7 @@ impl CoreCluster {
         }
         let (listen, proxy) = self.plan_node(id)?;
         let peers = format!("{id}={}", proxy.addr());
-        let data_dir = self.spec.dir.join(format!("core-{id}"));
+        let data_dir = self.spec.data_root.as_ref().unwrap_or(&self.spec.dir).join(format!("core-{id}"));
         self.nodes.insert(id, Node { listen, proxy, data_dir, peers, bootstrap: false, process: None });
         self.spawn(id)?;
         poll_until(NODE_READY, &format!("node {id} accepting connections at {listen}"), || {

@@ -15,10 +15,13 @@ mod core_03_partition;
 mod core_04_membership;
 mod core_05_linearizable_history;
 mod core_06_damaged_segment;
+mod core_07_power_cut;
 mod deploy_01_dashboard;
 mod docs_01_flag_tables;
 mod edge_02_hot_set_and_failover;
 mod faults_01_core_follower_and_restart;
+/// Support, not a test: a FUSE file system that loses what was not synced at a power cut.
+mod lazy_fs;
 mod mesh_01_one_truth;
 mod mesh_02_history;
 mod mesh_03_membership;
