@@ -16,6 +16,7 @@ mod core_04_membership;
 mod core_05_linearizable_history;
 mod core_06_damaged_segment;
 mod core_07_power_cut;
+mod core_08_failed_sync;
 mod deploy_01_dashboard;
 mod docs_01_flag_tables;
 mod edge_02_hot_set_and_failover;

@@ -3,7 +3,8 @@
 //! with a volatile cache behind a strict POSIX file system would. It runs in the test process over FUSE
 //! (the test runs as root and mounts `/dev/fuse` itself) and keeps everything in memory; daemons under
 //! test keep their data directories in it. [`LazyFs::power_cut`] unmounts it (the daemons must be dead
-//! by then), drops whatever was not synced, and mounts it again.
+//! by then), drops whatever was not synced, and mounts it again; [`LazyFs::fail_syncs`] makes it a disk
+//! whose syncs fail.
 //!
 //! Support for the cross-process tests, not a test itself.
 
@@ -97,13 +98,15 @@ struct State {
     next_ino: u64,
     /// Syncs so far, for the report.
     syncs: u64,
+    /// Whether every sync fails with `EIO` (a failing disk) and makes nothing durable.
+    failing_syncs: bool,
 }
 
 impl State {
     fn new() -> Self {
         let mut nodes = BTreeMap::new();
         nodes.insert(ROOT, Node::new(FileType::Directory, 0o755));
-        Self { nodes, next_ino: ROOT + 1, syncs: 0 }
+        Self { nodes, next_ino: ROOT + 1, syncs: 0, failing_syncs: false }
     }
 
     /// Drops everything not synced; nodes no synced entry reaches are gone.
@@ -351,6 +354,9 @@ impl Filesystem for Fuse {
     fn fsync(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
         let mut state = self.state();
         state.syncs += 1;
+        if state.failing_syncs {
+            return reply.error(libc::EIO);
+        }
         match state.nodes.get_mut(&ino) {
             Some(node) => {
                 node.sync();
@@ -436,6 +442,11 @@ impl LazyFs {
         })?;
         self.session = Some(session);
         Ok(())
+    }
+
+    /// Makes every sync from now on fail with `EIO` and make nothing durable (`true`), or work again.
+    pub fn fail_syncs(&self, failing: bool) {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).failing_syncs = failing;
     }
 
     /// Cuts the power: unmounts (every process using it must be dead), drops whatever was not synced,

@@ -184,6 +184,13 @@ impl WalDir for CrashFs {
         Ok(Arc::new(SimFile { fs: self.clone(), name: name.to_owned() }))
     }
 
+    fn write_now(&self, name: &str, bytes: &[u8]) -> io::Result<Arc<dyn WalFile>> {
+        let mut disk = self.live()?;
+        let durable = disk.nodes.get(name).and_then(|node| node.durable.clone());
+        disk.nodes.insert(name.to_owned(), Node { current: Some(bytes.to_vec()), durable });
+        Ok(Arc::new(SimFile { fs: self.clone(), name: name.to_owned() }))
+    }
+
     fn open(&self, name: &str) -> io::Result<Arc<dyn WalFile>> {
         let disk = self.live()?;
         match disk.nodes.get(name) {

@@ -31,6 +31,9 @@ pub trait WalDir: Send + Sync {
     /// entry are durable. The blocks are written, not only reserved, so later writes inside the file
     /// change no metadata and `fdatasync` needs no journal commit.
     fn create(&self, name: &str, len: u64) -> io::Result<Arc<dyn WalFile>>;
+    /// Creates (or replaces) `name` holding `bytes`, readable at once in this boot and durable only once
+    /// it and the directory are synced, which a failing disk may refuse.
+    fn write_now(&self, name: &str, bytes: &[u8]) -> io::Result<Arc<dyn WalFile>>;
     /// Opens an existing file for reading and writing.
     fn open(&self, name: &str) -> io::Result<Arc<dyn WalFile>>;
     /// Removes `name`; the removal is durable after [`WalDir::sync`].
@@ -139,6 +142,17 @@ impl WalDir for OsDir {
         file.sync_all()?;
         fs::rename(&temporary, self.path.join(name))?;
         self.sync()?;
+        Ok(Arc::new(file))
+    }
+
+    fn write_now(&self, name: &str, bytes: &[u8]) -> io::Result<Arc<dyn WalFile>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(self.path.join(name))?;
+        FileExt::write_all_at(&file, bytes, 0)?;
         Ok(Arc::new(file))
     }
 

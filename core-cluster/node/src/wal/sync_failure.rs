@@ -46,17 +46,19 @@ pub fn boot_id() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-/// Leaves the marker for a sync that failed with `why` in boot `boot`. Best effort: the disk that failed
-/// the sync may fail this too, and the log has failed stop either way.
+/// Leaves the marker for a sync that failed with `why` in boot `boot`. What matters is that a start in
+/// this boot sees it, which needs no sync: the disk that failed the sync will likely fail the marker's
+/// too, and then a reboot loses it, rightly (recovery then reads what the disk holds). Best effort: the
+/// log has failed stop either way.
 pub fn record(dir: &dyn WalDir, boot: &str, why: &str) {
     let text = format!("{boot}\n{why}\n");
-    let written = dir.create(MARKER, text.len() as u64).and_then(|file| {
-        file.write_all_at(text.as_bytes(), 0)?;
-        file.sync_data()?;
-        dir.sync()
-    });
-    if let Err(e) = written {
-        tracing::error!(error = %e, "write-ahead log: could not leave the failed-sync marker");
+    match dir.write_now(MARKER, text.as_bytes()) {
+        Ok(file) => {
+            if let Err(e) = file.sync_data().and_then(|()| dir.sync()) {
+                tracing::warn!(error = %e, "write-ahead log: the failed-sync marker holds for this boot only");
+            }
+        }
+        Err(e) => tracing::error!(error = %e, "write-ahead log: could not leave the failed-sync marker"),
     }
 }
 
