@@ -347,6 +347,23 @@ impl CoreCluster {
         }
     }
 
+    /// Asks node `id` to stop (SIGTERM), waits up to `grace` for it to exit, then kills it; returns
+    /// whether it exited by itself.
+    pub fn stop_node(&mut self, id: u64, grace: Duration) -> bool {
+        match self.nodes.get_mut(&id).and_then(|n| n.process.take()) {
+            Some(mut process) => {
+                process.stop(grace);
+                process.exit_status().is_some_and(|status| status.code().is_some())
+            }
+            None => false,
+        }
+    }
+
+    /// Starts node `id` again on its data directory without waiting for it.
+    pub fn spawn_node(&mut self, id: u64) -> anyhow::Result<()> {
+        self.spawn(id)
+    }
+
     /// Starts node `id` again on its data directory and waits until it knows a leader.
     pub fn start_node(&mut self, id: u64) -> anyhow::Result<()> {
         self.spawn(id)?;

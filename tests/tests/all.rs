@@ -17,6 +17,7 @@ mod core_05_linearizable_history;
 mod core_06_damaged_segment;
 mod core_07_power_cut;
 mod core_08_failed_sync;
+mod core_09_stop_during_install;
 mod deploy_01_dashboard;
 mod docs_01_flag_tables;
 mod edge_02_hot_set_and_failover;

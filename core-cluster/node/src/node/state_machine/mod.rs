@@ -600,6 +600,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let read_err = |e: &dyn std::fmt::Display| {
             StorageIOError::read_snapshot(Some(meta.signature()), &std::io::Error::other(e.to_string()))
         };
+        tracing::info!(snapshot = %meta.snapshot_id, last = ?meta.last_log_id, "installing snapshot");
         let received = snapshot.received().map(Path::to_owned);
         let file = snapshot.into_rewound().map_err(|e| read_err(&e))?;
         let (store, last, membership) = (self.clone(), meta.last_log_id, meta.last_membership.clone());
