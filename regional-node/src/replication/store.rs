@@ -19,7 +19,7 @@
 //! ([`ReplicaStore::hot_changes`], served as `GET /v1/hotset`). Removed keys are remembered for the last
 //! [`REMOVALS_KEPT`] removals; a version older than that gets a snapshot.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use sha2::{Digest as _, Sha256};
@@ -63,6 +63,9 @@ pub struct ReplicaStore {
 struct Inner {
     records: HashMap<String, Stored>,
     ranges: Vec<u64>,
+    /// The keys held in each range, so that anti-entropy summarizes the ranges it asks for without a
+    /// walk of every record under the lock the request path takes.
+    range_keys: Vec<BTreeSet<String>>,
     /// Keys whose tombstone was collected: the clock it had and when to forget it.
     collected: HashMap<String, (Clock, i64)>,
     /// Tombstones waiting for acknowledgements: their digest and the peers that have acknowledged it.
@@ -154,7 +157,8 @@ impl ReplicaStore {
             return Err(RegionalError::Config(format!("at most {MAX_PEERS} replication peers, not {peers}")));
         }
         let full_mask = if peers == MAX_PEERS { u64::MAX } else { (1u64 << peers) - 1 };
-        let mut inner = Inner { ranges: vec![0; RANGES], ..Inner::default() };
+        let mut inner =
+            Inner { ranges: vec![0; RANGES], range_keys: vec![BTreeSet::new(); RANGES], ..Inner::default() };
         let trees = match db {
             Some(db) => {
                 let open = |name: &str| {
@@ -326,13 +330,12 @@ impl ReplicaStore {
 
     /// `(key, record digest)` of every record in the given ranges.
     pub fn summaries(&self, ranges: &[u32]) -> Vec<(String, u64)> {
-        let wanted: std::collections::HashSet<usize> = ranges.iter().map(|&r| r as usize).collect();
+        let wanted: BTreeSet<usize> = ranges.iter().map(|&r| r as usize).filter(|r| *r < RANGES).collect();
         let inner = self.lock();
-        let mut out: Vec<(String, u64)> = inner
-            .records
-            .iter()
-            .filter(|(_, stored)| wanted.contains(&stored.range))
-            .map(|(key, stored)| (key.clone(), stored.digest))
+        let mut out: Vec<(String, u64)> = wanted
+            .into_iter()
+            .flat_map(|range| &inner.range_keys[range])
+            .filter_map(|key| inner.records.get(key).map(|stored| (key.clone(), stored.digest)))
             .collect();
         out.sort_unstable();
         out
@@ -476,10 +479,14 @@ impl ReplicaStore {
             inner.count(&old.record, -1);
         }
         inner.by_sequence.insert(sequence, key.to_owned());
+        if !inner.range_keys[range].contains(key) {
+            inner.range_keys[range].insert(key.to_owned());
+        }
     }
 
     fn remove(&self, inner: &mut Inner, key: &str) -> Option<Stored> {
         let stored = inner.records.remove(key)?;
+        inner.range_keys[stored.range].remove(key);
         inner.count(&stored.record, -1);
         inner.ranges[stored.range] ^= stored.digest;
         inner.pending.remove(key);
@@ -544,6 +551,7 @@ fn load(records: &sled::Tree, meta: &sled::Tree, inner: &mut Inner) {
                 let sequence = inner.sequence;
                 inner.by_sequence.insert(sequence, key.to_owned());
                 inner.count(&record, 1);
+                inner.range_keys[range].insert(key.to_owned());
                 inner.records.insert(key.to_owned(), Stored { record, digest, range, sequence });
             }
             None => doomed.push(key),
