@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use core_client::Consistency;
 use mesh_harness::core_cluster::{entry, test_dir, CoreCluster, CoreClusterSpec};
+use mesh_harness::poll::poll_every;
 
 use crate::lazy_fs::LazyFs;
 
@@ -50,6 +51,13 @@ fn a_follower_whose_syncs_fail_stops_and_refuses_its_log_until_a_reboot() -> any
     disk.fail_syncs(true);
     written.extend(put(&cluster, "failing", 30)?);
     println!("node {failing}'s disk fails its syncs; 30 more puts acknowledged by the other two");
+    // The majority acknowledges without it: wait until it has tried a sync and failed stop.
+    poll_every(
+        Duration::from_millis(50),
+        Duration::from_secs(20),
+        "the follower's log failing stop",
+        || Ok(cluster.log_tail(failing).contains("the log accepts no more writes").then_some(())),
+    )?;
 
     // Restarted in the same boot, it refuses its log.
     cluster.kill(failing);
