@@ -268,6 +268,30 @@ impl CoreCluster {
         self.client_for(&self.ids())
     }
 
+    /// Puts `count` entries of tenant `t1` named `prefix/i` through `client`, one after another; each must
+    /// be acknowledged. Returns their keys and contents.
+    pub fn put_numbered(
+        &self,
+        client: &CoreClient,
+        prefix: &str,
+        count: usize,
+    ) -> anyhow::Result<Vec<(String, String)>> {
+        self.block_on(async {
+            let mut written = Vec::new();
+            for i in 0..count {
+                let content = format!("{prefix} answer {i}");
+                let put = entry("t1", &format!("{prefix}/{i}"), &content);
+                let key = put.key.clone();
+                client
+                    .put(&format!("{prefix}-{i}"), put, "default")
+                    .await
+                    .with_context(|| format!("{prefix} put {i}"))?;
+                written.push((key, content));
+            }
+            anyhow::Ok(written)
+        })
+    }
+
     /// A client that knows only these nodes' real addresses.
     pub fn client_for(&self, ids: &[u64]) -> anyhow::Result<CoreClient> {
         let addrs = ids.iter().map(|id| self.node_addr(*id)).collect();

@@ -21,20 +21,7 @@ fn put_many(
     prefix: &str,
 ) -> anyhow::Result<Vec<(String, String)>> {
     let started = Instant::now();
-    let written = cluster.block_on(async {
-        let mut written = Vec::new();
-        for i in 0..PUTS {
-            let content = format!("{prefix} answer {i}");
-            let put = entry("t1", &format!("{prefix}/{i}"), &content);
-            let key = put.key.clone();
-            client
-                .put(&format!("{prefix}-{i}"), put, "default")
-                .await
-                .with_context(|| format!("{prefix} put {i}"))?;
-            written.push((key, content));
-        }
-        anyhow::Ok(written)
-    })?;
+    let written = cluster.put_numbered(client, prefix, PUTS)?;
     println!("{prefix}: {PUTS} puts acknowledged in {:?}", started.elapsed());
     Ok(written)
 }

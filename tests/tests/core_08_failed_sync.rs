@@ -5,30 +5,15 @@
 
 use std::time::Duration;
 
-use anyhow::Context as _;
 use core_client::Consistency;
-use mesh_harness::core_cluster::{entry, test_dir, CoreCluster, CoreClusterSpec};
+use mesh_harness::core_cluster::{test_dir, CoreCluster, CoreClusterSpec};
 use mesh_harness::poll::poll_every;
 
 use crate::lazy_fs::LazyFs;
 
 /// Puts `count` answers named `prefix/i` one after another; each must be acknowledged.
 fn put(cluster: &CoreCluster, prefix: &str, count: usize) -> anyhow::Result<Vec<(String, String)>> {
-    let client = cluster.client()?;
-    cluster.block_on(async {
-        let mut written = Vec::new();
-        for i in 0..count {
-            let content = format!("{prefix} answer {i}");
-            let put = entry("t1", &format!("{prefix}/{i}"), &content);
-            let key = put.key.clone();
-            client
-                .put(&format!("{prefix}-{i}"), put, "default")
-                .await
-                .with_context(|| format!("{prefix} {i}"))?;
-            written.push((key, content));
-        }
-        anyhow::Ok(written)
-    })
+    cluster.put_numbered(&cluster.client()?, prefix, count)
 }
 
 #[test]

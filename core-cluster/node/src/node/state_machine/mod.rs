@@ -36,11 +36,12 @@ use openraft::storage::RaftStateMachine;
 use openraft::{LogId, Snapshot, SnapshotMeta, StorageIOError, StoredMembership};
 #[cfg(test)]
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+
 use sled::transaction::TransactionError;
 
 mod applying;
 mod contents;
+mod digest;
 mod entry_heads;
 mod entry_index;
 mod models;
@@ -50,6 +51,8 @@ mod request_rows;
 mod rows;
 mod snapshots;
 mod write_permit;
+
+pub use digest::StateDigest;
 
 use rows::Row;
 use snapshots::blocking;
@@ -185,15 +188,6 @@ const ENTRY_SCAN_LIMIT: usize = 40_000;
 
 /// Where the next sweep goes on examining entry heads: after this key (`None`: from the first).
 pub type SweepCursor = Option<Box<[u8]>>;
-
-/// Sizes and a digest of the live state, equal on replicas that applied the same log prefix.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StateDigest {
-    /// SHA-256 (hex) of the live entries, tenants, models, remembered request ids and change feed.
-    pub digest: String,
-    /// Live entries.
-    pub entries: u64,
-}
 
 /// The keys of the entries whose heads `stale` picks, at most [`SWEEP_LIMIT`] of them among at most
 /// [`ENTRY_SCAN_LIMIT`] heads after `cursor`; and where the next scan goes on (`None` once it reached
@@ -351,50 +345,6 @@ impl StateMachineStore {
             tenants.insert(String::from_utf8_lossy(&k).into_owned(), decode(&v)?);
         }
         Ok((tenants, self.models.all()))
-    }
-
-    /// A digest of the live state at the state machine's clock.
-    ///
-    /// Read while openraft may be applying, so it is exact only when the node is idle (tests wait for that).
-    pub fn digest(&self) -> Result<StateDigest, CoreError> {
-        let clock = self.clock_ms()?;
-        let (tenants, models) = self.directory()?;
-        let mut hasher = Sha256::new();
-        let mut entries = 0u64;
-        for item in entry_heads::rows(&self.index, &self.contents) {
-            let (key, bytes) = item?;
-            let stored: StoredEntry = decode(&bytes)?;
-            if stored.is_live(tenants.get(&stored.entry.tenant), models.get(&stored.entry.model), clock) {
-                entries += 1;
-                // Hashed in this binary's encoding, so that a row an older binary wrote as JSON counts
-                // the same as its copy on an upgraded replica.
-                let canonical = stored.to_row()?;
-                hasher.update((key.len() as u64).to_be_bytes());
-                hasher.update(&key);
-                hasher.update((canonical.len() as u64).to_be_bytes());
-                hasher.update(&canonical);
-            }
-        }
-        hasher.update(serde_json::to_vec(&tenants)?);
-        hasher.update(serde_json::to_vec(&models)?);
-        // The rest of the replicated state, each in its decoded form (a replica that installed a snapshot
-        // holds the same rows as one that applied the log, not necessarily the same bytes): the
-        // remembered request ids with their outcomes, and the change feed with its floor. Not the clock:
-        // every proposal moves it, a new leader's first included, and what it decides (which entries
-        // live) is in the digest already.
-        let mut requests = request_rows::RequestRow::new();
-        for row in self.request_rows() {
-            requests.extend(row?);
-        }
-        hasher.update(serde_json::to_vec(&requests)?);
-        hasher.update(self.feed_floor()?.to_be_bytes());
-        for item in self.feed.iter() {
-            let (key, bytes) = item?;
-            let row: FeedRow = decode(&bytes)?;
-            hasher.update(&key);
-            hasher.update(serde_json::to_vec(&row)?);
-        }
-        Ok(StateDigest { digest: shared::hex::encode(&hasher.finalize()), entries })
     }
 
     /// What the leader's next sweep should list: entries dead at the clock (among the heads after
