@@ -48,6 +48,7 @@ pub fn run(embedder: &SmallEmbedder, entries: usize, queries: usize) -> usize {
                 ttl_s: 0,
                 signature: String::new(),
                 question: Some(AnsweredQuestion { partition: "p".into(), text: format!("question {i}") }),
+                tags: Vec::new(),
             },
             embedding: Some(encode_embedding(&vector())),
         })
@@ -96,6 +97,7 @@ pub fn verify(answers: usize, check: bool) -> usize {
             ttl_s: 86_400,
             question: None,
             signature: String::new(),
+            tags: Vec::new(),
         };
         signer.sign(&mut entry);
         if check && verifier.verify(&entry).is_ok() {

@@ -13,6 +13,7 @@
 use std::rc::Rc;
 
 use shared::cache_key::{CacheKey, SemanticQuery};
+use shared::cache_tags::CACHE_TAGS_HEADER;
 use shared::completion::CachedCompletion;
 use shared::content_class::classify;
 use shared::model_spec::ModelApi;
@@ -51,6 +52,8 @@ struct Job {
     api: ModelApi,
     body: Vec<u8>,
     caching: RequestCaching,
+    /// The request's cache tags (`X-Cache-Tags`), part of its key.
+    tags: Vec<String>,
 }
 
 impl Job {
@@ -62,6 +65,7 @@ impl Job {
             default_ttl_s: self.config.cache_ttl_s,
             now_ms,
             verifier: self.config.answer_verifier.as_ref(),
+            tags: &self.tags,
         }
     }
 }
@@ -103,8 +107,9 @@ pub async fn handle(
     let if_none_match = req.headers().get("if-none-match")?;
     let cache_control = req.headers().get("cache-control")?;
     let caching = RequestCaching::parse(cache_control.as_deref());
+    let tags = shared::cache_tags::parse(req.headers().get(CACHE_TAGS_HEADER)?.as_deref())?;
     let body = read_body(&mut req, MAX_REQUEST_BYTES).await?;
-    let normalized = match normalized(&body, api, &crate::core_view::models(&config)) {
+    let mut normalized = match normalized(&body, api, &crate::core_view::models(&config)) {
         // A model (or an API of one) this isolate does not know may be one the registry has just added:
         // look again with the view pulled now.
         Err(e) if is_about_the_model(&e) && crate::core_view::pull_for_unknown_model(&config).await => {
@@ -112,12 +117,14 @@ pub async fn handle(
         }
         other => other?,
     };
+    normalized.tags = tags;
     let key = CacheKey::derive(&tenant, &normalized);
     let delivery = normalized.delivery;
     // The edge keeps plain answers of one choice (copies carry their usage times `n`; log-probabilities
     // are not kept anywhere).
     let fillable = normalized.sampling.n == 1 && normalized.sampling.cache_can_hold() && !normalized.echo;
-    let job = Job { model_version: normalized.model.version, config, tenant, key, api, body, caching };
+    let tags = normalized.tags.clone();
+    let job = Job { model_version: normalized.model.version, config, tenant, key, api, body, caching, tags };
     crate::hot_set_sync::refresh_if_due(&job.config, ctx, kv);
     crate::core_view::refresh_if_due(&job.config, ctx);
     crate::hit_report::report_if_due(&job.config, ctx);
@@ -138,6 +145,10 @@ pub async fn handle(
     let mut forwarded: Vec<(&str, &str)> =
         cache_control.as_deref().map(|v| ("cache-control", v)).into_iter().collect();
     forwarded.push((shared::trace::TRACEPARENT, &trace_header));
+    let tags_header = shared::cache_tags::header_value(&job.tags);
+    if !job.tags.is_empty() {
+        forwarded.push((CACHE_TAGS_HEADER, &tags_header));
+    }
     let mut upstream = clock
         .upstream(regional::post_completion(&job.config, api, &job.tenant, &job.body, &forwarded))
         .await?;

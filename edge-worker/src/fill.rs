@@ -54,6 +54,9 @@ pub struct FillTarget<'a> {
     pub now_ms: i64,
     /// `ANSWER_PUBLIC_KEY`: when set, only answers the core signed are kept.
     pub verifier: Option<&'a AnswerVerifier>,
+    /// The request's cache tags: the answer carries them (they are part of the key, and of the semantic
+    /// partition a regional paraphrase hit came from).
+    pub tags: &'a [String],
 }
 
 /// Why an answer is not stored at the edge.
@@ -171,6 +174,7 @@ pub fn entry_from_answer(target: &FillTarget<'_>, answer: &RegionalAnswer<'_>) -
         ttl_s: lifetime_s.saturating_add(age_s),
         question: None,
         signature: String::new(),
+        tags: target.tags.to_vec(),
     };
     if let Some(verifier) = target.verifier {
         let question = answer.question.and_then(|(partition, text)| {
@@ -249,7 +253,7 @@ mod tests {
 
     /// Tenant `dev`'s request for `key` at model version 3, with the default lifetime of 600 s.
     fn target<'a>(key: &'a CacheKey, now_ms: i64, verifier: Option<&'a AnswerVerifier>) -> FillTarget<'a> {
-        FillTarget { key, tenant: "dev", model_version: 3, default_ttl_s: 600, now_ms, verifier }
+        FillTarget { key, tenant: "dev", model_version: 3, default_ttl_s: 600, now_ms, verifier, tags: &[] }
     }
 
     fn answer(body: &str) -> RegionalAnswer<'_> {
@@ -345,6 +349,7 @@ mod tests {
             ttl_s: 3_600,
             question: None,
             signature: String::new(),
+            tags: Vec::new(),
         };
         signer.sign(&mut committed);
         let signed = RegionalAnswer {
@@ -370,6 +375,15 @@ mod tests {
         let other = shared::hex::encode(b"Bye?");
         let refiled = RegionalAnswer { question: Some(("p1:ab", &other)), ..with_question.clone() };
         assert!(matches!(entry_from_answer(&target, &refiled), Err(Skip::Unsigned(_))), "another question");
+        // A tagged answer is kept with its request's tags, which its signature covers.
+        let tags = vec!["stock:AAPL".to_owned()];
+        let mut tagged = CachedCompletion { tags: tags.clone(), ..committed.clone() };
+        signer.sign(&mut tagged);
+        let tagged_answer = RegionalAnswer { signature: Some(&tagged.signature), ..signed.clone() };
+        let kept = entry_from_answer(&FillTarget { tags: &tags, ..target.clone() }, &tagged_answer);
+        assert_eq!(kept.expect("its tags").entry.tags, tags);
+        let stripped = entry_from_answer(&target, &tagged_answer);
+        assert!(matches!(stripped, Err(Skip::Unsigned(_))), "kept without its tag");
         let unsigned = RegionalAnswer { signature: None, ..signed.clone() };
         let redated = RegionalAnswer { created_ms: Some(2_000_000), ..signed.clone() };
         let longer = RegionalAnswer { ttl_s: Some(0), ..signed.clone() };

@@ -343,6 +343,7 @@ mod tests {
             delivery: shared::openai::Delivery::Whole,
             api: shared::model_spec::ModelApi::Chat,
             echo: false,
+            tags: Vec::new(),
         };
         let one = predicted_cost(&request(Sampling { temperature: 0.8, ..Sampling::greedy(100) }));
         let four = predicted_cost(&request(Sampling { temperature: 0.8, n: 4, ..Sampling::greedy(100) }));

@@ -10,7 +10,7 @@ use daemon_runtime::TierIdentity;
 use proto::cache::core_cache_client::CoreCacheClient as CoreCacheGrpc;
 use proto::cache::{CompleteEvent, CompleteRequest, LookupRequest, ModelsRequest, WatchEvent, WatchRequest};
 use proto::core::core_store_client::CoreStoreClient;
-use proto::core::{invalidate, write_outcome, write_request, Invalidate, WriteRequest};
+use proto::core::{invalidate, write_outcome, write_request, Invalidate, TenantTag, WriteRequest};
 use shared::completion::CachedCompletion;
 use shared::model_spec::ModelSpec;
 use shared::models::{ModelRef, ModelTable};
@@ -176,12 +176,36 @@ impl CoreCacheClient {
         tenant: &str,
         request_id: &str,
     ) -> Result<InvalidatedAtCore, RegionalError> {
+        let scope = invalidate::Scope::Key(key.to_owned());
+        self.write_invalidation(
+            Invalidate { scope: Some(scope), key_tenant: tenant.to_owned(), ..Default::default() },
+            request_id,
+        )
+        .await
+    }
+
+    /// Invalidates every answer of `tenant` carrying `tag` in the core's state, regenerating the hottest
+    /// of them when `refresh`; `request_id` makes a retry apply once.
+    pub async fn invalidate_tag(
+        &self,
+        tenant: &str,
+        tag: &str,
+        refresh: bool,
+        request_id: &str,
+    ) -> Result<InvalidatedAtCore, RegionalError> {
+        let scope = invalidate::Scope::Tag(TenantTag { tenant: tenant.to_owned(), tag: tag.to_owned() });
+        self.write_invalidation(Invalidate { scope: Some(scope), refresh, ..Default::default() }, request_id)
+            .await
+    }
+
+    async fn write_invalidation(
+        &self,
+        invalidation: Invalidate,
+        request_id: &str,
+    ) -> Result<InvalidatedAtCore, RegionalError> {
         let message = WriteRequest {
             request_id: request_id.to_owned(),
-            command: Some(write_request::Command::Invalidate(Invalidate {
-                scope: Some(invalidate::Scope::Key(key.to_owned())),
-                key_tenant: tenant.to_owned(),
-            })),
+            command: Some(write_request::Command::Invalidate(invalidation)),
         };
         let reply = self
             .with_failover(|channel| {
@@ -191,9 +215,11 @@ impl CoreCacheClient {
             .await?
             .into_inner();
         match reply.outcome.and_then(|o| o.outcome) {
-            Some(write_outcome::Outcome::Invalidated(invalidated)) => {
-                Ok(InvalidatedAtCore { removed: invalidated.removed, at_ms: invalidated.at_ms })
-            }
+            Some(write_outcome::Outcome::Invalidated(invalidated)) => Ok(InvalidatedAtCore {
+                removed: invalidated.removed,
+                at_ms: invalidated.at_ms,
+                refreshing: invalidated.refreshing,
+            }),
             other => Err(RegionalError::Core(format!("unexpected outcome {other:?}"))),
         }
     }
@@ -206,6 +232,8 @@ pub struct InvalidatedAtCore {
     pub removed: u64,
     /// Its log time: answers created at or before it are invalid.
     pub at_ms: i64,
+    /// How many of the answers it invalidated are being regenerated.
+    pub refreshing: u32,
 }
 
 impl std::fmt::Debug for CoreCacheClient {

@@ -7,7 +7,8 @@
 //! counts, the ETag, the creation time at the core, the TTL, a SHA-256 digest of the content, and the
 //! question it answers in its semantic partition when the core knows it (it derives both from the
 //! request it generated for), so a region cannot re-file a signed answer under another question for
-//! the semantic tiers either.
+//! the semantic tiers either, and its cache tags, so that none can strip a tag to escape its
+//! invalidation.
 //!
 //! Ed25519 signatures are deterministic (RFC 8032), so every core node holding the key signs an answer
 //! the same way, whichever node a regional node asked.
@@ -157,6 +158,15 @@ pub fn signed_message(entry: &CachedCompletion) -> Vec<u8> {
             }
         }
     }
+    // Only when there are any, so that untagged answers sign as they always did.
+    if !entry.tags.is_empty() {
+        out.extend_from_slice(b"tags");
+        out.extend_from_slice(&(entry.tags.len() as u64).to_be_bytes());
+        for tag in &entry.tags {
+            out.extend_from_slice(&(tag.len() as u64).to_be_bytes());
+            out.extend_from_slice(tag.as_bytes());
+        }
+    }
     out
 }
 
@@ -202,6 +212,7 @@ mod tests {
             (CachedCompletion { etag: "\"x\"".into(), ..entry.clone() }, "etag"),
             (CachedCompletion { created_ms: entry.created_ms + 1, ..entry.clone() }, "re-dated"),
             (CachedCompletion { ttl_s: entry.ttl_s + 60, ..entry.clone() }, "ttl"),
+            (CachedCompletion { tags: vec!["stock:AAPL".into()], ..entry.clone() }, "a tag added"),
         ];
         for (entry, field) in changed {
             assert_eq!(verifier.verify(&entry), Err(SignatureError::Invalid), "{field}");
@@ -216,6 +227,11 @@ mod tests {
         );
         let other = AnswerSigner::from_seed([8; 32]).verifier();
         assert_eq!(other.verify(&entry), Err(SignatureError::Invalid), "another cluster's key");
+        let mut tagged = CachedCompletion { tags: vec!["a".into(), "b".into()], ..entry.clone() };
+        signer().sign(&mut tagged);
+        assert_eq!(verifier.verify(&tagged), Ok(()));
+        let stripped = CachedCompletion { tags: vec!["b".into()], ..tagged };
+        assert_eq!(verifier.verify(&stripped), Err(SignatureError::Invalid), "a tag stripped");
     }
 
     #[test]

@@ -102,6 +102,15 @@ fn digest(domain: &[u8], tenant: &str, request: &NormalizedRequest, messages: &[
     if request.api == ModelApi::Completions {
         enc.bytes(b"api:completions");
     }
+    // Likewise for cache tags: an answer carries exactly the tags of the requests it answers, so that
+    // an invalidation of a tag covers every answer given under it.
+    if !request.tags.is_empty() {
+        enc.bytes(b"tags");
+        enc.u64(request.tags.len() as u64);
+        for tag in &request.tags {
+            enc.bytes(tag.as_bytes());
+        }
+    }
     hex::encode(&enc.0.finalize())
 }
 
@@ -246,6 +255,26 @@ mod tests {
             "top_p"
         );
         assert_ne!(key(&sampled), key(&sampled.replace(r#""max_tokens""#, r#""n":2,"max_tokens""#)), "n");
+    }
+
+    #[test]
+    fn tags_are_part_of_the_key_and_the_partition_only_when_given() {
+        let parsed = parse_chat_request(BASE.as_bytes(), 1 << 20).expect("json");
+        let table = ModelTable::parse("m@1").expect("models");
+        let plain = normalize(&parsed, &table, &Limits::default()).expect("valid");
+        let tagged = |tags: &[&str]| NormalizedRequest {
+            tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+            ..plain.clone()
+        };
+        let partition = |r: &NormalizedRequest| SemanticQuery::derive("dev", r).expect("user turn").partition;
+        assert_eq!(CacheKey::derive("dev", &tagged(&[])), key(BASE), "no tags: the key it always had");
+        assert_ne!(CacheKey::derive("dev", &tagged(&["stock:AAPL"])), key(BASE));
+        assert_ne!(
+            CacheKey::derive("dev", &tagged(&["a", "b"])),
+            CacheKey::derive("dev", &tagged(&["ab"])),
+            "each tag is length-prefixed"
+        );
+        assert_ne!(partition(&tagged(&["stock:AAPL"])), partition(&plain));
     }
 
     #[test]

@@ -25,6 +25,13 @@ pub enum Change {
         /// Its cache key.
         key: String,
     },
+    /// Every cached answer of a tenant that carries a cache tag is invalid ([`crate::cache_tags`]).
+    Tag {
+        /// The tenant whose tag it is.
+        tenant: String,
+        /// The tag.
+        tag: String,
+    },
     /// Every cached answer of a tenant is invalid.
     Tenant {
         /// The tenant.
@@ -88,6 +95,14 @@ pub struct Resync {
     /// Per model version, its cutoff.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub model_version_floors: Vec<(String, u64, i64)>,
+    /// Per tenant and cache tag, its cutoff: nothing of the tenant carrying the tag created at or before
+    /// it may be served.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tag_floors: Vec<(String, String, i64)>,
+    /// Per tenant, the cutoff of every tag it invalidated too long ago to remember each: nothing of the
+    /// tenant carrying any tag created at or before it may be served.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tagged_floors: Vec<(String, i64)>,
     /// Every model's current version.
     pub models: Vec<(String, u64)>,
     /// The registry's metadata of the models that have any.

@@ -46,6 +46,10 @@ pub struct CachedCompletion {
     /// ([`crate::answer_signature`]); empty when the core that made it signs nothing.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub signature: String,
+    /// The cache tags of the requests it answers ([`crate::cache_tags`]), sorted: an invalidation of
+    /// any of them (by its tenant) refuses it at every tier.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 /// The last user turn an entry answers, within its partition ([`crate::cache_key::SemanticQuery`]).
@@ -107,6 +111,7 @@ impl CachedCompletion {
             + self.etag.len()
             + self.question.as_ref().map_or(0, |q| q.partition.len() + q.text.len())
             + self.signature.len()
+            + self.tags.iter().map(|t| t.len() + std::mem::size_of::<String>()).sum::<usize>()
     }
 
     /// The entry as a non-streamed chat completion of `copies` choices (a greedy request's `n`: every
@@ -351,6 +356,7 @@ impl CachedCompletion {
             ttl_s: 0,
             question: None,
             signature: String::new(),
+            tags: Vec::new(),
         }
     }
 }

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::changes::{Change, Changes, Resync, Revised};
 use crate::completion::CachedCompletion;
 use crate::model_spec::ModelSpec;
+use crate::tag_cutoffs::TenantTags;
 
 /// Key cutoffs remembered before the oldest is folded into the floor.
 pub const MAX_KEY_CUTOFFS: usize = 100_000;
@@ -60,6 +61,9 @@ pub struct Cutoffs {
     /// get the key cutoffs) is floored per tenant by it, not by every tenant's latest.
     #[serde(default)]
     tenant_key_latest: BTreeMap<String, i64>,
+    /// Per tenant, its cache-tag cutoffs (bounded per tenant as the core bounds them).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    tenant_tags: BTreeMap<String, TenantTags>,
 }
 
 impl Cutoffs {
@@ -91,11 +95,26 @@ impl Cutoffs {
             .iter()
             .flat_map(|(model, versions)| versions.iter().map(move |(v, at)| (model.clone(), *v, *at)))
             .collect();
+        let tag_floors = self
+            .tenant_tags
+            .iter()
+            .flat_map(|(tenant, tags)| {
+                tags.cutoffs().map(move |(tag, at)| (tenant.clone(), tag.to_owned(), at))
+            })
+            .collect();
+        let tagged_floors = self
+            .tenant_tags
+            .iter()
+            .filter(|(_, tags)| tags.floor_ms() != 0)
+            .map(|(tenant, tags)| (tenant.clone(), tags.floor_ms()))
+            .collect();
         Resync {
             revision: self.revision,
             floor_ms: self.floor_ms,
             tenant_floors: tenant_floors.into_iter().collect(),
             model_version_floors,
+            tag_floors,
+            tagged_floors,
             models: self.current.iter().map(|(m, v)| (m.clone(), *v)).collect(),
             cache_sampled: self.cache_sampled.iter().cloned().collect(),
             specs: self.specs.iter().map(|(m, s)| (m.clone(), s.clone())).collect(),
@@ -132,6 +151,7 @@ impl Cutoffs {
             && after(self.model_versions.get(&entry.model).and_then(|v| v.get(&entry.model_version)))
             && after(self.keys.get(&entry.key))
             && after(self.tenant_keys.get(&entry.tenant).and_then(|keys| keys.get(&entry.key)))
+            && !self.tenant_tags.get(&entry.tenant).is_some_and(|tags| tags.covers(&entry.tags, created))
             && self.current.get(&entry.model).is_none_or(|&v| v == entry.model_version)
     }
 
@@ -171,6 +191,14 @@ impl Cutoffs {
             raise(self.model_versions.entry(model.clone()).or_default().entry(*version).or_insert(*at), *at);
             self.latest_ms = self.latest_ms.max(*at);
         }
+        for (tenant, tag, at) in &resync.tag_floors {
+            self.tenant_tags.entry(tenant.clone()).or_default().cut(tag, *at);
+            self.latest_ms = self.latest_ms.max(*at);
+        }
+        for (tenant, at) in &resync.tagged_floors {
+            self.tenant_tags.entry(tenant.clone()).or_default().raise_floor(*at);
+            self.latest_ms = self.latest_ms.max(*at);
+        }
         self.current = current;
         self.cache_sampled = resync.cache_sampled.iter().cloned().collect();
         self.specs = resync.specs.iter().cloned().collect();
@@ -191,6 +219,7 @@ impl Cutoffs {
                 self.cut_key(tenant, key, at);
                 raise(self.tenant_key_latest.entry(tenant.clone()).or_insert(at), at);
             }
+            Change::Tag { tenant, tag } => self.tenant_tags.entry(tenant.clone()).or_default().cut(tag, at),
             Change::Tenant { tenant } => raise(self.tenants.entry(tenant.clone()).or_insert(at), at),
             Change::ModelVersion { model, version } => {
                 raise(self.model_versions.entry(model.clone()).or_default().entry(*version).or_insert(at), at)
@@ -292,6 +321,26 @@ mod tests {
         assert!(cutoffs.admits(&entry("x", "b", 2, 500)));
         cutoffs.apply(&at(4, 400, Change::ModelCurrent { model: "m".into(), version: 1 }));
         assert_eq!(cutoffs.current_version("m"), Some(2), "versions never go back");
+    }
+
+    #[test]
+    fn a_tag_cuts_its_tenants_answers_carrying_it_and_travels_in_a_resync() {
+        let tagged = |tenant: &str, tags: &[&str], created_ms: i64| CachedCompletion {
+            tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+            ..entry("k", tenant, 1, created_ms)
+        };
+        let mut view = Cutoffs::default();
+        view.apply(&at(1, 100, Change::Tag { tenant: "a".into(), tag: "stock:AAPL".into() }));
+        assert!(!view.admits(&tagged("a", &["region:eu", "stock:AAPL"], 100)));
+        assert!(view.admits(&tagged("a", &["stock:AAPL"], 101)));
+        assert!(view.admits(&tagged("a", &["stock:MSFT"], 50)), "another tag");
+        assert!(view.admits(&tagged("a", &[], 50)), "an untagged answer");
+        assert!(view.admits(&tagged("b", &["stock:AAPL"], 50)), "another tenant's tag of the same name");
+        let mut reader = Cutoffs::default();
+        reader.apply_batch(&Changes { revision: 1, resync: Some(view.resync_point()), ..Default::default() });
+        assert!(!reader.admits(&tagged("a", &["stock:AAPL"], 100)), "the cutoff came with the resync");
+        assert!(reader.admits(&tagged("a", &["stock:MSFT"], 50)), "and floors nothing else");
+        assert!(reader.admits(&tagged("a", &[], 50)));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! - [`text_completion`]: the text-completion API (`/v1/completions`), normalized into the same form.
 //! - [`normalize`]: turns a request into the canonical form that is both generated and keyed.
 //! - [`cache_key`]: the versioned cache key over (tenant, model, model version, normalized request).
+//! - [`cache_tags`]: the tags a request names its answer's data by, which one invalidation refuses.
 //! - [`content_class`]: content classes (realtime, volatile, default, stable), their classifier and the
 //!   TTL policy that decides how long each class is cached.
 //! - [`models`]: the served-model table (name and current version).
@@ -16,6 +17,7 @@
 //! - [`hot_set`]: the hot set a regional node serves to the edge (versioned snapshots and deltas).
 //! - [`changes`]: the core's change feed (invalidations, model versions, tenant settings) by revision.
 //! - [`cutoffs`]: that feed as cutoff times every cache layer checks before it serves or keeps an entry.
+//! - [`tag_cutoffs`]: one tenant's cache-tag invalidations, bounded alike at the core and every tier.
 //! - [`core_clock`]: the core's log time as another tier reckons it, by which TTLs expire everywhere.
 //! - [`answer_signature`]: the core's Ed25519 signature over an answer, and its check at every tier.
 //! - [`auth`]: API-key hashing, the tenant key table, constant-time comparison of secrets.
@@ -32,6 +34,7 @@
 pub mod answer_signature;
 pub mod auth;
 pub mod cache_key;
+pub mod cache_tags;
 pub mod changes;
 pub mod completion;
 pub mod content_class;
@@ -48,6 +51,7 @@ pub mod normalize;
 pub mod openai;
 pub mod server_timing;
 pub mod small_embedding;
+pub mod tag_cutoffs;
 pub mod text_completion;
 pub mod trace;
 pub mod wordpiece;

@@ -191,6 +191,8 @@ pub struct NormalizedRequest {
     pub api: ModelApi,
     /// Whether a text completion's answer is rendered after its prompt (not part of the key).
     pub echo: bool,
+    /// The request's cache tags ([`crate::cache_tags`]), sorted; part of the key when there are any.
+    pub tags: Vec<String>,
 }
 
 /// Limits a tier applies while normalizing.
@@ -278,6 +280,7 @@ pub(crate) fn normalize_api(
         delivery: delivery(request)?,
         api,
         echo: false,
+        tags: Vec::new(),
     })
 }
 

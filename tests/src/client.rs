@@ -222,6 +222,13 @@ impl ChatClient {
         self.send("/v1/cache/invalidate", &serde_json::json!({ "key": key }).to_string(), &[])
     }
 
+    /// `POST /v1/cache/invalidate` of every answer carrying the caller's cache tag `tag`, regenerating the
+    /// hottest when `refresh`.
+    pub fn invalidate_tag(&self, tag: &str, refresh: bool) -> anyhow::Result<Reply> {
+        let body = serde_json::json!({ "tag": tag, "refresh": refresh });
+        self.send("/v1/cache/invalidate", &body.to_string(), &[])
+    }
+
     fn send(&self, path: &str, body: &str, headers: &[(&str, &str)]) -> anyhow::Result<Reply> {
         let started = Instant::now();
         let declared = headers.iter().find(|(name, _)| name.eq_ignore_ascii_case("content-type"));

@@ -557,6 +557,7 @@ pub fn entry(tenant: &str, name: &str, content: &str) -> CachedCompletion {
         ttl_s: 0,
         question: None,
         signature: String::new(),
+        tags: Vec::new(),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Invalidation propagation: how long after the core acknowledged an invalidation each tier of a running
-//! mesh stops serving the answer (the edge, every regional node, every core node), for one key, a whole
-//! tenant, and a model version (a bump). `mesh bench propagation` (the `mesh` tool) runs it at length; the process test
+//! mesh stops serving the answer (the edge, every regional node, every core node), for one key, a cache
+//! tag, a whole tenant, and a model version (a bump). `mesh bench propagation` (the `mesh` tool) runs it at length; the process test
 //! `mesh_01_one_truth` runs a short version and checks the documented bounds.
 //!
 //! Each answer is first made hot everywhere (an edge hit, a cached answer at every regional node, an
@@ -34,6 +34,22 @@ pub struct Warmed {
     pub key: String,
     /// The ETag of the answer every tier holds.
     pub etag: String,
+    /// Its cache tags (`X-Cache-Tags`), empty for none.
+    pub tags: String,
+}
+
+impl Warmed {
+    /// Asks `client` for this answer, with `Cache-Control: only-if-cached` when `cached_only`.
+    pub fn ask(&self, client: &ChatClient, cached_only: bool) -> anyhow::Result<crate::client::Reply> {
+        let mut headers = Vec::new();
+        if cached_only {
+            headers.push(("cache-control", "only-if-cached"));
+        }
+        if !self.tags.is_empty() {
+            headers.push((shared::cache_tags::CACHE_TAGS_HEADER, self.tags.as_str()));
+        }
+        client.chat_with_headers(&self.body, &headers)
+    }
 }
 
 /// Per tier, the milliseconds from an acknowledgement to that tier's first refusal.
@@ -137,11 +153,11 @@ impl Tiers {
     fn serves(&self, tier: &Tier, answer: &Warmed) -> anyhow::Result<bool> {
         Ok(match &tier.probe {
             Probe::Edge(client) => {
-                let reply = client.chat_only_if_cached(&answer.body)?;
+                let reply = answer.ask(client, true)?;
                 reply.header("x-cache") == Some("HIT-EDGE")
             }
             Probe::Regional(client) => {
-                let reply = client.chat_only_if_cached(&answer.body)?;
+                let reply = answer.ask(client, true)?;
                 reply.status == 200 && reply.header("etag") == Some(answer.etag.as_str())
             }
             Probe::Core(client) => {
@@ -154,20 +170,23 @@ impl Tiers {
     /// Makes `body` hot at every tier: generated once, then an edge hit, cached at every regional node
     /// and stored on every core node.
     pub fn warm(&self, body: Value) -> anyhow::Result<Warmed> {
+        self.warm_tagged(body, "")
+    }
+
+    /// [`warm`](Self::warm) for a request with the cache tags `tags` (an `X-Cache-Tags` value).
+    pub fn warm_tagged(&self, body: Value, tags: &str) -> anyhow::Result<Warmed> {
+        let mut answer = Warmed { key: String::new(), etag: String::new(), tags: tags.to_owned(), body };
         let first = self
             .tiers
             .iter()
             .find_map(|t| match &t.probe {
-                Probe::Edge(client) | Probe::Regional(client) => Some(client.chat(&body)),
+                Probe::Edge(client) | Probe::Regional(client) => Some(answer.ask(client, false)),
                 Probe::Core(_) => None,
             })
             .context("a mesh without an HTTP tier")??;
         ensure!(first.status == 200, "warming: {} {}", first.status, first.body);
-        let answer = Warmed {
-            key: first.header("x-cache-key").unwrap_or_default().to_owned(),
-            etag: first.header("etag").unwrap_or_default().to_owned(),
-            body,
-        };
+        answer.key = first.header("x-cache-key").unwrap_or_default().to_owned();
+        answer.etag = first.header("etag").unwrap_or_default().to_owned();
         // One time limit for warming every tier, one after another.
         let deadline = Instant::now() + PROBE_TIMEOUT;
         for tier in &self.tiers {
@@ -176,7 +195,7 @@ impl Tiers {
             poll_every(Duration::from_millis(20), left, &what, || {
                 if let Probe::Edge(client) | Probe::Regional(client) = &tier.probe {
                     // A plain request fills the tier (an edge fill, a regional copy of the core's entry).
-                    let reply = client.chat(&answer.body)?;
+                    let reply = answer.ask(client, false)?;
                     ensure!(reply.status == 200, "warming {}: {}", tier.name, reply.body);
                 }
                 Ok(self.serves(tier, &answer)?.then_some(()))
@@ -260,6 +279,45 @@ pub fn keys(
         add(&mut propagation, tiers.until_refused(std::slice::from_ref(&answer), acked)?);
     }
     Ok(propagation)
+}
+
+/// `rounds` times: `answers` answers carrying one cache tag made hot (with one answer of another tag and
+/// one without tags beside them), the tag invalidated through `invalidator` (`POST /v1/cache/invalidate`
+/// with `{"tag": ...}`), and every tier probed until it refuses all of the tag's answers. Returns the
+/// propagation and the answers the invalidations did not cover, for the caller to check they are still
+/// served.
+pub fn tag(
+    tiers: &Tiers,
+    invalidator: &ChatClient,
+    rounds: usize,
+    answers: usize,
+    label: &str,
+) -> anyhow::Result<(Propagation, Vec<Warmed>)> {
+    let mut propagation = Propagation { scope: "tag".into(), ..Default::default() };
+    let mut bystanders = Vec::new();
+    let slug: String = label.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    for round in 0..rounds {
+        let tag = format!("news:{slug}-{round}");
+        let warmed: Vec<Warmed> = (0..answers)
+            .map(|i| {
+                let tags = format!("{tag}, region:eu-{i}");
+                tiers.warm_tagged(
+                    question(&format!("Tell one word about {label} topic {round} item {i}.")),
+                    &tags,
+                )
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let other = format!("news:{slug}-other-{round}");
+        bystanders.push(
+            tiers.warm_tagged(question(&format!("One word about {label} other topic {round}.")), &other)?,
+        );
+        bystanders.push(tiers.warm(question(&format!("One word about {label} untagged topic {round}.")))?);
+        let reply = invalidator.invalidate_tag(&tag, false)?;
+        let acked = Instant::now();
+        ensure!(reply.status == 200, "invalidate the tag: {} {}", reply.status, reply.body);
+        add(&mut propagation, tiers.until_refused(&warmed, acked)?);
+    }
+    Ok((propagation, bystanders))
 }
 
 /// `rounds` times: `answers` answers of the tenant made hot, the tenant invalidated at the core

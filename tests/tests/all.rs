@@ -38,5 +38,6 @@ mod security_01_mtls;
 mod security_02_hostile_region;
 mod security_03_http2_limits;
 mod soak_01_bounded_state;
+mod tags_01_invalidate_and_refresh;
 mod tenants_01_isolation;
 mod tenants_02_abuse;

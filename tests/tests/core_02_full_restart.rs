@@ -50,7 +50,8 @@ fn a_full_restart_keeps_the_state_machine_exactly() -> anyhow::Result<()> {
                     (w..ENTRIES).step_by(WRITERS).filter(|i| i.is_multiple_of(7) && planned(*i).0 == "t1")
                 {
                     let scope = Some(Scope::Key(planned(i).1));
-                    let command = Command::Invalidate(Invalidate { scope, key_tenant: "t1".into() });
+                    let command =
+                        Command::Invalidate(Invalidate { scope, key_tenant: "t1".into(), refresh: false });
                     if let Err(e) = client.write(&format!("core02-invalidate-{i}"), command).await {
                         errors.push(format!("invalidate {i}: {e}"));
                     }
@@ -66,6 +67,7 @@ fn a_full_restart_keeps_the_state_machine_exactly() -> anyhow::Result<()> {
     let command = Command::Invalidate(Invalidate {
         scope: Some(Scope::Tenant("t2".into())),
         key_tenant: String::new(),
+        refresh: false,
     });
     if let Err(e) = cluster.block_on(client.write("core02-invalidate-t2", command)) {
         errors.push(format!("invalidate tenant t2: {e}"));

@@ -175,7 +175,7 @@ async fn call(mesh: &Mesh, row: &Row, ca: &str, cert: Option<&NodeCert>) -> Outc
 
 /// An invalidation of `scope` (with no key tenant).
 fn invalidation(scope: invalidate::Scope) -> Command {
-    Command::Invalidate(Invalidate { scope: Some(scope), key_tenant: String::new() })
+    Command::Invalidate(Invalidate { scope: Some(scope), key_tenant: String::new(), refresh: false })
 }
 
 /// A `CoreStore.Write` of `command`, invalid in its content (empty names), so that one that passes the

@@ -4,7 +4,7 @@
 use clap::{Parser, Subcommand};
 use proto::core::{
     invalidate, write_outcome, write_request, BumpModelVersion, Invalidate, ModelVersion, RegisterModel,
-    SetTenantPolicy, TenantPolicy,
+    SetTenantPolicy, TenantPolicy, TenantTag,
 };
 
 use crate::model_spec_args::ModelSpecArgs;
@@ -92,7 +92,8 @@ pub enum AdminCommand {
         #[arg(long)]
         cache_sampled: bool,
     },
-    /// Invalidate one key (--tenant and --key), a tenant (--tenant), or a model version (--model, --version).
+    /// Invalidate one key (--tenant and --key), every answer carrying a cache tag (--tenant and --tag, with
+    /// --refresh to regenerate the hottest), a tenant (--tenant), or a model version (--model, --version).
     Invalidate {
         /// The tenant (alone: all its entries).
         #[arg(long)]
@@ -100,6 +101,12 @@ pub enum AdminCommand {
         /// One key of --tenant.
         #[arg(long)]
         key: Option<String>,
+        /// A cache tag of --tenant: every answer carrying it.
+        #[arg(long)]
+        tag: Option<String>,
+        /// With --tag: regenerate the hottest answers it invalidates, in the background.
+        #[arg(long, requires = "tag")]
+        refresh: bool,
         /// A model (with --version).
         #[arg(long)]
         model: Option<String>,
@@ -122,7 +129,9 @@ fn outcome_json(outcome: &write_outcome::Outcome) -> serde_json::Value {
             serde_json::json!({ "outcome": "stored", "key": s.key, "created_ms": s.created_ms, "ttl_s": s.ttl_s })
         }
         Outcome::Invalidated(i) => {
-            serde_json::json!({ "outcome": "invalidated", "removed": i.removed, "at_ms": i.at_ms })
+            serde_json::json!({
+                "outcome": "invalidated", "removed": i.removed, "at_ms": i.at_ms, "refreshing": i.refreshing,
+            })
         }
         Outcome::ModelVersion(m) => serde_json::json!({
             "outcome": "model_version", "model": m.model, "previous": m.previous, "version": m.version,
@@ -235,20 +244,25 @@ pub async fn run(args: AdminArgs) -> Result<(), CoreError> {
             let policy = Some(TenantPolicy { max_value_bytes, default_ttl_s, max_ttl_s, cache_sampled });
             write(write_request::Command::SetTenantPolicy(SetTenantPolicy { tenant, policy })).await
         }
-        AdminCommand::Invalidate { tenant, key, model, version } => {
-            let (scope, key_tenant) = match (tenant, key, model, version) {
-                (Some(tenant), Some(key), None, None) => (invalidate::Scope::Key(key), tenant),
-                (Some(tenant), None, None, None) => (invalidate::Scope::Tenant(tenant), String::new()),
-                (None, None, Some(model), Some(version)) => {
+        AdminCommand::Invalidate { tenant, key, tag, refresh, model, version } => {
+            let (scope, key_tenant) = match (tenant, key, tag, model, version) {
+                (Some(tenant), Some(key), None, None, None) => (invalidate::Scope::Key(key), tenant),
+                (Some(tenant), None, Some(tag), None, None) => {
+                    (invalidate::Scope::Tag(TenantTag { tenant, tag }), String::new())
+                }
+                (Some(tenant), None, None, None, None) => (invalidate::Scope::Tenant(tenant), String::new()),
+                (None, None, None, Some(model), Some(version)) => {
                     (invalidate::Scope::ModelVersion(ModelVersion { model, version }), String::new())
                 }
                 _ => {
                     return Err(CoreError::InvalidArgument(
-                        "give --tenant and --key, or --tenant, or --model and --version".into(),
+                        "give --tenant and --key, --tenant and --tag, --tenant, or --model and --version"
+                            .into(),
                     ))
                 }
             };
-            write(write_request::Command::Invalidate(Invalidate { scope: Some(scope), key_tenant })).await
+            let invalidation = Invalidate { scope: Some(scope), key_tenant, refresh };
+            write(write_request::Command::Invalidate(invalidation)).await
         }
     }
 }

@@ -4,7 +4,7 @@ use shared::changes::{Change, Changes, Resync, Revised};
 
 use crate::cache::{
     feed_change, watch_event, FeedChange, FeedChanges, FeedResync, KeyInvalidated, ServedModel,
-    TenantSettings, WatchEvent,
+    TagInvalidated, TenantSettings, WatchEvent,
 };
 
 impl From<&Revised> for FeedChange {
@@ -13,6 +13,9 @@ impl From<&Revised> for FeedChange {
         let change = match &revised.change {
             Change::Key { tenant, key } => {
                 feed_change::Change::Key(KeyInvalidated { tenant: tenant.clone(), key: key.clone() })
+            }
+            Change::Tag { tenant, tag } => {
+                feed_change::Change::Tag(TagInvalidated { tenant: tenant.clone(), tag: tag.clone() })
             }
             Change::Tenant { tenant } => feed_change::Change::Tenant(tenant.clone()),
             Change::ModelVersion { model: name, version } => {
@@ -43,6 +46,7 @@ impl TryFrom<FeedChange> for Revised {
     fn try_from(wire: FeedChange) -> Result<Self, String> {
         let change = match wire.change.ok_or("a feed change without a change")? {
             feed_change::Change::Key(k) => Change::Key { tenant: k.tenant, key: k.key },
+            feed_change::Change::Tag(t) => Change::Tag { tenant: t.tenant, tag: t.tag },
             feed_change::Change::Tenant(tenant) => Change::Tenant { tenant },
             feed_change::Change::ModelVersion(m) => {
                 Change::ModelVersion { model: m.name, version: m.version }
@@ -99,6 +103,8 @@ impl From<FeedResync> for Resync {
             // regional node to the edge.
             tenant_floors: Vec::new(),
             model_version_floors: Vec::new(),
+            tag_floors: Vec::new(),
+            tagged_floors: Vec::new(),
         }
     }
 }
@@ -161,6 +167,7 @@ mod tests {
         let changes = vec![
             Change::Key { tenant: "a".into(), key: "k".into() },
             Change::Tenant { tenant: "a".into() },
+            Change::Tag { tenant: "a".into(), tag: "stock:AAPL".into() },
             Change::ModelVersion { model: "m".into(), version: 2 },
             Change::ModelCurrent { model: "m".into(), version: 3 },
             Change::TenantSettings { tenant: "b".into(), cache_sampled: true },

@@ -20,6 +20,7 @@ impl From<CachedCompletion> for WireCompletion {
             question_partition: e.question.as_ref().map(|q| q.partition.clone()).unwrap_or_default(),
             question: e.question.map(|q| q.text).unwrap_or_default(),
             signature: e.signature,
+            tags: e.tags,
         }
     }
 }
@@ -41,6 +42,7 @@ impl From<WireCompletion> for CachedCompletion {
             question: (!e.question_partition.is_empty())
                 .then_some(AnsweredQuestion { partition: e.question_partition, text: e.question }),
             signature: e.signature,
+            tags: e.tags,
         }
     }
 }
@@ -65,6 +67,7 @@ mod tests {
             ttl_s: 60,
             question: None,
             signature: "ab".repeat(64),
+            tags: vec!["region:eu".into(), "stock:AAPL".into()],
         };
         assert_eq!(CachedCompletion::from(WireCompletion::from(entry.clone())), entry);
         let asked = AnsweredQuestion { partition: "p1:ab".into(), text: "What is 2 + 2?".into() };

@@ -25,6 +25,7 @@ impl GenerateRequest {
                 .collect(),
             sampling: Some((&request.sampling).into()),
             raw_prompt: request.api == ModelApi::Completions,
+            tags: request.tags.clone(),
             ..Default::default()
         }
     }
@@ -62,6 +63,7 @@ impl GenerateRequest {
             delivery: shared::openai::Delivery::Whole,
             api: self.normalized_api(),
             echo: false,
+            tags: self.tags.clone(),
         };
         Some(CacheKey::derive(&self.tenant, &normalized))
     }
@@ -143,6 +145,8 @@ pub struct GeneratedEntry {
     pub ttl_s: u64,
     /// Its creation time (Unix ms); the state machine sets the committed one.
     pub created_ms: i64,
+    /// The cache tags of the request it answers.
+    pub tags: Vec<String>,
 }
 
 impl GeneratedEntry {
@@ -162,6 +166,7 @@ impl GeneratedEntry {
             ttl_s: self.ttl_s,
             question: None,
             signature: String::new(),
+            tags: self.tags,
         }
     }
 }
@@ -222,6 +227,7 @@ mod tests {
             delivery: shared::openai::Delivery::Stream { usage: false },
             api: shared::model_spec::ModelApi::Chat,
             echo: false,
+            tags: Vec::new(),
         }
     }
 
@@ -276,6 +282,7 @@ mod tests {
             model: ModelRef { name: "m".into(), version: 3 },
             ttl_s: 60,
             created_ms: 5,
+            tags: Vec::new(),
         };
         let entry = header.entry("4".into(), &done);
         assert_eq!(entry.etag, CachedCompletion::etag_of("4", "stop"));

@@ -132,7 +132,9 @@ async fn admit(
     let bytes =
         daemon_runtime::request_body::read_body(body, MAX_REQUEST_BYTES, settings.config.http_body_timeout())
             .await?;
-    let request = normalized(state, &bytes, api)?;
+    let mut request = normalized(state, &bytes, api)?;
+    let tags = headers.get(shared::cache_tags::CACHE_TAGS_HEADER).map(|v| v.to_str().unwrap_or("\u{fffd}"));
+    request.tags = shared::cache_tags::parse(tags)?;
     let cache_control: Vec<&str> =
         headers.get_all(axum::http::header::CACHE_CONTROL).iter().filter_map(|v| v.to_str().ok()).collect();
     let directives = Directives::parse(Some(&cache_control.join(",")));

@@ -186,6 +186,7 @@ mod tests {
             delivery: shared::openai::Delivery::Whole,
             api: shared::model_spec::ModelApi::Chat,
             echo: false,
+            tags: Vec::new(),
         }
     }
 

@@ -257,6 +257,7 @@ mod tests {
             delivery: shared::openai::Delivery::Whole,
             api: shared::model_spec::ModelApi::Chat,
             echo: false,
+            tags: Vec::new(),
         };
         complete_request(&Admitted::new(
             "t".into(),

@@ -252,6 +252,22 @@ impl RequestPath {
         Ok(done)
     }
 
+    /// Invalidates every answer of `tenant` carrying `tag` at the core (regenerating the hottest when
+    /// `refresh`), and here at once, as [`invalidate`](Self::invalidate) does a key.
+    pub async fn invalidate_tag(
+        &self,
+        tenant: &str,
+        tag: &str,
+        refresh: bool,
+    ) -> Result<InvalidatedAtCore, RegionalError> {
+        let request_id = self.invalidation_ids.next();
+        let done = self.core.invalidate_tag(tenant, tag, refresh, &request_id).await?;
+        let change = Change::Tag { tenant: tenant.to_owned(), tag: tag.to_owned() };
+        self.view.cut_now(&change, done.at_ms);
+        self.drop_invalidated(&change, done.at_ms);
+        Ok(done)
+    }
+
     /// Applies a batch of the core's feed: the view first (so nothing it covers is served from here
     /// on), then every tier drops what it can find at once: a key from the exact cache and the disk,
     /// and replicated answers a change covers, with a tombstone for the peers. Everything else a tenant
@@ -294,7 +310,9 @@ impl RequestPath {
                 }
                 self.tombstone_covered(at_ms);
             }
-            Change::Tenant { .. } | Change::ModelVersion { .. } => self.tombstone_covered(at_ms),
+            Change::Tag { .. } | Change::Tenant { .. } | Change::ModelVersion { .. } => {
+                self.tombstone_covered(at_ms)
+            }
             Change::ModelSpec { model, spec } => self.models.learn_spec(model, spec),
             Change::TenantSettings { .. } => {}
         }

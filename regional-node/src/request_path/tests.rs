@@ -168,6 +168,7 @@ impl CoreCache for FakeCore {
             model: ModelRef { name: generate.model.clone(), version: request.model_version },
             ttl_s: request.ttl_s,
             created_ms: now_ms(),
+            tags: generate.tags.clone(),
         }
         .entry(format!("answer: {question}"), &done);
         let (tx, rx) = mpsc::channel(8);
@@ -200,7 +201,11 @@ impl CoreStore for FakeCore {
         // As the real core: another tenant's key is answered as one nobody holds, and nothing moves.
         let owner = self.entries().get(&key).map(|entry| entry.tenant.clone());
         if owner.as_ref().is_some_and(|owner| *owner != command.key_tenant) {
-            let outcome = write_outcome::Outcome::Invalidated(Invalidated { removed: 0, at_ms: 0 });
+            let outcome = write_outcome::Outcome::Invalidated(Invalidated {
+                removed: 0,
+                at_ms: 0,
+                ..Default::default()
+            });
             return Ok(Response::new(WriteReply {
                 log_index: 1,
                 outcome: Some(WriteOutcome { outcome: Some(outcome) }),
@@ -209,7 +214,8 @@ impl CoreStore for FakeCore {
         }
         let removed = u64::from(self.entries().remove(&key).is_some());
         let at_ms = self.state.announce(shared::changes::Change::Key { tenant: command.key_tenant, key });
-        let outcome = write_outcome::Outcome::Invalidated(Invalidated { removed, at_ms });
+        let outcome =
+            write_outcome::Outcome::Invalidated(Invalidated { removed, at_ms, ..Default::default() });
         Ok(Response::new(WriteReply {
             log_index: 1,
             outcome: Some(WriteOutcome { outcome: Some(outcome) }),
@@ -291,6 +297,7 @@ fn admitted(question: &str, only_if_cached: bool) -> Admitted {
         delivery: shared::openai::Delivery::Whole,
         api: shared::model_spec::ModelApi::Chat,
         echo: false,
+        tags: Vec::new(),
     };
     let directives = Directives { only_if_cached, ..Directives::default() };
     Admitted::new("acme".into(), request, &TtlPolicy::default(), false, directives, Instant::now())
@@ -537,6 +544,39 @@ async fn an_invalidation_made_elsewhere_reaches_this_node_through_the_feed() {
     let (again, _) = outcome(path.answer(admitted("What is a monad?", false)).await.expect("answer")).await;
     assert_eq!(again.x_cache, X_CACHE_MISS, "generated again, not served from any cache");
     assert_eq!(core.state.completes.load(Ordering::SeqCst), 2);
+}
+
+/// `question` asked by acme with the cache tags `tags`.
+fn tagged(question: &str, tags: &[&str]) -> Admitted {
+    let asked = admitted(question, false);
+    let mut request = asked.request.clone();
+    request.tags = tags.iter().map(|t| (*t).to_owned()).collect();
+    Admitted::new("acme".into(), request, &TtlPolicy::default(), false, Directives::default(), Instant::now())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tag_invalidation_through_the_feed_refuses_only_the_answers_carrying_it() {
+    let (core, addr) = fake_core(Duration::ZERO).await;
+    let path = path_to(addr, &[]).await;
+    let ask = |admitted: Admitted| {
+        let path = Arc::clone(&path);
+        async move { outcome(path.answer(admitted).await.expect("answer")).await.0 }
+    };
+    let first = ask(tagged("Price of AAPL?", &["stock:AAPL"])).await;
+    assert_eq!(first.entry.tags, ["stock:AAPL"], "the answer carries its request's tags");
+    assert_ne!(first.entry.key, admitted("Price of AAPL?", false).key.as_str(), "tags are part of the key");
+    ask(tagged("Price of MSFT?", &["stock:MSFT"])).await;
+    ask(admitted("Price of gold?", false)).await;
+    let change = shared::changes::Change::Tag { tenant: "acme".into(), tag: "stock:AAPL".into() };
+    core.state.announce(change);
+    wait_until(Duration::from_secs(5), "the feed's tag invalidation never reached this node", || {
+        path.cache().get(first.entry.key.as_str(), now_ms()).is_none_or(|e| !path.view().admits(&e))
+    })
+    .await;
+    assert_eq!(ask(tagged("Price of AAPL?", &["stock:AAPL"])).await.x_cache, X_CACHE_MISS, "generated again");
+    assert_ne!(ask(tagged("Price of MSFT?", &["stock:MSFT"])).await.x_cache, X_CACHE_MISS, "another tag's");
+    assert_ne!(ask(admitted("Price of gold?", false)).await.x_cache, X_CACHE_MISS, "an untagged answer");
+    assert_eq!(core.state.completes.load(Ordering::SeqCst), 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

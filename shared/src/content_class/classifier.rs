@@ -103,6 +103,7 @@ mod tests {
             delivery: crate::openai::Delivery::Whole,
             api: crate::model_spec::ModelApi::Chat,
             echo: false,
+            tags: Vec::new(),
         }
     }
 

@@ -68,6 +68,11 @@ impl Mesh {
         ChatClient::new(&self.regional_url(index), Some(&self.spec.api_key))
     }
 
+    /// A client of regional node `index` with another API key (one of `other_tenants`).
+    pub fn regional_client_with_key(&self, index: usize, api_key: &str) -> ChatClient {
+        ChatClient::new(&self.regional_url(index), Some(api_key))
+    }
+
     /// A client of the mesh's public endpoint with another API key (one of `other_tenants`).
     pub fn client_with_key(&self, api_key: &str) -> ChatClient {
         let url = self.edge_url().unwrap_or_else(|| self.regional_url(0));

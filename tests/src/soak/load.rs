@@ -81,6 +81,7 @@ pub async fn run(client: CoreClient, spec: LoadSpec, counters: Arc<LoadCounters>
                     let command = write_request::Command::Invalidate(Invalidate {
                         scope: Some(invalidate::Scope::Key(key)),
                         key_tenant: spec.tenant.clone(),
+                        refresh: false,
                     });
                     client.write(&request_id, command).await.map(|_| &counters.invalidations)
                 } else {
@@ -122,5 +123,6 @@ fn entry(spec: &LoadSpec, key: String) -> CachedCompletion {
         ttl_s: spec.entry_ttl_s,
         question: None,
         signature: String::new(),
+        tags: Vec::new(),
     }
 }

@@ -272,6 +272,7 @@ pub fn run(spec: &SoakSpec, out: &mut dyn FnMut(&str)) -> anyhow::Result<SoakRep
                 let command = write_request::Command::Invalidate(Invalidate {
                     scope: Some(invalidate::Scope::Tenant(mesh.tenant().to_owned())),
                     key_tenant: String::new(),
+                    refresh: false,
                 });
                 let request_id = format!("soak-{}-tenant-{}", spec.seed, report.tenant_invalidations);
                 match runtime.block_on(client.write(&request_id, command)) {

@@ -23,7 +23,7 @@ use super::types::{
 
 /// Largest cached answer the cluster accepts, in bytes (a tenant policy may set less).
 pub const MAX_VALUE_BYTES: u64 = 1024 * 1024;
-/// Prompts queued for regeneration after a model-version bump.
+/// Prompts queued for regeneration after a model-version bump or a tag invalidation.
 pub const REFRESH_TOP: usize = 16;
 
 /// Keyed access to the state machine's tables.
@@ -48,6 +48,8 @@ pub trait Tables {
     fn model(&mut self, name: &str) -> Result<Option<ModelState>, Self::Error>;
     /// Stores a model.
     fn put_model(&mut self, name: &str, model: &ModelState) -> Result<(), Self::Error>;
+    /// Every registered model's name.
+    fn model_names(&mut self) -> Result<Vec<String>, Self::Error>;
     /// An applied request id.
     fn request(&mut self, id: &str) -> Result<Option<AppliedRequest>, Self::Error>;
     /// Records an applied request id.
@@ -256,6 +258,8 @@ impl<T: Tables> Applier<'_, T> {
             let Some(prompt) = stored.prompt.clone() else { continue };
             if stored.is_live(tenant.as_ref(), Some(&model), i64::MIN) {
                 refresh.push(RefreshJob {
+                    model: String::new(),
+                    model_version: 0,
                     tenant: stored.entry.tenant.clone(),
                     content_class: stored.content_class.clone(),
                     ttl_s: stored.entry.ttl_s,
@@ -375,6 +379,46 @@ impl<T: Tables> Applier<'_, T> {
         Ok(Outcome::Swept { entries: removed.0, requests: removed.1, feed: removed.2 })
     }
 
+    /// Up to [`REFRESH_TOP`] of `tenant`'s live entries carrying `tag`, hottest first across every model's
+    /// hot summary (ties in model and key order, so every replica lists the same), with what regenerating
+    /// each under its own key needs.
+    fn tagged_hottest(&mut self, tenant: &str, tag: &str) -> Result<Vec<RefreshJob>, T::Error> {
+        let mut hot = Vec::new();
+        for name in self.tables.model_names()? {
+            if let Some(model) = self.model(&name)? {
+                let tracked = model.hot.hottest(super::hot_prompts::HOT_CAPACITY).into_iter();
+                hot.extend(tracked.map(|(key, count)| (count, name.clone(), key)));
+            }
+        }
+        hot.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| (&a.1, &a.2).cmp(&(&b.1, &b.2))));
+        let owner = self.tenant(tenant)?;
+        let mut jobs = Vec::new();
+        for (_, name, key) in hot {
+            if jobs.len() == REFRESH_TOP {
+                break;
+            }
+            let Some(head) = self.tables.entry_head(&key)? else { continue };
+            if head.tenant != tenant || !head.tags.iter().any(|t| t == tag) {
+                continue;
+            }
+            let model = self.model(&name)?.cloned();
+            if !head.is_live(owner.as_ref(), model.as_ref(), i64::MIN) {
+                continue;
+            }
+            let Some(stored) = self.tables.entry(&key)? else { continue };
+            let Some(prompt) = stored.prompt else { continue };
+            jobs.push(RefreshJob {
+                model: name,
+                model_version: stored.entry.model_version,
+                tenant: tenant.to_owned(),
+                content_class: stored.content_class,
+                ttl_s: stored.entry.ttl_s,
+                prompt,
+            });
+        }
+        Ok(jobs)
+    }
+
     fn invalidate(&mut self, scope: &InvalidateScope) -> Result<Outcome, T::Error> {
         match scope {
             InvalidateScope::Key { tenant, key } => {
@@ -383,7 +427,11 @@ impl<T: Tables> Applier<'_, T> {
                     // Another tenant's key is answered as if nothing were held under it (no existence
                     // oracle), and nothing is removed or announced: the owner's copies stay served.
                     Some(head) if &head.tenant != tenant => {
-                        return Ok(Outcome::Invalidated { removed: 0, at_ms: self.clock_ms })
+                        return Ok(Outcome::Invalidated {
+                            removed: 0,
+                            at_ms: self.clock_ms,
+                            refresh: Vec::new(),
+                        })
                     }
                     Some(head) => {
                         self.tables.remove_entry(key)?;
@@ -395,7 +443,17 @@ impl<T: Tables> Applier<'_, T> {
                 };
                 // Announced whether or not the core held it: a tier in front may still hold a copy.
                 self.changes.push(Change::from(scope));
-                Ok(Outcome::Invalidated { removed, at_ms: self.clock_ms })
+                Ok(Outcome::Invalidated { removed, at_ms: self.clock_ms, refresh: Vec::new() })
+            }
+            InvalidateScope::Tag { tenant: name, tag, refresh } => {
+                let Some(mut tenant) = self.tenant(name)? else {
+                    return Ok(rejected(Rejection::UnknownTenant, format!("unknown tenant {name:?}")));
+                };
+                let refresh = if *refresh { self.tagged_hottest(name, tag)? } else { Vec::new() };
+                tenant.tags.cut(tag, self.clock_ms);
+                self.put_tenant(name, tenant)?;
+                self.changes.push(Change::from(scope));
+                Ok(Outcome::Invalidated { removed: 0, at_ms: self.clock_ms, refresh })
             }
             InvalidateScope::Tenant { tenant: name } => {
                 let Some(mut tenant) = self.tenant(name)? else {
@@ -404,7 +462,7 @@ impl<T: Tables> Applier<'_, T> {
                 tenant.epoch += 1;
                 self.put_tenant(name, tenant)?;
                 self.changes.push(Change::from(scope));
-                Ok(Outcome::Invalidated { removed: 0, at_ms: self.clock_ms })
+                Ok(Outcome::Invalidated { removed: 0, at_ms: self.clock_ms, refresh: Vec::new() })
             }
             InvalidateScope::ModelVersion { model: name, version } => {
                 let Some(model) = self.model(name)? else {
@@ -415,7 +473,7 @@ impl<T: Tables> Applier<'_, T> {
                     model.hot = Default::default();
                 }
                 self.changes.push(Change::from(scope));
-                Ok(Outcome::Invalidated { removed: 0, at_ms: self.clock_ms })
+                Ok(Outcome::Invalidated { removed: 0, at_ms: self.clock_ms, refresh: Vec::new() })
             }
         }
     }

@@ -18,6 +18,7 @@ fn put(key: &str, tenant: &str, version: u64) -> Command {
     let prompt = Prompt {
         messages: vec![Message { role: ChatRole::User, content: format!("q {key}") }],
         sampling: Sampling::greedy(8),
+        tags: Vec::new(),
     };
     Command::Put {
         entry: entry(key, tenant, version, "answer"),
@@ -162,6 +163,47 @@ fn invalidation_by_key_tenant_and_model_version() {
         ),
     );
     assert!(!live(&mut t, "k2", 17) && !live(&mut t, "k3", 17));
+}
+
+/// A put of `key` for tenant `a` carrying `tags`, with its prompt.
+fn tagged_put(key: &str, tags: &[&str]) -> Command {
+    let tags: Vec<String> = tags.iter().map(|t| (*t).to_owned()).collect();
+    let Command::Put { entry, content_class, prompt } = put(key, "a", 1) else { unreachable!("a put") };
+    let prompt = prompt.map(|p| Prompt { tags: tags.clone(), ..p });
+    Command::Put { entry: CachedCompletion { tags, ..entry }, content_class, prompt }
+}
+
+fn tag(tenant: &str, tag: &str, refresh: bool) -> Command {
+    Command::Invalidate { scope: InvalidateScope::Tag { tenant: tenant.into(), tag: tag.into(), refresh } }
+}
+
+#[test]
+fn a_tag_invalidation_kills_its_tenants_tagged_entries_and_lists_the_hottest_to_refresh() {
+    let mut t = seeded();
+    one(&mut t, 1, req("", tagged_put("k1", &["news", "stock:AAPL"])));
+    one(&mut t, 1, req("", tagged_put("k2", &["stock:AAPL"])));
+    one(&mut t, 1, req("", tagged_put("k3", &["stock:MSFT"])));
+    one(&mut t, 1, req("", put("k4", "a", 1)));
+    one(&mut t, 1, req("", Command::RecordHits { hits: vec![("k2".into(), 40), ("k1".into(), 3)] }));
+    let (outcome, changes) = fed(&mut t, 2, tag("a", "stock:AAPL", true));
+    let Outcome::Invalidated { removed: 0, at_ms: 2, refresh } = outcome else { panic!("{outcome:?}") };
+    let order: Vec<&str> = refresh.iter().map(|j| j.prompt.messages[0].content.as_str()).collect();
+    assert_eq!(order, ["q k2", "q k1"], "the tag's live entries, hottest first");
+    assert!(refresh
+        .iter()
+        .all(|j| j.model == "m" && j.model_version == 1 && j.prompt.tags.contains(&"stock:AAPL".into())));
+    assert_eq!(changes, [Change::Tag { tenant: "a".into(), tag: "stock:AAPL".into() }]);
+    assert!(!live(&mut t, "k1", 3) && !live(&mut t, "k2", 3));
+    assert!(live(&mut t, "k3", 3) && live(&mut t, "k4", 3), "another tag's and an untagged entry stay");
+    one(&mut t, 3, req("", tagged_put("k2", &["stock:AAPL"])));
+    assert!(live(&mut t, "k2", 4), "a put after the invalidation is live");
+    let (again, _) = fed(&mut t, 5, tag("a", "stock:AAPL", false));
+    assert!(matches!(again, Outcome::Invalidated { ref refresh, .. } if refresh.is_empty()), "{again:?}");
+    let (unknown, _) = fed(&mut t, 6, tag("nobody", "stock:AAPL", false));
+    assert!(matches!(unknown, Outcome::Rejected { reason: Rejection::UnknownTenant, .. }));
+    // Tenant b's tag of the same name is b's own: a's entry carrying it stays.
+    fed(&mut t, 8, tag("b", "stock:MSFT", false));
+    assert!(live(&mut t, "k3", 9));
 }
 
 #[test]

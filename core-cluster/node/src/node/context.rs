@@ -71,6 +71,7 @@ fn answered_question(entry: &CachedCompletion, prompt: &Prompt) -> Option<Answer
         delivery: shared::openai::Delivery::Whole,
         api: shared::model_spec::ModelApi::Chat,
         echo: false,
+        tags: prompt.tags.clone(),
     };
     let query = SemanticQuery::derive(&entry.tenant, &request)?;
     Some(AnsweredQuestion { partition: query.partition, text: query.question.to_owned() })
@@ -179,9 +180,10 @@ mod tests {
             "messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"What is 2 + 2?"}]}"#;
         let request = shared::openai::parse_chat_request(body.as_bytes(), 1 << 20).expect("json");
         let models = shared::models::ModelTable::parse("smollm2-135m-instruct@3").expect("models");
-        let normalized =
+        let mut normalized =
             shared::normalize::normalize(&request, &models, &shared::normalize::Limits::default())
                 .expect("valid");
+        normalized.tags = vec!["stock:AAPL".into()];
         // The regional node's view: its semantic query of the request.
         let regional = SemanticQuery::derive("dev", &normalized).expect("a question");
         // The core's: the request as the regional node sent it to generate, as the state keeps it.
@@ -189,6 +191,7 @@ mod tests {
         let prompt = Prompt {
             messages: generate.normalized_messages().expect("roles"),
             sampling: generate.normalized_sampling(),
+            tags: generate.tags.clone(),
         };
         let entry = CachedCompletion {
             tenant: "dev".into(),

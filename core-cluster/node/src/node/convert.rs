@@ -49,6 +49,7 @@ pub fn write_request(request: pb::WriteRequest) -> Result<Request, CoreError> {
             use pb::invalidate::Scope;
             let scope = match inv.scope.ok_or_else(|| invalid("invalidate.scope is missing"))? {
                 Scope::Key(key) => InvalidateScope::Key { tenant: inv.key_tenant, key },
+                Scope::Tag(t) => InvalidateScope::Tag { tenant: t.tenant, tag: t.tag, refresh: inv.refresh },
                 Scope::Tenant(tenant) => InvalidateScope::Tenant { tenant },
                 Scope::ModelVersion(mv) => {
                     InvalidateScope::ModelVersion { model: mv.model, version: mv.version }
@@ -117,9 +118,11 @@ pub fn write_outcome(outcome: &Outcome) -> Result<pb::WriteOutcome, CoreError> {
         Outcome::Stored { key, created_ms, ttl_s } => {
             Wire::Stored(pb::Stored { key: key.clone(), created_ms: *created_ms, ttl_s: *ttl_s })
         }
-        Outcome::Invalidated { removed, at_ms } => {
-            Wire::Invalidated(pb::Invalidated { removed: *removed, at_ms: *at_ms })
-        }
+        Outcome::Invalidated { removed, at_ms, refresh } => Wire::Invalidated(pb::Invalidated {
+            removed: *removed,
+            at_ms: *at_ms,
+            refreshing: u32::try_from(refresh.len()).unwrap_or(u32::MAX),
+        }),
         Outcome::ModelVersion { model, previous, version, refresh } => {
             Wire::ModelVersion(pb::ModelVersionChanged {
                 model: model.clone(),
@@ -199,10 +202,7 @@ mod tests {
         assert!(bad(long_id));
         let no_scope = pb::WriteRequest {
             request_id: String::new(),
-            command: Some(pb::write_request::Command::Invalidate(pb::Invalidate {
-                scope: None,
-                key_tenant: String::new(),
-            })),
+            command: Some(pb::write_request::Command::Invalidate(pb::Invalidate::default())),
         };
         assert!(bad(no_scope));
     }

@@ -46,6 +46,9 @@ impl Tables for Memory {
     fn model(&mut self, name: &str) -> Result<Option<ModelState>, Infallible> {
         Ok(self.models.get(name).cloned())
     }
+    fn model_names(&mut self) -> Result<Vec<String>, Infallible> {
+        Ok(self.models.keys().cloned().collect())
+    }
     fn put_model(&mut self, name: &str, model: &ModelState) -> Result<(), Infallible> {
         self.models.insert(name.into(), model.clone());
         Ok(())

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use shared::completion::CachedCompletion;
 use shared::model_spec::ModelSpec;
+use shared::tag_cutoffs::TenantTags;
 
 use super::hot_prompts::HotPrompts;
 use super::types::{Outcome, Prompt, TenantPolicy};
@@ -24,13 +25,17 @@ pub struct StoredEntry {
     pub prompt: Option<Prompt>,
 }
 
-/// A tenant: its policy and its invalidation epoch.
+/// A tenant: its policy, its invalidation epoch and its cache-tag cutoffs.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TenantState {
     /// The limits.
     pub policy: TenantPolicy,
     /// Entries stored under an older epoch are invalid.
     pub epoch: u64,
+    /// Entries carrying a tag created at or before its cutoff are invalid (bounded per tenant, as every
+    /// tier bounds them).
+    #[serde(default, skip_serializing_if = "TenantTags::is_empty")]
+    pub tags: TenantTags,
 }
 
 /// A registered model.
@@ -89,6 +94,8 @@ pub struct EntryHead {
     pub created_ms: i64,
     /// Seconds it lives (0: until removed).
     pub ttl_s: u64,
+    /// Its cache tags.
+    pub tags: Vec<String>,
 }
 
 impl EntryHead {
@@ -102,6 +109,7 @@ impl EntryHead {
             model_epoch: stored.model_epoch,
             created_ms: stored.entry.created_ms,
             ttl_s: stored.entry.ttl_s,
+            tags: stored.entry.tags.clone(),
         }
     }
 
@@ -109,25 +117,27 @@ impl EntryHead {
     pub fn is_live(&self, tenant: Option<&TenantState>, model: Option<&ModelState>, now_ms: i64) -> bool {
         let (model_version, tenant_epoch, model_epoch) =
             (self.model_version, self.tenant_epoch, self.model_epoch);
-        Stamp { model_version, tenant_epoch, model_epoch, created_ms: self.created_ms, ttl_s: self.ttl_s }
+        let (created_ms, ttl_s, tags) = (self.created_ms, self.ttl_s, self.tags.as_slice());
+        Stamp { model_version, tenant_epoch, model_epoch, created_ms, ttl_s, tags }
             .is_live(tenant, model, now_ms)
     }
 }
 
-/// The numbers that decide whether an entry is live, read from a head or a stored entry without copying
-/// their names.
+/// What decides whether an entry is live, read from a head or a stored entry without copying their names.
 #[derive(Clone, Copy)]
-struct Stamp {
+struct Stamp<'a> {
     model_version: u64,
     tenant_epoch: u64,
     model_epoch: u64,
     created_ms: i64,
     ttl_s: u64,
+    tags: &'a [String],
 }
 
-impl Stamp {
+impl Stamp<'_> {
     fn is_live(self, tenant: Option<&TenantState>, model: Option<&ModelState>, now_ms: i64) -> bool {
-        let tenant_ok = tenant.is_some_and(|t| t.epoch == self.tenant_epoch);
+        let tenant_ok = tenant
+            .is_some_and(|t| t.epoch == self.tenant_epoch && !t.tags.covers(self.tags, self.created_ms));
         let model_ok = model.is_some_and(|m| m.version == self.model_version && m.epoch == self.model_epoch);
         tenant_ok && model_ok && !shared::completion::expired(self.created_ms, self.ttl_s, now_ms)
     }
@@ -151,6 +161,8 @@ impl StoredEntry {
         let (tenant_epoch, model_epoch) = (self.tenant_epoch, self.model_epoch);
         let (model_version, created_ms, ttl_s) =
             (self.entry.model_version, self.entry.created_ms, self.entry.ttl_s);
-        Stamp { model_version, tenant_epoch, model_epoch, created_ms, ttl_s }.is_live(tenant, model, now_ms)
+        let tags = self.entry.tags.as_slice();
+        Stamp { model_version, tenant_epoch, model_epoch, created_ms, ttl_s, tags }
+            .is_live(tenant, model, now_ms)
     }
 }

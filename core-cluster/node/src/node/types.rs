@@ -152,6 +152,16 @@ pub enum InvalidateScope {
         /// Its cache key.
         key: String,
     },
+    /// Every entry of a tenant that carries a cache tag.
+    Tag {
+        /// The tenant.
+        tenant: String,
+        /// The tag.
+        tag: String,
+        /// Whether the hottest answers it invalidates are regenerated in the background.
+        #[serde(default)]
+        refresh: bool,
+    },
     /// Every entry of a tenant (its epoch moves on).
     Tenant {
         /// The tenant.
@@ -167,11 +177,12 @@ pub enum InvalidateScope {
 }
 
 impl From<&InvalidateScope> for shared::changes::Change {
-    /// The change feed's announcement of an invalidation: the same three scopes, under the feed's name.
+    /// The change feed's announcement of an invalidation: the same scopes, under the feed's name.
     fn from(scope: &InvalidateScope) -> Self {
         use shared::changes::Change;
         match scope.clone() {
             InvalidateScope::Key { tenant, key } => Change::Key { tenant, key },
+            InvalidateScope::Tag { tenant, tag, .. } => Change::Tag { tenant, tag },
             InvalidateScope::Tenant { tenant } => Change::Tenant { tenant },
             InvalidateScope::ModelVersion { model, version } => Change::ModelVersion { model, version },
         }
@@ -200,6 +211,9 @@ pub struct Prompt {
     pub messages: Vec<Message>,
     /// Sampling parameters.
     pub sampling: Sampling,
+    /// Its cache tags (part of its key).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 /// What applying one log entry did: one [`Applied`] per request of its proposal (none for blank and
@@ -240,6 +254,9 @@ pub enum Outcome {
         /// The log time of the invalidation: answers created at or before it are invalid.
         #[serde(default)]
         at_ms: i64,
+        /// The hottest answers it invalidated, to regenerate (a tag invalidation that asked for it).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        refresh: Vec<RefreshJob>,
     },
     /// A model moved to a new version.
     ModelVersion {
@@ -304,9 +321,15 @@ pub enum Rejection {
     Conflict,
 }
 
-/// One prompt to regenerate after a model-version bump.
+/// One prompt to regenerate after a model-version bump or a tag invalidation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RefreshJob {
+    /// The model that answers it, and its version (empty and 0 in a bump's jobs: the bump names them).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub model: String,
+    /// That model's version.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub model_version: u64,
     /// The tenant that owns it.
     pub tenant: String,
     /// Its content class.
@@ -315,4 +338,8 @@ pub struct RefreshJob {
     pub ttl_s: u64,
     /// The request to generate again.
     pub prompt: Prompt,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }

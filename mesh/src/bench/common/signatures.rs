@@ -27,6 +27,7 @@ pub fn sign_and_verify_us(rounds: u32) -> anyhow::Result<(f64, f64)> {
         ttl_s: 86_400,
         question: None,
         signature: String::new(),
+        tags: Vec::new(),
     };
     let (mut sign, mut verify) = (Vec::new(), Vec::new());
     for _ in 0..rounds.max(1) {

@@ -46,6 +46,7 @@ impl CoreTarget {
             ttl_s: 0,
             question: None,
             signature: String::new(),
+            tags: Vec::new(),
         }
     }
 }

@@ -132,6 +132,7 @@ impl PodClient {
             priority: pb::Priority::Interactive as i32,
             speculative: request.speculative,
             raw_prompt: false,
+            tags: Vec::new(),
         }
     }
 }

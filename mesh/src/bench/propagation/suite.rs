@@ -1,9 +1,10 @@
 //! `mesh bench propagation`: how long each tier of a full local mesh takes to obey an invalidation of a
-//! key, a tenant and a model version, measured by the harness's [`mesh_harness::propagation`].
+//! key, a cache tag, a tenant and a model version, measured by the harness's
+//! [`mesh_harness::propagation`].
 
 use std::path::{Path, PathBuf};
 
-use mesh_harness::propagation::{keys, model_version, tenant, Tiers};
+use mesh_harness::propagation::{keys, model_version, tag, tenant, Tiers};
 use mesh_harness::Mesh;
 use serde_json::{json, Value};
 
@@ -15,6 +16,9 @@ pub struct PropagationOptions {
     /// Keys invalidated one by one.
     #[arg(long, default_value_t = 100)]
     pub keys: usize,
+    /// Cache-tag invalidations, each of 2 answers.
+    #[arg(long, default_value_t = 20)]
+    pub tag_rounds: usize,
     /// Tenant-wide invalidations.
     #[arg(long, default_value_t = 10)]
     pub tenant_rounds: usize,
@@ -39,11 +43,12 @@ fn run_in(options: &PropagationOptions, dir: &Path) -> anyhow::Result<Value> {
     eprintln!("starting a mesh: 3 core nodes, 1 pod, 2 regional nodes, the edge");
     let mesh = Mesh::start(mesh_harness::MeshSpec::local(dir.join("mesh")))?;
     let tiers = Tiers::of(&mesh, "dev")?;
-    let tag = format!("run {}", std::process::id());
+    let label = format!("run {}", std::process::id());
     let scopes = [
-        keys(&tiers, &mesh.regional_client(0), options.keys, &tag)?,
-        tenant(&mesh, &tiers, options.tenant_rounds, 3, &tag)?,
-        model_version(&mesh, &tiers, options.model_rounds, &tag)?,
+        keys(&tiers, &mesh.regional_client(0), options.keys, &label)?,
+        tag(&tiers, &mesh.regional_client(0), options.tag_rounds, 2, &label)?.0,
+        tenant(&mesh, &tiers, options.tenant_rounds, 3, &label)?,
+        model_version(&mesh, &tiers, options.model_rounds, &label)?,
     ];
     let machine = crate::bench::common::report::Machine::current();
     println!(

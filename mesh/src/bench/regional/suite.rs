@@ -277,6 +277,7 @@ fn replication_phase(mesh: &Mesh, options: &RegionalBenchOptions) -> anyhow::Res
                 ttl_s: 0,
                 question: None,
                 signature: String::new(),
+                tags: Vec::new(),
             }
         })
         .collect();

@@ -1,9 +1,11 @@
 //! Invalidate-then-refresh: after a model-version bump, the old version's hottest prompts (from the
 //! replicated hot summary, returned by the bump) are generated again on the model backends and stored under
-//! the new version's keys, so the first readers after a bump still hit.
+//! the new version's keys, so the first readers after a bump still hit. After a tag invalidation that asks
+//! for it, the hottest answers the tag covered are generated again under their own keys (created after the
+//! invalidation, so every tier takes them).
 //!
-//! The node that committed the bump runs the jobs, one at a time, in the background. A job that fails (no
-//! pod, pod error, the model moved on again) is counted and skipped; nothing is retried.
+//! The node that committed the command runs the jobs, one at a time, in the background. A job that fails
+//! (no pod, pod error, the model moved on again) is counted and skipped; nothing is retried.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,21 +39,23 @@ impl Refresher {
         Self { backends, writer, metrics }
     }
 
-    /// Regenerates `jobs` under `model` version `version` in the background.
-    pub fn spawn(&self, model: String, version: u64, jobs: Vec<RefreshJob>) {
+    /// Regenerates `jobs` in the background, after `cause` (for the log). `once`: what makes each job's
+    /// write id unique to this cause (a key refreshed again after a later invalidation is a new write).
+    pub fn spawn(&self, jobs: Vec<RefreshJob>, cause: &'static str, once: &str) {
         if jobs.is_empty() {
             return;
         }
         if self.backends.is_empty() {
-            tracing::warn!(%model, version, jobs = jobs.len(), "no model backends configured; refresh skipped");
+            tracing::warn!(cause, jobs = jobs.len(), "no model backends configured; refresh skipped");
             return;
         }
-        let this = self.clone();
+        let (this, once) = (self.clone(), once.to_owned());
         tokio::spawn(async move {
             let total = jobs.len();
             let mut done = 0;
             for job in jobs {
-                match this.refresh(&model, version, job).await {
+                let (model, version) = (job.model.clone(), job.model_version);
+                match this.refresh(job, &once).await {
                     Ok(key) => {
                         done += 1;
                         this.metrics.refreshed.inc();
@@ -59,22 +63,23 @@ impl Refresher {
                     }
                     Err(e) => {
                         this.metrics.refresh_failures.inc();
-                        tracing::warn!(error = %e, %model, version, "refresh job failed");
+                        tracing::warn!(error = %e, %model, version, cause, "refresh job failed");
                     }
                 }
             }
-            tracing::info!(%model, version, done, total, "refresh after version bump finished");
+            tracing::info!(cause, done, total, "refresh finished");
         });
     }
 
-    async fn refresh(&self, model: &str, version: u64, job: RefreshJob) -> Result<String, CoreError> {
+    async fn refresh(&self, job: RefreshJob, once: &str) -> Result<String, CoreError> {
         let normalized = NormalizedRequest {
-            model: ModelRef { name: model.to_owned(), version },
+            model: ModelRef { name: job.model.clone(), version: job.model_version },
             messages: job.prompt.messages.clone(),
             sampling: job.prompt.sampling.clone(),
             delivery: shared::openai::Delivery::Whole,
             api: shared::model_spec::ModelApi::Chat,
             echo: false,
+            tags: job.prompt.tags.clone(),
         };
         let key = CacheKey::derive(&job.tenant, &normalized).as_str().to_owned();
         let generate = GenerateRequest::for_request(format!("refresh-{key}"), &job.tenant, &normalized);
@@ -100,10 +105,12 @@ impl Refresher {
             model: normalized.model,
             ttl_s: job.ttl_s,
             created_ms: 0,
+            tags: normalized.tags,
         }
         .entry(content, &done);
         let command = Command::Put { entry, content_class: job.content_class, prompt: Some(job.prompt) };
-        let committed = self.writer.write(Request { id: format!("refresh-{key}"), command }).await?;
+        let id = if once.is_empty() { format!("refresh-{key}") } else { format!("refresh-{key}-{once}") };
+        let committed = self.writer.write(Request { id, command }).await?;
         crate::node::convert::outcome_result(&committed.applied.outcome)?;
         Ok(key)
     }

@@ -37,8 +37,13 @@ async fn the_change_feed_streams_invalidations_and_resumes_on_another_node() {
     let resync = first[0].resync.clone().expect("a watcher at 0 resyncs");
     assert_eq!(resync.models, vec![("fake".to_owned(), 1)]);
 
-    let invalidate =
-        |scope| Pb::Invalidate(proto::core::Invalidate { scope: Some(scope), key_tenant: "dev".into() });
+    let invalidate = |scope| {
+        Pb::Invalidate(proto::core::Invalidate {
+            scope: Some(scope),
+            key_tenant: "dev".into(),
+            refresh: false,
+        })
+    };
     let store = store_client(&cluster);
     store
         .write("i1", invalidate(proto::core::invalidate::Scope::Key("k1".into())))
@@ -207,8 +212,11 @@ async fn a_backlog_longer_than_one_batch_is_not_at_head_until_its_end() {
     // One at a time, so that each is a feed row of its own (concurrent writes share group commits).
     for i in 0..300 {
         let scope = proto::core::invalidate::Scope::Key(format!("k{i}"));
-        let invalidate =
-            Pb::Invalidate(proto::core::Invalidate { scope: Some(scope), key_tenant: "dev".into() });
+        let invalidate = Pb::Invalidate(proto::core::Invalidate {
+            scope: Some(scope),
+            key_tenant: "dev".into(),
+            refresh: false,
+        });
         store.write(&format!("backlog-{i}"), invalidate).await.expect("invalidate");
     }
     let batches = watch_until(cluster.addrs[&leader], start, 300).await;

@@ -251,18 +251,25 @@ fn request_from_pb(request: pb::LoggedRequest) -> Result<Request, CoreError> {
 fn scope_to_pb(scope: &InvalidateScope) -> core_pb::Invalidate {
     use core_pb::invalidate::Scope;
     match scope {
-        InvalidateScope::Key { tenant, key } => {
-            core_pb::Invalidate { scope: Some(Scope::Key(key.clone())), key_tenant: tenant.clone() }
-        }
+        InvalidateScope::Key { tenant, key } => core_pb::Invalidate {
+            scope: Some(Scope::Key(key.clone())),
+            key_tenant: tenant.clone(),
+            ..Default::default()
+        },
+        InvalidateScope::Tag { tenant, tag, refresh } => core_pb::Invalidate {
+            scope: Some(Scope::Tag(core_pb::TenantTag { tenant: tenant.clone(), tag: tag.clone() })),
+            refresh: *refresh,
+            ..Default::default()
+        },
         InvalidateScope::Tenant { tenant } => {
-            core_pb::Invalidate { scope: Some(Scope::Tenant(tenant.clone())), key_tenant: String::new() }
+            core_pb::Invalidate { scope: Some(Scope::Tenant(tenant.clone())), ..Default::default() }
         }
         InvalidateScope::ModelVersion { model, version } => core_pb::Invalidate {
             scope: Some(Scope::ModelVersion(core_pb::ModelVersion {
                 model: model.clone(),
                 version: *version,
             })),
-            key_tenant: String::new(),
+            ..Default::default()
         },
     }
 }
@@ -271,6 +278,7 @@ fn scope_from_pb(invalidate: core_pb::Invalidate) -> Result<InvalidateScope, Cor
     use core_pb::invalidate::Scope;
     Ok(match invalidate.scope.ok_or_else(|| missing("an invalidation's scope"))? {
         Scope::Key(key) => InvalidateScope::Key { tenant: invalidate.key_tenant, key },
+        Scope::Tag(t) => InvalidateScope::Tag { tenant: t.tenant, tag: t.tag, refresh: invalidate.refresh },
         Scope::Tenant(tenant) => InvalidateScope::Tenant { tenant },
         Scope::ModelVersion(mv) => InvalidateScope::ModelVersion { model: mv.model, version: mv.version },
     })
@@ -288,6 +296,7 @@ pub(crate) fn prompt_to_pb(prompt: &Prompt) -> pb::LoggedPrompt {
             })
             .collect(),
         sampling: Some(s.into()),
+        tags: prompt.tags.clone(),
     }
 }
 
@@ -302,7 +311,7 @@ pub(crate) fn prompt_from_pb(prompt: pb::LoggedPrompt) -> Result<Prompt, CoreErr
         })
         .collect::<Result<_, CoreError>>()?;
     let sampling = prompt.sampling.ok_or_else(|| missing("a prompt's sampling"))?.into();
-    Ok(Prompt { messages, sampling })
+    Ok(Prompt { messages, sampling, tags: prompt.tags })
 }
 
 #[cfg(test)]
@@ -333,12 +342,16 @@ mod tests {
                 n: 1,
                 logprobs: None,
             },
+            tags: vec!["region:eu".into(), "stock:AAPL".into()],
         };
         vec![
             Command::Put { entry: entry.clone(), content_class: "stable".into(), prompt: Some(prompt) },
             Command::Put { entry, content_class: String::new(), prompt: None },
             Command::Invalidate { scope: InvalidateScope::Key { tenant: "dev".into(), key: "v1:k".into() } },
             Command::Invalidate { scope: InvalidateScope::Tenant { tenant: "dev".into() } },
+            Command::Invalidate {
+                scope: InvalidateScope::Tag { tenant: "dev".into(), tag: "stock:AAPL".into(), refresh: true },
+            },
             Command::Invalidate { scope: InvalidateScope::ModelVersion { model: "m".into(), version: 1 } },
             Command::BumpModelVersion { model: "m".into(), version: 0 },
             Command::RegisterModel { model: "m".into(), version: 3, spec: None },

@@ -79,6 +79,12 @@ fn validate_complete(request: CompleteRequest) -> Result<CompleteInput, CoreErro
     if generate.messages.is_empty() {
         return Err(CoreError::InvalidArgument("messages are empty".into()));
     }
+    if !shared::cache_tags::is_canonical(&generate.tags) {
+        return Err(CoreError::InvalidArgument(format!(
+            "cache tags must be sorted, distinct, at most {} and each as shared::cache_tags checks",
+            shared::cache_tags::MAX_TAGS
+        )));
+    }
     // The answer is stored under the key the request derives, never under one a caller chose: a caller
     // cannot file an answer under another question's key (or another tenant's).
     let derived = generate
@@ -116,7 +122,11 @@ fn prompt_of(generate: &GenerateRequest) -> Option<Prompt> {
     if generate.raw_prompt {
         return None;
     }
-    Some(Prompt { messages: generate.normalized_messages()?, sampling: generate.normalized_sampling() })
+    Some(Prompt {
+        messages: generate.normalized_messages()?,
+        sampling: generate.normalized_sampling(),
+        tags: generate.tags.clone(),
+    })
 }
 
 fn done_event(entry: CachedCompletion, timings: Option<Timings>, commit_us: u64) -> CompleteEvent {
@@ -350,6 +360,7 @@ async fn generate_and_commit(
         model: ModelRef { name: input.generate.model.clone(), version: input.model_version },
         ttl_s: input.ttl_s,
         created_ms: now_ms(),
+        tags: input.generate.tags.clone(),
     }
     .entry(content, &finished);
     if input.no_store {

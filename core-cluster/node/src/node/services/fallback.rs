@@ -151,6 +151,7 @@ mod tests {
             delivery: shared::openai::Delivery::Stream { usage: false },
             api: shared::model_spec::ModelApi::Chat,
             echo: false,
+            tags: Vec::new(),
         };
         let expected = CacheKey::derive("dev", &normalized).as_str().to_owned();
         assert_eq!(fallback_key(&generate, 3).expect("key"), expected, "delivery is not part of the key");

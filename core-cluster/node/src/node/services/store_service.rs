@@ -14,6 +14,7 @@ use tonic::{Request, Response, Status};
 use crate::node::context::NodeContext;
 use crate::node::convert;
 use crate::node::error::CoreError;
+use crate::node::types::RefreshJob;
 use crate::node::writes::validate;
 
 /// Metadata that marks a read forwarded by a follower, so that it is never forwarded twice.
@@ -21,13 +22,14 @@ const FORWARDED: &str = "x-mesh-forwarded";
 /// How long a linearizable read may wait for the leader's quorum check.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The roles that may send `request`'s command. A regional node invalidates single keys on behalf of the
-/// tenants it authenticated (the state machine refuses a key the named tenant does not own); answers,
-/// tenant policies, models and tenant- or model-wide invalidations are the operator's.
+/// The roles that may send `request`'s command. A regional node invalidates single keys and cache tags on
+/// behalf of the tenants it authenticated (the state machine refuses a key the named tenant does not own,
+/// and a tag invalidation names its tenant); answers, tenant policies, models and tenant- or model-wide
+/// invalidations are the operator's.
 fn roles_for(request: &WriteRequest) -> &'static [TierRole] {
     match &request.command {
         Some(write_request::Command::Invalidate(proto::core::Invalidate {
-            scope: Some(invalidate::Scope::Key(_)),
+            scope: Some(invalidate::Scope::Key(_) | invalidate::Scope::Tag(_)),
             ..
         })) => &[TierRole::Regional, TierRole::Admin],
         _ => &[TierRole::Admin],
@@ -84,11 +86,21 @@ impl CoreStore for StoreService {
         let request = convert::write_request(request.into_inner())?;
         let committed = self.node.writer.write(request).await?;
         let outcome = convert::write_outcome(&committed.applied.outcome)?;
-        if let crate::node::types::Outcome::ModelVersion { model, version, refresh, .. } =
-            &committed.applied.outcome
-        {
-            if !committed.applied.duplicate {
-                self.node.refresher.spawn(model.clone(), *version, refresh.clone());
+        if !committed.applied.duplicate {
+            use crate::node::types::Outcome;
+            match &committed.applied.outcome {
+                Outcome::ModelVersion { model, version, refresh, .. } => {
+                    let jobs = refresh.iter().cloned().map(|job| RefreshJob {
+                        model: model.clone(),
+                        model_version: *version,
+                        ..job
+                    });
+                    self.node.refresher.spawn(jobs.collect(), "version bump", "");
+                }
+                Outcome::Invalidated { refresh, at_ms, .. } => {
+                    self.node.refresher.spawn(refresh.clone(), "tag invalidation", &at_ms.to_string())
+                }
+                _ => {}
             }
         }
         Ok(Response::new(WriteReply {
@@ -141,12 +153,23 @@ mod tests {
     use proto::core::{Invalidate, PutEntry, SetTenantPolicy};
 
     #[test]
-    fn a_regional_node_may_only_invalidate_single_keys() {
-        let key = Invalidate { scope: Some(invalidate::Scope::Key("v1:k".into())), key_tenant: "t".into() };
-        let tenant =
-            Invalidate { scope: Some(invalidate::Scope::Tenant("t".into())), key_tenant: String::new() };
+    fn a_regional_node_may_only_invalidate_single_keys_and_tags() {
+        let key = Invalidate {
+            scope: Some(invalidate::Scope::Key("v1:k".into())),
+            key_tenant: "t".into(),
+            ..Default::default()
+        };
+        let tag = Invalidate {
+            scope: Some(invalidate::Scope::Tag(proto::core::TenantTag {
+                tenant: "t".into(),
+                tag: "g".into(),
+            })),
+            ..Default::default()
+        };
+        let tenant = Invalidate { scope: Some(invalidate::Scope::Tenant("t".into())), ..Default::default() };
         let request = |command| WriteRequest { request_id: "r".into(), command: Some(command) };
         assert!(roles_for(&request(write_request::Command::Invalidate(key))).contains(&TierRole::Regional));
+        assert!(roles_for(&request(write_request::Command::Invalidate(tag))).contains(&TierRole::Regional));
         for admin_only in [
             write_request::Command::Invalidate(tenant),
             write_request::Command::Put(PutEntry::default()),

@@ -3,10 +3,11 @@
 //! in the content log ([`super::contents`]).
 //!
 //! A head row is `0xFF | segment (u32) | offset (u64) | length (u32) | model version | tenant epoch | model
-//! epoch | created (i64) | ttl (u64) | tenant length (u32) | tenant | model`, little-endian. A stored row
-//! (prost or JSON, as older binaries kept in the tree) never begins with `0xFF`, which as a prost tag
-//! would name wire type 7, and JSON begins with `{`: a start after a clean stop of an older binary moves
-//! such rows into the log ([`adopt`]).
+//! epoch | created (i64) | ttl (u64) | tenant length (u32) | tenant | model`, little-endian. The head of an
+//! entry with cache tags begins with `0xFE` instead and ends `model length (u32) | model | tag count (u8) |
+//! (tag length (u8) | tag)*`. A stored row (prost or JSON, as older binaries kept in the tree) never
+//! begins with `0xFF` or `0xFE`, which as a prost tag would name wire type 7 or 6, and JSON begins with
+//! `{`: a start after a clean stop of an older binary moves such rows into the log ([`adopt`]).
 //!
 //! Puts, sweeps, invalidations and hit counts read heads only; a read of the entry itself, a version
 //! bump's refresh list, a snapshot and a digest read the row too.
@@ -19,8 +20,10 @@ use super::contents::{Contents, Pointer, Record};
 use super::entry_index::EntryIndex;
 use super::rows::Row;
 
-/// The first byte of every head row.
+/// The first byte of every head row without tags.
 const HEAD_MARK: u8 = 0xFF;
+/// The first byte of every head row with tags.
+const TAGGED_HEAD_MARK: u8 = 0xFE;
 
 /// Fixed-width bytes of a head row, before the tenant's and model's names.
 const FIXED: usize = 1 + 4 + 8 + 4 + 8 * 5 + 4;
@@ -37,8 +40,10 @@ fn invalid(what: impl std::fmt::Display) -> io::Error {
 
 /// A head row: `head`, with its row at `at`.
 pub fn encode(head: &EntryHead, at: Pointer) -> Vec<u8> {
-    let mut row = Vec::with_capacity(FIXED + head.tenant.len() + head.model.len());
-    row.push(HEAD_MARK);
+    let tagged = !head.tags.is_empty();
+    let tag_bytes: usize = head.tags.iter().map(|t| t.len() + 1).sum();
+    let mut row = Vec::with_capacity(FIXED + head.tenant.len() + head.model.len() + 5 + tag_bytes);
+    row.push(if tagged { TAGGED_HEAD_MARK } else { HEAD_MARK });
     row.extend_from_slice(&at.segment.to_le_bytes());
     row.extend_from_slice(&at.offset.to_le_bytes());
     row.extend_from_slice(&at.len.to_le_bytes());
@@ -49,13 +54,24 @@ pub fn encode(head: &EntryHead, at: Pointer) -> Vec<u8> {
     row.extend_from_slice(&head.ttl_s.to_le_bytes());
     row.extend_from_slice(&(head.tenant.len() as u32).to_le_bytes());
     row.extend_from_slice(head.tenant.as_bytes());
+    if tagged {
+        row.extend_from_slice(&(head.model.len() as u32).to_le_bytes());
+    }
     row.extend_from_slice(head.model.as_bytes());
+    if tagged {
+        // Tags are checked before they reach the log (at most 8, each at most 64 bytes).
+        row.push(u8::try_from(head.tags.len()).expect("at most 8 tags"));
+        for tag in &head.tags {
+            row.push(u8::try_from(tag.len()).expect("tags of at most 64 bytes"));
+            row.extend_from_slice(tag.as_bytes());
+        }
+    }
     row
 }
 
 /// Whether `row` is a head (not a stored row an older binary kept in the tree).
 fn is_head(row: &[u8]) -> bool {
-    row.first() == Some(&HEAD_MARK)
+    matches!(row.first(), Some(&HEAD_MARK | &TAGGED_HEAD_MARK))
 }
 
 /// Where the row of the head row `row` lies.
@@ -75,10 +91,17 @@ pub fn decode(row: &[u8]) -> io::Result<(EntryHead, Pointer)> {
     let tenant_len = u32::from_le_bytes(row[FIXED - 4..FIXED].try_into().expect("four bytes")) as usize;
     let names = &row[FIXED..];
     let name = |bytes: &[u8]| String::from_utf8(bytes.to_vec()).map_err(invalid);
-    let (tenant, model) = names.split_at_checked(tenant_len).ok_or_else(|| invalid("names cut short"))?;
+    let (tenant, rest) = names.split_at_checked(tenant_len).ok_or_else(|| invalid("names cut short"))?;
+    let (model, tags) = if row[0] == TAGGED_HEAD_MARK {
+        let (model, tags) = sized(rest, 4).ok_or_else(|| invalid("the model's name cut short"))?;
+        (model, decode_tags(tags).ok_or_else(|| invalid("tags cut short"))?)
+    } else {
+        (rest, Vec::new())
+    };
     let head = EntryHead {
         tenant: name(tenant)?,
         model: name(model)?,
+        tags,
         model_version: long(17),
         tenant_epoch: long(25),
         model_epoch: long(33),
@@ -86,6 +109,26 @@ pub fn decode(row: &[u8]) -> io::Result<(EntryHead, Pointer)> {
         ttl_s: long(49),
     };
     Ok((head, at))
+}
+
+/// The `width`-byte little-endian length at the start of `bytes`, and the bytes it counts and those after.
+fn sized(bytes: &[u8], width: usize) -> Option<(&[u8], &[u8])> {
+    let (len, rest) = bytes.split_at_checked(width)?;
+    let len = len.iter().rev().fold(0usize, |n, &b| n << 8 | usize::from(b));
+    rest.split_at_checked(len)
+}
+
+/// The tags at the end of a tagged head: a count, then each tag with its one-byte length.
+fn decode_tags(mut bytes: &[u8]) -> Option<Vec<String>> {
+    let (&count, rest) = bytes.split_first()?;
+    bytes = rest;
+    let mut tags = Vec::with_capacity(usize::from(count));
+    for _ in 0..count {
+        let (tag, rest) = sized(bytes, 1)?;
+        tags.push(String::from_utf8(tag.to_vec()).ok()?);
+        bytes = rest;
+    }
+    bytes.is_empty().then_some(tags)
 }
 
 /// The head of the entry under `key`.
@@ -255,6 +298,7 @@ mod tests {
             model_epoch: 5,
             created_ms: -6,
             ttl_s: 7,
+            tags: Vec::new(),
         }
     }
 
@@ -269,6 +313,14 @@ mod tests {
         let mut bad = row.clone();
         bad[FIXED - 4] = 200;
         assert!(decode(&bad).is_err(), "a tenant length past the end");
+        let tagged = EntryHead { tags: vec!["region:eu".into(), "stock:AAPL".into()], ..head() };
+        let row = encode(&tagged, at);
+        assert_eq!(row[0], TAGGED_HEAD_MARK);
+        assert_eq!(decode(&row).expect("decode"), (tagged, at));
+        assert_eq!(pointer(&row).expect("pointer"), at);
+        for cut in 1..12 {
+            assert!(decode(&row[..row.len() - cut]).is_err(), "tags cut short by {cut}");
+        }
     }
 
     fn put(index: &EntryIndex, contents: &Contents, puts: &[(String, String)]) {

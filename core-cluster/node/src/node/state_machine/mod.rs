@@ -423,6 +423,8 @@ impl StateMachineStore {
                 .map(|(n, _)| n)
                 .collect(),
             tenant_floors: Vec::new(),
+            tag_floors: Vec::new(),
+            tagged_floors: Vec::new(),
             model_version_floors: Vec::new(),
         })
     }

@@ -205,6 +205,11 @@ impl Tables for Overlay<'_> {
     fn model(&mut self, name: &str) -> io::Result<Option<ModelState>> {
         Ok(self.model_writes.get(name).cloned().or_else(|| self.models.get(name)))
     }
+    fn model_names(&mut self) -> io::Result<Vec<String>> {
+        let mut names: std::collections::BTreeSet<String> = self.models.all().into_keys().collect();
+        names.extend(self.model_writes.keys().cloned());
+        Ok(names.into_iter().collect())
+    }
     fn put_model(&mut self, name: &str, model: &ModelState) -> io::Result<()> {
         self.model_writes.insert(name.to_owned(), model.clone());
         Ok(())

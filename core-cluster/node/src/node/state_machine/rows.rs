@@ -159,6 +159,7 @@ mod tests {
         let prompt = Prompt {
             messages: vec![Message { role: ChatRole::User, content: "What?".into() }],
             sampling: Sampling { seed: Some(7), stop: vec!["x".into()], ..Sampling::greedy(16) },
+            tags: vec!["stock:AAPL".into()],
         };
         for entry in [stored(None), stored(Some(prompt))] {
             let row = entry.to_row().expect("encode");

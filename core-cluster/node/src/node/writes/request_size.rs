@@ -47,7 +47,7 @@ impl Prompt {
             .messages
             .iter()
             .fold(0, |sum: usize, m| sum.saturating_add(m.role.as_str().len() + m.content.len()));
-        messages.saturating_add(strings_bytes(&self.sampling.stop))
+        messages.saturating_add(strings_bytes(&self.sampling.stop)).saturating_add(strings_bytes(&self.tags))
     }
 }
 
@@ -56,7 +56,7 @@ fn entry_bytes(entry: &CachedCompletion) -> usize {
     let question = entry.question.as_ref().map_or(0, |q| q.partition.len().saturating_add(q.text.len()));
     [entry.key.len(), entry.tenant.len(), entry.model.len(), entry.content.len()]
         .into_iter()
-        .chain([entry.finish_reason.len(), entry.etag.len(), question])
+        .chain([entry.finish_reason.len(), entry.etag.len(), question, strings_bytes(&entry.tags)])
         .fold(0, usize::saturating_add)
 }
 
@@ -64,6 +64,7 @@ fn entry_bytes(entry: &CachedCompletion) -> usize {
 fn scope_bytes(scope: &InvalidateScope) -> usize {
     match scope {
         InvalidateScope::Key { tenant, key } => tenant.len().saturating_add(key.len()),
+        InvalidateScope::Tag { tenant, tag, .. } => tenant.len().saturating_add(tag.len()),
         InvalidateScope::Tenant { tenant } => tenant.len(),
         InvalidateScope::ModelVersion { model, .. } => model.len(),
     }
@@ -108,6 +109,7 @@ mod tests {
         let prompt = Prompt {
             messages: vec![Message { role: ChatRole::User, content: "hi there".into() }],
             sampling: Sampling { stop: vec!["\n".into()], ..Sampling::greedy(1) },
+            tags: Vec::new(),
         };
         assert_eq!(prompt.approx_bytes(), 4 + 8 + 1);
         let with_prompt =

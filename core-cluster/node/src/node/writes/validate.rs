@@ -103,6 +103,10 @@ fn put(entry: &CachedCompletion, content_class: &str, prompt: Option<&Prompt>) -
         bounded("question.partition", &question.partition, MAX_KEY_BYTES)?;
         bounded("question.text", &question.text, MAX_SEMANTIC_QUESTION_BYTES)?;
     }
+    tags("entry.tags", &entry.tags)?;
+    if let Some(prompt) = prompt {
+        tags("prompt.tags", &prompt.tags)?;
+    }
     match prompt.map(Prompt::approx_bytes) {
         Some(bytes) if bytes > MAX_PROMPT_BYTES => {
             Err(invalid(format!("the prompt has {bytes} bytes; the limit is {MAX_PROMPT_BYTES}")))
@@ -118,9 +122,25 @@ fn invalidate_scope(scope: &InvalidateScope) -> Result<(), CoreError> {
             key(k)?;
             name("key_tenant", tenant)
         }
+        InvalidateScope::Tag { tenant, tag, .. } => {
+            name("tenant", tenant)?;
+            shared::cache_tags::check_tag(tag).map_err(|e| invalid(e.message))
+        }
         InvalidateScope::Tenant { tenant } => name("tenant", tenant),
         InvalidateScope::ModelVersion { model, .. } => name("model", model),
     }
+}
+
+/// A list of cache tags as a request's header gives them: sorted, distinct, each well-formed.
+fn tags(what: &str, tags: &[String]) -> Result<(), CoreError> {
+    if shared::cache_tags::is_canonical(tags) {
+        return Ok(());
+    }
+    Err(invalid(format!(
+        "{what} must be at most {} sorted, distinct cache tags, each 1 to {} of `A-Za-z0-9:._-/=@+`",
+        shared::cache_tags::MAX_TAGS,
+        shared::cache_tags::MAX_TAG_BYTES
+    )))
 }
 
 /// A hit report: at most [`MAX_HIT_KEYS`] valid keys.
@@ -207,6 +227,8 @@ mod tests {
         assert!(bad_put(|e| e.tenant = "a\nb".into()));
         assert!(bad_put(|e| e.model = "m".repeat(MAX_NAME_BYTES + 1)));
         assert!(bad_put(|e| e.model_version = 0));
+        assert!(bad_put(|e| e.tags = vec!["b".into(), "a".into()]), "unsorted tags");
+        assert!(bad_put(|e| e.tags = vec!["a b".into()]));
         assert!(bad_put(|e| e.content = "x".repeat(MAX_VALUE_BYTES as usize + 1)));
         assert!(bad_put(|e| e.etag = "e".repeat(MAX_NAME_BYTES + 1)));
         let mut long_id = put_request(entry());
@@ -220,6 +242,10 @@ mod tests {
             scope: InvalidateScope::Key { tenant: "dev".into(), key: String::new() }
         }));
         assert!(refused(Command::Invalidate { scope: InvalidateScope::Tenant { tenant: String::new() } }));
+        for tag in ["", "a b", &"t".repeat(shared::cache_tags::MAX_TAG_BYTES + 1)] {
+            let scope = InvalidateScope::Tag { tenant: "dev".into(), tag: tag.to_owned(), refresh: false };
+            assert!(refused(Command::Invalidate { scope }), "{tag:?}");
+        }
         assert!(refused(Command::RegisterModel { model: "m".into(), version: 0, spec: None }));
         let pool = "pod=http://p".parse().expect("valid backend");
         let twice = shared::model_spec::ModelSpec { backends: vec![pool; 2], ..Default::default() };
@@ -236,6 +262,7 @@ mod tests {
         let prompt = |bytes: usize| Prompt {
             messages: vec![Message { role: ChatRole::User, content: "q".repeat(bytes) }],
             sampling: Sampling::greedy(8),
+            tags: Vec::new(),
         };
         let with = |p: Prompt| Command::Put { entry: entry(), content_class: String::new(), prompt: Some(p) };
         assert!(!refused(with(prompt(MAX_PROMPT_BYTES - "user".len()))));
