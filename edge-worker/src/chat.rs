@@ -118,6 +118,8 @@ pub async fn handle(
         other => other?,
     };
     normalized.tags = tags;
+    let canary = crate::core_view::canary(&normalized.model.name);
+    shared::canary::route(&tenant, &mut normalized, canary);
     let key = CacheKey::derive(&tenant, &normalized);
     let delivery = normalized.delivery;
     // The edge keeps plain answers of one choice (copies carry their usage times `n`; log-probabilities

@@ -54,6 +54,11 @@ pub fn admits(entry: &CachedCompletion) -> bool {
     VIEW.with(|view| view.borrow().cutoffs.admits(entry))
 }
 
+/// `model`'s version on trial, as far as this isolate's view says.
+pub fn canary(model: &str) -> Option<shared::canary::Canary> {
+    VIEW.with(|view| view.borrow().cutoffs.canary(model))
+}
+
 /// The served models: `MODELS`, with the versions (and the registry's descriptions: APIs, context
 /// length) the core's feed announced since.
 pub fn models(config: &Config) -> ModelTable {

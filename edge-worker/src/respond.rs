@@ -56,6 +56,7 @@ pub fn edge_hit(
 ) -> Result<Response> {
     let headers = Headers::new();
     headers.set("etag", &entry.etag)?;
+    headers.set(shared::MODEL_VERSION_HEADER, &entry.model_version.to_string())?;
     headers.set(shared::CACHE_CREATED_HEADER, &entry.created_ms.to_string())?;
     match matched {
         EdgeMatch::Exact => {

@@ -142,6 +142,11 @@ impl CoreView {
         self.read().caches_sampled(tenant)
     }
 
+    /// `model`'s version on trial, if it has one.
+    pub fn canary(&self, model: &str) -> Option<shared::canary::Canary> {
+        self.read().canary(model)
+    }
+
     /// Applies `change`, made at the core's log time `at_ms`, at once: a change this node asked for,
     /// whose feed event has not arrived yet. The revision does not move (the feed brings it again).
     pub fn cut_now(&self, change: &shared::changes::Change, at_ms: i64) {

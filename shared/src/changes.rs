@@ -51,6 +51,17 @@ pub enum Change {
         /// Its current version.
         version: u64,
     },
+    /// A model's next version went on trial for a share of requests (`percent` above 0), or its trial
+    /// ended (`percent` 0: promoted, with a [`Change::ModelCurrent`], or rolled back, with a
+    /// [`Change::ModelVersion`] cutoff of its answers).
+    ModelCanary {
+        /// The model.
+        model: String,
+        /// The version on trial.
+        version: u64,
+        /// Percent of requests it answers; 0 ends the trial.
+        percent: u8,
+    },
     /// A model's registry metadata changed (context length, price, APIs, backend pool).
     ModelSpec {
         /// The model.
@@ -105,6 +116,9 @@ pub struct Resync {
     pub tagged_floors: Vec<(String, i64)>,
     /// Every model's current version.
     pub models: Vec<(String, u64)>,
+    /// The models with a version on trial: the version and the percent of requests it answers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub canaries: Vec<(String, u64, u8)>,
     /// The registry's metadata of the models that have any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub specs: Vec<(String, ModelSpec)>,

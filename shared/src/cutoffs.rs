@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use crate::canary::Canary;
 use crate::changes::{Change, Changes, Resync, Revised};
 use crate::completion::CachedCompletion;
 use crate::model_spec::ModelSpec;
@@ -61,6 +62,9 @@ pub struct Cutoffs {
     /// get the key cutoffs) is floored per tenant by it, not by every tenant's latest.
     #[serde(default)]
     tenant_key_latest: BTreeMap<String, i64>,
+    /// Each model's version on trial, if it has one: its answers are servable beside the current ones.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    canaries: BTreeMap<String, Canary>,
     /// Per tenant, its cache-tag cutoffs (bounded per tenant as the core bounds them).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     tenant_tags: BTreeMap<String, TenantTags>,
@@ -116,6 +120,7 @@ impl Cutoffs {
             tag_floors,
             tagged_floors,
             models: self.current.iter().map(|(m, v)| (m.clone(), *v)).collect(),
+            canaries: self.canaries.iter().map(|(m, c)| (m.clone(), c.version, c.percent)).collect(),
             cache_sampled: self.cache_sampled.iter().cloned().collect(),
             specs: self.specs.iter().map(|(m, s)| (m.clone(), s.clone())).collect(),
         }
@@ -131,6 +136,11 @@ impl Cutoffs {
         &self.current
     }
 
+    /// `model`'s version on trial, if it has one.
+    pub fn canary(&self, model: &str) -> Option<Canary> {
+        self.canaries.get(model).copied()
+    }
+
     /// The current version of `model`, if the feed named one.
     pub fn current_version(&self, model: &str) -> Option<u64> {
         self.current.get(model).copied()
@@ -142,7 +152,7 @@ impl Cutoffs {
     }
 
     /// Whether `entry` may be served (and kept): created after every cutoff that covers it, and of its
-    /// model's current version when the feed named one.
+    /// model's current version (or the version on trial) when the feed named one.
     pub fn admits(&self, entry: &CachedCompletion) -> bool {
         let created = entry.created_ms;
         let after = |cutoff: Option<&i64>| cutoff.is_none_or(|&at| created > at);
@@ -152,7 +162,10 @@ impl Cutoffs {
             && after(self.keys.get(&entry.key))
             && after(self.tenant_keys.get(&entry.tenant).and_then(|keys| keys.get(&entry.key)))
             && !self.tenant_tags.get(&entry.tenant).is_some_and(|tags| tags.covers(&entry.tags, created))
-            && self.current.get(&entry.model).is_none_or(|&v| v == entry.model_version)
+            && self.current.get(&entry.model).is_none_or(|&v| {
+                v == entry.model_version
+                    || self.canary(&entry.model).is_some_and(|c| c.version == entry.model_version)
+            })
     }
 
     /// Applies a batch: its resync first, then its changes. Changes at or before the revision already
@@ -200,6 +213,11 @@ impl Cutoffs {
             self.latest_ms = self.latest_ms.max(*at);
         }
         self.current = current;
+        self.canaries = resync
+            .canaries
+            .iter()
+            .map(|(model, version, percent)| (model.clone(), Canary { version: *version, percent: *percent }))
+            .collect();
         self.cache_sampled = resync.cache_sampled.iter().cloned().collect();
         self.specs = resync.specs.iter().cloned().collect();
         self.revision = resync.revision;
@@ -227,6 +245,18 @@ impl Cutoffs {
             Change::ModelCurrent { model, version } => {
                 let current = self.current.entry(model.clone()).or_insert(*version);
                 *current = (*current).max(*version);
+                if self.canaries.get(model).is_some_and(|c| c.version <= *version) {
+                    self.canaries.remove(model);
+                }
+            }
+            Change::ModelCanary { model, version, percent: 0 } => {
+                // Only the trial it ends: a later trial's start may arrive first after a resync.
+                if self.canaries.get(model).is_some_and(|c| c.version == *version) {
+                    self.canaries.remove(model);
+                }
+            }
+            Change::ModelCanary { model, version, percent } => {
+                self.canaries.insert(model.clone(), Canary { version: *version, percent: *percent });
             }
             Change::ModelSpec { model, spec } => {
                 self.specs.insert(model.clone(), spec.clone());
@@ -341,6 +371,23 @@ mod tests {
         assert!(!reader.admits(&tagged("a", &["stock:AAPL"], 100)), "the cutoff came with the resync");
         assert!(reader.admits(&tagged("a", &["stock:MSFT"], 50)), "and floors nothing else");
         assert!(reader.admits(&tagged("a", &[], 50)));
+    }
+
+    #[test]
+    fn a_canarys_answers_are_served_while_it_runs_and_refused_once_it_is_rolled_back() {
+        let mut view = Cutoffs::default();
+        view.apply(&at(1, 10, Change::ModelCurrent { model: "m".into(), version: 1 }));
+        view.apply(&at(2, 20, Change::ModelCanary { model: "m".into(), version: 2, percent: 10 }));
+        assert!(view.admits(&entry("k", "a", 2, 25)) && view.admits(&entry("k", "a", 1, 25)), "both arms");
+        assert!(!view.admits(&entry("k", "a", 3, 25)), "no other version");
+        let mut reader = Cutoffs::default();
+        reader.apply_batch(&Changes { revision: 2, resync: Some(view.resync_point()), ..Default::default() });
+        assert_eq!(reader.canary("m"), Some(Canary { version: 2, percent: 10 }), "a resync carries it");
+        view.apply(&at(3, 30, Change::ModelCanary { model: "m".into(), version: 2, percent: 0 }));
+        view.apply(&at(3, 30, Change::ModelVersion { model: "m".into(), version: 2 }));
+        assert_eq!(view.canary("m"), None);
+        assert!(!view.admits(&entry("k", "a", 2, 25)), "rolled back");
+        assert!(view.admits(&entry("k", "a", 1, 25)));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! - [`text_completion`]: the text-completion API (`/v1/completions`), normalized into the same form.
 //! - [`normalize`]: turns a request into the canonical form that is both generated and keyed.
 //! - [`cache_key`]: the versioned cache key over (tenant, model, model version, normalized request).
+//! - [`canary`]: a model's version on trial, and which requests it answers (the same at every tier).
 //! - [`cache_tags`]: the tags a request names its answer's data by, which one invalidation refuses.
 //! - [`content_class`]: content classes (realtime, volatile, default, stable), their classifier and the
 //!   TTL policy that decides how long each class is cached.
@@ -35,6 +36,7 @@ pub mod answer_signature;
 pub mod auth;
 pub mod cache_key;
 pub mod cache_tags;
+pub mod canary;
 pub mod changes;
 pub mod completion;
 pub mod content_class;
@@ -81,6 +83,9 @@ pub const CACHE_COALESCED_HEADER: &str = "x-cache-coalesced";
 /// The model that answered instead of the one asked for (the core fell back to it): its name. The
 /// response's `model` field names it too, and no edge keeps the answer under the asked model's key.
 pub const MODEL_FALLBACK_HEADER: &str = "x-model-fallback";
+/// Header with the version of the model that answered (the current one, or a version on trial for a
+/// share of requests: [`canary`]).
+pub const MODEL_VERSION_HEADER: &str = "x-model-version";
 /// Header with a cached answer's creation time at the core (Unix milliseconds, the core's log time), which
 /// the edge compares with the core's invalidations.
 pub const CACHE_CREATED_HEADER: &str = "x-cache-created-ms";

@@ -8,6 +8,7 @@ mod backends_03_text_completions;
 mod backends_04_failing_backend;
 mod basic_01_edge_path;
 mod basic_02_trace;
+mod canary_01_trial_rollback_promote;
 mod clocks_01_skewed_hosts;
 mod core_01_leader_kill_under_load;
 mod core_02_full_restart;

@@ -3,8 +3,8 @@
 
 use clap::{Parser, Subcommand};
 use proto::core::{
-    invalidate, write_outcome, write_request, BumpModelVersion, Invalidate, ModelVersion, RegisterModel,
-    SetTenantPolicy, TenantPolicy, TenantTag,
+    invalidate, write_outcome, write_request, BumpModelVersion, EndCanary, Invalidate, ModelVersion,
+    RegisterModel, SetTenantPolicy, TenantPolicy, TenantTag,
 };
 
 use crate::model_spec_args::ModelSpecArgs;
@@ -65,13 +65,31 @@ pub enum AdminCommand {
         spec: ModelSpecArgs,
     },
     /// Move a model to a new version: older entries go stale and the hottest prompts are regenerated.
+    /// With --canary, put the new version on trial for that percent of requests instead (then `promote`
+    /// or `rollback`).
     BumpModel {
         /// The model.
         #[arg(long)]
         model: String,
-        /// The new version (default: current + 1).
+        /// The new version (default: one above the highest it has had).
         #[arg(long, default_value_t = 0)]
         version: u64,
+        /// Percent of requests (1 to 99) the new version answers while on trial.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..100))]
+        canary: Option<u32>,
+    },
+    /// Make a model's version on trial current: its answers stay, the old version's go stale and its
+    /// hottest prompts are regenerated.
+    Promote {
+        /// The model.
+        #[arg(long)]
+        model: String,
+    },
+    /// End a model's trial without it: every tier refuses the trial version's answers from now on.
+    Rollback {
+        /// The model.
+        #[arg(long)]
+        model: String,
     },
     /// Create a tenant or replace its policy.
     SetTenant {
@@ -136,6 +154,14 @@ fn outcome_json(outcome: &write_outcome::Outcome) -> serde_json::Value {
         Outcome::ModelVersion(m) => serde_json::json!({
             "outcome": "model_version", "model": m.model, "previous": m.previous, "version": m.version,
             "refreshing": m.refreshing,
+        }),
+        Outcome::CanaryStarted(c) => serde_json::json!({
+            "outcome": "canary_started", "model": c.model, "current": c.current, "version": c.version,
+            "percent": c.percent,
+        }),
+        Outcome::CanaryEnded(c) => serde_json::json!({
+            "outcome": if c.promoted { "promoted" } else { "rolled_back" }, "model": c.model,
+            "version": c.version, "refreshing": c.refreshing,
         }),
         Outcome::ModelRegistered(m) => {
             serde_json::json!({ "outcome": "model_registered", "model": m.model, "version": m.version })
@@ -237,8 +263,15 @@ pub async fn run(args: AdminArgs) -> Result<(), CoreError> {
             let spec = spec.as_ref().map(Into::into);
             write(write_request::Command::RegisterModel(RegisterModel { model, version, spec })).await
         }
-        AdminCommand::BumpModel { model, version } => {
-            write(write_request::Command::BumpModelVersion(BumpModelVersion { model, version })).await
+        AdminCommand::BumpModel { model, version, canary } => {
+            let bump = BumpModelVersion { model, version, canary_percent: canary.unwrap_or(0) };
+            write(write_request::Command::BumpModelVersion(bump)).await
+        }
+        AdminCommand::Promote { model } => {
+            write(write_request::Command::EndCanary(EndCanary { model, promote: true })).await
+        }
+        AdminCommand::Rollback { model } => {
+            write(write_request::Command::EndCanary(EndCanary { model, promote: false })).await
         }
         AdminCommand::SetTenant { tenant, max_value_bytes, default_ttl_s, max_ttl_s, cache_sampled } => {
             let policy = Some(TenantPolicy { max_value_bytes, default_ttl_s, max_ttl_s, cache_sampled });

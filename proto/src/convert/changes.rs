@@ -3,7 +3,7 @@
 use shared::changes::{Change, Changes, Resync, Revised};
 
 use crate::cache::{
-    feed_change, watch_event, FeedChange, FeedChanges, FeedResync, KeyInvalidated, ServedModel,
+    feed_change, watch_event, FeedChange, FeedChanges, FeedResync, KeyInvalidated, ModelCanary, ServedModel,
     TagInvalidated, TenantSettings, WatchEvent,
 };
 
@@ -23,6 +23,13 @@ impl From<&Revised> for FeedChange {
             }
             Change::ModelCurrent { model: name, version } => {
                 feed_change::Change::ModelCurrent(model(name, *version))
+            }
+            Change::ModelCanary { model, version, percent } => {
+                feed_change::Change::ModelCanary(ModelCanary {
+                    model: model.clone(),
+                    version: *version,
+                    percent: u32::from(*percent),
+                })
             }
             Change::ModelSpec { model: name, spec } => feed_change::Change::ModelSpec(ServedModel {
                 name: name.clone(),
@@ -54,6 +61,11 @@ impl TryFrom<FeedChange> for Revised {
             feed_change::Change::ModelCurrent(m) => {
                 Change::ModelCurrent { model: m.name, version: m.version }
             }
+            feed_change::Change::ModelCanary(c) => Change::ModelCanary {
+                model: c.model,
+                version: c.version,
+                percent: u8::try_from(c.percent).map_err(|_| "a canary's percent above 255")?,
+            },
             feed_change::Change::ModelSpec(m) => {
                 let spec = m.spec.ok_or("a model spec change without a spec")?;
                 Change::ModelSpec { model: m.name, spec: spec.try_into()? }
@@ -81,6 +93,15 @@ impl From<&Resync> for FeedResync {
                 })
                 .collect(),
             cache_sampled: resync.cache_sampled.clone(),
+            canaries: resync
+                .canaries
+                .iter()
+                .map(|(model, version, percent)| ModelCanary {
+                    model: model.clone(),
+                    version: *version,
+                    percent: u32::from(*percent),
+                })
+                .collect(),
         }
     }
 }
@@ -98,6 +119,11 @@ impl From<FeedResync> for Resync {
             floor_ms: wire.floor_ms,
             models: wire.models.into_iter().map(|m| (m.name, m.version)).collect(),
             cache_sampled: wire.cache_sampled,
+            canaries: wire
+                .canaries
+                .into_iter()
+                .filter_map(|c| Some((c.model, c.version, u8::try_from(c.percent).ok()?)))
+                .collect(),
             specs,
             // The core's resyncs floor everything at its log time; per-tenant floors travel only from a
             // regional node to the edge.
@@ -168,6 +194,7 @@ mod tests {
             Change::Key { tenant: "a".into(), key: "k".into() },
             Change::Tenant { tenant: "a".into() },
             Change::Tag { tenant: "a".into(), tag: "stock:AAPL".into() },
+            Change::ModelCanary { model: "m".into(), version: 3, percent: 25 },
             Change::ModelVersion { model: "m".into(), version: 2 },
             Change::ModelCurrent { model: "m".into(), version: 3 },
             Change::TenantSettings { tenant: "b".into(), cache_sampled: true },

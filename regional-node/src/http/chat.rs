@@ -135,6 +135,8 @@ async fn admit(
     let mut request = normalized(state, &bytes, api)?;
     let tags = headers.get(shared::cache_tags::CACHE_TAGS_HEADER).map(|v| v.to_str().unwrap_or("\u{fffd}"));
     request.tags = shared::cache_tags::parse(tags)?;
+    let canary = state.path().view().canary(&request.model.name);
+    shared::canary::route(&tenant, &mut request, canary);
     let cache_control: Vec<&str> =
         headers.get_all(axum::http::header::CACHE_CONTROL).iter().filter_map(|v| v.to_str().ok()).collect();
     let directives = Directives::parse(Some(&cache_control.join(",")));

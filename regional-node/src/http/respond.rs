@@ -41,6 +41,10 @@ pub fn cache_headers(
     if let Some(entry) = entry {
         insert(&mut headers, header::ETAG, &entry.etag);
         headers.insert(
+            HeaderName::from_static(shared::MODEL_VERSION_HEADER),
+            HeaderValue::from(entry.model_version),
+        );
+        headers.insert(
             HeaderName::from_static(shared::CACHE_CREATED_HEADER),
             HeaderValue::from(entry.created_ms),
         );

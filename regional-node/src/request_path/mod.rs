@@ -314,6 +314,8 @@ impl RequestPath {
                 self.tombstone_covered(at_ms)
             }
             Change::ModelSpec { model, spec } => self.models.learn_spec(model, spec),
+            // A trial's start changes nothing held; its rollback comes with a model-version cutoff.
+            Change::ModelCanary { .. } => {}
             Change::TenantSettings { .. } => {}
         }
     }

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use shared::canary::Canary;
 use shared::changes::Change;
 
 use super::records::{
@@ -114,6 +115,20 @@ fn rejected(reason: Rejection, message: impl Into<String>) -> Outcome {
     Outcome::Rejected { reason, message: message.into() }
 }
 
+/// The version a bump or a trial of `model` moves to: `asked`, or one above the highest it has had
+/// (current or on trial) when 0; a refusal when `asked` is not above that.
+fn next_version(name: &str, model: &ModelState, asked: u64) -> Result<u64, Outcome> {
+    let highest = model.version.max(model.tried);
+    match asked {
+        0 => Ok(highest + 1),
+        v if v > highest => Ok(v),
+        _ => Err(rejected(
+            Rejection::Conflict,
+            format!("model {name:?} has had version {highest}; a new version must go higher than that"),
+        )),
+    }
+}
+
 impl<T: Tables> Applier<'_, T> {
     fn apply(&mut self, request: &Request) -> Result<Applied, T::Error> {
         if !request.id.is_empty() {
@@ -156,7 +171,13 @@ impl<T: Tables> Applier<'_, T> {
         match command {
             Command::Put { entry, content_class, prompt } => self.put(entry, content_class, prompt.as_ref()),
             Command::Invalidate { scope } => self.invalidate(scope),
-            Command::BumpModelVersion { model: name, version } => self.bump_model_version(name, *version),
+            Command::BumpModelVersion { model: name, version, canary_percent: 0 } => {
+                self.bump_model_version(name, *version)
+            }
+            Command::BumpModelVersion { model: name, version, canary_percent } => {
+                self.start_canary(name, *version, *canary_percent)
+            }
+            Command::EndCanary { model: name, promote } => self.end_canary(name, *promote),
             Command::RegisterModel { model: name, version, spec } => {
                 self.register_model(name, *version, spec.as_ref())
             }
@@ -189,7 +210,7 @@ impl<T: Tables> Applier<'_, T> {
                 ),
             ));
         }
-        if entry.model_version > model.version {
+        if entry.model_version > model.version && !model.serves_version(entry.model_version) {
             return Ok(rejected(
                 Rejection::Conflict,
                 format!(
@@ -240,23 +261,45 @@ impl<T: Tables> Applier<'_, T> {
     }
 
     /// Moves `name` to `version` (the next one when 0), listing its hottest live prompts to regenerate.
+    /// A version on trial is replaced: the bump decides for every request.
     fn bump_model_version(&mut self, name: &str, version: u64) -> Result<Outcome, T::Error> {
         let Some(model) = self.model(name)?.cloned() else {
             return Ok(rejected(Rejection::UnknownModel, format!("unknown model {name:?}")));
         };
-        let next = if version == 0 { model.version + 1 } else { version };
-        if next <= model.version {
-            return Ok(rejected(
-                Rejection::Conflict,
-                format!("model {name:?} is at version {}; a bump must go higher than that", model.version),
-            ));
+        let next = match next_version(name, &model, version) {
+            Ok(next) => next,
+            Err(refusal) => return Ok(refusal),
+        };
+        let refresh = self.hottest_prompts(&model, next)?;
+        if let Some(canary) = model.canary {
+            self.changes.push(Change::ModelCanary {
+                model: name.to_owned(),
+                version: canary.version,
+                percent: 0,
+            });
         }
+        if let Some(current) = self.model(name)? {
+            current.version = next;
+            current.hot = Default::default();
+            current.canary = None;
+        }
+        self.changes.push(Change::ModelCurrent { model: name.to_owned(), version: next });
+        Ok(Outcome::ModelVersion { model: name.to_owned(), previous: model.version, version: next, refresh })
+    }
+
+    /// Up to [`REFRESH_TOP`] of `model`'s hottest live prompts that are not of `version` yet, hottest
+    /// first: what a move to `version` regenerates.
+    fn hottest_prompts(&mut self, model: &ModelState, version: u64) -> Result<Vec<RefreshJob>, T::Error> {
         let mut refresh = Vec::new();
-        for (key, _) in model.hot.hottest(REFRESH_TOP) {
+        for (key, _) in model.hot.hottest(super::hot_prompts::HOT_CAPACITY) {
+            if refresh.len() == REFRESH_TOP {
+                break;
+            }
             let Some(stored) = self.tables.entry(&key)? else { continue };
             let tenant = self.tenant(&stored.entry.tenant)?;
             let Some(prompt) = stored.prompt.clone() else { continue };
-            if stored.is_live(tenant.as_ref(), Some(&model), i64::MIN) {
+            if stored.entry.model_version != version && stored.is_live(tenant.as_ref(), Some(model), i64::MIN)
+            {
                 refresh.push(RefreshJob {
                     model: String::new(),
                     model_version: 0,
@@ -267,12 +310,60 @@ impl<T: Tables> Applier<'_, T> {
                 });
             }
         }
-        if let Some(current) = self.model(name)? {
-            current.version = next;
-            current.hot = Default::default();
+        Ok(refresh)
+    }
+
+    /// Puts `name`'s `version` (the next one when 0) on trial for `percent` of requests.
+    fn start_canary(&mut self, name: &str, version: u64, percent: u8) -> Result<Outcome, T::Error> {
+        let Some(model) = self.model(name)?.cloned() else {
+            return Ok(rejected(Rejection::UnknownModel, format!("unknown model {name:?}")));
+        };
+        if let Some(canary) = model.canary {
+            return Ok(rejected(
+                Rejection::Conflict,
+                format!(
+                    "model {name:?} has version {} on trial; promote or roll it back first",
+                    canary.version
+                ),
+            ));
         }
-        self.changes.push(Change::ModelCurrent { model: name.to_owned(), version: next });
-        Ok(Outcome::ModelVersion { model: name.to_owned(), previous: model.version, version: next, refresh })
+        let next = match next_version(name, &model, version) {
+            Ok(next) => next,
+            Err(refusal) => return Ok(refusal),
+        };
+        let canary = Canary { version: next, percent };
+        if let Some(state) = self.model(name)? {
+            state.canary = Some(canary);
+            state.tried = state.tried.max(next);
+        }
+        self.changes.push(Change::ModelCanary { model: name.to_owned(), version: next, percent });
+        Ok(Outcome::CanaryStarted { model: name.to_owned(), current: model.version, version: next, percent })
+    }
+
+    /// Ends `name`'s trial: promotes its version (a bump to it, whose answers stay live) or rolls it back
+    /// (every tier refuses its answers from now on, and no later version reuses its number).
+    fn end_canary(&mut self, name: &str, promote: bool) -> Result<Outcome, T::Error> {
+        let Some(model) = self.model(name)?.cloned() else {
+            return Ok(rejected(Rejection::UnknownModel, format!("unknown model {name:?}")));
+        };
+        let Some(canary) = model.canary else {
+            return Ok(rejected(Rejection::Conflict, format!("model {name:?} has no version on trial")));
+        };
+        let version = canary.version;
+        self.changes.push(Change::ModelCanary { model: name.to_owned(), version, percent: 0 });
+        let refresh = if promote { self.hottest_prompts(&model, version)? } else { Vec::new() };
+        if let Some(state) = self.model(name)? {
+            state.canary = None;
+            if promote {
+                state.version = version;
+                state.hot = Default::default();
+            }
+        }
+        self.changes.push(match promote {
+            true => Change::ModelCurrent { model: name.to_owned(), version },
+            false => Change::ModelVersion { model: name.to_owned(), version },
+        });
+        Ok(Outcome::CanaryEnded { model: name.to_owned(), version, promoted: promote, refresh })
     }
 
     /// Registers `name` at `version` with `spec`, or gives a registered model `spec` (at its version,

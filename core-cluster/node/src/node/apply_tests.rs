@@ -217,7 +217,11 @@ fn a_version_bump_stales_everything_and_lists_the_hottest_prompts() {
         11,
         req("", Command::RecordHits { hits: vec![("k2".into(), 50), ("k3".into(), 5), ("gone".into(), 9)] }),
     );
-    let bump = one(&mut t, 12, req("", Command::BumpModelVersion { model: "m".into(), version: 0 }));
+    let bump = one(
+        &mut t,
+        12,
+        req("", Command::BumpModelVersion { model: "m".into(), version: 0, canary_percent: 0 }),
+    );
     let Outcome::ModelVersion { previous, version, refresh, .. } = bump.outcome else {
         panic!("bump failed: {bump:?}");
     };
@@ -227,7 +231,11 @@ fn a_version_bump_stales_everything_and_lists_the_hottest_prompts() {
     assert!(!live(&mut t, "k1", 13));
     let stale = one(&mut t, 13, req("", put("k9", "a", 1)));
     assert!(matches!(stale.outcome, Outcome::Rejected { reason: Rejection::StaleModelVersion, .. }));
-    let back = one(&mut t, 13, req("", Command::BumpModelVersion { model: "m".into(), version: 2 }));
+    let back = one(
+        &mut t,
+        13,
+        req("", Command::BumpModelVersion { model: "m".into(), version: 2, canary_percent: 0 }),
+    );
     assert!(matches!(back.outcome, Outcome::Rejected { reason: Rejection::Conflict, .. }));
 }
 
@@ -255,4 +263,64 @@ fn a_spec_is_registered_replaced_at_any_version_and_fed_only_when_it_changes() {
     assert!(conflict(&fed(&mut t, 6, register("new", 0, Some(spec(1)))).0), "no version to describe");
     let (_, changes) = fed(&mut t, 7, register("new", 2, Some(spec(1))));
     assert_eq!(changes.len(), 2, "a new model's version and spec: {changes:?}");
+}
+
+fn canary(percent: u8) -> Command {
+    Command::BumpModelVersion { model: "m".into(), version: 0, canary_percent: percent }
+}
+
+fn end(promote: bool) -> Command {
+    Command::EndCanary { model: "m".into(), promote }
+}
+
+#[test]
+fn a_canary_serves_beside_the_current_version_until_it_is_rolled_back_or_promoted() {
+    let mut t = seeded();
+    one(&mut t, 1, req("", put("k1", "a", 1)));
+    let (started, changes) = fed(&mut t, 2, canary(20));
+    assert!(
+        matches!(started, Outcome::CanaryStarted { current: 1, version: 2, percent: 20, .. }),
+        "{started:?}"
+    );
+    assert_eq!(changes, [Change::ModelCanary { model: "m".into(), version: 2, percent: 20 }]);
+    let (second, _) = fed(&mut t, 3, canary(50));
+    assert!(matches!(second, Outcome::Rejected { reason: Rejection::Conflict, .. }), "one trial at a time");
+    one(&mut t, 4, req("", put("k2", "a", 2)));
+    assert!(live(&mut t, "k1", 5) && live(&mut t, "k2", 5), "both arms are live");
+    let three = one(&mut t, 5, req("", put("k3", "a", 3)));
+    assert!(
+        matches!(three.outcome, Outcome::Rejected { reason: Rejection::Conflict, .. }),
+        "no other version"
+    );
+
+    let (rolled, changes) = fed(&mut t, 6, end(false));
+    assert!(matches!(rolled, Outcome::CanaryEnded { version: 2, promoted: false, .. }), "{rolled:?}");
+    assert_eq!(
+        changes,
+        [
+            Change::ModelCanary { model: "m".into(), version: 2, percent: 0 },
+            Change::ModelVersion { model: "m".into(), version: 2 },
+        ]
+    );
+    assert!(
+        !live(&mut t, "k2", 7) && live(&mut t, "k1", 7),
+        "the trial's answers are gone, the current stay"
+    );
+    assert!(matches!(fed(&mut t, 8, end(true)).0, Outcome::Rejected { reason: Rejection::Conflict, .. }));
+    // A rolled-back version's number is never used again, so its answers never come back.
+    let (again, _) = fed(&mut t, 9, canary(50));
+    assert!(matches!(again, Outcome::CanaryStarted { version: 3, .. }), "{again:?}");
+    let reused =
+        fed(&mut t, 10, Command::BumpModelVersion { model: "m".into(), version: 2, canary_percent: 0 });
+    assert!(matches!(reused.0, Outcome::Rejected { reason: Rejection::Conflict, .. }));
+
+    one(&mut t, 11, req("", put("k3", "a", 3)));
+    let (promoted, changes) = fed(&mut t, 12, end(true));
+    let Outcome::CanaryEnded { version: 3, promoted: true, refresh, .. } = promoted else {
+        panic!("{promoted:?}")
+    };
+    assert_eq!(refresh.len(), 1, "the old version's live prompt (k1), not the trial's own (k3)");
+    assert_eq!(changes[1], Change::ModelCurrent { model: "m".into(), version: 3 });
+    assert!(live(&mut t, "k3", 13), "the trial's answers stay live once promoted");
+    assert!(!live(&mut t, "k1", 13), "the old version's go stale");
 }

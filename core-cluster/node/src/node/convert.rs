@@ -57,7 +57,15 @@ pub fn write_request(request: pb::WriteRequest) -> Result<Request, CoreError> {
             };
             Command::Invalidate { scope }
         }
-        Pb::BumpModelVersion(bump) => Command::BumpModelVersion { model: bump.model, version: bump.version },
+        Pb::BumpModelVersion(bump) => Command::BumpModelVersion {
+            model: bump.model,
+            version: bump.version,
+            canary_percent: u8::try_from(bump.canary_percent)
+                .ok()
+                .filter(|p| *p < 100)
+                .ok_or_else(|| invalid("canary_percent must be 0 (no canary) or 1 to 99"))?,
+        },
+        Pb::EndCanary(end) => Command::EndCanary { model: end.model, promote: end.promote },
         Pb::RegisterModel(reg) => {
             let spec = reg.spec.map(ModelSpec::try_from).transpose().map_err(|e| invalid(&e))?;
             Command::RegisterModel { model: reg.model, version: reg.version, spec }
@@ -131,6 +139,20 @@ pub fn write_outcome(outcome: &Outcome) -> Result<pb::WriteOutcome, CoreError> {
                 refreshing: u32::try_from(refresh.len()).unwrap_or(u32::MAX),
             })
         }
+        Outcome::CanaryStarted { model, current, version, percent } => {
+            Wire::CanaryStarted(pb::CanaryStarted {
+                model: model.clone(),
+                current: *current,
+                version: *version,
+                percent: u32::from(*percent),
+            })
+        }
+        Outcome::CanaryEnded { model, version, promoted, refresh } => Wire::CanaryEnded(pb::CanaryEnded {
+            model: model.clone(),
+            version: *version,
+            promoted: *promoted,
+            refreshing: u32::try_from(refresh.len()).unwrap_or(u32::MAX),
+        }),
         Outcome::ModelRegistered { model, version } => {
             Wire::ModelRegistered(pb::ModelRegistered { model: model.clone(), version: *version })
         }

@@ -3,6 +3,7 @@
 //! model's version), so one command makes any number of entries stale; the stale ones are removed later.
 
 use serde::{Deserialize, Serialize};
+use shared::canary::Canary;
 use shared::completion::CachedCompletion;
 use shared::model_spec::ModelSpec;
 use shared::tag_cutoffs::TenantTags;
@@ -50,6 +51,19 @@ pub struct ModelState {
     /// The registry's metadata (context length, prices, APIs, backend pool), when it was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<ModelSpec>,
+    /// The next version on trial for a share of requests; its answers are live beside the current ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<Canary>,
+    /// The highest version ever on trial (0: none): bumps and trials go above it.
+    #[serde(default)]
+    pub tried: u64,
+}
+
+impl ModelState {
+    /// Whether answers of `version` are live (the current version, or the one on trial).
+    pub fn serves_version(&self, version: u64) -> bool {
+        self.version == version || self.canary.is_some_and(|c| c.version == version)
+    }
 }
 
 /// A request id that was applied, with its outcome (so a retry gets the same answer).
@@ -138,7 +152,8 @@ impl Stamp<'_> {
     fn is_live(self, tenant: Option<&TenantState>, model: Option<&ModelState>, now_ms: i64) -> bool {
         let tenant_ok = tenant
             .is_some_and(|t| t.epoch == self.tenant_epoch && !t.tags.covers(self.tags, self.created_ms));
-        let model_ok = model.is_some_and(|m| m.version == self.model_version && m.epoch == self.model_epoch);
+        let model_ok =
+            model.is_some_and(|m| m.serves_version(self.model_version) && m.epoch == self.model_epoch);
         tenant_ok && model_ok && !shared::completion::expired(self.created_ms, self.ttl_s, now_ms)
     }
 }

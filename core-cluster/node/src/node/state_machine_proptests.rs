@@ -129,7 +129,7 @@ fn build_log(ops: &[(Op, i64)]) -> Vec<Entry> {
             ),
             Op::Bump => {
                 version += 1;
-                (Command::BumpModelVersion { model: "m".into(), version: 0 }, None)
+                (Command::BumpModelVersion { model: "m".into(), version: 0, canary_percent: 0 }, None)
             }
             Op::Hits { key, count } => (Command::RecordHits { hits: vec![(KEYS[key].into(), count)] }, None),
             Op::Policy { tenant, default_ttl_s, cache_sampled } => (

@@ -305,8 +305,14 @@ fn rows_an_older_binary_wrote_as_json_are_read_digested_alike_and_applied_over()
             db.open_tree("sm_entries").expect("tree").insert("a", json).expect("insert");
             let mut hot = HotPrompts::default();
             hot.record("a", 1);
-            let model =
-                serde_json::to_vec(&ModelState { version: 1, epoch: 0, hot, spec: None }).expect("json");
+            let model = serde_json::to_vec(&ModelState {
+                version: 1,
+                epoch: 0,
+                hot,
+                spec: None,
+                ..Default::default()
+            })
+            .expect("json");
             db.open_tree("sm_models").expect("tree").insert("m", model).expect("insert");
             db.flush().expect("flush");
         }

@@ -94,12 +94,23 @@ pub enum Command {
         /// Which entries.
         scope: InvalidateScope,
     },
-    /// Moves a model to a newer version: every entry of an older version becomes stale in one step.
+    /// Moves a model to a newer version: every entry of an older version becomes stale in one step. With
+    /// a canary share, the new version goes on trial for that share of requests instead.
     BumpModelVersion {
         /// The model.
         model: String,
-        /// The new version; 0 means the current one plus one.
+        /// The new version; 0 means one above the highest the model has had.
         version: u64,
+        /// 1 to 99: the percent of requests the new version answers while on trial; 0: all, now.
+        #[serde(default, skip_serializing_if = "is_zero_u8")]
+        canary_percent: u8,
+    },
+    /// Ends a model's trial: promotes its version (a bump to it) or rolls it back (its answers invalid).
+    EndCanary {
+        /// The model.
+        model: String,
+        /// Promote (true) or roll back (false).
+        promote: bool,
     },
     /// Adds a model to the registry (no-op when it is there with the same version and spec), or
     /// replaces a registered model's spec.
@@ -269,6 +280,29 @@ pub enum Outcome {
         /// The hottest prompts of the old version, to regenerate under the new one (hottest first).
         refresh: Vec<RefreshJob>,
     },
+    /// A model's next version went on trial.
+    CanaryStarted {
+        /// The model.
+        model: String,
+        /// Its current version, which answers the other requests.
+        current: u64,
+        /// The version on trial.
+        version: u64,
+        /// The percent of requests it answers.
+        percent: u8,
+    },
+    /// A model's trial ended.
+    CanaryEnded {
+        /// The model.
+        model: String,
+        /// The version that was on trial.
+        version: u64,
+        /// Whether it was promoted (else rolled back).
+        promoted: bool,
+        /// After a promotion: the old version's hottest prompts, to regenerate under the new one.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        refresh: Vec<RefreshJob>,
+    },
     /// A model is registered.
     ModelRegistered {
         /// The model.
@@ -341,5 +375,9 @@ pub struct RefreshJob {
 }
 
 fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
+fn is_zero_u8(value: &u8) -> bool {
     *value == 0
 }

@@ -53,7 +53,8 @@ async fn the_change_feed_streams_invalidations_and_resumes_on_another_node() {
         .write("i2", invalidate(proto::core::invalidate::Scope::Tenant("dev".into())))
         .await
         .expect("invalidate");
-    let bump = Pb::BumpModelVersion(proto::core::BumpModelVersion { model: "fake".into(), version: 0 });
+    let bump =
+        Pb::BumpModelVersion(proto::core::BumpModelVersion { model: "fake".into(), ..Default::default() });
     store.write("b1", bump).await.expect("bump");
 
     let batches = watch_until(cluster.addrs[&follower], resync.revision, 3).await;

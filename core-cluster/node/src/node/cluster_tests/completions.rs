@@ -50,7 +50,10 @@ async fn a_version_bump_stales_old_entries_and_regenerates_the_hottest() {
     let ack = store_client(&cluster)
         .write(
             "bump",
-            Pb::BumpModelVersion(proto::core::BumpModelVersion { model: "fake".into(), version: 0 }),
+            Pb::BumpModelVersion(proto::core::BumpModelVersion {
+                model: "fake".into(),
+                ..Default::default()
+            }),
         )
         .await
         .expect("bump");

@@ -198,8 +198,15 @@ fn request_to_pb(request: &Request) -> pb::LoggedRequest {
             prompt: prompt.as_ref().map(prompt_to_pb),
         }),
         Command::Invalidate { scope } => Pb::Invalidate(scope_to_pb(scope)),
-        Command::BumpModelVersion { model, version } => {
-            Pb::BumpModelVersion(core_pb::BumpModelVersion { model: model.clone(), version: *version })
+        Command::BumpModelVersion { model, version, canary_percent } => {
+            Pb::BumpModelVersion(core_pb::BumpModelVersion {
+                model: model.clone(),
+                version: *version,
+                canary_percent: u32::from(*canary_percent),
+            })
+        }
+        Command::EndCanary { model, promote } => {
+            Pb::EndCanary(core_pb::EndCanary { model: model.clone(), promote: *promote })
         }
         Command::RegisterModel { model, version, spec } => Pb::RegisterModel(core_pb::RegisterModel {
             model: model.clone(),
@@ -229,7 +236,13 @@ fn request_from_pb(request: pb::LoggedRequest) -> Result<Request, CoreError> {
             prompt: put.prompt.map(prompt_from_pb).transpose()?,
         },
         Pb::Invalidate(invalidate) => Command::Invalidate { scope: scope_from_pb(invalidate)? },
-        Pb::BumpModelVersion(bump) => Command::BumpModelVersion { model: bump.model, version: bump.version },
+        Pb::BumpModelVersion(bump) => Command::BumpModelVersion {
+            model: bump.model,
+            version: bump.version,
+            canary_percent: u8::try_from(bump.canary_percent)
+                .map_err(|_| unreadable("a canary percent above 255"))?,
+        },
+        Pb::EndCanary(end) => Command::EndCanary { model: end.model, promote: end.promote },
         Pb::RegisterModel(register) => {
             let spec = register.spec.map(ModelSpec::try_from).transpose().map_err(|e| unreadable(&e))?;
             Command::RegisterModel { model: register.model, version: register.version, spec }
@@ -353,7 +366,9 @@ mod tests {
                 scope: InvalidateScope::Tag { tenant: "dev".into(), tag: "stock:AAPL".into(), refresh: true },
             },
             Command::Invalidate { scope: InvalidateScope::ModelVersion { model: "m".into(), version: 1 } },
-            Command::BumpModelVersion { model: "m".into(), version: 0 },
+            Command::BumpModelVersion { model: "m".into(), version: 0, canary_percent: 0 },
+            Command::BumpModelVersion { model: "m".into(), version: 3, canary_percent: 20 },
+            Command::EndCanary { model: "m".into(), promote: true },
             Command::RegisterModel { model: "m".into(), version: 3, spec: None },
             Command::RegisterModel {
                 model: "m".into(),

@@ -97,6 +97,14 @@ impl CoreStore for StoreService {
                     });
                     self.node.refresher.spawn(jobs.collect(), "version bump", "");
                 }
+                Outcome::CanaryEnded { model, version, promoted: true, refresh } => {
+                    let jobs = refresh.iter().cloned().map(|job| RefreshJob {
+                        model: model.clone(),
+                        model_version: *version,
+                        ..job
+                    });
+                    self.node.refresher.spawn(jobs.collect(), "canary promotion", "")
+                }
                 Outcome::Invalidated { refresh, at_ms, .. } => {
                     self.node.refresher.spawn(refresh.clone(), "tag invalidation", &at_ms.to_string())
                 }

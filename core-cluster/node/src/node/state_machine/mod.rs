@@ -416,6 +416,10 @@ impl StateMachineStore {
             revision,
             floor_ms,
             specs: models.iter().filter_map(|(name, m)| Some((name.clone(), m.spec.clone()?))).collect(),
+            canaries: models
+                .iter()
+                .filter_map(|(name, m)| m.canary.map(|c| (name.clone(), c.version, c.percent)))
+                .collect(),
             models: models.into_iter().map(|(name, model)| (name, model.version)).collect(),
             cache_sampled: tenants
                 .into_iter()

@@ -18,6 +18,7 @@ use prost::Message as _;
 use proto::raft as pb;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use shared::canary::Canary;
 use shared::model_spec::ModelSpec;
 
 use super::super::hot_prompts::HotPrompts;
@@ -107,6 +108,9 @@ impl Row for ModelState {
             hot: counts.map(|(key, count)| pb::HotCount { key: key.to_owned(), count }).collect(),
             hot_since_aging: since_aging,
             spec: self.spec.as_ref().map(Into::into),
+            canary_version: self.canary.map_or(0, |c| c.version),
+            canary_percent: self.canary.map_or(0, |c| u32::from(c.percent)),
+            tried: self.tried,
         };
         Ok(row.encode_to_vec())
     }
@@ -123,6 +127,11 @@ impl Row for ModelState {
             epoch: row.epoch,
             hot: HotPrompts::from_parts(counts, row.hot_since_aging),
             spec,
+            canary: (row.canary_version != 0).then(|| Canary {
+                version: row.canary_version,
+                percent: u8::try_from(row.canary_percent).unwrap_or(u8::MAX),
+            }),
+            tried: row.tried,
         })
     }
 }
@@ -181,7 +190,8 @@ mod tests {
             hot.record(key, i as u64 + 1);
         }
         let spec = ModelSpec { context_length: 8192, ..Default::default() };
-        ModelState { version: 3, epoch: 2, hot, spec: Some(spec) }
+        let canary = Some(Canary { version: 5, percent: 20 });
+        ModelState { version: 3, epoch: 2, hot, spec: Some(spec), canary, tried: 5 }
     }
 
     #[test]

@@ -25,7 +25,7 @@ impl Command {
                 .saturating_add(content_class.len())
                 .saturating_add(prompt.as_ref().map_or(0, Prompt::approx_bytes)),
             Command::Invalidate { scope } => scope_bytes(scope),
-            Command::BumpModelVersion { model, .. } => model.len(),
+            Command::BumpModelVersion { model, .. } | Command::EndCanary { model, .. } => model.len(),
             Command::RegisterModel { model, spec, .. } => {
                 model.len().saturating_add(spec.as_ref().map_or(0, spec_bytes))
             }

@@ -68,7 +68,14 @@ pub fn request(request: &Request) -> Result<(), CoreError> {
     match &request.command {
         Command::Put { entry, content_class, prompt } => put(entry, content_class, prompt.as_ref()),
         Command::Invalidate { scope } => invalidate_scope(scope),
-        Command::BumpModelVersion { model, .. } => name("model", model),
+        Command::BumpModelVersion { model, canary_percent, .. } => {
+            name("model", model)?;
+            match canary_percent {
+                0..=99 => Ok(()),
+                _ => Err(invalid("a canary takes 1 to 99 percent of requests (0: none)")),
+            }
+        }
+        Command::EndCanary { model, .. } => name("model", model),
         Command::RegisterModel { model, version, spec } => {
             name("model", model)?;
             match spec {
@@ -209,7 +216,9 @@ mod tests {
         assert!(ok(Command::Invalidate {
             scope: InvalidateScope::Key { tenant: "dev".into(), key: "k".into() }
         }));
-        assert!(ok(Command::BumpModelVersion { model: "m".into(), version: 0 }));
+        assert!(ok(Command::BumpModelVersion { model: "m".into(), version: 0, canary_percent: 0 }));
+        assert!(ok(Command::BumpModelVersion { model: "m".into(), version: 0, canary_percent: 99 }));
+        assert!(ok(Command::EndCanary { model: "m".into(), promote: false }));
         assert!(ok(Command::RegisterModel { model: "m".into(), version: 2, spec: None }));
         assert!(ok(Command::RegisterModel { model: "m".into(), version: 0, spec: Some(Default::default()) }));
         assert!(ok(Command::SetTenantPolicy { tenant: "dev".into(), policy: Default::default() }));
@@ -250,7 +259,8 @@ mod tests {
         let pool = "pod=http://p".parse().expect("valid backend");
         let twice = shared::model_spec::ModelSpec { backends: vec![pool; 2], ..Default::default() };
         assert!(refused(Command::RegisterModel { model: "m".into(), version: 1, spec: Some(twice) }));
-        assert!(refused(Command::BumpModelVersion { model: String::new(), version: 2 }));
+        assert!(refused(Command::BumpModelVersion { model: String::new(), version: 2, canary_percent: 0 }));
+        assert!(refused(Command::BumpModelVersion { model: "m".into(), version: 2, canary_percent: 100 }));
         assert!(refused(Command::RecordHits { hits: vec![("k".into(), 1); MAX_HIT_KEYS + 1] }));
         assert!(refused(Command::RecordHits { hits: vec![(String::new(), 1)] }));
         assert!(refused(Command::Sweep { entries: Vec::new(), requests: Vec::new(), feed: Vec::new() }));
