@@ -110,3 +110,57 @@ fn a_canary_takes_its_share_and_rolls_back_or_promotes_at_every_tier() -> anyhow
     }
     Ok(())
 }
+
+/// A trial that breaks the core's canary rule is rolled back by the core itself, and none of its answers
+/// is served afterwards, by the edge or by a regional node. Both versions run the same weights here, so
+/// the rule is set to one no trial can meet (a p99 at most a hundredth of the current version's).
+#[test]
+fn a_canary_that_breaks_its_rule_is_rolled_back_by_itself() -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("mesh-test-canary-rule-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let core_args =
+        ["--canary-max-p99-ratio", "0.01", "--canary-min-samples", "2"].map(String::from).to_vec();
+    let mesh = Mesh::start(MeshSpec { core_args, ..MeshSpec::local(&dir) })?;
+    propagation::admin(&mesh, &["bump-model", "--model", MODEL, "--canary", "50"])?;
+    let started = Instant::now();
+    let mut trial_answers = Vec::new();
+    let mut round = 10;
+    // Questions until the trial has answered some and then answers none any more: the judge tripped.
+    poll_every(
+        Duration::from_millis(10),
+        Duration::from_secs(30),
+        "the trial rolled back by itself",
+        || {
+            round += 1;
+            let mut trial_now = 0;
+            for i in 0..8 {
+                let body = question(round, i);
+                let reply = mesh.client().chat(&body)?;
+                anyhow::ensure!(reply.status == 200, "{}", reply.body);
+                if version_of(&reply) == 2 {
+                    trial_now += 1;
+                    trial_answers.push(body);
+                }
+            }
+            Ok((!trial_answers.is_empty() && trial_now == 0).then_some(()))
+        },
+    )?;
+    println!(
+        "the rule rolled the trial back {:.1} s after it started; {} answers came from the trial",
+        started.elapsed().as_secs_f64(),
+        trial_answers.len()
+    );
+    let clients = [mesh.client(), mesh.regional_client(0), mesh.regional_client(1)];
+    for body in &trial_answers {
+        for client in &clients {
+            let reply = client.chat(body)?;
+            assert_eq!(
+                (reply.status, version_of(&reply)),
+                (200, 1),
+                "the trial's answer was served: {}",
+                reply.body
+            );
+        }
+    }
+    Ok(())
+}

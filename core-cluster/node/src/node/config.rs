@@ -11,6 +11,7 @@ use shared::models::{ModelRef, ModelTable};
 
 use super::backends::settings::parse_fallback;
 use super::backends::{FallbackPolicy, OpenAiBackendSpec, OpenAiTimeouts, Routing};
+use super::background::canary_judge::CanaryRule;
 use super::error::CoreError;
 use super::types::NodeId;
 use crate::node::writes::validate;
@@ -128,6 +129,16 @@ pub struct NodeArgs {
     /// two. A node with cores of its own may serve more linearizable reads with more.
     #[arg(long, env = "MESH_CORE_WORKER_THREADS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub worker_threads: u16,
+    /// A model's version on trial is rolled back by itself when its error rate on this node exceeds the
+    /// current version's by more than this (0.05: five points).
+    #[arg(long, env = "MESH_CORE_CANARY_MAX_ERROR_RATE_INCREASE", default_value_t = 0.05)]
+    pub canary_max_error_rate_increase: f64,
+    /// ... or when its end-to-end p99 on this node is more than this multiple of the current version's.
+    #[arg(long, env = "MESH_CORE_CANARY_MAX_P99_RATIO", default_value_t = 1.5)]
+    pub canary_max_p99_ratio: f64,
+    /// Generations each version needs on this node (of the latest 256) before the rule is applied.
+    #[arg(long, env = "MESH_CORE_CANARY_MIN_SAMPLES", default_value_t = 50)]
+    pub canary_min_samples: usize,
     /// TOML file with any of these settings, one key per flag (`--cache-bytes` is `cache_bytes`); the
     /// command line and the environment variables override it.
     #[arg(long, env = "MESH_CORE_CONFIG")]
@@ -177,6 +188,11 @@ impl NodeArgs {
                 logs_kept_after_snapshot: self.logs_kept_after_snapshot,
             },
             commit_timeout: Duration::from_millis(self.commit_timeout_ms),
+            canary_rule: CanaryRule {
+                max_error_rate_increase: self.canary_max_error_rate_increase,
+                max_p99_ratio: self.canary_max_p99_ratio,
+                min_samples: self.canary_min_samples.max(1),
+            },
         };
         config.validate()?;
         Ok(config)
@@ -232,6 +248,8 @@ pub struct NodeConfig {
     pub raft: RaftTuning,
     /// How long a write may wait for a leader and a quorum.
     pub commit_timeout: Duration,
+    /// When a model's version on trial is rolled back by itself.
+    pub canary_rule: CanaryRule,
 }
 
 impl NodeConfig {

@@ -58,6 +58,8 @@ pub struct NodeContext {
     pub metrics: Arc<Metrics>,
     /// Signs the answers this node hands out (`--answer-signing-key`); `None` signs nothing.
     pub answer_signer: Option<AnswerSigner>,
+    /// Each model version's latest generations here, which the canary's judge compares.
+    pub arms: Arc<crate::node::background::canary_judge::ArmStats>,
 }
 
 /// The question `entry` answers in its semantic partition, derived from the request it was generated

@@ -28,6 +28,7 @@ use super::metrics::Metrics;
 use super::state_db;
 use super::state_machine::StateMachineStore;
 use super::types::{Command, Raft, Request, TenantPolicy};
+use crate::node::background::canary_judge;
 use crate::node::background::hit_reporter::{self, HitCounter};
 use crate::node::background::refresher::Refresher;
 use crate::node::background::registry_file;
@@ -121,6 +122,7 @@ pub async fn run(
         metrics.clone(),
     );
     let hits = Arc::new(HitCounter::default());
+    let arms = Arc::new(canary_judge::ArmStats::default());
     let contact = Arc::new(LeaderContact::default());
     let node = Arc::new(NodeContext {
         id: config.id,
@@ -137,6 +139,7 @@ pub async fn run(
         contact: contact.clone(),
         metrics: metrics.clone(),
         answer_signer: config.answer_signer.clone(),
+        arms: arms.clone(),
     });
     let snapshots = snapshot_trigger::run(
         config.id,
@@ -154,6 +157,7 @@ pub async fn run(
         tokio::spawn(ticker),
         tokio::spawn(snapshots),
         tokio::spawn(release_held_back_commits(raft.clone(), durable_log)),
+        tokio::spawn(canary_judge::run(config.canary_rule, arms, state.clone(), writer.clone())),
     ];
     if let Some(path) = &config.model_registry {
         let follow = registry_file::run(config.id, path.clone(), raft.clone(), state.clone(), writer.clone());

@@ -6,7 +6,9 @@
 //! - [`hit_reporter`]: counts served hits and reports them through Raft.
 //! - [`refresher`]: regenerates the hottest prompts after a model-version bump.
 //! - [`registry_file`]: `--model-registry`, models described in a file, registered by the leader.
+//! - [`canary_judge`]: rolls back a model's version on trial once it is worse than the canary rule.
 
+pub mod canary_judge;
 pub mod hit_reporter;
 pub mod refresher;
 pub mod registry_file;

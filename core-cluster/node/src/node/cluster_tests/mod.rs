@@ -78,6 +78,11 @@ impl Cluster {
             answer_signer: Some(shared::answer_signature::AnswerSigner::from_seed([1; 32])),
             raft: self.tuning.clone(),
             commit_timeout: Duration::from_secs(10),
+            canary_rule: crate::node::background::canary_judge::CanaryRule {
+                max_error_rate_increase: 0.05,
+                max_p99_ratio: 1.5,
+                min_samples: 50,
+            },
         }
     }
 

@@ -244,6 +244,7 @@ impl CoreCache for CacheService {
         metrics.completions.get(CacheResult::Miss).inc();
 
         tracing::info!("generating on a model backend");
+        let (model, version) = (input.generate.model.clone(), input.model_version);
         let generating = match fallback::start(&self.node, input, &trace).await {
             Ok(Start::Generating(generating)) => generating,
             Ok(Start::Stored { entry, fallback }) => {
@@ -257,6 +258,7 @@ impl CoreCache for CacheService {
             }
             Err(e) => {
                 metrics.complete_errors.inc();
+                self.node.arms.record(&model, version, None);
                 tracing::warn!(error = %e, "no backend took the generation");
                 return Err(e.into());
             }
@@ -291,6 +293,13 @@ async fn run_completion(
 ) {
     let result = generate_and_commit(&node, &input, stream, &tx).await;
     node.metrics.complete_seconds.observe(started.elapsed().as_secs_f64());
+    // Each version's generations, for the canary's judge (a caller that hung up judges nothing).
+    let (model, version) = (&input.generate.model, input.model_version);
+    match &result {
+        Ok(_) => node.arms.record(model, version, Some(started.elapsed().as_secs_f64())),
+        Err(_) if tx.is_closed() => {}
+        Err(_) => node.arms.record(model, version, None),
+    }
     match result {
         Ok(done) => {
             tracing::info!(

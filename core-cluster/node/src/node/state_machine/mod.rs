@@ -246,6 +246,12 @@ impl StateMachineStore {
         Ok(self.models.versions())
     }
 
+    /// Every model with a version on trial: its name, current version and trial version.
+    pub fn canaries(&self) -> Vec<(String, u64, u64)> {
+        let all = self.models.all().into_iter();
+        all.filter_map(|(name, m)| Some((name, m.version, m.canary?.version))).collect()
+    }
+
     /// Every registered model's registry metadata, by name (models registered without one have none).
     pub fn model_specs(&self) -> Vec<(String, ModelSpec)> {
         self.models.all().into_iter().filter_map(|(name, m)| Some((name, m.spec?))).collect()

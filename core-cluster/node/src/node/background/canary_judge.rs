@@ -1,0 +1,155 @@
+//! The canary's judge: while a model's next version is on trial, each core node compares the two arms'
+//! generations it ran itself (errors and end-to-end p99 of misses, over a window of the latest ones) and
+//! rolls the trial back through Raft once the trial arm is worse than the rule allows
+//! (`--canary-max-error-rate-increase`, `--canary-max-p99-ratio`, judged once each arm has
+//! `--canary-min-samples`). Any node may trip it; the rollback's request id names the model and the
+//! version, so nodes that trip together roll back once.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::node::state_machine::StateMachineStore;
+use crate::node::types::{Command, Outcome, Request};
+use crate::node::writes::writer::Writer;
+
+/// Generations kept per arm for the judgement.
+const WINDOW: usize = 256;
+/// How often the judge looks.
+const EVERY: Duration = Duration::from_secs(1);
+
+/// When a trial is rolled back by itself.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CanaryRule {
+    /// The trial's error rate may exceed the current version's by at most this (0.05: 5 points).
+    pub max_error_rate_increase: f64,
+    /// The trial's end-to-end p99 may be at most this multiple of the current version's.
+    pub max_p99_ratio: f64,
+    /// Generations each arm needs on this node before it is judged.
+    pub min_samples: usize,
+}
+
+/// One arm's latest generations on this node.
+#[derive(Clone, Debug, Default)]
+struct Arm {
+    /// End-to-end seconds of the latest successful ones.
+    seconds: VecDeque<f64>,
+    /// Outcomes of the latest ones, true for an error.
+    errors: VecDeque<bool>,
+}
+
+impl Arm {
+    fn record(&mut self, seconds: Option<f64>) {
+        if let Some(seconds) = seconds {
+            self.seconds.push_back(seconds);
+            if self.seconds.len() > WINDOW {
+                self.seconds.pop_front();
+            }
+        }
+        self.errors.push_back(seconds.is_none());
+        if self.errors.len() > WINDOW {
+            self.errors.pop_front();
+        }
+    }
+
+    fn error_rate(&self) -> f64 {
+        self.errors.iter().filter(|e| **e).count() as f64 / self.errors.len().max(1) as f64
+    }
+
+    fn p99(&self) -> f64 {
+        let mut sorted: Vec<f64> = self.seconds.iter().copied().collect();
+        sorted.sort_by(f64::total_cmp);
+        sorted.get(((sorted.len() as f64 - 1.0) * 0.99).round() as usize).copied().unwrap_or(0.0)
+    }
+}
+
+/// Each (model, version)'s latest generations on this node.
+#[derive(Debug, Default)]
+pub struct ArmStats {
+    arms: Mutex<HashMap<(String, u64), Arm>>,
+}
+
+impl ArmStats {
+    /// Records one generation of `model` at `version`: its end-to-end time, or `None` for an error.
+    pub fn record(&self, model: &str, version: u64, seconds: Option<f64>) {
+        let mut arms = self.arms.lock().unwrap_or_else(PoisonError::into_inner);
+        arms.entry((model.to_owned(), version)).or_default().record(seconds);
+    }
+
+    /// Why `rule` rolls back `model`'s trial of `trial` against `current`, if it does.
+    pub fn verdict(&self, rule: &CanaryRule, model: &str, current: u64, trial: u64) -> Option<String> {
+        let arms = self.arms.lock().unwrap_or_else(PoisonError::into_inner);
+        let (current, trial) =
+            (arms.get(&(model.to_owned(), current))?, arms.get(&(model.to_owned(), trial))?);
+        if current.errors.len() < rule.min_samples || trial.errors.len() < rule.min_samples {
+            return None;
+        }
+        let (before, after) = (current.error_rate(), trial.error_rate());
+        if after - before > rule.max_error_rate_increase {
+            return Some(format!("error rate {after:.3} against {before:.3}"));
+        }
+        let (before, after) = (current.p99(), trial.p99());
+        if before > 0.0 && after > rule.max_p99_ratio * before {
+            return Some(format!("end-to-end p99 {:.0} ms against {:.0} ms", after * 1e3, before * 1e3));
+        }
+        None
+    }
+
+    /// Forgets a version's generations (its trial ended).
+    fn forget(&self, model: &str, version: u64) {
+        self.arms.lock().unwrap_or_else(PoisonError::into_inner).remove(&(model.to_owned(), version));
+    }
+}
+
+/// Judges every trial once a second, rolling back those that break `rule`.
+pub async fn run(rule: CanaryRule, stats: Arc<ArmStats>, state: StateMachineStore, writer: Writer) {
+    let mut ticks = tokio::time::interval(EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        for (model, current, trial) in state.canaries() {
+            let Some(reason) = stats.verdict(&rule, &model, current, trial) else { continue };
+            tracing::warn!(%model, current, trial, %reason, "the canary broke its rule; rolling it back");
+            let command = Command::EndCanary { model: model.clone(), promote: false };
+            let id = format!("canary-rollback-{model}-{trial}");
+            match writer.write(Request { id, command }).await {
+                Ok(committed) if !matches!(committed.applied.outcome, Outcome::Rejected { .. }) => {
+                    stats.forget(&model, trial);
+                }
+                Ok(committed) => tracing::debug!(outcome = ?committed.applied.outcome, "rollback refused"),
+                Err(error) => tracing::warn!(%error, %model, "the canary's rollback was not committed"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RULE: CanaryRule =
+        CanaryRule { max_error_rate_increase: 0.05, max_p99_ratio: 1.5, min_samples: 10 };
+
+    #[test]
+    fn a_trial_is_judged_once_both_arms_have_enough_and_only_when_worse_than_the_rule() {
+        let stats = ArmStats::default();
+        for _ in 0..10 {
+            stats.record("m", 1, Some(0.100));
+        }
+        for _ in 0..9 {
+            stats.record("m", 2, Some(0.120));
+        }
+        assert_eq!(stats.verdict(&RULE, "m", 1, 2), None, "too few samples");
+        stats.record("m", 2, Some(0.140));
+        assert_eq!(stats.verdict(&RULE, "m", 1, 2), None, "within 1.5x");
+        stats.record("m", 2, Some(0.400));
+        assert!(stats.verdict(&RULE, "m", 1, 2).is_some_and(|why| why.contains("p99")));
+        let errors = ArmStats::default();
+        for i in 0..20 {
+            errors.record("m", 1, Some(0.1));
+            errors.record("m", 2, (i % 5 != 0).then_some(0.1));
+        }
+        assert!(errors.verdict(&RULE, "m", 1, 2).is_some_and(|why| why.contains("error rate")), "20% errors");
+        assert_eq!(errors.verdict(&RULE, "m", 1, 3), None, "no such arm");
+    }
+}
