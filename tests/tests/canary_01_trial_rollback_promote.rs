@@ -150,6 +150,26 @@ fn a_canary_that_breaks_its_rule_is_rolled_back_by_itself() -> anyhow::Result<()
         started.elapsed().as_secs_f64(),
         trial_answers.len()
     );
+    // One rollback in all, counted by the node that made it; both arms' generations are in `/metrics`.
+    let agent = mesh_harness::client::agent(Duration::from_secs(5));
+    let mut rollbacks = 0.0;
+    let mut arms = std::collections::BTreeSet::new();
+    for i in 0..mesh.core_nodes() {
+        let text = agent.get(format!("{}/metrics", mesh.core_url(i))).call()?.into_body().read_to_string()?;
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let value = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).unwrap_or_default();
+            if line.starts_with("mesh_core_canary_rollbacks_total") {
+                rollbacks += value;
+            }
+            if line.starts_with("mesh_core_generation_seconds_count") && value > 0.0 {
+                arms.extend(
+                    ["current", "retired"].into_iter().filter(|arm| line.contains(&format!("arm=\"{arm}\""))),
+                );
+            }
+        }
+    }
+    assert_eq!(rollbacks, 1.0, "one rollback, made once");
+    assert_eq!(arms.len(), 2, "the current version's and the rolled-back trial's generations: {arms:?}");
     let clients = [mesh.client(), mesh.regional_client(0), mesh.regional_client(1)];
     for body in &trial_answers {
         for client in &clients {

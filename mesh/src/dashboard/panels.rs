@@ -113,7 +113,8 @@ fn section(group: &'static str) -> impl Fn(&'static str, &'static str, Unit, Vec
 
 /// Every chart, in page order: one function per section.
 pub fn all() -> Vec<Panel> {
-    [where_the_time_goes(), cache_efficiency(), protection(), replication(), raft(), pods()].concat()
+    [where_the_time_goes(), cache_efficiency(), protection(), replication(), raft(), pods(), model_versions()]
+        .concat()
 }
 
 /// "Where the time goes": a miss by part, and the answer latency by answering tier.
@@ -330,6 +331,32 @@ fn pods() -> Vec<Panel> {
                 of("TTFT p99", quantile(0.99, "mesh_pod_ttft_seconds")),
                 of("TPOT p50", quantile(0.5, "mesh_pod_tpot_seconds")),
                 of("TPOT p99", quantile(0.99, "mesh_pod_tpot_seconds")),
+            ],
+        ),
+    ]
+}
+
+/// "Model versions": the current version and a version on trial (a canary) side by side, as the core
+/// nodes ran their generations.
+fn model_versions() -> Vec<Panel> {
+    let panel = section("Model versions");
+    vec![
+        panel(
+            "arm_latency",
+            "Generation time by canary arm (current, trial), p50 and p99",
+            Unit::Seconds,
+            vec![
+                by("p50", "arm", quantile(0.5, "mesh_core_generation_seconds")),
+                by("p99", "arm", quantile(0.99, "mesh_core_generation_seconds")),
+            ],
+        ),
+        panel(
+            "arm_errors",
+            "Generations and failed generations by canary arm, per second",
+            Unit::PerSecond,
+            vec![
+                by("generated", "arm", rate("mesh_core_generation_seconds_count")),
+                by("failed", "arm", rate("mesh_core_generation_errors_total")),
             ],
         ),
     ]

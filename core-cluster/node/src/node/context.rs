@@ -158,7 +158,15 @@ impl NodeContext {
     /// The metrics in OpenMetrics text format.
     pub fn render_metrics(&self) -> String {
         let raft = self.raft.metrics().borrow().clone();
-        self.metrics.render(&raft, &self.backends, self.state.sizes(), self.log.sync_stats())
+        let models = self.state.model_arms();
+        self.metrics.render(
+            &raft,
+            &self.backends,
+            self.state.sizes(),
+            self.log.sync_stats(),
+            &self.arms,
+            &models,
+        )
     }
 }
 

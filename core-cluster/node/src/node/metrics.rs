@@ -6,6 +6,7 @@ use shared::label_values;
 use shared::metrics::{Counter, Family, Histogram, MetricsText};
 
 use super::backends::Backends;
+use super::background::canary_judge::{ArmStats, ModelArms};
 use super::types::NodeId;
 use crate::node::raft::log_store::SyncStats;
 
@@ -125,8 +126,11 @@ impl Metrics {
         backends: &Backends,
         state: StateSizes,
         log: SyncStats,
+        arms: &ArmStats,
+        models: &[ModelArms],
     ) -> String {
         let text = self.requests(MetricsText::default());
+        let text = arms.exposition(text, models);
         let text = storage(text, state, log);
         let text = raft_state(text, raft);
         backend_health(text, backends).finish()

@@ -9,6 +9,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use shared::metrics::{Counter, Histogram, MetricsText};
+
 use crate::node::state_machine::StateMachineStore;
 use crate::node::types::{Command, Outcome, Request};
 use crate::node::writes::writer::Writer;
@@ -29,17 +31,44 @@ pub struct CanaryRule {
     pub min_samples: usize,
 }
 
-/// One arm's latest generations on this node.
-#[derive(Clone, Debug, Default)]
+/// A model's current version and its version on trial, if any: what labels each version's arm.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelArms {
+    /// The model.
+    pub model: String,
+    /// Its current version.
+    pub current: u64,
+    /// Its version on trial.
+    pub trial: Option<u64>,
+}
+
+/// One version's generations on this node: the latest, for the judgement, and counts since the start,
+/// for `/metrics`.
+#[derive(Debug)]
 struct Arm {
     /// End-to-end seconds of the latest successful ones.
     seconds: VecDeque<f64>,
     /// Outcomes of the latest ones, true for an error.
     errors: VecDeque<bool>,
+    /// End-to-end seconds of every successful one.
+    histogram: Histogram,
+    /// Generations that failed.
+    failed: Counter,
+}
+
+impl Default for Arm {
+    fn default() -> Self {
+        let (seconds, errors) = (VecDeque::new(), VecDeque::new());
+        Self { seconds, errors, histogram: Histogram::latency(), failed: Counter::default() }
+    }
 }
 
 impl Arm {
     fn record(&mut self, seconds: Option<f64>) {
+        match seconds {
+            Some(seconds) => self.histogram.observe(seconds),
+            None => self.failed.inc(),
+        }
         if let Some(seconds) = seconds {
             self.seconds.push_back(seconds);
             if self.seconds.len() > WINDOW {
@@ -67,6 +96,8 @@ impl Arm {
 #[derive(Debug, Default)]
 pub struct ArmStats {
     arms: Mutex<HashMap<(String, u64), Arm>>,
+    /// Trials this node rolled back by the rule.
+    pub rollbacks: Counter,
 }
 
 impl ArmStats {
@@ -95,9 +126,53 @@ impl ArmStats {
         None
     }
 
-    /// Forgets a version's generations (its trial ended).
+    /// Forgets a version's latest generations (its trial ended; its counts stay).
     fn forget(&self, model: &str, version: u64) {
-        self.arms.lock().unwrap_or_else(PoisonError::into_inner).remove(&(model.to_owned(), version));
+        if let Some(arm) =
+            self.arms.lock().unwrap_or_else(PoisonError::into_inner).get_mut(&(model.to_owned(), version))
+        {
+            arm.seconds.clear();
+            arm.errors.clear();
+        }
+    }
+
+    /// Each version's generations on this node, labelled with its model, version and arm (`current`,
+    /// `trial`, or `retired` for a version neither current nor on trial), given every model's current
+    /// version and trial (`models`): the two arms of a canary side by side.
+    pub fn exposition(&self, text: MetricsText, models: &[ModelArms]) -> MetricsText {
+        let arms = self.arms.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut sorted: Vec<_> = arms.iter().collect();
+        sorted.sort_by(|a, b| a.0.cmp(b.0));
+        sorted
+            .into_iter()
+            .fold(text, |text, ((model, version), arm)| {
+                let state = models.iter().find(|arms| &arms.model == model);
+                let role = match state {
+                    Some(arms) if arms.current == *version => "current",
+                    Some(arms) if arms.trial == Some(*version) => "trial",
+                    _ => "retired",
+                };
+                let version = version.to_string();
+                let labels = [("model", model.as_str()), ("version", version.as_str()), ("arm", role)];
+                text.histogram(
+                    "mesh_core_generation_seconds",
+                    "End-to-end time of the generations this node ran, by model, version and canary arm.",
+                    &labels,
+                    &arm.histogram,
+                )
+                .counter(
+                    "mesh_core_generation_errors_total",
+                    "Generations this node started that failed, by model, version and canary arm.",
+                    &labels,
+                    &arm.failed,
+                )
+            })
+            .counter(
+                "mesh_core_canary_rollbacks_total",
+                "Trials of a model version this node rolled back because they broke the canary rule.",
+                &[],
+                &self.rollbacks,
+            )
     }
 }
 
@@ -115,6 +190,10 @@ pub async fn run(rule: CanaryRule, stats: Arc<ArmStats>, state: StateMachineStor
             match writer.write(Request { id, command }).await {
                 Ok(committed) if !matches!(committed.applied.outcome, Outcome::Rejected { .. }) => {
                     stats.forget(&model, trial);
+                    // Another node that tripped first made the same write: counted there.
+                    if !committed.applied.duplicate {
+                        stats.rollbacks.inc();
+                    }
                 }
                 Ok(committed) => tracing::debug!(outcome = ?committed.applied.outcome, "rollback refused"),
                 Err(error) => tracing::warn!(%error, %model, "the canary's rollback was not committed"),

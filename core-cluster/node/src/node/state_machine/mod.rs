@@ -65,6 +65,7 @@ use super::records::{
     EntryHead, FeedRow, ModelState, StoredEntry, TenantState, FEED_RETENTION_MS, REQUEST_ID_RETENTION_MS,
 };
 use super::types::{Command, Entry, NodeId, ProposalResponse, StorageError, TypeConfig};
+use crate::node::background::canary_judge::ModelArms;
 use crate::node::raft::durable_log::DurableLog;
 use crate::node::raft::snapshot_file::{SnapshotDir, SnapshotFile};
 use shared::changes::Resync;
@@ -244,6 +245,13 @@ impl StateMachineStore {
     /// Every registered model and its current version, by name.
     pub fn model_versions(&self) -> Result<Vec<(String, u64)>, CoreError> {
         Ok(self.models.versions())
+    }
+
+    /// Every model's name, current version and version on trial (if any).
+    pub fn model_arms(&self) -> Vec<ModelArms> {
+        let all = self.models.all().into_iter();
+        all.map(|(model, m)| ModelArms { model, current: m.version, trial: m.canary.map(|c| c.version) })
+            .collect()
     }
 
     /// Every model with a version on trial: its name, current version and trial version.
