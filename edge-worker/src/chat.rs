@@ -48,6 +48,8 @@ struct Job {
     tenant: String,
     key: CacheKey,
     model_version: u64,
+    /// Whether it asked for `auto` (its answer carries the producing model's version).
+    auto: bool,
     /// The API it came through (the regional path it goes on to).
     api: ModelApi,
     body: Vec<u8>,
@@ -62,6 +64,7 @@ impl Job {
             key: &self.key,
             tenant: &self.tenant,
             model_version: self.model_version,
+            auto: self.auto,
             default_ttl_s: self.config.cache_ttl_s,
             now_ms,
             verifier: self.config.answer_verifier.as_ref(),
@@ -126,7 +129,9 @@ pub async fn handle(
     // are not kept anywhere).
     let fillable = normalized.sampling.n == 1 && normalized.sampling.cache_can_hold() && !normalized.echo;
     let tags = normalized.tags.clone();
-    let job = Job { model_version: normalized.model.version, config, tenant, key, api, body, caching, tags };
+    let auto = normalized.model.name == shared::auto_model::AUTO_MODEL;
+    let model_version = normalized.model.version;
+    let job = Job { model_version, auto, config, tenant, key, api, body, caching, tags };
     crate::hot_set_sync::refresh_if_due(&job.config, ctx, kv);
     crate::core_view::refresh_if_due(&job.config, ctx);
     crate::hit_report::report_if_due(&job.config, ctx);
@@ -182,6 +187,7 @@ pub async fn handle(
     let bytes = clock.upstream(upstream.bytes()).await?;
     let (etag, cache_control) = (headers.get("etag")?, headers.get("cache-control")?);
     let created = headers.get(CACHE_CREATED_HEADER)?;
+    let answered_version = headers.get(shared::MODEL_VERSION_HEADER)?;
     let matched_key = headers.get(CACHE_MATCHED_KEY_HEADER)?;
     let (entry_ttl, signature) = (headers.get(CACHE_ENTRY_TTL_HEADER)?, headers.get(CACHE_SIGNATURE_HEADER)?);
     let question = (headers.get(CACHE_QUESTION_PARTITION_HEADER)?, headers.get(CACHE_QUESTION_TEXT_HEADER)?);
@@ -196,6 +202,7 @@ pub async fn handle(
         ttl_s: entry_ttl.as_deref().and_then(|v| v.trim().parse().ok()),
         signature: signature.as_deref(),
         question: question.0.as_deref().zip(question.1.as_deref()),
+        model_version: answered_version.as_deref().and_then(|v| v.trim().parse().ok()),
         body: &bytes,
     };
     // Kept in the isolate's memory before answering, so that once a client has its answer the next
@@ -387,6 +394,11 @@ async fn fill_after_stream(job: Job, ended: futures::channel::oneshot::Receiver<
         ttl_s: entry_ttl.as_deref().and_then(|v| v.trim().parse().ok()),
         signature: signature.as_deref(),
         question: partition.as_deref().zip(text.as_deref()),
+        model_version: headers
+            .get(shared::MODEL_VERSION_HEADER)
+            .ok()
+            .flatten()
+            .and_then(|v| v.trim().parse().ok()),
         body: &bytes,
     };
     let fill = fill::entry_from_answer(&job.target(Clock::core_ms()), &answer);

@@ -35,6 +35,8 @@ pub struct RegionalAnswer<'a> {
     /// `X-Cache-Question-Partition` and `X-Cache-Question-Text` (hex): the question the signed answer
     /// names, which its signature covers.
     pub question: Option<(&'a str, &'a str)>,
+    /// `X-Model-Version`: the version of the model that answered.
+    pub model_version: Option<u64>,
     /// The JSON body of a non-streamed completion.
     pub body: &'a [u8],
 }
@@ -48,6 +50,9 @@ pub struct FillTarget<'a> {
     pub tenant: &'a str,
     /// Version of the requested model, from `MODELS`.
     pub model_version: u64,
+    /// Whether the request asked for `auto`: the answer is the chosen model's, at the version its
+    /// `X-Model-Version` names.
+    pub auto: bool,
     /// `CACHE_TTL_S`: the lifetime when the answer gives none; 0 disables the edge cache.
     pub default_ttl_s: u64,
     /// Current Unix time in milliseconds.
@@ -160,11 +165,16 @@ pub fn entry_from_answer(target: &FillTarget<'_>, answer: &RegionalAnswer<'_>) -
     } else {
         target.key.to_string()
     };
+    let model_version = match (target.auto, answer.model_version) {
+        (false, _) => target.model_version,
+        (true, Some(version)) => version,
+        (true, None) => return Err(Skip::NotCacheable(answer.x_cache.map(str::to_owned))),
+    };
     let entry = CachedCompletion {
         key,
         tenant: target.tenant.to_owned(),
         model: completion.model,
-        model_version: target.model_version,
+        model_version,
         content,
         finish_reason: completion.finish_reason,
         prompt_tokens: completion.usage.prompt_tokens,
@@ -253,7 +263,16 @@ mod tests {
 
     /// Tenant `dev`'s request for `key` at model version 3, with the default lifetime of 600 s.
     fn target<'a>(key: &'a CacheKey, now_ms: i64, verifier: Option<&'a AnswerVerifier>) -> FillTarget<'a> {
-        FillTarget { key, tenant: "dev", model_version: 3, default_ttl_s: 600, now_ms, verifier, tags: &[] }
+        FillTarget {
+            key,
+            tenant: "dev",
+            model_version: 3,
+            auto: false,
+            default_ttl_s: 600,
+            now_ms,
+            verifier,
+            tags: &[],
+        }
     }
 
     fn answer(body: &str) -> RegionalAnswer<'_> {
@@ -268,8 +287,20 @@ mod tests {
             ttl_s: None,
             signature: None,
             question: None,
+            model_version: None,
             body: body.as_bytes(),
         }
+    }
+
+    #[test]
+    fn an_auto_answer_is_kept_at_the_version_of_the_model_that_gave_it() {
+        let key = key();
+        let auto = FillTarget { auto: true, ..target(&key, 1_010_500, None) };
+        let answered = RegionalAnswer { model_version: Some(7), ..answer(BODY) };
+        assert_eq!(entry_from_answer(&auto, &answered).expect("cacheable").entry.model_version, 7);
+        assert!(entry_from_answer(&auto, &answer(BODY)).is_err(), "no version named: not kept");
+        let asked = target(&key, 1_010_500, None);
+        assert_eq!(entry_from_answer(&asked, &answered).expect("cacheable").entry.model_version, 3);
     }
 
     #[test]

@@ -73,6 +73,8 @@ pub struct Flight {
     length: watch::Sender<usize>,
     /// The model answering instead of the asked one (the core fell back), set before any item.
     fallback_model: Mutex<Option<String>>,
+    /// The model `auto` chose, set before any item.
+    auto_model: Mutex<Option<String>>,
 }
 
 /// Whether a request leads the flight for its key or follows one already in the air.
@@ -137,7 +139,12 @@ impl Default for Flight {
 impl Flight {
     /// A flight of its own, in no [`Flights`] map (for a request that must not be coalesced).
     pub fn new() -> Self {
-        Self { log: Mutex::new(Vec::new()), length: watch::channel(0).0, fallback_model: Mutex::new(None) }
+        Self {
+            log: Mutex::new(Vec::new()),
+            length: watch::channel(0).0,
+            fallback_model: Mutex::new(None),
+            auto_model: Mutex::new(None),
+        }
     }
 
     fn push(&self, item: FlightItem) {
@@ -157,6 +164,16 @@ impl Flight {
     /// The model answering instead of the asked one, if the core fell back.
     pub fn fallback_model(&self) -> Option<String> {
         self.fallback_model.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Records the model `auto` chose (before any item is published).
+    pub fn chosen_by_auto(&self, model: &str) {
+        *self.auto_model.lock().unwrap_or_else(PoisonError::into_inner) = Some(model.to_owned());
+    }
+
+    /// The model `auto` chose, if the request asked for `auto` and the core has said.
+    pub fn auto_model(&self) -> Option<String> {
+        self.auto_model.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Publishes generated text.
@@ -198,6 +215,11 @@ impl Subscription {
     /// has come).
     pub fn fallback_model(&self) -> Option<String> {
         self.flight.fallback_model()
+    }
+
+    /// The model `auto` chose (known once the first item has come).
+    pub fn auto_model(&self) -> Option<String> {
+        self.flight.auto_model()
     }
 
     /// The next item, waiting for it; `None` after the landing (or if the flight was abandoned

@@ -6,6 +6,7 @@
 //! - [`text_completion`]: the text-completion API (`/v1/completions`), normalized into the same form.
 //! - [`normalize`]: turns a request into the canonical form that is both generated and keyed.
 //! - [`cache_key`]: the versioned cache key over (tenant, model, model version, normalized request).
+//! - [`auto_model`]: `model: "auto"`: the rule that picks a model per request, and its cascade.
 //! - [`canary`]: a model's version on trial, and which requests it answers (the same at every tier).
 //! - [`cache_tags`]: the tags a request names its answer's data by, which one invalidation refuses.
 //! - [`content_class`]: content classes (realtime, volatile, default, stable), their classifier and the
@@ -34,6 +35,7 @@
 
 pub mod answer_signature;
 pub mod auth;
+pub mod auto_model;
 pub mod cache_key;
 pub mod cache_tags;
 pub mod canary;

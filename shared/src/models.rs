@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::auto_model::{auto_version, AUTO_MODEL};
 use crate::model_spec::{ModelApi, ModelSpec};
 use crate::RequestError;
 
@@ -25,6 +26,8 @@ pub struct ModelTable {
     models: Vec<ModelRef>,
     /// The registry's metadata, by model name (a model the registry has not described has none).
     specs: BTreeMap<String, ModelSpec>,
+    /// `auto`, at the version [`auto_version`] gives these models.
+    auto: ModelRef,
 }
 
 /// The model table a local mesh serves by default.
@@ -48,7 +51,7 @@ impl ModelTable {
         if models.is_empty() {
             return Err("the model table is empty".into());
         }
-        Ok(Self { models, specs: BTreeMap::new() })
+        Ok(Self::of(models, BTreeMap::new()))
     }
 
     /// A table of `models` (names lowercased); `None` when there are none.
@@ -58,7 +61,12 @@ impl ModelTable {
             .map(|m| ModelRef { name: m.name.trim().to_ascii_lowercase(), version: m.version })
             .filter(|m| !m.name.is_empty())
             .collect();
-        (!models.is_empty()).then_some(Self { models, specs: BTreeMap::new() })
+        (!models.is_empty()).then_some(Self::of(models, BTreeMap::new()))
+    }
+
+    fn of(models: Vec<ModelRef>, specs: BTreeMap<String, ModelSpec>) -> Self {
+        let auto = ModelRef { name: AUTO_MODEL.to_owned(), version: auto_version(&models) };
+        Self { models, specs, auto }
     }
 
     /// This table with `spec` as `name`'s metadata (a name it does not serve is ignored).
@@ -75,8 +83,12 @@ impl ModelTable {
         self.specs.get(name)
     }
 
-    /// Whether `name` answers `api`: what its registry entry lists, chat alone when it has none.
+    /// Whether `name` answers `api`: what its registry entry lists, chat alone when it has none; `auto`
+    /// answers what any model answers.
     pub fn serves(&self, name: &str, api: ModelApi) -> bool {
+        if name == AUTO_MODEL {
+            return self.models.iter().any(|m| self.serves(&m.name, api));
+        }
         self.spec(name).map_or(api == ModelApi::Chat, |spec| spec.serves(api))
     }
 
@@ -93,12 +105,16 @@ impl ModelTable {
         }
         let mut specs = self.specs.clone();
         specs.extend(newer.specs.iter().map(|(name, spec)| (name.clone(), spec.clone())));
-        Self { models, specs }
+        Self::of(models, specs)
     }
 
-    /// Resolves a requested model name (case-insensitive) to the served model, or a 404.
+    /// Resolves a requested model name (case-insensitive) to the served model (`auto` to itself, at
+    /// the table's [`auto_version`]), or a 404.
     pub fn resolve(&self, requested: &str) -> Result<&ModelRef, RequestError> {
         let wanted = requested.trim();
+        if wanted.eq_ignore_ascii_case(AUTO_MODEL) {
+            return Ok(&self.auto);
+        }
         self.models
             .iter()
             .find(|m| m.name.eq_ignore_ascii_case(wanted))
@@ -121,6 +137,7 @@ mod tests {
         assert_eq!(table.resolve("smollm2-135m-instruct").map(|m| m.version), Ok(3));
         assert_eq!(table.resolve("OTHER").map(|m| m.name.as_str()), Ok("other"));
         assert_eq!(table.resolve("gpt-4").map_err(|e| e.status), Err(404));
+        assert_eq!(table.resolve("Auto").map(|m| (m.name.as_str(), m.version)), Ok(("auto", 4)));
         assert!(ModelTable::parse("x").is_err());
         assert!(ModelTable::parse("x@y").is_err());
         assert!(ModelTable::parse("").is_err());

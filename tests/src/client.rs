@@ -252,6 +252,16 @@ impl ChatClient {
         self.send(path, &body.to_string(), &[])
     }
 
+    /// `POST` a JSON body to `path` with extra request headers.
+    pub fn post_json_with_headers(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<Reply> {
+        self.send(path, &body.to_string(), headers)
+    }
+
     /// `POST /v1/chat/completions` of `body` (a streamed request), reading only the first bytes of the
     /// answer before hanging up: a client that leaves a generation. The status.
     pub fn chat_and_hang_up(&self, body: &serde_json::Value) -> anyhow::Result<u16> {

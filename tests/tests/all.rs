@@ -2,6 +2,7 @@
 //! loopback ports, so `make test` runs them one at a time (`--test-threads=1`). One file's tests:
 //! `cargo test --release --workspace --test all -- regional_04` (the same package selection as `make test`, so nothing is rebuilt).
 
+mod auto_01_route_and_escalate;
 mod backends_01_openai_compatible;
 mod backends_02_fallback;
 mod backends_03_text_completions;

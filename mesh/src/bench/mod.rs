@@ -3,6 +3,8 @@
 //! as JSON. `mesh bench <suite>` runs them; each suite is one folder.
 //!
 //! # Layout
+//! - [`auto`]: `mesh bench auto`: `model: "auto"` against always-small and always-large, accuracy and
+//!   cost on labelled questions.
 //! - [`common`]: what every suite uses: load generators, the report, the scratch directory, machine
 //!   figures, ShareGPT turns.
 //! - [`core`]: `mesh bench core`: the core cluster against etcd.
@@ -16,6 +18,7 @@
 //! - [`upstream`]: `mesh bench upstream`: the mesh in front of `llama-server` against it alone; `mesh
 //!   bench routing`: routing by predicted time against round robin over the pod and `llama-server`.
 
+pub mod auto;
 pub mod common;
 pub mod core;
 pub mod e2e;

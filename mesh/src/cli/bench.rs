@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
+use crate::bench::auto::suite::AutoBenchOptions;
 use crate::bench::propagation::suite::PropagationOptions;
 use crate::bench::tenants::suite::TenantsBenchOptions;
 use crate::bench::tls::suite::TlsBenchOptions;
@@ -48,6 +49,10 @@ pub enum BenchSuite {
     /// One model on the inference pod and `llama-server`: routing by predicted time against round
     /// robin, requests per second and end-to-end p99 at each concurrency step, caching off.
     Routing(SuiteArgs<RoutingBenchOptions>),
+    /// `model: "auto"` (SmolLM2 first, Gemma 3 270M when unsure) against always-SmolLM2 and
+    /// always-Gemma on labelled questions: the confidence bar learned on a calibration half, then
+    /// accuracy and cost per question on a frozen test half.
+    Auto(SuiteArgs<AutoBenchOptions>),
 }
 
 /// One suite's command line: its options, then where to write its figures as JSON.
@@ -75,6 +80,7 @@ impl BenchSuite {
             Self::Propagation(args) => printed(&args, bench::propagation::suite::run),
             Self::Upstream(args) => printed(&args, bench::upstream::suite::run),
             Self::Routing(args) => printed(&args, bench::upstream::routing::run),
+            Self::Auto(args) => printed(&args, bench::auto::suite::run),
         }
     }
 }

@@ -173,7 +173,8 @@ impl Reply<'_> {
     fn headers(&self, outcome: &Outcome, coalesced: bool) -> HeaderMap {
         let mut headers =
             cache_headers(outcome.x_cache, self.key, &outcome.timing, self.class, Some(&outcome.entry));
-        if outcome.entry.model != self.model {
+        // `auto` is answered by the model the core chose, under the auto key: not a fallback.
+        if outcome.entry.model != self.model && self.model != shared::auto_model::AUTO_MODEL {
             mark_fallback(&mut headers, &outcome.entry.model);
         }
         if let Some(hit) = &outcome.semantic {
@@ -221,8 +222,8 @@ impl Reply<'_> {
         };
         // The core says so before anything else when the fallback model answers.
         let fallback = subscription.fallback_model();
-        let head = match &fallback {
-            Some(model) => StreamStart { model: model.clone(), ..head },
+        let head = match fallback.clone().or_else(|| subscription.auto_model()) {
+            Some(model) => StreamStart { model, ..head },
             None => head,
         };
         let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);

@@ -155,6 +155,10 @@ impl FlightTask {
                         return Err(RegionalError::Request(left));
                     }
                 }
+                Some(Event::AutoChosen(chosen)) => {
+                    tracing::info!(trace_id = %admitted.trace.trace_id(), model = %chosen.model, version = chosen.model_version, "auto chose the model");
+                    self.flight.chosen_by_auto(&chosen.model);
+                }
                 Some(Event::Fallback(fallback)) => {
                     tracing::warn!(trace_id = %admitted.trace.trace_id(), model = %admitted.request.model.name, fallback = %fallback.model, reason = %fallback.reason, "the core answers with the fallback model");
                     path.metrics.fallbacks.inc();

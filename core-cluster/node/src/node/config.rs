@@ -13,6 +13,7 @@ use super::backends::settings::parse_fallback;
 use super::backends::{FallbackPolicy, OpenAiBackendSpec, OpenAiTimeouts, Routing};
 use super::background::canary_judge::CanaryRule;
 use super::error::CoreError;
+use super::services::auto_model::AutoPolicy;
 use super::types::NodeId;
 use crate::node::writes::validate;
 use daemon_runtime::{IdentityArgs, TierIdentity};
@@ -139,6 +140,22 @@ pub struct NodeArgs {
     /// Generations each version needs on this node (of the latest 256) before the rule is applied.
     #[arg(long, env = "MESH_CORE_CANARY_MIN_SAMPLES", default_value_t = 50)]
     pub canary_min_samples: usize,
+    /// `model: "auto"` chooses among these models, cheapest first, comma-separated; empty: every
+    /// registered model that serves the request's API, ordered by the registry's output price.
+    #[arg(long, env = "MESH_CORE_AUTO_MODELS", value_delimiter = ',')]
+    pub auto_models: Vec<String>,
+    /// An auto rung's answer is taken when its confidence (the geometric mean of its tokens'
+    /// probabilities, 0 to 1) is at least this; below, the next rung answers. `mesh bench auto` learns
+    /// it from labelled questions.
+    #[arg(long, env = "MESH_CORE_AUTO_MIN_CONFIDENCE", default_value_t = 0.5)]
+    pub auto_min_confidence: f32,
+    /// Tenants with a confidence bar of their own, `TENANT=CONFIDENCE`, comma-separated.
+    #[arg(long, env = "MESH_CORE_AUTO_TENANT_MIN_CONFIDENCE", value_delimiter = ',')]
+    pub auto_tenant_min_confidence: Vec<String>,
+    /// The most one auto request of a tenant may cost, `TENANT=MICRO_USD` (its prompt and `max_tokens`
+    /// at the registry's prices), comma-separated; auto never sends a request to a model over it.
+    #[arg(long, env = "MESH_CORE_AUTO_BUDGETS", value_delimiter = ',')]
+    pub auto_budgets: Vec<String>,
     /// TOML file with any of these settings, one key per flag (`--cache-bytes` is `cache_bytes`); the
     /// command line and the environment variables override it.
     #[arg(long, env = "MESH_CORE_CONFIG")]
@@ -192,6 +209,14 @@ impl NodeArgs {
                 max_error_rate_increase: self.canary_max_error_rate_increase,
                 max_p99_ratio: self.canary_max_p99_ratio,
                 min_samples: self.canary_min_samples.max(1),
+            },
+            auto: AutoPolicy {
+                models: self.auto_models.iter().map(|m| m.trim().to_ascii_lowercase()).collect(),
+                min_confidence: self.auto_min_confidence,
+                tenant_min_confidence: AutoPolicy::parse_confidences(&self.auto_tenant_min_confidence)
+                    .map_err(|e| CoreError::Config(format!("--auto-tenant-min-confidence: {e}")))?,
+                budgets: AutoPolicy::parse_budgets(&self.auto_budgets)
+                    .map_err(|e| CoreError::Config(format!("--auto-budgets: {e}")))?,
             },
         };
         config.validate()?;
@@ -250,6 +275,8 @@ pub struct NodeConfig {
     pub commit_timeout: Duration,
     /// When a model's version on trial is rolled back by itself.
     pub canary_rule: CanaryRule,
+    /// How `model: "auto"` chooses.
+    pub auto: AutoPolicy,
 }
 
 impl NodeConfig {
@@ -265,6 +292,9 @@ impl NodeConfig {
         // is refused here instead, or seeding would retry it forever.
         for model in &self.models {
             validate::name("model", &model.name).map_err(|e| CoreError::Config(format!("--models: {e}")))?;
+            if model.name == shared::auto_model::AUTO_MODEL {
+                return Err(CoreError::Config("--models: `auto` is the mesh's choice, not a model".into()));
+            }
             if model.version == 0 {
                 return Err(CoreError::Config(format!(
                     "--models: {} must have a version of at least 1",
@@ -279,6 +309,9 @@ impl NodeConfig {
             if !(pod.starts_with("http://") || pod.starts_with("https://")) {
                 return Err(CoreError::Config(format!("pod {pod:?} must be an http:// URL")));
             }
+        }
+        if !(0.0..=1.0).contains(&self.auto.min_confidence) {
+            return Err(CoreError::Config("--auto-min-confidence must be between 0 and 1".into()));
         }
         let r = &self.raft;
         if r.heartbeat_ms == 0

@@ -60,6 +60,8 @@ pub struct NodeContext {
     pub answer_signer: Option<AnswerSigner>,
     /// Each model version's latest generations here, which the canary's judge compares.
     pub arms: Arc<crate::node::background::canary_judge::ArmStats>,
+    /// How `model: "auto"` chooses.
+    pub auto: crate::node::services::auto_model::AutoPolicy,
 }
 
 /// The question `entry` answers in its semantic partition, derived from the request it was generated

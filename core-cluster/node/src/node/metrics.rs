@@ -7,8 +7,11 @@ use shared::metrics::{Counter, Family, Histogram, MetricsText};
 
 use super::backends::Backends;
 use super::background::canary_judge::{ArmStats, ModelArms};
+use super::services::auto_model::Decision;
 use super::types::NodeId;
 use crate::node::raft::log_store::SyncStats;
+use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError};
 
 /// Bucket bounds of the group-commit batch size.
 const BATCH_BOUNDS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
@@ -74,6 +77,8 @@ pub struct Metrics {
     pub clamped_stamps: Counter,
     /// Time from a `Complete` call to its `Done` event (or error), in seconds.
     pub complete_seconds: Histogram,
+    /// `model: "auto"` generations, by the model that answered and how many rungs it climbed.
+    pub auto_answers: Mutex<BTreeMap<(String, usize), u64>>,
 }
 
 impl Default for Metrics {
@@ -92,6 +97,7 @@ impl Default for Metrics {
             commit_seconds: Histogram::latency(),
             clamped_stamps: Counter::default(),
             complete_seconds: Histogram::latency(),
+            auto_answers: Mutex::default(),
         }
     }
 }
@@ -129,11 +135,31 @@ impl Metrics {
         arms: &ArmStats,
         models: &[ModelArms],
     ) -> String {
-        let text = self.requests(MetricsText::default());
+        let text = self.auto(self.requests(MetricsText::default()));
         let text = arms.exposition(text, models);
         let text = storage(text, state, log);
         let text = raft_state(text, raft);
         backend_health(text, backends).finish()
+    }
+
+    /// Counts one `model: "auto"` generation.
+    pub fn record_auto(&self, decision: &Decision) {
+        let mut answers = self.auto_answers.lock().unwrap_or_else(PoisonError::into_inner);
+        *answers.entry((decision.answered_by.clone(), decision.escalations.len())).or_default() += 1;
+    }
+
+    /// `model: "auto"` generations by answering model and escalations.
+    fn auto(&self, mut text: MetricsText) -> MetricsText {
+        let answers = self.auto_answers.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        for ((model, escalations), count) in answers {
+            text = text.count(
+                "mesh_core_auto_generations_total",
+                "model: auto generations, by the model that answered and the rungs it climbed past (escalations).",
+                &[("model", &model), ("escalations", &escalations.to_string())],
+                count,
+            );
+        }
+        text
     }
 
     /// Requests served, cache results, commits and refreshes.

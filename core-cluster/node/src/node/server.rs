@@ -140,6 +140,7 @@ pub async fn run(
         metrics: metrics.clone(),
         answer_signer: config.answer_signer.clone(),
         arms: arms.clone(),
+        auto: config.auto.clone(),
     });
     let snapshots = snapshot_trigger::run(
         config.id,

@@ -83,6 +83,7 @@ impl Cluster {
                 max_p99_ratio: 1.5,
                 min_samples: 50,
             },
+            auto: Default::default(),
         }
     }
 
@@ -187,7 +188,12 @@ async fn complete(addr: SocketAddr, request: CompleteRequest) -> Result<(String,
         match event.event {
             Some(complete_event::Event::Delta(d)) => streamed.push_str(&d.text),
             Some(complete_event::Event::Done(done)) => return Ok((streamed, done)),
-            Some(complete_event::Event::ChoiceDone(_) | complete_event::Event::Fallback(_)) | None => {}
+            Some(
+                complete_event::Event::ChoiceDone(_)
+                | complete_event::Event::Fallback(_)
+                | complete_event::Event::AutoChosen(_),
+            )
+            | None => {}
         }
     }
     Err(Status::internal("stream ended without Done"))

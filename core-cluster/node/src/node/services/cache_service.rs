@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 
 use proto::cache::core_cache_server::CoreCache;
 use proto::cache::{
-    complete_event, CompleteDone, CompleteEvent, CompleteRequest, FallbackStarted, LookupReply,
+    complete_event, AutoChosen, CompleteDone, CompleteEvent, CompleteRequest, FallbackStarted, LookupReply,
     LookupRequest, ModelsReply, ModelsRequest, ServedModel, WatchEvent, WatchRequest,
 };
 use proto::convert::GeneratedEntry;
 use proto::inference::{generate_event, GenerateDone, GenerateRequest, Timings};
+use shared::auto_model::AUTO_MODEL;
 use shared::completion::CachedCompletion;
 use shared::models::ModelRef;
 use tokio::sync::mpsc;
@@ -21,11 +22,12 @@ use tonic::{Code, Request, Response, Status};
 use tracing::Instrument;
 
 use crate::node::backends::{self, EventStream};
+use crate::node::background::canary_judge::Generated;
 use crate::node::context::NodeContext;
 use crate::node::convert;
 use crate::node::error::CoreError;
-use crate::node::services::change_feed;
 use crate::node::services::fallback::{self, Generating, Start};
+use crate::node::services::{auto_model, change_feed};
 use crate::node::state_machine::now_ms;
 use crate::node::types::{self, Command, Outcome, Prompt};
 use crate::node::writes::validate;
@@ -213,7 +215,12 @@ impl CoreCache for CacheService {
         }
         // A version this node knows to be old is refused before anything is generated: the commit would
         // refuse it anyway, after the pod's work and the caller's stream.
-        if let Some(current) = self.node.state.model_version(&input.generate.model)? {
+        let auto = input.generate.model == AUTO_MODEL;
+        let current = match auto {
+            true => Some(auto_model::current_version(&self.node)?),
+            false => self.node.state.model_version(&input.generate.model)?,
+        };
+        if let Some(current) = current {
             if input.model_version < current {
                 metrics.complete_errors.inc();
                 return Err(Status::failed_precondition(format!(
@@ -231,7 +238,9 @@ impl CoreCache for CacheService {
                 .read(&input.key, &input.generate.tenant)?
                 .map(|s| self.node.signed(s.entry, s.prompt.as_ref())),
         };
-        if let Some(entry) = cached.filter(|e| e.model_version == input.model_version) {
+        // An auto answer carries the version of the model that produced it (whose cutoffs the read
+        // applied); the auto key itself moves with every model's version.
+        if let Some(entry) = cached.filter(|e| auto || e.model_version == input.model_version) {
             self.node.hits.record(&input.key);
             metrics.completions.get(CacheResult::Hit).inc();
             let (tx, rx) = mpsc::channel(1);
@@ -245,7 +254,23 @@ impl CoreCache for CacheService {
 
         tracing::info!("generating on a model backend");
         let (model, version) = (input.generate.model.clone(), input.model_version);
-        let generating = match fallback::start(&self.node, input, &trace).await {
+        let started_generation = match auto {
+            true => auto_model::start(&self.node, input, &trace, BACKEND_IDLE_TIMEOUT).await.map(
+                |(g, decision)| {
+                    self.node.metrics.record_auto(&decision);
+                    tracing::info!(
+                        answered_by = %decision.answered_by,
+                        complexity = decision.plan.complexity,
+                        reason = decision.plan.reason,
+                        escalations = ?decision.escalations,
+                        "auto chose a model"
+                    );
+                    Start::Generating(g)
+                },
+            ),
+            false => fallback::start(&self.node, input, &trace).await,
+        };
+        let generating = match started_generation {
             Ok(Start::Generating(generating)) => generating,
             Ok(Start::Stored { entry, fallback }) => {
                 let (tx, rx) = mpsc::channel(2);
@@ -269,6 +294,12 @@ impl CoreCache for CacheService {
             // The channel is new and has room: this send cannot fail.
             let _ = tx.try_send(Ok(fallback_event(fallback)));
         }
+        if auto {
+            // The model auto chose, before its first delta (the channel has room: this cannot fail).
+            let chosen =
+                AutoChosen { model: input.generate.model.clone(), model_version: input.model_version };
+            let _ = tx.try_send(Ok(CompleteEvent { event: Some(complete_event::Event::AutoChosen(chosen)) }));
+        }
         // Generation and commit run on their own task; a caller who hangs up before `Done` stops the
         // generation (at the backend too) and nothing is committed: nobody holds admission for it any
         // more, so finishing it would let a tenant fill the pods by asking and hanging up.
@@ -291,12 +322,20 @@ async fn run_completion(
     tx: mpsc::Sender<Result<CompleteEvent, Status>>,
     started: Instant,
 ) {
-    let result = generate_and_commit(&node, &input, stream, &tx).await;
+    let mut first_text = None;
+    let result = generate_and_commit(&node, &input, stream, &tx, (started, &mut first_text)).await;
     node.metrics.complete_seconds.observe(started.elapsed().as_secs_f64());
     // Each version's generations, for the canary's judge (a caller that hung up judges nothing).
     let (model, version) = (&input.generate.model, input.model_version);
     match &result {
-        Ok(_) => node.arms.record(model, version, Some(started.elapsed().as_secs_f64())),
+        Ok(done) => {
+            let generated = Generated {
+                seconds: started.elapsed().as_secs_f64(),
+                ttft_seconds: first_text.map(|d: Duration| d.as_secs_f64()),
+                output_tokens: done.entry.as_ref().map_or(0, |e| u64::from(e.completion_tokens)),
+            };
+            node.arms.record(model, version, Some(generated))
+        }
         Err(_) if tx.is_closed() => {}
         Err(_) => node.arms.record(model, version, None),
     }
@@ -327,6 +366,7 @@ async fn generate_and_commit(
     input: &CompleteInput,
     mut stream: EventStream,
     tx: &mpsc::Sender<Result<CompleteEvent, Status>>,
+    (started, first_text): (Instant, &mut Option<Duration>),
 ) -> Result<CompleteDone, CoreError> {
     let mut content = String::new();
     let finished: GenerateDone = loop {
@@ -352,6 +392,9 @@ async fn generate_and_commit(
                 // which are never stored).
                 if delta.index == 0 {
                     content.push_str(&delta.text);
+                }
+                if first_text.is_none() && !delta.text.is_empty() {
+                    *first_text = Some(started.elapsed());
                 }
                 complete_event::Event::Delta(delta)
             }

@@ -78,6 +78,9 @@ pub fn request(request: &Request) -> Result<(), CoreError> {
         Command::EndCanary { model, .. } => name("model", model),
         Command::RegisterModel { model, version, spec } => {
             name("model", model)?;
+            if model.eq_ignore_ascii_case(shared::auto_model::AUTO_MODEL) {
+                return Err(invalid("`auto` names the mesh's choice of model; it cannot be registered"));
+            }
             match spec {
                 Some(spec) => spec.clone().validated().map(drop).map_err(|e| invalid(&e)),
                 None => at_least_one("version", *version),
@@ -256,6 +259,7 @@ mod tests {
             assert!(refused(Command::Invalidate { scope }), "{tag:?}");
         }
         assert!(refused(Command::RegisterModel { model: "m".into(), version: 0, spec: None }));
+        assert!(refused(Command::RegisterModel { model: "Auto".into(), version: 1, spec: None }));
         let pool = "pod=http://p".parse().expect("valid backend");
         let twice = shared::model_spec::ModelSpec { backends: vec![pool; 2], ..Default::default() };
         assert!(refused(Command::RegisterModel { model: "m".into(), version: 1, spec: Some(twice) }));
