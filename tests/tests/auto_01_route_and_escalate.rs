@@ -96,6 +96,19 @@ fn auto_picks_by_complexity_escalates_when_unsure_and_caches_under_the_answering
         ],
     )?;
     let edge = mesh.client();
+    // Every tier derives the auto key from the models it knows: wait until the edge and the regional
+    // node know big-model (a tier behind derives another key, and the edge keeps no answer whose key
+    // the regional node derived otherwise).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // (A request naming a model a tier does not know makes it pull the core's view at once; asking
+    // only-if-cached generates nothing.)
+    let names_big = json!({"model": BIG, "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]});
+    for tier in [&edge, &mesh.regional_client(0)] {
+        while tier.chat_only_if_cached(&names_big)?.status == 404 {
+            anyhow::ensure!(Instant::now() < deadline, "a tier never learned {BIG}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
 
     // A short factual question starts on the cheapest model; its answer is not confident enough, so
     // big-model answers (the core waits for its pool to be reconciled first).
@@ -118,7 +131,15 @@ fn auto_picks_by_complexity_escalates_when_unsure_and_caches_under_the_answering
     // edge, naming the model that gave it.
     let again = edge.chat(&simple)?;
     assert_eq!(again.status, 200, "{}", again.body);
-    assert_eq!(again.header("x-cache"), Some("HIT-EDGE"), "{}", again.body);
+    let models_at = |client: &ChatClient| client.get("/v1/models").map(|r| r.body).unwrap_or_default();
+    assert_eq!(
+        again.header("x-cache"),
+        Some("HIT-EDGE"),
+        "{}\nedge models: {}\nregional models: {}",
+        again.body,
+        models_at(&edge),
+        models_at(&mesh.regional_client(0))
+    );
     assert_eq!(
         (again.json()["model"].clone(), again.content().unwrap_or_default()),
         (json!(BIG), answer.clone())
