@@ -71,13 +71,21 @@ pub struct PoolBackend {
     /// A PEM CA file on each core host trusted for `https://` instead of the system's roots.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub ca_file: String,
+    /// The model version it serves (a canary's trial on new weights); 0: every version that has no
+    /// backends of its own.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub version: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl std::str::FromStr for PoolBackend {
     type Err = String;
 
-    /// `KIND=URL[;capacity=N][;upstream_model=NAME][;key_file=PATH][;ca=PATH]`, `KIND` being `pod` or
-    /// `openai`.
+    /// `KIND=URL[;capacity=N][;upstream_model=NAME][;key_file=PATH][;ca=PATH][;version=V]`, `KIND` being
+    /// `pod` or `openai`.
     fn from_str(s: &str) -> Result<Self, String> {
         let mut parts = s.split(';').map(str::trim);
         let head = parts.next().unwrap_or_default();
@@ -94,6 +102,7 @@ impl std::str::FromStr for PoolBackend {
             upstream_model: String::new(),
             key_file: String::new(),
             ca_file: String::new(),
+            version: 0,
         };
         for option in parts.filter(|p| !p.is_empty()) {
             let (name, value) = option
@@ -108,6 +117,10 @@ impl std::str::FromStr for PoolBackend {
                 "upstream_model" => backend.upstream_model = value,
                 "key_file" => backend.key_file = value,
                 "ca" => backend.ca_file = value,
+                "version" => {
+                    backend.version =
+                        value.parse().map_err(|_| format!("backend {s:?}: version is not an integer"))?
+                }
                 other => return Err(format!("backend {s:?}: unknown option {other:?}")),
             }
         }
@@ -244,7 +257,9 @@ mod tests {
         assert_eq!((backend.url.as_str(), backend.capacity), ("https://api.example/v1", 8));
         assert_eq!((backend.upstream_model.as_str(), backend.key_file.as_str()), ("gpt", "/k"));
         let pod: PoolBackend = "pod=http://127.0.0.1:7301".parse().expect("valid");
-        assert_eq!((pod.kind, pod.capacity), (PoolBackendKind::Pod, 0));
+        assert_eq!((pod.kind, pod.capacity, pod.version), (PoolBackendKind::Pod, 0, 0));
+        let trial: PoolBackend = "pod=http://127.0.0.1:7302;version=3".parse().expect("valid");
+        assert_eq!(trial.version, 3);
         for bad in [
             "grpc=http://x",
             "pod=ftp://x",
@@ -252,6 +267,7 @@ mod tests {
             "pod=http://x;capacity=lots",
             "pod=http://x;key_file=/k",
             "openai=http://x;colour=red",
+            "pod=http://x;version=next",
         ] {
             assert!(bad.parse::<PoolBackend>().is_err(), "{bad}");
         }

@@ -184,3 +184,76 @@ fn a_canary_that_breaks_its_rule_is_rolled_back_by_itself() -> anyhow::Result<()
     }
     Ok(())
 }
+
+/// A trial on weights of its own: the model's pool lists a backend pinned to version 2 (the pod reached
+/// as an OpenAI-compatible server stands in for the new weights), so the trial's generations go there and
+/// the current version's stay on the pod over gRPC. Each arm's time to first token and tokens show in
+/// `/metrics`.
+#[test]
+fn a_trial_on_backends_of_its_own_is_generated_there_only() -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("mesh-test-canary-pool-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mesh =
+        Mesh::start(MeshSpec { core_nodes: 1, regional_nodes: 1, edge: false, ..MeshSpec::local(&dir) })?;
+    let trial_backend = format!("{}/v1", mesh.pod_url());
+    let pool = format!("openai={trial_backend};upstream_model={MODEL};version=2");
+    propagation::admin(&mesh, &["register-model", "--model", MODEL, "--backend", &pool])?;
+    let agent = mesh_harness::client::agent(Duration::from_secs(5));
+    let metrics = || -> anyhow::Result<String> {
+        Ok(agent.get(format!("{}/metrics", mesh.core_url(0))).call()?.into_body().read_to_string()?)
+    };
+    // The core connects a pool's backends on its next reconciliation; the trial starts after that, as an
+    // operator would start it once the new weights are up.
+    let listed = format!("mesh_core_pod_healthy{{pod=\"{trial_backend}\"}}");
+    poll_every(
+        Duration::from_millis(200),
+        Duration::from_secs(30),
+        "the trial's backend in the pool",
+        || Ok(metrics()?.contains(&listed).then_some(())),
+    )?;
+    propagation::admin(&mesh, &["bump-model", "--model", MODEL, "--canary", "50"])?;
+    let sent_to = |text: &str, backend: &str| -> f64 {
+        let series = format!("mesh_core_pod_generate_total{{pod=\"{backend}\"}} ");
+        text.lines().find_map(|l| l.strip_prefix(&series)).and_then(|v| v.trim().parse().ok()).unwrap_or(0.0)
+    };
+    let regional = mesh.regional_client(0);
+    let mut versions = Vec::new();
+    poll_every(Duration::from_millis(200), Duration::from_secs(30), "answers from both arms", || {
+        versions.clear();
+        for i in 0..12 {
+            let reply =
+                regional.chat_with_headers(&question(20, i), &[("cache-control", "no-store, no-cache")])?;
+            if reply.status == 200 {
+                versions.push(version_of(&reply));
+            }
+        }
+        Ok((versions.len() == 12 && versions.contains(&2) && versions.contains(&1)).then_some(()))
+    })?;
+    let text = metrics()?;
+    let (on_trial, on_current) =
+        (versions.iter().filter(|v| **v == 2).count(), versions.iter().filter(|v| **v == 1).count());
+    println!("{on_trial} of 12 on the trial's backend, {on_current} on the pod");
+    assert!(sent_to(&text, &trial_backend) >= on_trial as f64, "the trial's answers came from its backend");
+    let pod = mesh.pod_url();
+    let before = sent_to(&text, &pod);
+    // One more round: the pod over gRPC takes exactly the current version's generations.
+    let mut current_now = 0;
+    for i in 0..12 {
+        let reply =
+            regional.chat_with_headers(&question(21, i), &[("cache-control", "no-store, no-cache")])?;
+        anyhow::ensure!(reply.status == 200, "{}", reply.body);
+        current_now += usize::from(version_of(&reply) == 1);
+    }
+    assert_eq!(sent_to(&metrics()?, &pod), before + current_now as f64, "no trial generation on the pod");
+    let text = metrics()?;
+    for arm in ["current", "trial"] {
+        let ttft = text.lines().any(|l| {
+            l.starts_with("mesh_core_generation_ttft_seconds_count") && l.contains(&format!("arm=\"{arm}\""))
+        });
+        let tokens = text.lines().any(|l| {
+            l.starts_with("mesh_core_generation_output_tokens_total") && l.contains(&format!("arm=\"{arm}\""))
+        });
+        assert!(ttft && tokens, "the {arm} arm's TTFT and tokens are in /metrics");
+    }
+    Ok(())
+}

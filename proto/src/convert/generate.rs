@@ -26,6 +26,7 @@ impl GenerateRequest {
             sampling: Some((&request.sampling).into()),
             raw_prompt: request.api == ModelApi::Completions,
             tags: request.tags.clone(),
+            model_version: request.model.version,
             ..Default::default()
         }
     }

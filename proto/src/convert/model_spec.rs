@@ -29,6 +29,7 @@ impl From<&PoolBackend> for cache::PoolBackend {
             upstream_model: backend.upstream_model.clone(),
             key_file: backend.key_file.clone(),
             ca_file: backend.ca_file.clone(),
+            version: backend.version,
         }
     }
 }
@@ -67,6 +68,7 @@ impl TryFrom<cache::PoolBackend> for PoolBackend {
             upstream_model: wire.upstream_model,
             key_file: wire.key_file,
             ca_file: wire.ca_file,
+            version: wire.version,
         };
         backend.validate()?;
         Ok(backend)

@@ -133,6 +133,7 @@ impl PodClient {
             speculative: request.speculative,
             raw_prompt: false,
             tags: Vec::new(),
+            model_version: 0,
         }
     }
 }

@@ -46,6 +46,8 @@ pub struct Backend {
     in_flight: Arc<InFlightCounts>,
     /// The model a registry pool gave it; a backend of the flags serves what it says it serves.
     pinned_model: Option<String>,
+    /// The model version a registry pool pinned it to (0: every version without backends of its own).
+    pinned_version: u64,
     /// Generations this node sends it at once before it counts as short of room (0: no limit).
     capacity: u32,
 }
@@ -117,6 +119,7 @@ impl Backend {
             failures: Counter::default(),
             in_flight: Arc::default(),
             pinned_model: None,
+            pinned_version: 0,
             capacity: 0,
         }
     }
@@ -124,6 +127,24 @@ impl Backend {
     /// The same backend serving `model` only, taking `capacity` generations at once (0: no limit).
     pub fn pinned(self, model: &str, capacity: u32) -> Self {
         Self { pinned_model: Some(model.to_owned()), capacity, ..self }
+    }
+
+    /// The same backend serving `version` of its model only (0: every version without backends of its
+    /// own).
+    pub fn for_version(self, version: u64) -> Self {
+        Self { pinned_version: version, ..self }
+    }
+
+    /// The model version it is pinned to (0: none).
+    pub fn pinned_version(&self) -> u64 {
+        self.pinned_version
+    }
+
+    /// Whether a registry pool pinned it to `model` and `version`.
+    pub fn pinned_to(&self, model: &str, version: u64) -> bool {
+        version != 0
+            && self.pinned_version == version
+            && self.pinned_model.as_deref().is_some_and(|pinned| pinned.eq_ignore_ascii_case(model))
     }
 
     /// Whether a registry pool pinned it to a model other than `model`.

@@ -188,9 +188,18 @@ impl Backends {
         };
         let all = self.all();
         let count = all.len().max(1);
+        // A version with backends of its own (a canary's trial on new weights) goes to those only;
+        // any other version to the backends pinned to no version.
+        let version = request.model_version;
+        let own_backends = all.iter().any(|b| b.pinned_to(&request.model, version));
+        let fits = |b: &Backend| match own_backends {
+            true => b.pinned_version() == version,
+            false => b.pinned_version() == 0,
+        };
         let mut ranked: Vec<(bool, (bool, u64), &Arc<Backend>)> = all
             .iter()
             .enumerate()
+            .filter(|(_, b)| fits(b))
             .filter_map(|(i, b)| {
                 let (short, finish) = b.standing(request, own)?;
                 let place = match self.routing {
@@ -290,6 +299,21 @@ mod tests {
         backends.all()[1].rates().observe(&done(90));
         let own = prediction::predicted_work(&request());
         assert_eq!(urls(&backends.ranked(&request(), own)), ["2", "1"]);
+    }
+
+    #[test]
+    fn a_version_with_backends_of_its_own_goes_to_them_only() {
+        let backends = backends(Routing::RoundRobin, &["m"]);
+        let pool = |version: &str| -> ModelSpec {
+            let backend = format!("openai=http://127.0.0.1:7/v1;version={version}");
+            ModelSpec { backends: vec![backend.parse().expect("valid")], ..ModelSpec::default() }
+        };
+        backends.set_pools(&[("m".to_owned(), pool("2"))]);
+        let at = |version: u64| GenerateRequest { model_version: version, ..request() };
+        let own = Work::default();
+        assert_eq!(urls(&backends.ranked(&at(2), own)), ["7"], "the trial's weights");
+        assert_eq!(urls(&backends.ranked(&at(1), own)), ["1"], "the current version's");
+        assert_eq!(urls(&backends.ranked(&at(3), own)), ["1"], "a version without backends of its own");
     }
 
     #[test]

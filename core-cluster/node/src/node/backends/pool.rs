@@ -49,7 +49,7 @@ impl PoolConnector {
                 BackendKind::OpenAi(OpenAiClient::new(&spec, self.timeouts)?)
             }
         };
-        Ok(Backend::new(&entry.url, kind).pinned(model, entry.capacity))
+        Ok(Backend::new(&entry.url, kind).pinned(model, entry.capacity).for_version(entry.version))
     }
 
     /// The pool backends `specs` list, reusing those of `current` that stay; `None` when nothing

@@ -140,7 +140,11 @@ pub async fn start(
     let last = plan.rungs.len() - 1;
     for (i, model) in plan.rungs.iter().enumerate() {
         let rung = CompleteInput {
-            generate: GenerateRequest { model: model.name.clone(), ..input.generate.clone() },
+            generate: GenerateRequest {
+                model: model.name.clone(),
+                model_version: model.version,
+                ..input.generate.clone()
+            },
             model_version: model.version,
             ..input.clone()
         };

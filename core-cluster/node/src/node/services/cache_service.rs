@@ -74,8 +74,11 @@ pub struct CompleteInput {
 
 fn validate_complete(request: CompleteRequest) -> Result<CompleteInput, CoreError> {
     validate::key(&request.key)?;
-    let generate =
+    let mut generate =
         request.generate.ok_or_else(|| CoreError::InvalidArgument("generate is missing".into()))?;
+    // The version routes to the backends pinned to it: the one the key is derived at, whatever the caller
+    // wrote there.
+    generate.model_version = request.model_version;
     validate::name("tenant", &generate.tenant)?;
     validate::name("model", &generate.model)?;
     if generate.messages.is_empty() {

@@ -114,7 +114,11 @@ fn fallback_input(
     let version = node.state.model_version(fallback_model)?.ok_or_else(|| {
         CoreError::NoBackend(format!("the fallback model {fallback_model:?} is not registered"))
     })?;
-    let generate = GenerateRequest { model: fallback_model.to_owned(), ..input.generate.clone() };
+    let generate = GenerateRequest {
+        model: fallback_model.to_owned(),
+        model_version: version,
+        ..input.generate.clone()
+    };
     let key = fallback_key(&generate, version)?;
     Ok(CompleteInput { key, model_version: version, generate, ..input.clone() })
 }
