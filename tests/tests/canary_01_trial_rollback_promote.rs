@@ -193,8 +193,13 @@ fn a_canary_that_breaks_its_rule_is_rolled_back_by_itself() -> anyhow::Result<()
 fn a_trial_on_backends_of_its_own_is_generated_there_only() -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("mesh-test-canary-pool-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mesh =
-        Mesh::start(MeshSpec { core_nodes: 1, regional_nodes: 1, edge: false, ..MeshSpec::local(&dir) })?;
+    let mesh = Mesh::start(MeshSpec {
+        core_nodes: 1,
+        regional_nodes: 1,
+        edge: false,
+        core_args: vec!["--canary-audit-percent".into(), "100".into()],
+        ..MeshSpec::local(&dir)
+    })?;
     let trial_backend = format!("{}/v1", mesh.pod_url());
     let pool = format!("openai={trial_backend};upstream_model={MODEL};version=2");
     propagation::admin(&mesh, &["register-model", "--model", MODEL, "--backend", &pool])?;
@@ -217,35 +222,57 @@ fn a_trial_on_backends_of_its_own_is_generated_there_only() -> anyhow::Result<()
         text.lines().find_map(|l| l.strip_prefix(&series)).and_then(|v| v.trim().parse().ok()).unwrap_or(0.0)
     };
     let regional = mesh.regional_client(0);
-    let mut versions = Vec::new();
-    poll_every(Duration::from_millis(200), Duration::from_secs(30), "answers from both arms", || {
-        versions.clear();
+    let ask = |round: usize| -> anyhow::Result<(usize, usize)> {
+        let (mut trial, mut current) = (0, 0);
         for i in 0..12 {
-            let reply =
-                regional.chat_with_headers(&question(20, i), &[("cache-control", "no-store, no-cache")])?;
-            if reply.status == 200 {
-                versions.push(version_of(&reply));
+            let reply = regional
+                .chat_with_headers(&question(round, i), &[("cache-control", "no-store, no-cache")])?;
+            anyhow::ensure!(reply.status == 200, "{}", reply.body);
+            match version_of(&reply) {
+                2 => trial += 1,
+                _ => current += 1,
             }
         }
-        Ok((versions.len() == 12 && versions.contains(&2) && versions.contains(&1)).then_some(()))
+        Ok((trial, current))
+    };
+    // Audits of the trial's answers (every one here) and their agreements, summed over the trial arm.
+    let trial_counts = |text: &str, family: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(family) && l.contains("arm=\"trial\""))
+            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+            .sum()
+    };
+    let audits = |text: &str| trial_counts(text, "mesh_core_canary_audits_total");
+    let settled = |at_least: f64| -> anyhow::Result<String> {
+        let mut text = String::new();
+        poll_every(Duration::from_millis(100), Duration::from_secs(20), "the trial's audits", || {
+            text = metrics()?;
+            Ok((audits(&text) >= at_least).then_some(()))
+        })?;
+        Ok(text)
+    };
+    let (mut trial_total, mut round) = (0, 20);
+    poll_every(Duration::from_millis(200), Duration::from_secs(30), "answers from both arms", || {
+        round += 1;
+        let (trial, current) = ask(round)?;
+        trial_total += trial;
+        Ok((trial > 0 && current > 0).then_some(()))
     })?;
-    let text = metrics()?;
-    let (on_trial, on_current) =
-        (versions.iter().filter(|v| **v == 2).count(), versions.iter().filter(|v| **v == 1).count());
-    println!("{on_trial} of 12 on the trial's backend, {on_current} on the pod");
-    assert!(sent_to(&text, &trial_backend) >= on_trial as f64, "the trial's answers came from its backend");
+    let text = settled(trial_total as f64)?;
     let pod = mesh.pod_url();
-    let before = sent_to(&text, &pod);
-    // One more round: the pod over gRPC takes exactly the current version's generations.
-    let mut current_now = 0;
-    for i in 0..12 {
-        let reply =
-            regional.chat_with_headers(&question(21, i), &[("cache-control", "no-store, no-cache")])?;
-        anyhow::ensure!(reply.status == 200, "{}", reply.body);
-        current_now += usize::from(version_of(&reply) == 1);
-    }
-    assert_eq!(sent_to(&metrics()?, &pod), before + current_now as f64, "no trial generation on the pod");
-    let text = metrics()?;
+    let before = (sent_to(&text, &trial_backend), sent_to(&text, &pod), audits(&text));
+    // One more round: the trial's backend takes exactly the trial's generations, and the pod over gRPC
+    // the current version's and the audits (the trial's answers generated again on the current version).
+    let (trial_now, current_now) = ask(round + 1)?;
+    let text = settled(before.2 + trial_now as f64)?;
+    let audited_now = audits(&text) - before.2;
+    println!("{trial_now} of 12 on the trial's backend, {current_now} on the pod (and {audited_now} audits)");
+    assert_eq!(sent_to(&text, &trial_backend) - before.0, trial_now as f64, "the trial on its own backend");
+    assert_eq!(
+        sent_to(&text, &pod) - before.1,
+        current_now as f64 + audited_now,
+        "the current version on the pod"
+    );
     for arm in ["current", "trial"] {
         let ttft = text.lines().any(|l| {
             l.starts_with("mesh_core_generation_ttft_seconds_count") && l.contains(&format!("arm=\"{arm}\""))
@@ -255,5 +282,9 @@ fn a_trial_on_backends_of_its_own_is_generated_there_only() -> anyhow::Result<()
         });
         assert!(ttft && tokens, "the {arm} arm's TTFT and tokens are in /metrics");
     }
+    // The same weights behind both versions: every audited answer agrees.
+    let agreed = trial_counts(&text, "mesh_core_canary_audit_agreements_total");
+    println!("audits of the trial: {agreed} agreed of {}", audits(&text));
+    assert_eq!(agreed, audits(&text), "the same weights agree");
     Ok(())
 }

@@ -374,6 +374,15 @@ fn model_versions() -> Vec<Panel> {
             Unit::PerSecond,
             vec![by("tokens", "arm", rate("mesh_core_generation_output_tokens_total"))],
         ),
+        panel(
+            "arm_audits",
+            "Trial answers audited against the current version, and those that agreed, per second",
+            Unit::PerSecond,
+            vec![
+                by("audited", "arm", rate("mesh_core_canary_audits_total")),
+                by("agreed", "arm", rate("mesh_core_canary_audit_agreements_total")),
+            ],
+        ),
     ]
 }
 

@@ -137,9 +137,18 @@ pub struct NodeArgs {
     /// ... or when its end-to-end p99 on this node is more than this multiple of the current version's.
     #[arg(long, env = "MESH_CORE_CANARY_MAX_P99_RATIO", default_value_t = 1.5)]
     pub canary_max_p99_ratio: f64,
-    /// Generations each version needs on this node (of the latest 256) before the rule is applied.
+    /// Generations each version needs on this node (of the latest 256) before the rule is applied, and
+    /// audits the trial needs before its agreement is judged.
     #[arg(long, env = "MESH_CORE_CANARY_MIN_SAMPLES", default_value_t = 50)]
     pub canary_min_samples: usize,
+    /// Percent of the trial's greedy generations this node generates again on the current version, in
+    /// the background, to compare the answers (0: none).
+    #[arg(long, env = "MESH_CORE_CANARY_AUDIT_PERCENT", default_value_t = 10, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub canary_audit_percent: u8,
+    /// ... and the trial is rolled back when fewer than this share of its audited answers agree with the
+    /// current version's (0: agreement is shown, not judged).
+    #[arg(long, env = "MESH_CORE_CANARY_MIN_AGREEMENT", default_value_t = 0.0)]
+    pub canary_min_agreement: f64,
     /// `model: "auto"` chooses among these models, cheapest first, comma-separated; empty: every
     /// registered model that serves the request's API, ordered by the registry's output price.
     #[arg(long, env = "MESH_CORE_AUTO_MODELS", value_delimiter = ',')]
@@ -209,6 +218,8 @@ impl NodeArgs {
                 max_error_rate_increase: self.canary_max_error_rate_increase,
                 max_p99_ratio: self.canary_max_p99_ratio,
                 min_samples: self.canary_min_samples.max(1),
+                audit_percent: self.canary_audit_percent,
+                min_agreement: self.canary_min_agreement,
             },
             auto: AutoPolicy {
                 models: self.auto_models.iter().map(|m| m.trim().to_ascii_lowercase()).collect(),

@@ -62,6 +62,8 @@ pub struct NodeContext {
     pub arms: Arc<crate::node::background::canary_judge::ArmStats>,
     /// How `model: "auto"` chooses.
     pub auto: crate::node::services::auto_model::AutoPolicy,
+    /// When a trial is audited and rolled back.
+    pub canary_rule: crate::node::background::canary_judge::CanaryRule,
 }
 
 /// The question `entry` answers in its semantic partition, derived from the request it was generated

@@ -141,6 +141,7 @@ pub async fn run(
         answer_signer: config.answer_signer.clone(),
         arms: arms.clone(),
         auto: config.auto.clone(),
+        canary_rule: config.canary_rule,
     });
     let snapshots = snapshot_trigger::run(
         config.id,

@@ -82,6 +82,8 @@ impl Cluster {
                 max_error_rate_increase: 0.05,
                 max_p99_ratio: 1.5,
                 min_samples: 50,
+                audit_percent: 10,
+                min_agreement: 0.0,
             },
             auto: Default::default(),
         }

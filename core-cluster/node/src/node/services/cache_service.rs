@@ -22,6 +22,7 @@ use tonic::{Code, Request, Response, Status};
 use tracing::Instrument;
 
 use crate::node::backends::{self, EventStream};
+use crate::node::background::canary_audit;
 use crate::node::background::canary_judge::Generated;
 use crate::node::context::NodeContext;
 use crate::node::convert;
@@ -337,7 +338,10 @@ async fn run_completion(
                 ttft_seconds: first_text.map(|d: Duration| d.as_secs_f64()),
                 output_tokens: done.entry.as_ref().map_or(0, |e| u64::from(e.completion_tokens)),
             };
-            node.arms.record(model, version, Some(generated))
+            node.arms.record(model, version, Some(generated));
+            if let Some(entry) = &done.entry {
+                canary_audit::maybe_audit(&node, &input.generate, &entry.content);
+            }
         }
         Err(_) if tx.is_closed() => {}
         Err(_) => node.arms.record(model, version, None),
