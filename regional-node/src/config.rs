@@ -11,6 +11,7 @@ use shared::content_class::{self, TtlPolicy};
 use shared::models::ModelTable;
 
 use crate::semantic::audit::AuditSettings;
+use crate::semantic::experiment::Experiments;
 use crate::semantic::tier::SemanticThresholds;
 use crate::RegionalError;
 
@@ -101,6 +102,12 @@ pub struct RegionalConfig {
     /// A tenant's own error budget, `tenant=fraction` (repeatable, or comma-separated).
     #[arg(long, env = "MESH_SEMANTIC_TENANT_BUDGETS", value_delimiter = ',')]
     pub semantic_tenant_budget: Vec<String>,
+    /// A tenant's similarity thresholds tried two ways side by side, `TENANT=PERCENT:DELTA`
+    /// (comma-separated): PERCENT of its questions (by key, each always in the same arm) use thresholds
+    /// moved by DELTA, the rest the thresholds as they are; each arm's lookups, hits and audits are in
+    /// `/metrics` (`mesh_regional_semantic_arm_*`).
+    #[arg(long, env = "MESH_SEMANTIC_EXPERIMENTS", value_delimiter = ',')]
+    pub semantic_experiment: Vec<String>,
     /// Invalidations a tenant may send a second (each is a write at the core); past them, 429 with
     /// `Retry-After`. 0: no limit.
     #[arg(long, env = "MESH_INVALIDATIONS_PER_S", default_value_t = 20.0)]
@@ -235,6 +242,8 @@ impl RegionalConfig {
             }
         }
         self.audit_settings().map_err(RegionalError::Config)?;
+        Experiments::parse(&self.semantic_experiment)
+            .map_err(|e| RegionalError::Config(format!("--semantic-experiment: {e}")))?;
         if !self.peers.is_empty() && self.peer_listen.is_none() {
             return Err(RegionalError::Config(
                 "--peers needs --peer-listen (peers dial this node too)".into(),

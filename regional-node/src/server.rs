@@ -26,6 +26,7 @@ use crate::replication::{Applier, Replication, ReplicationSettings};
 use crate::request_path::{PathParts, RequestPath};
 use crate::semantic::cache::SemanticLimits;
 use crate::semantic::embedding::SentenceEmbedder;
+use crate::semantic::experiment::Experiments;
 use crate::semantic::tier::SemanticTier;
 use crate::tenant_rate::TenantRate;
 use crate::RegionalError;
@@ -131,7 +132,10 @@ pub fn path_parts(settings: &Settings) -> Result<PathParts, RegionalError> {
             let thresholds = config.semantic_thresholds();
             let tier = SemanticTier::new(embedder, small, limits, thresholds, audit)
                 .with_max_words(config.semantic_max_words)
-                .with_minilm_lookups(config.semantic_minilm_lookups);
+                .with_minilm_lookups(config.semantic_minilm_lookups)
+                .with_experiments(
+                    Experiments::parse(&config.semantic_experiment).map_err(RegionalError::Config)?,
+                );
             Some(Arc::new(tier))
         }
         None => None,

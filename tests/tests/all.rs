@@ -36,6 +36,7 @@ mod regional_04_replication;
 mod regional_05_overload_and_stale;
 mod regional_06_hotset;
 mod regional_07_model_bump;
+mod regional_08_semantic_experiment;
 mod security_01_mtls;
 mod security_02_hostile_region;
 mod security_03_http2_limits;

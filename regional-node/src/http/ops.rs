@@ -86,6 +86,7 @@ pub async fn metrics(
     let mut text = replication.metrics.render(text, region, replication.store().stats());
     if let Some(tier) = path.semantic() {
         text = tier.audit().render(text, region);
+        text = tier.experiments().exposition(text);
     }
     ([(header::CONTENT_TYPE, shared::metrics::CONTENT_TYPE)], text.finish()).into_response()
 }

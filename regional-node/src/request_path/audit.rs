@@ -11,11 +11,12 @@ use super::flight_task::{complete_request, next_event};
 use super::{Admitted, RequestPath};
 use crate::core_cache_client::CoreCacheClient;
 use crate::semantic::audit::answers_agree;
+use crate::semantic::experiment::Arm;
 use crate::RegionalError;
 
 impl RequestPath {
     /// Audits the semantic hit `served` for `admitted` when the sampler picks it.
-    pub(super) fn audit_hit(&self, admitted: &Admitted, served: &CachedCompletion) {
+    pub(super) fn audit_hit(&self, admitted: &Admitted, served: &CachedCompletion, arm: Option<Arm>) {
         let Some(tier) = self.semantic.clone() else { return };
         let audit = tier.audit();
         if !audit.sample() {
@@ -47,6 +48,9 @@ impl RequestPath {
             let agreed = answers_agree(&served, &fresh, None)
                 || answers_agree(&served, &fresh, tier.similarity(served.clone(), fresh.clone()).await.ok());
             tracing::debug!(%tenant, class = class.as_str(), agreed, "semantic hit audited");
+            if let Some(arm) = arm {
+                tier.experiments().record_audit(&tenant, arm, agreed);
+            }
             if let Some(tightened) = tier.audit().record(&tenant, class, agreed) {
                 tracing::warn!(
                     %tenant,

@@ -44,20 +44,26 @@ impl RequestPath {
             return Ok((Some(outcome), None));
         }
         let Some(question) = self.semantic_question(admitted) else { return Ok((None, None)) };
+        // A tenant trying its thresholds two ways: the request's arm, and what it adds to them.
+        let arm = self.semantic.as_ref().and_then(|t| t.experiments().arm(&admitted.tenant, &admitted.key));
+        let delta = arm.map_or(0.0, |(_, delta)| delta);
         // A paraphrase found by the small embedding is served without running MiniLM at all.
-        let quick = match self.quick_hit(admitted, &question).await {
+        let quick = match self.quick_hit(admitted, &question, delta).await {
             Some(hit) => self.entry_of(admitted, hit).await?,
             None => None,
         };
         let (found, question) = match quick {
             Some(found) => (Some(found), None),
             None => match self.with_minilm(admitted, question).await {
-                Some(embedded) => (self.semantic_hit(admitted, &embedded).await?, Some(embedded)),
-                None => return Ok((None, None)),
+                Some(embedded) => (self.semantic_hit(admitted, &embedded, delta).await?, Some(embedded)),
+                None => (None, None),
             },
         };
+        if let (Some(tier), Some((arm, _))) = (&self.semantic, arm) {
+            tier.experiments().record_lookup(&admitted.tenant, arm, found.is_some());
+        }
         let found = found.map(|(entry, hit)| {
-            self.audit_hit(admitted, &entry);
+            self.audit_hit(admitted, &entry, arm.map(|(arm, _)| arm));
             let mut timing = ServerTiming::default();
             timing.push_ms("regional", elapsed_ms(admitted.started)).push_ms("core-lookup", lookup_ms);
             self.metrics.latency.get(AnsweredBy::Semantic).observe(admitted.started.elapsed().as_secs_f64());
@@ -92,21 +98,29 @@ impl RequestPath {
     }
 
     /// A cached paraphrase found by the question's small embedding that the verifier accepts.
-    async fn quick_hit(&self, admitted: &Admitted, question: &EmbeddedQuestion) -> Option<SemanticHit> {
-        self.semantic.as_ref()?.quick_lookup(question, &admitted.tenant, admitted.class.class).await
+    async fn quick_hit(
+        &self,
+        admitted: &Admitted,
+        question: &EmbeddedQuestion,
+        delta: f32,
+    ) -> Option<SemanticHit> {
+        self.semantic.as_ref()?.quick_lookup(question, &admitted.tenant, admitted.class.class, delta).await
     }
 
-    /// The live entry of a cached paraphrase that passes the class's threshold and the verifier (from
-    /// the exact cache, else from the core), with what matched.
+    /// The live entry of a cached paraphrase that passes the class's threshold (moved by `delta`, the
+    /// request's experiment arm's) and the verifier (from the exact cache, else from the core), with
+    /// what matched.
     async fn semantic_hit(
         &self,
         admitted: &Admitted,
         question: &EmbeddedQuestion,
+        delta: f32,
     ) -> Result<Option<(Arc<CachedCompletion>, SemanticHit)>, RegionalError> {
         let Some(tier) = &self.semantic else { return Ok(None) };
         let Some(threshold) = tier.threshold_for(&admitted.tenant, admitted.class.class) else {
             return Ok(None);
         };
+        let threshold = (threshold + delta).clamp(0.0, 1.0);
         let Some(hit) = tier.lookup(question, threshold).await else {
             self.metrics.semantic_misses.inc();
             return Ok(None);

@@ -7,6 +7,7 @@
 //!   near-miss verifier as the second check of every hit.
 //! - [`tier`]: the semantic tier as the request path uses it: embedders, indexes, class thresholds.
 //! - [`audit`]: the online audit of served semantic hits (a sample regenerated and compared).
+//! - [`experiment`]: a tenant's thresholds tried two ways side by side (cache-policy arms).
 //!
 //! The offline tools that measure these decisions (`semantic-eval`, `distill-edge-table`) are the `mesh`
 //! tool crate's.
@@ -14,4 +15,5 @@
 pub mod audit;
 pub mod cache;
 pub mod embedding;
+pub mod experiment;
 pub mod tier;

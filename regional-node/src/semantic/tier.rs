@@ -12,6 +12,7 @@ use shared::small_embedding::SmallEmbedder;
 use crate::semantic::audit::{AuditSettings, SemanticAudit};
 use crate::semantic::cache::{SemanticCache, SemanticHit, SemanticLimits, Space};
 use crate::semantic::embedding::{cosine, SentenceEmbedder};
+use crate::semantic::experiment::Experiments;
 use crate::RegionalError;
 
 pub use shared::content_class::SemanticThresholds;
@@ -24,6 +25,8 @@ pub struct SemanticTier {
     cache: SemanticCache,
     thresholds: SemanticThresholds,
     audit: SemanticAudit,
+    /// Tenants' experiments of their thresholds.
+    experiments: Experiments,
     /// Longest question, in words, the tier embeds, indexes and looks up.
     max_words: usize,
     /// Whether questions are embedded with MiniLM too when the small table is there.
@@ -74,9 +77,21 @@ impl SemanticTier {
             cache,
             thresholds,
             audit: SemanticAudit::new(audit),
+            experiments: Experiments::default(),
             max_words: usize::MAX,
             minilm_lookups: true,
         }
+    }
+
+    /// With each tenant's experiment of its thresholds (`--semantic-experiment`).
+    pub fn with_experiments(mut self, experiments: Experiments) -> Self {
+        self.experiments = experiments;
+        self
+    }
+
+    /// The tenants' experiments of their thresholds, and their arms' counts.
+    pub fn experiments(&self) -> &Experiments {
+        &self.experiments
     }
 
     /// With `false` and the small table, questions are embedded, indexed and matched by the small
@@ -125,6 +140,7 @@ impl SemanticTier {
         question: &EmbeddedQuestion,
         tenant: &str,
         class: ContentClass,
+        delta: f32,
     ) -> Option<SemanticHit> {
         question.small.as_ref()?;
         let thresholds = if self.embeds_with_minilm() {
@@ -137,6 +153,7 @@ impl SemanticTier {
             tenant,
             class,
         )?;
+        let threshold = (threshold + delta).clamp(0.0, 1.0);
         self.blocking_lookup(question.clone(), Space::Small, threshold).await
     }
 
