@@ -124,6 +124,7 @@ pub fn path_parts(settings: &Settings) -> Result<PathParts, RegionalError> {
                 per_partition: config.semantic_per_partition,
                 tenant_share: config.tenant_cache_share,
                 partitions: config.semantic_partitions,
+                bytes: config.semantic_bytes,
             };
             tracing::info!(dir = %dir.display(), "semantic tier on");
             let audit = config.audit_settings().map_err(RegionalError::Config)?;

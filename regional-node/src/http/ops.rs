@@ -87,6 +87,19 @@ pub async fn metrics(
     if let Some(tier) = path.semantic() {
         text = tier.audit().render(text, region);
         text = tier.experiments().exposition(text);
+        text = text
+            .gauge(
+                "mesh_regional_semantic_questions",
+                "Questions the semantic tier holds.",
+                &[("region", region.as_str())],
+                tier.len() as f64,
+            )
+            .gauge(
+                "mesh_regional_semantic_bytes",
+                "Bytes the semantic tier's questions cost, as --semantic-bytes counts them.",
+                &[("region", region.as_str())],
+                tier.bytes() as f64,
+            );
     }
     ([(header::CONTENT_TYPE, shared::metrics::CONTENT_TYPE)], text.finish()).into_response()
 }

@@ -13,7 +13,10 @@
 //! try the cheap one first and embed with MiniLM only when it finds nothing there.
 //!
 //! Bounded: each partition keeps its newest [`SemanticLimits::per_partition`] questions, and the
-//! least recently used partitions are dropped past [`SemanticLimits::partitions`].
+//! least recently used partitions are dropped past [`SemanticLimits::partitions`]. Bytes are bounded
+//! too ([`SemanticLimits::bytes`], each question counted at [`question_bytes`]): a tenant at its share of
+//! them makes room among its own questions, and past the total the least recently used partition of
+//! any tenant gives up its oldest questions.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
@@ -36,15 +39,39 @@ pub struct SemanticLimits {
     pub per_partition: usize,
     /// Partitions (the least recently used go first).
     pub partitions: usize,
-    /// Share (0..=1] of the partitions one tenant may hold: a tenant at its share that opens another
-    /// drops its own least recently used one, never another tenant's.
+    /// Share (0..=1] of the partitions, and of the bytes, one tenant may hold: a tenant at its share
+    /// makes room among its own, never another tenant's.
     pub tenant_share: f64,
+    /// Bytes of questions, embeddings and index links the tier holds, as [`question_bytes`] counts
+    /// them; 0: no bound but the counts.
+    pub bytes: u64,
 }
 
 impl SemanticLimits {
     fn tenant_partitions(&self) -> usize {
         ((self.partitions as f64 * self.tenant_share.clamp(0.0, 1.0)).ceil() as usize).max(1)
     }
+
+    fn tenant_bytes(&self) -> u64 {
+        (self.bytes as f64 * self.tenant_share.clamp(0.0, 1.0)).ceil() as u64
+    }
+}
+
+/// Links an HNSW index keeps per vector at its base layer (usearch's default connectivity is 16, and
+/// the base layer has twice that), at 8 bytes each.
+const LINK_BYTES: u64 = 2 * 16 * 8;
+/// The maps' and queue's own bytes per question (labels, string headers, hash table slots).
+const BOOKKEEPING_BYTES: u64 = 128;
+
+/// What one indexed question costs: its text and key, each embedding it is indexed by (4 bytes a
+/// dimension) and that index's links, and the bookkeeping around it. An estimate of the allocations,
+/// not a measurement (an index's capacity grows by doubling).
+pub fn question_bytes(question: &str, key: &str, full: bool, small_dims: Option<usize>) -> u64 {
+    let vector = |dims: usize| dims as u64 * 4 + LINK_BYTES;
+    (question.len() + key.len()) as u64
+        + if full { vector(EMBEDDING_DIM) } else { 0 }
+        + small_dims.map_or(0, vector)
+        + BOOKKEEPING_BYTES
 }
 
 /// A semantic hit: the cached question's entry key and how similar it is.
@@ -72,6 +99,10 @@ struct Partition {
     small_index: Option<Index>,
     /// Label -> (entry key, question).
     questions: HashMap<u64, (String, String)>,
+    /// Label -> what the question costs ([`question_bytes`]).
+    costs: HashMap<u64, u64>,
+    /// Their sum.
+    bytes: u64,
     /// Labels, oldest first.
     order: VecDeque<u64>,
     next_label: u64,
@@ -93,7 +124,51 @@ struct State {
     partitions: HashMap<String, Partition>,
     /// Partitions each tenant holds.
     per_tenant: HashMap<String, usize>,
+    /// Bytes each tenant's questions cost.
+    tenant_bytes: HashMap<String, u64>,
+    /// Bytes all questions cost.
+    bytes: u64,
     clock: u64,
+}
+
+impl State {
+    /// Drops the oldest question of the least recently used partition among those `eligible` admits
+    /// (an emptied partition goes too); false when none has a question.
+    fn evict_oldest(&mut self, eligible: impl Fn(&Partition) -> bool) -> Result<bool, RegionalError> {
+        let Some(name) = self
+            .partitions
+            .iter()
+            .filter(|(_, p)| eligible(p) && !p.order.is_empty())
+            .min_by_key(|(_, p)| p.last_used)
+            .map(|(name, _)| name.clone())
+        else {
+            return Ok(false);
+        };
+        let partition = self.partitions.get_mut(&name).expect("found above");
+        let freed = partition.drop_oldest()?;
+        let (tenant, emptied) = (partition.tenant.clone(), partition.order.is_empty());
+        self.bytes = self.bytes.saturating_sub(freed);
+        if let Some(bytes) = self.tenant_bytes.get_mut(&tenant) {
+            *bytes = bytes.saturating_sub(freed);
+        }
+        if emptied {
+            self.remove_partition(&name);
+        }
+        Ok(true)
+    }
+
+    /// Removes partition `name` and what it counted.
+    fn remove_partition(&mut self, name: &str) {
+        if let Some(removed) = self.partitions.remove(name) {
+            if let Some(count) = self.per_tenant.get_mut(&removed.tenant) {
+                *count = count.saturating_sub(1);
+            }
+            self.bytes = self.bytes.saturating_sub(removed.bytes);
+            if let Some(bytes) = self.tenant_bytes.get_mut(&removed.tenant) {
+                *bytes = bytes.saturating_sub(removed.bytes);
+            }
+        }
+    }
 }
 
 impl SemanticCache {
@@ -177,19 +252,45 @@ impl SemanticCache {
                 None
             };
             if let Some(victim) = victim.map(|(k, _)| k.clone()) {
-                if let Some(removed) = state.partitions.remove(&victim) {
-                    if let Some(count) = state.per_tenant.get_mut(&removed.tenant) {
-                        *count = count.saturating_sub(1);
-                    }
-                }
+                state.remove_partition(&victim);
             }
             let partition = Partition::new(self.small_dims, tenant)?;
             state.partitions.insert(query.partition.clone(), partition);
             *state.per_tenant.entry(tenant.to_owned()).or_default() += 1;
         }
+        let cost = question_bytes(query.question, key, embedding.is_some(), small.map(<[f32]>::len));
+        if self.limits.bytes > 0 {
+            // The tenant's own questions make room for its share first, then any tenant's for the total.
+            let tenant_cap = self.limits.tenant_bytes();
+            while state.tenant_bytes.get(tenant).copied().unwrap_or(0) + cost > tenant_cap {
+                if !state.evict_oldest(|p| p.tenant == tenant)? {
+                    break;
+                }
+            }
+            while state.bytes + cost > self.limits.bytes {
+                if !state.evict_oldest(|_| true)? {
+                    break;
+                }
+            }
+            // Eviction may have emptied (and removed) the question's own partition.
+            if !state.partitions.contains_key(&query.partition) {
+                state.partitions.insert(query.partition.clone(), Partition::new(self.small_dims, tenant)?);
+                *state.per_tenant.entry(tenant.to_owned()).or_default() += 1;
+            }
+        }
         let partition = state.partitions.get_mut(&query.partition).expect("inserted above");
         partition.last_used = clock;
-        partition.add(embedding, small, key, query.question, self.limits.per_partition)
+        let freed = partition.add(embedding, small, key, query.question, self.limits.per_partition, cost)?;
+        state.bytes = state.bytes.saturating_sub(freed) + cost;
+        let tenant_bytes = state.tenant_bytes.entry(tenant.to_owned()).or_default();
+        *tenant_bytes = tenant_bytes.saturating_sub(freed) + cost;
+        Ok(())
+    }
+
+    /// Bytes the questions cost ([`question_bytes`]), in all and of `tenant`.
+    pub fn bytes(&self, tenant: &str) -> (u64, u64) {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        (state.bytes, state.tenant_bytes.get(tenant).copied().unwrap_or(0))
     }
 
     /// Questions held, over all partitions.
@@ -212,6 +313,8 @@ impl Partition {
             index,
             small_index,
             questions: HashMap::new(),
+            costs: HashMap::new(),
+            bytes: 0,
             order: VecDeque::new(),
             next_label: 0,
             last_used: 0,
@@ -219,6 +322,20 @@ impl Partition {
         })
     }
 
+    /// Drops the oldest question; returns what it cost (0 when there was none).
+    fn drop_oldest(&mut self) -> Result<u64, RegionalError> {
+        let Some(oldest) = self.order.pop_front() else { return Ok(0) };
+        self.index.remove(oldest).map_err(usearch_error)?;
+        if let Some(small_index) = &self.small_index {
+            small_index.remove(oldest).map_err(usearch_error)?;
+        }
+        self.questions.remove(&oldest);
+        let cost = self.costs.remove(&oldest).unwrap_or(0);
+        self.bytes = self.bytes.saturating_sub(cost);
+        Ok(cost)
+    }
+
+    /// Adds a question that costs `cost`, dropping the oldest past `limit`; returns the bytes dropped.
     fn add(
         &mut self,
         embedding: Option<&[f32]>,
@@ -226,14 +343,11 @@ impl Partition {
         key: &str,
         question: &str,
         limit: usize,
-    ) -> Result<(), RegionalError> {
+        cost: u64,
+    ) -> Result<u64, RegionalError> {
+        let mut freed = 0;
         while self.order.len() >= limit.max(1) {
-            let Some(oldest) = self.order.pop_front() else { break };
-            self.index.remove(oldest).map_err(usearch_error)?;
-            if let Some(small_index) = &self.small_index {
-                small_index.remove(oldest).map_err(usearch_error)?;
-            }
-            self.questions.remove(&oldest);
+            freed += self.drop_oldest()?;
         }
         for index in std::iter::once(&self.index).chain(self.small_index.as_ref()) {
             if index.size() + 1 > index.capacity() {
@@ -249,8 +363,10 @@ impl Partition {
             small_index.add(label, small).map_err(usearch_error)?;
         }
         self.questions.insert(label, (key.to_string(), question.to_string()));
+        self.costs.insert(label, cost);
+        self.bytes += cost;
         self.order.push_back(label);
-        Ok(())
+        Ok(freed)
     }
 }
 
@@ -287,8 +403,10 @@ mod tests {
 
     #[test]
     fn a_close_paraphrase_hits_and_a_near_miss_or_another_partition_does_not() {
-        let cache =
-            SemanticCache::new(SemanticLimits { per_partition: 8, partitions: 4, tenant_share: 1.0 }, None);
+        let cache = SemanticCache::new(
+            SemanticLimits { per_partition: 8, partitions: 4, tenant_share: 1.0, bytes: 0 },
+            None,
+        );
         let cached = query("p", "How can I purchase a car?");
         cache.insert(&cached, "t", Some(&vector(0, 1.0)), None, "v1:car").expect("insert");
         let hit = cache
@@ -319,7 +437,7 @@ mod tests {
             v
         };
         let cache = SemanticCache::new(
-            SemanticLimits { per_partition: 1, partitions: 4, tenant_share: 1.0 },
+            SemanticLimits { per_partition: 1, partitions: 4, tenant_share: 1.0, bytes: 0 },
             Some(8),
         );
         let cached = query("p", "How can I purchase a car?");
@@ -339,16 +457,60 @@ mod tests {
             "evicted from both spaces"
         );
         assert!(cache.lookup(&query("p", "What is rust?"), Space::Full, &vector(1, 1.0), 0.9).is_some());
-        let no_small =
-            SemanticCache::new(SemanticLimits { per_partition: 1, partitions: 4, tenant_share: 1.0 }, None);
+        let no_small = SemanticCache::new(
+            SemanticLimits { per_partition: 1, partitions: 4, tenant_share: 1.0, bytes: 0 },
+            None,
+        );
         no_small.insert(&cached, "t", Some(&vector(0, 1.0)), Some(&small(0, 1.0)), "v1:car").expect("insert");
         assert_eq!(no_small.lookup(&asked, Space::Small, &small(0, 1.0), 0.9), None);
     }
 
     #[test]
+    fn bytes_are_bounded_and_a_tenant_at_its_share_gives_up_its_own_questions() {
+        let cost = question_bytes("What is rust?", "k-quiet", true, None);
+        let limits = SemanticLimits { per_partition: 64, partitions: 64, tenant_share: 0.5, bytes: 4 * cost };
+        let cache = SemanticCache::new(limits, None);
+        cache
+            .insert(&query("quiet", "What is rust?"), "quiet", Some(&vector(0, 1.0)), None, "k-quiet")
+            .expect("insert");
+        for i in 1..=6 {
+            let partition = format!("flood-{i}");
+            let (key, embedding) = (format!("k-fld-{i}"), vector(i, 1.0));
+            cache
+                .insert(&query(&partition, "What is rust?"), "flood", Some(&embedding), None, &key)
+                .expect("insert");
+        }
+        // The flood holds its share, two questions' worth (its newest two), and the quiet tenant's stays.
+        let (total, quiet) = cache.bytes("quiet");
+        assert_eq!(quiet, cost);
+        assert_eq!(cache.bytes("flood").1, 2 * cost, "keys of the same length cost the same");
+        assert_eq!(cache.len(), 3);
+        assert!(total <= 4 * cost);
+        assert!(cache.lookup(&query("quiet", "What is rust?"), Space::Full, &vector(0, 1.0), 0.9).is_some());
+        assert!(cache
+            .lookup(&query("flood-6", "What is rust?"), Space::Full, &vector(6, 1.0), 0.9)
+            .is_some());
+        assert!(cache
+            .lookup(&query("flood-1", "What is rust?"), Space::Full, &vector(1, 1.0), 0.9)
+            .is_none());
+        // Questions past the total, within a tenant's share, take the least recently used of anyone's.
+        let two = SemanticLimits { per_partition: 64, partitions: 64, tenant_share: 1.0, bytes: 2 * cost };
+        let cache = SemanticCache::new(two, None);
+        for (i, tenant) in ["a", "b", "c"].iter().enumerate() {
+            let key = format!("k-quie{i}");
+            cache
+                .insert(&query(tenant, "What is rust?"), tenant, Some(&vector(i, 1.0)), None, &key)
+                .expect("insert");
+        }
+        assert_eq!((cache.len(), cache.bytes("a").1), (2, 0), "a's question, the oldest, went");
+    }
+
+    #[test]
     fn partitions_and_questions_are_bounded() {
-        let cache =
-            SemanticCache::new(SemanticLimits { per_partition: 2, partitions: 2, tenant_share: 1.0 }, None);
+        let cache = SemanticCache::new(
+            SemanticLimits { per_partition: 2, partitions: 2, tenant_share: 1.0, bytes: 0 },
+            None,
+        );
         for (i, partition) in ["a", "a", "a", "b", "c"].iter().enumerate() {
             cache
                 .insert(
@@ -368,8 +530,10 @@ mod tests {
 
     #[test]
     fn a_tenant_opening_partitions_drops_its_own_not_anothers() {
-        let cache =
-            SemanticCache::new(SemanticLimits { per_partition: 4, partitions: 4, tenant_share: 0.5 }, None);
+        let cache = SemanticCache::new(
+            SemanticLimits { per_partition: 4, partitions: 4, tenant_share: 0.5, bytes: 0 },
+            None,
+        );
         cache
             .insert(&query("quiet", "What is rust?"), "quiet", Some(&vector(0, 1.0)), None, "k-quiet")
             .expect("insert");
@@ -387,8 +551,10 @@ mod tests {
 
     #[test]
     fn bad_embeddings_are_refused() {
-        let cache =
-            SemanticCache::new(SemanticLimits { per_partition: 2, partitions: 2, tenant_share: 1.0 }, None);
+        let cache = SemanticCache::new(
+            SemanticLimits { per_partition: 2, partitions: 2, tenant_share: 1.0, bytes: 0 },
+            None,
+        );
         let mut nan = vector(0, 1.0);
         nan[3] = f32::NAN;
         assert!(cache.insert(&query("a", "q"), "t", Some(&nan), None, "k").is_err());
@@ -405,7 +571,7 @@ mod tests {
             v
         };
         let cache = SemanticCache::new(
-            SemanticLimits { per_partition: 2, partitions: 2, tenant_share: 1.0 },
+            SemanticLimits { per_partition: 2, partitions: 2, tenant_share: 1.0, bytes: 0 },
             Some(8),
         );
         let cached = query("p", "How can I purchase a car?");

@@ -272,6 +272,11 @@ impl SemanticTier {
     pub fn is_empty(&self) -> bool {
         self.cache.is_empty()
     }
+
+    /// Bytes the indexed questions cost, as the tier's bound counts them.
+    pub fn bytes(&self) -> u64 {
+        self.cache.bytes("").0
+    }
 }
 
 /// Whether `text` has at most `limit` words, counted as the verifier reads them: whitespace-separated
