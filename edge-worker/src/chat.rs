@@ -431,7 +431,7 @@ fn non_streamed(body: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// `N` random bytes for trace and span ids (not for secrets), from the runtime's `Math.random`.
-fn random_bytes<const N: usize>() -> [u8; N] {
+pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
     let mut out = [0u8; N];
     for chunk in out.chunks_mut(4) {
         let word = (worker::js_sys::Math::random() * f64::from(u32::MAX)) as u32;

@@ -61,8 +61,23 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::EdgeError;
 
-/// Answers one request to the worker: the routes, each tier's errors in OpenAI's shape.
+/// Answers one request to the worker: the routes, each tier's errors in OpenAI's shape, every answer
+/// with an `x-request-id` (the caller's when a log can hold it, else a new one).
 pub async fn route(req: Request, env: Env, ctx: Context) -> Result<Response> {
+    let given = req.headers().get(shared::trace::REQUEST_ID).ok().flatten();
+    let request_id = match shared::trace::valid_request_id(given.as_deref()) {
+        Some(id) => id.to_owned(),
+        None => shared::hex::encode(&chat::random_bytes::<16>()),
+    };
+    let mut response = answer(req, env, ctx).await?;
+    // A response whose headers cannot be changed (one passed through as fetched) keeps the regional
+    // tier's id.
+    let _ = response.headers_mut().set(shared::trace::REQUEST_ID, &request_id);
+    Ok(response)
+}
+
+/// Answers one request by its path.
+async fn answer(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let clock = Clock::start();
     let path = req.path();
     let outcome = match (path.as_str(), req.method()) {

@@ -7,6 +7,14 @@ use crate::hex;
 /// The HTTP header and gRPC metadata key.
 pub const TRACEPARENT: &str = "traceparent";
 
+/// The header every answer carries: the caller's request id, or one the tier gave the request.
+pub const REQUEST_ID: &str = "x-request-id";
+
+/// The caller's `x-request-id` when it is one a log can hold (1 to 128 visible ASCII characters).
+pub fn valid_request_id(given: Option<&str>) -> Option<&str> {
+    given.filter(|id| (1..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic()))
+}
+
 /// A parsed `traceparent`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TraceParent {
@@ -101,5 +109,14 @@ mod tests {
         assert!(
             TraceParent::parse("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future").is_some()
         );
+    }
+
+    #[test]
+    fn a_request_id_is_kept_only_when_a_log_can_hold_it() {
+        assert_eq!(valid_request_id(Some("req-42")), Some("req-42"));
+        assert_eq!(valid_request_id(Some("")), None);
+        assert_eq!(valid_request_id(Some("two words")), None);
+        assert_eq!(valid_request_id(Some(&"x".repeat(129))), None);
+        assert_eq!(valid_request_id(None), None);
     }
 }

@@ -82,6 +82,8 @@ fn router(service: InferenceService, auth: RoleCheck, openai_key: Option<ApiKey>
     Router::new()
         .route_service(&grpc_path, grpc)
         .route("/healthz", get(healthz))
+        .route("/livez", get(livez))
+        .route("/readyz", get(healthz))
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .with_state(service.clone())
@@ -103,6 +105,12 @@ async fn not_found(headers: HeaderMap) -> Response {
     }
 }
 
+/// Liveness: 200 while the process serves HTTP, loaded or not.
+async fn livez() -> &'static str {
+    "ok\n"
+}
+
+/// Readiness (also `/readyz`): 200 once the model is loaded, else 503 with the reason.
 async fn healthz(State(service): State<InferenceService>) -> impl IntoResponse {
     if service.is_ready() {
         (StatusCode::OK, "ok\n".to_owned())

@@ -1,0 +1,50 @@
+//! What operators expect of each daemon: `/livez` (the process serves) and `/readyz` (it may take
+//! traffic) apart on the core node, the regional node and the pod, and an `x-request-id` on every answer
+//! at the edge and the regional node: the caller's when a log can hold it, else one of the tier's (at a
+//! regional node, the request's trace id).
+
+use std::time::Duration;
+
+use mesh_harness::client::{self, ChatClient};
+use mesh_harness::{Mesh, MeshSpec};
+use serde_json::json;
+
+fn status(url: &str) -> anyhow::Result<u16> {
+    Ok(client::agent(Duration::from_secs(5)).get(url).call()?.status().as_u16())
+}
+
+#[test]
+fn probes_answer_apart_and_every_answer_has_a_request_id() -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("mesh-test-probes-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mesh = Mesh::start(MeshSpec { core_nodes: 1, regional_nodes: 1, ..MeshSpec::local(&dir) })?;
+    for base in [mesh.core_url(0), mesh.regional_url(0), mesh.pod_url()] {
+        for probe in ["/livez", "/readyz"] {
+            assert_eq!(status(&format!("{base}{probe}"))?, 200, "{base}{probe}");
+        }
+    }
+
+    let ask = json!({"model": "smollm2-135m-instruct", "temperature": 0, "max_tokens": 4,
+                     "messages": [{"role": "user", "content": "Name a color."}]});
+    let edge = mesh.client();
+    let given = edge.chat_with_headers(&ask, &[("x-request-id", "req-abc-123")])?;
+    assert_eq!((given.status, given.header("x-request-id")), (200, Some("req-abc-123")));
+    let made = edge.chat(&ask)?;
+    let id = made.header("x-request-id").unwrap_or_default();
+    assert!(id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()), "the edge gave {id:?}");
+    let refused = edge.chat_raw("{not json")?;
+    assert_eq!(refused.status, 400);
+    assert!(refused.header("x-request-id").is_some(), "an error has one too");
+
+    let regional = mesh.regional_client(0);
+    let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let traced = regional.chat_with_headers(&ask, &[("traceparent", trace)])?;
+    assert_eq!(traced.header("x-request-id"), Some("4bf92f3577b34da6a3ce929d0e0e4736"), "the trace id");
+    let spaced = regional.chat_with_headers(&ask, &[("x-request-id", "two words")])?;
+    let id = spaced.header("x-request-id").unwrap_or_default();
+    assert!(id.len() == 32, "an id no log can hold is replaced: {id:?}");
+    let unknown = ChatClient::new(&mesh.regional_url(0), Some("sk-dev")).get("/no-such-path")?;
+    assert_eq!(unknown.status, 404);
+    assert!(unknown.header("x-request-id").is_some());
+    Ok(())
+}
