@@ -203,6 +203,10 @@ pub struct RegionalConfig {
     /// Most entries of one tenant in a `/v1/hotset` snapshot (the most recently changed).
     #[arg(long, env = "MESH_HOTSET_PER_TENANT", default_value_t = 1_000)]
     pub hotset_per_tenant: usize,
+    /// How log lines are written to standard error: `text` (human-readable) or `json` (one object a line,
+    /// with the spans' fields such as `trace_id`, for log shippers).
+    #[arg(long, env = "MESH_REGIONAL_LOG_FORMAT", value_enum, default_value_t = daemon_runtime::logging::LogFormat::Text)]
+    pub log_format: daemon_runtime::logging::LogFormat,
     /// TOML file with any of these settings, one key per flag (`--cache-bytes` is `cache_bytes`); the
     /// command line and the environment variables override it.
     #[arg(long, env = "MESH_REGIONAL_CONFIG")]

@@ -1,7 +1,8 @@
 //! What operators expect of each daemon: `/livez` (the process serves) and `/readyz` (it may take
 //! traffic) apart on the core node, the regional node and the pod, and an `x-request-id` on every answer
 //! at the edge and the regional node: the caller's when a log can hold it, else one of the tier's (at a
-//! regional node, the request's trace id).
+//! regional node, the request's trace id). The regional node logs one JSON object a line
+//! (`--log-format json`).
 
 use std::time::Duration;
 
@@ -17,7 +18,12 @@ fn status(url: &str) -> anyhow::Result<u16> {
 fn probes_answer_apart_and_every_answer_has_a_request_id() -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("mesh-test-probes-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mesh = Mesh::start(MeshSpec { core_nodes: 1, regional_nodes: 1, ..MeshSpec::local(&dir) })?;
+    let mesh = Mesh::start(MeshSpec {
+        core_nodes: 1,
+        regional_nodes: 1,
+        regional_args: vec!["--log-format".into(), "json".into()],
+        ..MeshSpec::local(&dir)
+    })?;
     for base in [mesh.core_url(0), mesh.regional_url(0), mesh.pod_url()] {
         for probe in ["/livez", "/readyz"] {
             assert_eq!(status(&format!("{base}{probe}"))?, 200, "{base}{probe}");
@@ -38,7 +44,10 @@ fn probes_answer_apart_and_every_answer_has_a_request_id() -> anyhow::Result<()>
 
     let regional = mesh.regional_client(0);
     let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    let traced = regional.chat_with_headers(&ask, &[("traceparent", trace)])?;
+    // A new question, so that it is generated (and logged with its trace id).
+    let fresh = json!({"model": "smollm2-135m-instruct", "temperature": 0, "max_tokens": 4,
+                       "messages": [{"role": "user", "content": "Name a fruit."}]});
+    let traced = regional.chat_with_headers(&fresh, &[("traceparent", trace)])?;
     assert_eq!(traced.header("x-request-id"), Some("4bf92f3577b34da6a3ce929d0e0e4736"), "the trace id");
     let spaced = regional.chat_with_headers(&ask, &[("x-request-id", "two words")])?;
     let id = spaced.header("x-request-id").unwrap_or_default();
@@ -46,5 +55,13 @@ fn probes_answer_apart_and_every_answer_has_a_request_id() -> anyhow::Result<()>
     let unknown = ChatClient::new(&mesh.regional_url(0), Some("sk-dev")).get("/no-such-path")?;
     assert_eq!(unknown.status, 404);
     assert!(unknown.header("x-request-id").is_some());
+
+    // `--log-format json`: every line of the regional node's log is one JSON object, and a request's
+    // lines carry its trace id in their spans.
+    let log = std::fs::read_to_string(dir.join("logs/regional-1.log"))?;
+    let lines: Vec<serde_json::Value> =
+        log.lines().filter(|l| !l.trim().is_empty()).map(serde_json::from_str).collect::<Result<_, _>>()?;
+    assert!(lines.iter().all(|l| l["level"].is_string() && l["fields"].is_object()), "{log}");
+    assert!(log.contains("4bf92f3577b34da6a3ce929d0e0e4736"), "the trace id is in the request's lines");
     Ok(())
 }

@@ -182,6 +182,10 @@ pub struct PodArgs {
     /// This pod's identity: mutual TLS files, or the insecure development secret.
     #[command(flatten)]
     pub identity: IdentityArgs,
+    /// How log lines are written to standard error: `text` (human-readable) or `json` (one object a line,
+    /// with the spans' fields such as `trace_id`, for log shippers).
+    #[arg(long, env = "MESH_POD_LOG_FORMAT", value_enum, default_value_t = daemon_runtime::logging::LogFormat::Text)]
+    pub log_format: daemon_runtime::logging::LogFormat,
     /// TOML file with any of these settings, one key per flag (`--cache-bytes` is `cache_bytes`); the
     /// command line and the environment variables override it.
     #[arg(long, env = "MESH_POD_CONFIG")]

@@ -4,12 +4,12 @@ use regional_node::config::RegionalConfig;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    daemon_runtime::logging::init("info");
     let parsed = daemon_runtime::config_file::parse::<RegionalConfig>()?;
     if let Some(printed) = parsed.print {
         print!("{printed}");
         return Ok(());
     }
+    daemon_runtime::logging::init("info", parsed.settings.log_format);
     let settings = parsed.settings.resolve()?;
     settings.identity.check_listen(settings.config.listen)?;
     if let Some(peer_listen) = settings.config.peer_listen {

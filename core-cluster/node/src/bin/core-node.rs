@@ -19,13 +19,12 @@ fn main() -> anyhow::Result<()> {
         runtime.block_on(admin_cli::run(args))?;
         return Ok(());
     }
-    daemon_runtime::logging::init("info,openraft=warn,sled=warn");
-
     let parsed = daemon_runtime::config_file::parse::<NodeArgs>()?;
     if let Some(printed) = parsed.print {
         print!("{printed}");
         return Ok(());
     }
+    daemon_runtime::logging::init("info,openraft=warn,sled=warn", parsed.settings.log_format);
     let args = parsed.settings;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(usize::from(args.worker_threads))

@@ -165,6 +165,10 @@ pub struct NodeArgs {
     /// at the registry's prices), comma-separated; auto never sends a request to a model over it.
     #[arg(long, env = "MESH_CORE_AUTO_BUDGETS", value_delimiter = ',')]
     pub auto_budgets: Vec<String>,
+    /// How log lines are written to standard error: `text` (human-readable) or `json` (one object a line,
+    /// with the spans' fields such as `trace_id`, for log shippers).
+    #[arg(long, env = "MESH_CORE_LOG_FORMAT", value_enum, default_value_t = daemon_runtime::logging::LogFormat::Text)]
+    pub log_format: daemon_runtime::logging::LogFormat,
     /// TOML file with any of these settings, one key per flag (`--cache-bytes` is `cache_bytes`); the
     /// command line and the environment variables override it.
     #[arg(long, env = "MESH_CORE_CONFIG")]

@@ -18,7 +18,7 @@ fn main() -> anyhow::Result<()> {
     // thread exists, so an inherited CANDLE_NUM_THREADS cannot override --threads.
     std::env::set_var("RAYON_NUM_THREADS", args.threads.to_string());
     std::env::set_var("CANDLE_NUM_THREADS", args.threads.to_string());
-    daemon_runtime::logging::init("info");
+    daemon_runtime::logging::init("info", args.log_format);
 
     let credential = args.identity.load()?;
     credential.check_listen(args.listen)?;
