@@ -12,10 +12,12 @@
 //! - [`http_serving`]: the HTTP listener's limits (connections, header and idle timeouts) with or
 //!   without TLS.
 //! - [`request_body`]: reading a request body within a size limit and a deadline (413, 408).
+//! - [`grpc_health`]: the standard gRPC health service, answering from the daemon's readiness.
 //! - [`failover`]: the failover channel both clients of the core cluster call through.
 //! - [`shutdown`]: the SIGINT/SIGTERM future every daemon stops on.
 //! - [`trace_context`]: the W3C trace context each tier continues, logs and passes on.
 //! - [`logging`]: the tracing subscriber every binary installs (`RUST_LOG`, with a per-daemon default).
+//! - [`otlp`]: request spans exported to an OpenTelemetry collector (OTLP/HTTP, JSON encoding).
 //! - [`private_dir`]: data directories created readable by their owner only.
 //!
 //! Layers: `shared` <- `daemon-runtime` <- the daemons, beside `shared` <- `proto` <- the daemons.
@@ -25,9 +27,11 @@ pub mod config_file;
 pub mod credential;
 pub mod failover;
 pub mod flag_table;
+pub mod grpc_health;
 pub mod http_serving;
 pub mod identity;
 pub mod logging;
+pub mod otlp;
 pub mod private_dir;
 pub mod request_body;
 pub mod shutdown;

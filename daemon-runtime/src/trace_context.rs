@@ -38,6 +38,21 @@ pub fn from_metadata(metadata: &MetadataMap) -> TraceParent {
     continue_or_start(metadata.get(TRACEPARENT).and_then(|v| v.to_str().ok()))
 }
 
+/// The caller's context as received with a gRPC call, when it sent a valid one.
+pub fn caller_of(metadata: &MetadataMap) -> Option<TraceParent> {
+    metadata.get(TRACEPARENT).and_then(|v| v.to_str().ok()).and_then(TraceParent::parse)
+}
+
+/// Records this tier's place in the trace on its request span, which declares the fields `trace_id`,
+/// `span_id` and `parent_span_id` (empty until recorded): what the log shows and [`crate::otlp`] exports.
+pub fn record_span(span: &tracing::Span, context: &TraceParent, caller: Option<&TraceParent>) {
+    span.record("trace_id", context.trace_id());
+    span.record("span_id", context.span_id());
+    if let Some(caller) = caller {
+        span.record("parent_span_id", caller.span_id());
+    }
+}
+
 /// Passes `context` on with an outgoing call.
 pub fn attach<T>(request: &mut Request<T>, context: &TraceParent) {
     if let Ok(value) = AsciiMetadataValue::try_from(context.header()) {

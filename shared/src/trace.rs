@@ -67,6 +67,12 @@ impl TraceParent {
         hex::encode(&self.trace_id)
     }
 
+    /// The header's parent id as 16 hex digits: in a context a tier made ([`Self::child`]), that tier's own
+    /// span; in a header as received, the caller's.
+    pub fn span_id(&self) -> String {
+        hex::encode(&self.parent_id)
+    }
+
     /// The header value.
     pub fn header(&self) -> String {
         format!("00-{}-{}-{:02x}", hex::encode(&self.trace_id), hex::encode(&self.parent_id), self.flags)

@@ -18,6 +18,8 @@
 //! - [`fake_clock`]: wall clocks a test can step, for daemons run under libfaketime.
 //! - [`scripted_backend`]: an OpenAI-compatible server that fails on cue (statuses, stalls, malformed
 //!   and cut streams), for the core's backend fault tests.
+//! - [`otlp_receiver`]: a small OpenTelemetry collector (OTLP/HTTP, JSON) that keeps the spans it is
+//!   sent, for the trace export test.
 //! - [`core_cluster`]: a core cluster alone (no pods), each node behind a fault proxy, for store tests.
 //! - [`propagation`]: how long after an acknowledged invalidation each tier stops serving the answer.
 //! - [`poll`]: [`poll::poll_until`] and its variants, the one deadline loop the harness and the tests wait
@@ -35,6 +37,7 @@ pub mod fault_proxy;
 pub mod flag_table;
 pub mod linearizability;
 pub mod mesh;
+pub mod otlp_receiver;
 pub mod paths;
 pub mod poll;
 pub mod ports;

@@ -17,6 +17,9 @@ use proto::core::{
 use serde_json::json;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::Code;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
 
 /// A caller of the matrix: its name, the role its certificate names (if it is a valid one of the
 /// mesh), and its certificate.
@@ -55,6 +58,9 @@ const ROWS: &[Row] = &[
     Row { name: "CoreStore.Write bump model", daemon: "core", allowed: &[TierRole::Admin] },
     Row { name: "CoreAdmin.Status", daemon: "core", allowed: &[TierRole::Admin] },
     Row { name: "InferencePod.Health", daemon: "pod", allowed: &[TierRole::Core] },
+    // The standard gRPC health service: any mesh certificate (as `/readyz`), and it says SERVING.
+    Row { name: "Health.Check core", daemon: "core", allowed: &TierRole::ALL },
+    Row { name: "Health.Check pod", daemon: "pod", allowed: &TierRole::ALL },
     Row { name: "Replication.Digest", daemon: "regional", allowed: &[TierRole::Regional] },
     Row { name: "GET /v1/hotset", daemon: "regional", allowed: &[TierRole::Edge] },
     Row { name: "GET /v1/changes", daemon: "regional", allowed: &[TierRole::Edge] },
@@ -163,6 +169,13 @@ async fn call(mesh: &Mesh, row: &Row, ca: &str, cert: Option<&NodeCert>) -> Outc
         }
         "InferencePod.Health" => {
             code(InferencePodClient::new(channel).health(proto::inference::HealthRequest::default()).await)
+        }
+        "Health.Check core" | "Health.Check pod" => {
+            let asked = HealthClient::new(channel).check(HealthCheckRequest { service: String::new() }).await;
+            if let Ok(answer) = &asked {
+                assert_eq!(answer.get_ref().status(), ServingStatus::Serving, "{}", row.name);
+            }
+            code(asked)
         }
         "Replication.Digest" => code(
             ReplicationClient::new(channel)

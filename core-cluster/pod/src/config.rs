@@ -186,6 +186,10 @@ pub struct PodArgs {
     /// with the spans' fields such as `trace_id`, for log shippers).
     #[arg(long, env = "MESH_POD_LOG_FORMAT", value_enum, default_value_t = daemon_runtime::logging::LogFormat::Text)]
     pub log_format: daemon_runtime::logging::LogFormat,
+    /// Export the spans of every request to this OpenTelemetry collector over OTLP/HTTP (JSON encoding),
+    /// for example `http://127.0.0.1:4318`, as service `mesh-pod`; unset, nothing is exported.
+    #[arg(long, env = "MESH_POD_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
     /// TOML file with any of these settings, one key per flag (`--cache-bytes` is `cache_bytes`); the
     /// command line and the environment variables override it.
     #[arg(long, env = "MESH_POD_CONFIG")]

@@ -34,6 +34,7 @@ pub async fn run(
     let app = router(
         service.clone(),
         config.identity.interceptor(&[TierRole::Core]),
+        config.identity.interceptor(&TierRole::ALL),
         config.openai_api_key.clone(),
     );
     // Every client presents a mesh certificate (gRPC is the core's; `/healthz`, `/metrics` and the
@@ -74,13 +75,23 @@ pub async fn run(
     server.await.context("serving")
 }
 
-/// gRPC behind the role check, the OpenAI API behind its key (if any), and the HTTP probes open to any
-/// caller.
-fn router(service: InferenceService, auth: RoleCheck, openai_key: Option<ApiKey>) -> Router {
+/// gRPC behind the role check, the OpenAI API behind its key (if any), and the probes (HTTP and the
+/// standard gRPC health service, ready once the model is loaded) open to any mesh certificate.
+fn router(
+    service: InferenceService,
+    auth: RoleCheck,
+    any_role: RoleCheck,
+    openai_key: Option<ApiKey>,
+) -> Router {
     let grpc = InferencePodServer::with_interceptor(service.clone(), auth);
-    let grpc_path = format!("/{}/{{*method}}", <InferencePodServer<InferenceService> as NamedService>::NAME);
+    let pod_name = <InferencePodServer<InferenceService> as NamedService>::NAME;
+    let grpc_path = format!("/{pod_name}/{{*method}}");
+    let loaded = service.clone();
+    let health = daemon_runtime::grpc_health::server(&[pod_name], move || loaded.is_ready());
+    let health_path = format!("/{}/{{*method}}", <daemon_runtime::grpc_health::HealthServer<daemon_runtime::grpc_health::HealthService> as NamedService>::NAME);
     Router::new()
         .route_service(&grpc_path, grpc)
+        .route_service(&health_path, tonic::service::interceptor::InterceptedService::new(health, any_role))
         .route("/healthz", get(healthz))
         .route("/livez", get(livez))
         .route("/readyz", get(healthz))

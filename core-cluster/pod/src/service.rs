@@ -175,18 +175,23 @@ fn encode(
 impl InferencePod for InferenceService {
     type GenerateStream = GenerateStream;
 
-    #[tracing::instrument(name = "generate", skip_all, fields(request_id, tenant, trace_id))]
+    #[tracing::instrument(
+        name = "generate",
+        skip_all,
+        fields(request_id, tenant, trace_id, span_id, parent_span_id)
+    )]
     async fn generate(
         &self,
         request: Request<pb::GenerateRequest>,
     ) -> Result<Response<GenerateStream>, Status> {
         let trace = daemon_runtime::trace_context::from_metadata(request.metadata());
+        let caller = daemon_runtime::trace_context::caller_of(request.metadata());
         let request =
             GenerationRequest::try_from(request.into_inner()).inspect_err(|e| self.note_rejected(e))?;
         let span = tracing::Span::current();
         span.record("request_id", request.request_id.as_str());
         span.record("tenant", request.tenant.as_str());
-        span.record("trace_id", trace.trace_id());
+        daemon_runtime::trace_context::record_span(&span, &trace, caller.as_ref());
         tracing::info!("generation accepted");
         let events = self.submit(request).await?;
         let stream = UnboundedReceiverStream::new(events).map(Result::<pb::GenerateEvent, Status>::from);

@@ -9,7 +9,12 @@ async fn main() -> anyhow::Result<()> {
         print!("{printed}");
         return Ok(());
     }
-    daemon_runtime::logging::init("info", parsed.settings.log_format);
+    let export = parsed
+        .settings
+        .otlp_endpoint
+        .as_deref()
+        .map(|endpoint| daemon_runtime::logging::TraceExport { endpoint, service: "mesh-regional" });
+    daemon_runtime::logging::init("info", parsed.settings.log_format, export)?;
     let settings = parsed.settings.resolve()?;
     settings.identity.check_listen(settings.config.listen)?;
     if let Some(peer_listen) = settings.config.peer_listen {

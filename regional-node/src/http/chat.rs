@@ -20,6 +20,7 @@ use shared::normalize::{normalize, NormalizedRequest};
 use shared::openai::{parse_chat_request, SSE_DONE};
 use shared::server_timing::ServerTiming;
 use shared::text_completion::{normalize_completion, parse_completion_request};
+use shared::trace::TraceParent;
 use shared::{RequestError, MAX_REQUEST_BYTES};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -76,13 +77,18 @@ async fn answer(
             return error_response(&error);
         }
     };
+    let caller =
+        headers.get(shared::trace::TRACEPARENT).and_then(|v| v.to_str().ok()).and_then(TraceParent::parse);
     let span = tracing::debug_span!(
         "chat",
-        trace_id = %admitted.trace.trace_id(),
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
+        parent_span_id = tracing::field::Empty,
         tenant = %admitted.tenant,
         key = %admitted.key,
         class = admitted.class.class.as_str()
     );
+    daemon_runtime::trace_context::record_span(&span, &admitted.trace, caller.as_ref());
     let key = admitted.key.clone();
     let class = Labels { class: admitted.class, store: admitted.caching.store };
     // What a streamed answer's chunks carry, made only for a request that streams.

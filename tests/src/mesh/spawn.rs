@@ -47,7 +47,7 @@ impl Mesh {
         }
         let config = config.write(&self.config_path("inference-pod"))?;
         let mut command = Command::new(paths::binary("inference-pod"));
-        command.arg("--config").arg(config);
+        command.arg("--config").arg(config).args(&self.spec.pod_args);
         self.give_identity(&mut command, "inference-pod");
         ManagedProcess::spawn("inference-pod", command, &self.log_dir())
     }

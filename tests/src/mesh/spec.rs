@@ -61,6 +61,8 @@ pub struct MeshSpec {
     pub pod_beside_openai_backends: bool,
     /// Extra flags for every core node.
     pub core_args: Vec<String>,
+    /// Extra flags for the inference pod.
+    pub pod_args: Vec<String>,
     /// Run every core and regional node under libfaketime, each on a wall clock of its own that a test
     /// can step while it runs ([`Mesh::set_clock_offset`](super::Mesh::set_clock_offset)).
     pub fake_clocks: bool,
@@ -91,6 +93,7 @@ impl MeshSpec {
             openai_backends: Vec::new(),
             pod_beside_openai_backends: false,
             core_args: Vec::new(),
+            pod_args: Vec::new(),
             fake_clocks: false,
         }
     }

@@ -24,7 +24,12 @@ fn main() -> anyhow::Result<()> {
         print!("{printed}");
         return Ok(());
     }
-    daemon_runtime::logging::init("info,openraft=warn,sled=warn", parsed.settings.log_format);
+    let export = parsed
+        .settings
+        .otlp_endpoint
+        .as_deref()
+        .map(|endpoint| daemon_runtime::logging::TraceExport { endpoint, service: "mesh-core" });
+    daemon_runtime::logging::init("info,openraft=warn,sled=warn", parsed.settings.log_format, export)?;
     let args = parsed.settings;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(usize::from(args.worker_threads))

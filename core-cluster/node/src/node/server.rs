@@ -16,6 +16,7 @@ use proto::core::core_admin_server::CoreAdminServer;
 use proto::core::core_store_server::CoreStoreServer;
 use proto::raft::raft_server::RaftServer;
 use tokio::net::TcpListener;
+use tonic::server::NamedService;
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Routes;
 
@@ -204,7 +205,7 @@ pub async fn run(
 
 /// Every service on one router, behind the core's rows of the authorization table: only core nodes
 /// speak Raft; regional nodes look up, complete, watch and write; operators administer (and may write
-/// entries).
+/// entries); every role may ask the standard gRPC health service.
 fn routes(identity: &TierIdentity, raft_rpc: RaftService, node: Arc<NodeContext>) -> axum::Router {
     let raft_rpc = RaftServer::new(raft_rpc)
         .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
@@ -212,6 +213,14 @@ fn routes(identity: &TierIdentity, raft_rpc: RaftService, node: Arc<NodeContext>
     let cache_rpc = CoreCacheServer::new(CacheService::new(node.clone()));
     let store_rpc = CoreStoreServer::new(StoreService::new(node.clone()));
     let admin_rpc = CoreAdminServer::new(AdminService::new(node.clone()));
+    let services = [
+        <RaftServer<RaftService> as NamedService>::NAME,
+        <CoreCacheServer<CacheService> as NamedService>::NAME,
+        <CoreStoreServer<StoreService> as NamedService>::NAME,
+        <CoreAdminServer<AdminService> as NamedService>::NAME,
+    ];
+    let ready = node.clone();
+    let health_rpc = daemon_runtime::grpc_health::server(&services, move || ready.check_serving().is_ok());
     Routes::new(InterceptedService::new(raft_rpc, identity.interceptor(&[TierRole::Core])))
         .add_service(InterceptedService::new(cache_rpc, identity.interceptor(&[TierRole::Regional])))
         // Core nodes too: a follower forwards a linearizable read to the leader. Writes are checked per
@@ -221,6 +230,8 @@ fn routes(identity: &TierIdentity, raft_rpc: RaftService, node: Arc<NodeContext>
             identity.interceptor(&[TierRole::Regional, TierRole::Admin, TierRole::Core]),
         ))
         .add_service(InterceptedService::new(admin_rpc, identity.interceptor(&[TierRole::Admin])))
+        // Any mesh certificate may ask whether the node may take traffic (as any may read `/readyz`).
+        .add_service(InterceptedService::new(health_rpc, identity.interceptor(&TierRole::ALL)))
         .into_axum_router()
         .merge(http::router(node))
 }

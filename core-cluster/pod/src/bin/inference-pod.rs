@@ -18,7 +18,11 @@ fn main() -> anyhow::Result<()> {
     // thread exists, so an inherited CANDLE_NUM_THREADS cannot override --threads.
     std::env::set_var("RAYON_NUM_THREADS", args.threads.to_string());
     std::env::set_var("CANDLE_NUM_THREADS", args.threads.to_string());
-    daemon_runtime::logging::init("info", args.log_format);
+    let export = args
+        .otlp_endpoint
+        .as_deref()
+        .map(|endpoint| daemon_runtime::logging::TraceExport { endpoint, service: "mesh-pod" });
+    daemon_runtime::logging::init("info", args.log_format, export)?;
 
     let credential = args.identity.load()?;
     credential.check_listen(args.listen)?;

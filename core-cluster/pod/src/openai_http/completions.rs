@@ -54,7 +54,16 @@ async fn handle(state: &ApiState, headers: &HeaderMap, body: Body, api: ModelApi
         ModelApi::Chat => chat_id,
         ModelApi::Completions => text_completion_id(&chat_id),
     };
-    let span = tracing::info_span!("openai_generate", api = api.as_str(), request_id = %id, trace_id = %trace.trace_id());
+    let span = tracing::info_span!(
+        "openai_generate",
+        api = api.as_str(),
+        request_id = %id,
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
+        parent_span_id = tracing::field::Empty
+    );
+    let caller = incoming.and_then(shared::trace::TraceParent::parse);
+    daemon_runtime::trace_context::record_span(&span, &trace, caller.as_ref());
     let content_type = headers.get(axum::http::header::CONTENT_TYPE).map(|v| v.to_str().unwrap_or("?"));
     if let Err(refused) = shared::openai::check_json_content_type(content_type) {
         return error_response(&refused);

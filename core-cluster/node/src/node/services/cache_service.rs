@@ -200,14 +200,15 @@ impl CoreCache for CacheService {
         Ok(Response::new(change_feed::watch(self.node.state.clone(), after, serving)))
     }
 
-    #[tracing::instrument(name = "core.complete", skip_all, fields(key = %request.get_ref().key, trace_id))]
+    #[tracing::instrument(name = "core.complete", skip_all, fields(key = %request.get_ref().key, trace_id, span_id, parent_span_id))]
     async fn complete(
         &self,
         request: Request<CompleteRequest>,
     ) -> Result<Response<Self::CompleteStream>, Status> {
         let started = Instant::now();
         let trace = daemon_runtime::trace_context::from_metadata(request.metadata());
-        tracing::Span::current().record("trace_id", trace.trace_id());
+        let caller = daemon_runtime::trace_context::caller_of(request.metadata());
+        daemon_runtime::trace_context::record_span(&tracing::Span::current(), &trace, caller.as_ref());
         let metrics = &self.node.metrics;
         metrics.rpcs.get(Rpc::Complete).inc();
         let input = validate_complete(request.into_inner())?;
