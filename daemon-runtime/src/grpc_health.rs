@@ -107,23 +107,37 @@ mod tests {
         let ready = Arc::new(AtomicBool::new(false));
         let health = service(ready.clone());
         let status = |r: Response<HealthCheckResponse>| r.into_inner().status;
-        assert_eq!(status(health.check(ask("")).await.unwrap()), ServingStatus::NotServing as i32);
+        assert_eq!(
+            status(health.check(ask("")).await.expect("a known service")),
+            ServingStatus::NotServing as i32
+        );
         ready.store(true, Ordering::Relaxed);
-        assert_eq!(status(health.check(ask("")).await.unwrap()), ServingStatus::Serving as i32);
-        assert_eq!(status(health.check(ask("mesh.Test")).await.unwrap()), ServingStatus::Serving as i32);
-        assert_eq!(health.check(ask("mesh.Other")).await.unwrap_err().code(), tonic::Code::NotFound);
+        assert_eq!(
+            status(health.check(ask("")).await.expect("a known service")),
+            ServingStatus::Serving as i32
+        );
+        assert_eq!(
+            status(health.check(ask("mesh.Test")).await.expect("a known service")),
+            ServingStatus::Serving as i32
+        );
+        assert_eq!(
+            health.check(ask("mesh.Other")).await.expect_err("an unknown service").code(),
+            tonic::Code::NotFound
+        );
     }
 
     #[tokio::test]
     async fn watch_sends_the_status_then_each_change() {
         let ready = Arc::new(AtomicBool::new(true));
         let health = service(ready.clone());
-        let mut changes = health.watch(ask("mesh.Test")).await.unwrap().into_inner();
-        let next = |item: Option<Result<HealthCheckResponse, Status>>| item.unwrap().unwrap().status;
+        let mut changes = health.watch(ask("mesh.Test")).await.expect("a watch").into_inner();
+        let next = |item: Option<Result<HealthCheckResponse, Status>>| {
+            item.expect("a status").expect("no error").status
+        };
         assert_eq!(next(changes.next().await), ServingStatus::Serving as i32);
         ready.store(false, Ordering::Relaxed);
         assert_eq!(next(changes.next().await), ServingStatus::NotServing as i32);
-        let mut unknown = health.watch(ask("mesh.Other")).await.unwrap().into_inner();
+        let mut unknown = health.watch(ask("mesh.Other")).await.expect("a watch").into_inner();
         assert_eq!(next(unknown.next().await), ServingStatus::ServiceUnknown as i32);
     }
 }
