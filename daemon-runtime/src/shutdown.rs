@@ -1,6 +1,6 @@
 //! The shutdown signal every daemon of the mesh stops on.
 
-/// Completes on SIGINT or SIGTERM. If a signal cannot be listened for, only the other one stops the daemon.
+/// Completes on SIGINT or SIGTERM (and tells systemd the daemon is stopping, under a `Type=notify` unit). If a signal cannot be listened for, only the other one stops the daemon.
 pub async fn signal() {
     let interrupt = async {
         if let Err(e) = tokio::signal::ctrl_c().await {
@@ -27,4 +27,5 @@ pub async fn signal() {
         () = terminate => {}
     }
     tracing::info!("shutting down");
+    crate::systemd_notify::notify_stopping();
 }

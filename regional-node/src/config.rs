@@ -22,6 +22,10 @@ pub struct RegionalConfig {
     /// Address to serve HTTP on.
     #[arg(long, env = "MESH_REGIONAL_LISTEN", default_value = "127.0.0.1:8081")]
     pub listen: SocketAddr,
+    /// Also serve `/livez` and `/readyz` alone, in plain HTTP, on this address: for probers that cannot
+    /// present a mesh certificate (kubelet, a load balancer's health check). Unset: only on `--listen`.
+    #[arg(long, env = "MESH_REGIONAL_PROBE_LISTEN")]
+    pub probe_listen: Option<SocketAddr>,
     /// Name of this region, reported in metrics and health.
     #[arg(long, env = "MESH_REGION", default_value = "local")]
     pub region: String,

@@ -61,6 +61,17 @@ pub fn edge_dir() -> PathBuf {
     repo_root().join("edge-worker")
 }
 
+/// The deployment files (systemd units, Kubernetes objects, container files, configuration files).
+pub fn deploy_dir() -> PathBuf {
+    repo_root().join("deploy")
+}
+
+/// The validators of the deployment files (`.ci/setup.sh deploy-tools`): `bin/hadolint`, and the
+/// `kubernetes_validate` Python package (for `PYTHONPATH`).
+pub fn deploy_tools() -> PathBuf {
+    repo_root().join(".cache/deploy-tools")
+}
+
 /// The official OpenAI Python SDK (`.ci/setup.sh sdk`), for `PYTHONPATH`.
 pub fn openai_sdk() -> PathBuf {
     repo_root().join(".cache/openai-sdk")

@@ -23,6 +23,7 @@ mod core_09_stop_during_install;
 mod deploy_01_dashboard;
 mod deploy_02_probes_and_request_ids;
 mod deploy_03_trace_export;
+mod deploy_04_deployment_files;
 mod docs_01_flag_tables;
 mod edge_02_hot_set_and_failover;
 mod faults_01_core_follower_and_restart;

@@ -23,6 +23,8 @@ pub const DEFAULT_MODEL_NAME: &str = "smollm2-135m-instruct";
 /// key from a file ([`PodArgs::openai_api_key_file`]).
 #[derive(Debug, Clone)]
 pub struct PodConfig {
+    /// Where `/livez` and `/readyz` are also served in plain HTTP, if anywhere.
+    pub probe_listen: Option<SocketAddr>,
     /// Path of the GGUF model file (SmolLM2-135M-Instruct, Q4_1).
     pub model_path: PathBuf,
     /// The name requests must use in their `model` field.
@@ -47,7 +49,14 @@ impl PodConfig {
             engine: EngineConfig::default(),
             identity,
             openai_api_key: None,
+            probe_listen: None,
         }
+    }
+
+    /// Also serves the probes alone, in plain HTTP, on `addr`.
+    pub fn with_probe_listen(mut self, addr: Option<SocketAddr>) -> Self {
+        self.probe_listen = addr;
+        self
     }
 
     /// Serves the model under `name` instead of [`DEFAULT_MODEL_NAME`].
@@ -141,6 +150,10 @@ pub struct PodArgs {
     /// Address to serve gRPC and HTTP (the OpenAI API under `/v1`, `/healthz`, `/metrics`) on.
     #[arg(long, env = "MESH_POD_LISTEN", default_value = "127.0.0.1:7400")]
     pub listen: SocketAddr,
+    /// Also serve `/livez` and `/readyz` alone, in plain HTTP, on this address: for probers that cannot
+    /// present a mesh certificate (kubelet, a load balancer's health check). Unset: only on `--listen`.
+    #[arg(long, env = "MESH_POD_PROBE_LISTEN")]
+    pub probe_listen: Option<SocketAddr>,
     /// Path of the GGUF model file (SmolLM2-135M-Instruct, Q4_1).
     #[arg(long, env = "MESH_POD_MODEL_PATH")]
     pub model_path: PathBuf,
@@ -206,6 +219,7 @@ impl PodArgs {
         let config = PodConfig::new(self.model_path.clone(), identity)
             .with_model_name(self.model_name.clone())
             .with_max_queue(self.max_queue)
+            .with_probe_listen(self.probe_listen)
             .with_engine(EngineConfig {
                 kv_blocks: self.kv_blocks.max(1),
                 block_size: self.block_size.max(1),

@@ -2,6 +2,7 @@
 //! over mutual TLS or, in insecure development mode, plain TCP.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context as _;
@@ -49,6 +50,21 @@ pub async fn run(
         shutdown,
     );
     tokio::pin!(server);
+    let _probes =
+        match config.probe_listen {
+            Some(addr) => {
+                let probed = service.clone();
+                let readiness: daemon_runtime::probes::Readiness = Arc::new(move || {
+                    if probed.is_ready() {
+                        Ok(())
+                    } else {
+                        Err(probed.not_ready_reason().to_owned())
+                    }
+                });
+                Some(AbortOnDrop(daemon_runtime::probes::spawn(TcpListener::bind(addr).await?, readiness)))
+            }
+            None => None,
+        };
 
     let path = config.model_path.clone();
     let load = tokio::task::spawn_blocking(move || {
@@ -70,6 +86,10 @@ pub async fn run(
                 "model loaded"
             );
             service.set_ready(engine, config.engine.loop_config(config.max_queue), config.max_queue).context("starting the inference worker")?;
+            // Under a `Type=notify` unit: ready with the model loaded, as `/readyz` says.
+            if let Err(error) = daemon_runtime::systemd_notify::notify("READY=1") {
+                tracing::warn!(%error, "could not tell systemd the pod is ready");
+            }
         }
     }
     server.await.context("serving")
@@ -132,6 +152,15 @@ async fn healthz(State(service): State<InferenceService>) -> impl IntoResponse {
 
 async fn metrics(State(service): State<InferenceService>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, shared::metrics::CONTENT_TYPE)], service.render_metrics())
+}
+
+/// Ends the probe listener with the pod.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 #[cfg(test)]

@@ -32,6 +32,10 @@ pub struct NodeArgs {
     /// Address to listen on, for gRPC (Raft, CoreCache) and HTTP (/healthz, /metrics) alike.
     #[arg(long, env = "MESH_CORE_LISTEN")]
     pub listen: SocketAddr,
+    /// Also serve `/livez` and `/readyz` alone, in plain HTTP, on this address: for probers that cannot
+    /// present a mesh certificate (kubelet, a load balancer's health check). Unset: only on `--listen`.
+    #[arg(long, env = "MESH_CORE_PROBE_LISTEN")]
+    pub probe_listen: Option<SocketAddr>,
     /// Directory of this node's data: `wal/` (the Raft log and vote, a write-ahead log synced per group
     /// of appends), `sled-state/` (the state machine, in sled; trusted only after a clean stop, and started
     /// empty after any other), `contents/` (the entries' rows) and `snapshots/` (the current snapshot file).
@@ -190,6 +194,7 @@ impl NodeArgs {
         let source_ip = Some(self.listen.ip()).filter(|ip| !ip.is_unspecified());
         let config = NodeConfig {
             id: self.id,
+            probe_listen: self.probe_listen,
             source_ip,
             models: models.models().to_vec(),
             tenants: self.tenants,
@@ -260,6 +265,8 @@ fn parse_peer(item: &str) -> Result<(NodeId, String), String> {
 pub struct NodeConfig {
     /// This node's Raft id (a key of `peers`).
     pub id: NodeId,
+    /// Where `/livez` and `/readyz` are also served in plain HTTP, if anywhere.
+    pub probe_listen: Option<std::net::SocketAddr>,
     /// Source address of connections to other nodes (the listen IP, unless that is unspecified).
     pub source_ip: Option<IpAddr>,
     /// Models to register when this node forms the cluster.

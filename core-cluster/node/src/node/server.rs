@@ -174,6 +174,12 @@ pub async fn run(
     // Set once at shutdown: the server drains, and open AppendEntries streams end.
     let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
     let raft_rpc = RaftService::new(raft.clone(), group, contact, metrics, stopping_rx.clone());
+    let serving = node.clone();
+    if let Some(addr) = config.probe_listen {
+        let probed = node.clone();
+        let readiness = Arc::new(move || probed.check_serving().map_err(|reason| reason.to_string()));
+        background.push(daemon_runtime::probes::spawn(TcpListener::bind(addr).await?, readiness));
+    }
     let app = routes(identity, raft_rpc, node);
 
     // gRPC and HTTP/1.1 share the listener: the server detects HTTP/2 (h2c) per connection. Every
@@ -185,6 +191,9 @@ pub async fn run(
         let _ = stop.wait_for(|stopping| *stopping).await;
     });
     let mut server = tokio::spawn(serve);
+    // Under a `Type=notify` unit: ready when `/readyz` would say so.
+    background
+        .extend(daemon_runtime::systemd_notify::notify_when_ready(move || serving.check_serving().is_ok()));
     tracing::info!(id = config.id, addr = %local_addr, peers = config.peers.len(), pods = config.pods.len(), openai_backends = config.openai_backends.len(), "core node serving");
 
     let result = serve_until_shutdown(shutdown, &mut server, &stopping).await;

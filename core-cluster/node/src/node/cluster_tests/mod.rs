@@ -61,6 +61,7 @@ struct Cluster {
 impl Cluster {
     fn config(&self, id: NodeId) -> NodeConfig {
         NodeConfig {
+            probe_listen: None,
             id,
             source_ip: None,
             models: vec![shared::models::ModelRef { name: "fake".into(), version: 1 }],
