@@ -255,28 +255,60 @@ pub struct Staged {
     older: Vec<u32>,
 }
 
-/// For a snapshot's install: appends its entry rows to a new part of the log, and makes their heads.
-pub fn stage(contents: &Contents, rows: &[(Vec<u8>, Vec<u8>)]) -> io::Result<Staged> {
-    let older = contents.seal()?;
-    let mut heads = Vec::with_capacity(rows.len());
-    let mut pointers = Vec::with_capacity(rows.len());
-    for chunk in rows.chunks(4096) {
-        let mut stored = Vec::with_capacity(chunk.len());
-        let mut chunk_heads = Vec::with_capacity(chunk.len());
-        for (key, row) in chunk {
-            let entry = StoredEntry::from_row(row)?;
-            chunk_heads.push(EntryHead::of(&entry));
-            stored.push((key.as_slice(), row.as_slice()));
-        }
-        for (((key, _), head), at) in chunk.iter().zip(chunk_heads).zip(contents.append(&stored)?) {
-            heads.push((key.clone(), encode(&head, at)));
-            pointers.push(at);
-        }
-    }
-    Ok(Staged { heads, pointers, older })
+/// Rows of entries written to the content log at once by a [`Stager`].
+const STAGE_CHUNK: usize = 4096;
+
+/// Writes a snapshot's entry rows to a new part of the content log as they are read, [`STAGE_CHUNK`]
+/// at a time, keeping only their heads: an install holds the heads and one chunk of rows in memory,
+/// not the whole snapshot. The older part of the log stays until the heads are written ([`replaced`]).
+pub struct Stager<'a> {
+    contents: &'a Contents,
+    chunk: Vec<(Vec<u8>, Vec<u8>)>,
+    staged: Staged,
 }
 
-/// Once a snapshot's heads are written ([`stage`]): counts their rows live and removes the older segments.
+impl<'a> Stager<'a> {
+    /// Starts a new part of `contents`' log.
+    pub fn begin(contents: &'a Contents) -> io::Result<Self> {
+        let older = contents.seal()?;
+        let staged = Staged { heads: Vec::new(), pointers: Vec::new(), older };
+        Ok(Self { contents, chunk: Vec::with_capacity(STAGE_CHUNK), staged })
+    }
+
+    /// Stages one entry's stored row under `key`.
+    pub fn push(&mut self, key: Vec<u8>, row: Vec<u8>) -> io::Result<()> {
+        self.chunk.push((key, row));
+        if self.chunk.len() >= STAGE_CHUNK {
+            self.write_chunk()?;
+        }
+        Ok(())
+    }
+
+    fn write_chunk(&mut self) -> io::Result<()> {
+        let mut stored = Vec::with_capacity(self.chunk.len());
+        let mut heads = Vec::with_capacity(self.chunk.len());
+        for (key, row) in &self.chunk {
+            heads.push(EntryHead::of(&StoredEntry::from_row(row)?));
+            stored.push((key.as_slice(), row.as_slice()));
+        }
+        for (((key, _), head), at) in self.chunk.iter().zip(heads).zip(self.contents.append(&stored)?) {
+            self.staged.heads.push((key.clone(), encode(&head, at)));
+            self.staged.pointers.push(at);
+        }
+        self.chunk.clear();
+        Ok(())
+    }
+
+    /// Writes what is left and returns the heads to index.
+    pub fn finish(mut self) -> io::Result<Staged> {
+        if !self.chunk.is_empty() {
+            self.write_chunk()?;
+        }
+        Ok(self.staged)
+    }
+}
+
+/// Once a snapshot's heads are written ([`Stager`]): counts their rows live and removes the older segments.
 pub fn replaced(contents: &Contents, staged: &Staged) -> io::Result<()> {
     for &segment in &staged.older {
         contents.remove(segment)?;
@@ -379,12 +411,23 @@ mod tests {
         let contents = Contents::open(&dir).expect("open");
         put(&index, &contents, &[("old".into(), "before".into())]);
         let new = StoredEntry::sample("new", "acme", "from the snapshot");
-        let rows = vec![(b"new".to_vec(), new.to_row().expect("row"))];
-        let mut staged = stage(&contents, &rows).expect("stage");
+        // More rows than one chunk, so that the stager writes as it goes.
+        let mut stager = Stager::begin(&contents).expect("begin");
+        stager.push(b"new".to_vec(), new.to_row().expect("row")).expect("push");
+        let more = STAGE_CHUNK + 2;
+        for i in 0..more {
+            let entry = StoredEntry::sample(&format!("k{i}"), "acme", "from the snapshot");
+            stager.push(format!("k{i}").into_bytes(), entry.to_row().expect("row")).expect("push");
+        }
+        assert!(stager.chunk.len() < STAGE_CHUNK, "whole chunks are written as they fill");
+        let mut staged = stager.finish().expect("finish");
+        assert_eq!(staged.heads.len(), more + 1);
         assert!(entry(&index, &contents, b"old").expect("read").is_some(), "readable until replaced");
         index.replace(std::mem::take(&mut staged.heads));
         replaced(&contents, &staged).expect("replaced");
         assert_eq!(entry(&index, &contents, b"new").expect("read"), Some(new));
+        let last = format!("k{}", more - 1);
+        assert_eq!(entry(&index, &contents, last.as_bytes()).expect("read").map(|e| e.entry.key), Some(last));
         assert_eq!(entry(&index, &contents, b"old").expect("read"), None);
         let (size, live) = contents.sizes();
         assert_eq!(size, live, "only the snapshot's rows are left");

@@ -134,7 +134,9 @@ impl StateMachineStore {
                 meta.last_log_id
             }
             None => {
-                self.replace_with(Default::default(), 0, 0, &None, &Membership::default()).map_err(io)?;
+                let nothing = super::entry_heads::Stager::begin(&self.contents)?.finish()?;
+                self.replace_with(Default::default(), nothing, 0, 0, &None, &Membership::default())
+                    .map_err(io)?;
                 None
             }
         };

@@ -141,20 +141,30 @@ impl StateMachineStore {
         };
         let (header, mut reader) = SnapshotReader::open(file).map_err(|e| err(&e))?;
         let Header { clock_ms, feed_floor } = header;
+        // The entries (the bulk of a snapshot) go to the content log as they are read; only the other
+        // tables' rows are held until the transaction that writes them.
+        let mut entries = entry_heads::Stager::begin(&self.contents).map_err(|e| err(&e))?;
         let mut encoded: TableRows = Default::default();
         let mut rows = 0;
         while let Some(row) = reader.next_row().map_err(|e| err(&e))? {
-            encoded[row.table as usize].push((row.key, row.value));
+            if row.table == SnapshotTable::Entries {
+                entries.push(row.key, row.value).map_err(|e| err(&e))?;
+            } else {
+                encoded[row.table as usize].push((row.key, row.value));
+            }
             rows += 1;
         }
-        self.replace_with(encoded, clock_ms, feed_floor, last_applied, membership)?;
+        let staged = entries.finish().map_err(|e| err(&e))?;
+        self.replace_with(encoded, staged, clock_ms, feed_floor, last_applied, membership)?;
         Ok(rows)
     }
 
-    /// Replaces the whole state with `encoded` (rows by table, as stored) at `last_applied`, atomically.
+    /// Replaces the whole state with `entries` (staged in the content log) and `encoded` (the other
+    /// tables' rows, as stored) at `last_applied`, atomically.
     pub(super) fn replace_with(
         &self,
-        mut encoded: TableRows,
+        encoded: TableRows,
+        mut staged: entry_heads::Staged,
         clock_ms: i64,
         feed_floor: u64,
         last_applied: &Option<LogId<NodeId>>,
@@ -165,11 +175,8 @@ impl StateMachineStore {
         };
         let trees = self.tables().map(|(_, tree)| tree);
         let mut stale: Vec<Vec<sled::IVec>> = Vec::new();
-        // The entries' rows go to a new part of the content log, their heads to the index once the other
-        // tables are written (sled's entries tree gets them at a clean stop).
-        let entries = std::mem::take(&mut encoded[SnapshotTable::Entries as usize]);
-        let mut staged = entry_heads::stage(&self.contents, &entries).map_err(|e| err(&e))?;
-        drop(entries);
+        // The entries' rows are in a new part of the content log; their heads go to the index once the
+        // other tables are written (sled's entries tree gets them at a clean stop).
         for (table, (tree, rows)) in
             self.tables().map(|(table, _)| table).iter().zip(trees.iter().zip(&encoded))
         {
