@@ -196,7 +196,7 @@ pub struct RegionalConfig {
     #[arg(long, env = "MESH_SEMANTIC_PARTITIONS", default_value_t = 10_000)]
     pub semantic_partitions: usize,
     /// Bytes the semantic tier's questions, embeddings and index links may take, counted per question
-    /// (an estimate of the allocations, 2 to 3 KB a question); a tenant holds at most
+    /// (an estimate of the allocations, 1 to 3.5 KB a question); a tenant holds at most
     /// `--tenant-cache-share` of them. 0: bounded by the counts alone.
     #[arg(long, env = "MESH_SEMANTIC_BYTES", default_value_t = 512 * 1024 * 1024)]
     pub semantic_bytes: u64,

@@ -10,6 +10,8 @@
 //! - [`core`]: `mesh bench core`: the core cluster against etcd.
 //! - [`pod`]: `mesh bench pod`: the inference pod against llama.cpp (`llama-bench`, `llama-server`).
 //! - [`regional`]: `mesh bench regional`: the regional tier against Redis and GPTCache.
+//! - [`semantic_index`]: `mesh bench semantic-index`: the semantic tier's index against an exact scan
+//!   at 1k, 10k and 100k questions.
 //! - [`edge`]: `mesh bench edge`: the edge worker against a pass-through worker, and the scan.
 //! - [`tls`]: `mesh bench tls`: exact hits and edge misses with mutual TLS against without.
 //! - [`tenants`]: `mesh bench tenants`: a victim tenant alone and beside each attack of another.
@@ -26,6 +28,7 @@ pub mod edge;
 pub mod pod;
 pub mod propagation;
 pub mod regional;
+pub mod semantic_index;
 pub mod tenants;
 pub mod tls;
 pub mod upstream;

@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 
 use crate::bench::auto::suite::AutoBenchOptions;
 use crate::bench::propagation::suite::PropagationOptions;
+use crate::bench::semantic_index::suite::SemanticIndexBenchOptions;
 use crate::bench::tenants::suite::TenantsBenchOptions;
 use crate::bench::tls::suite::TlsBenchOptions;
 use crate::bench::upstream::routing::RoutingBenchOptions;
@@ -29,6 +30,9 @@ pub enum BenchSuite {
     /// What mutual TLS costs: exact hits at a regional node and misses through the edge, two meshes
     /// (with TLS and without) side by side.
     Tls(SuiteArgs<TlsBenchOptions>),
+    /// The semantic tier's index (usearch HNSW) against an exact scan at 1k, 10k and 100k questions in
+    /// one partition: lookup p50/p99, recall@1, memory per question.
+    SemanticIndex(SuiteArgs<SemanticIndexBenchOptions>),
     /// What a hostile tenant does to another: the victim's hit ratio and latencies alone and beside a
     /// flood of random invalidations, of abandoned generations, of punctuation-heavy questions, and of
     /// connections without a certificate.
@@ -74,6 +78,7 @@ impl BenchSuite {
             Self::Pod(args) => args.report(bench::pod::suite::run),
             Self::Regional(args) => args.report(bench::regional::suite::run),
             Self::Tls(args) => args.report(bench::tls::suite::run),
+            Self::SemanticIndex(args) => args.report(bench::semantic_index::suite::run),
             Self::Tenants(args) => args.report(bench::tenants::suite::run),
             Self::E2e(args) => args.report(bench::e2e::suite::run),
             Self::Edge(args) => args.report(bench::edge::suite::run),
