@@ -196,8 +196,9 @@ pub struct RegionalConfig {
     #[arg(long, env = "MESH_SEMANTIC_PARTITIONS", default_value_t = 10_000)]
     pub semantic_partitions: usize,
     /// Bytes the semantic tier's questions, embeddings and index links may take, counted per question
-    /// (an estimate of the allocations, 1 to 3.5 KB a question); a tenant holds at most
-    /// `--tenant-cache-share` of them. 0: bounded by the counts alone.
+    /// (an estimate of the allocations, 1 to 3.5 KB a question) and per partition (96 KiB for each
+    /// index, measured by `mesh bench semantic-index`); a tenant holds at most `--tenant-cache-share` of
+    /// them. 0: bounded by the counts alone.
     #[arg(long, env = "MESH_SEMANTIC_BYTES", default_value_t = 512 * 1024 * 1024)]
     pub semantic_bytes: u64,
     /// The edge's small-embedding table (built by `distill-edge-table`); with it, `/v1/hotset` carries
