@@ -99,6 +99,7 @@ pub async fn handle(
     kv: Option<KvStore>,
     mut clock: Clock,
     api: ModelApi,
+    request_id: &str,
 ) -> Result<Response, EdgeError> {
     let tenant = config.keys.authenticate(req.headers().get("authorization")?.as_deref())?.to_owned();
     let declared_len = req.headers().get("content-length")?.and_then(|v| v.trim().parse::<usize>().ok());
@@ -152,6 +153,8 @@ pub async fn handle(
     let mut forwarded: Vec<(&str, &str)> =
         cache_control.as_deref().map(|v| ("cache-control", v)).into_iter().collect();
     forwarded.push((shared::trace::TRACEPARENT, &trace_header));
+    // The same request id at the regional tier, in its answer and its log.
+    forwarded.push((shared::trace::REQUEST_ID, request_id));
     let tags_header = shared::cache_tags::header_value(&job.tags);
     if !job.tags.is_empty() {
         forwarded.push((CACHE_TAGS_HEADER, &tags_header));

@@ -69,15 +69,15 @@ pub async fn route(req: Request, env: Env, ctx: Context) -> Result<Response> {
         Some(id) => id.to_owned(),
         None => shared::hex::encode(&chat::random_bytes::<16>()),
     };
-    let mut response = answer(req, env, ctx).await?;
+    let mut response = answer(req, env, ctx, &request_id).await?;
     // A response whose headers cannot be changed (one passed through as fetched) keeps the regional
     // tier's id.
     let _ = response.headers_mut().set(shared::trace::REQUEST_ID, &request_id);
     Ok(response)
 }
 
-/// Answers one request by its path.
-async fn answer(req: Request, env: Env, ctx: Context) -> Result<Response> {
+/// Answers one request by its path; `request_id` goes on to the regional tier with a completion.
+async fn answer(req: Request, env: Env, ctx: Context, request_id: &str) -> Result<Response> {
     let clock = Clock::start();
     let path = req.path();
     let outcome = match (path.as_str(), req.method()) {
@@ -86,7 +86,7 @@ async fn answer(req: Request, env: Env, ctx: Context) -> Result<Response> {
         ("/v1/chat/completions" | "/v1/completions", Method::Post) => match read_config(&env) {
             Ok(config) => {
                 let api = if path == "/v1/completions" { ModelApi::Completions } else { ModelApi::Chat };
-                chat::handle(req, config, &ctx, env.kv("HOTSET").ok(), clock, api).await
+                chat::handle(req, config, &ctx, env.kv("HOTSET").ok(), clock, api, request_id).await
             }
             Err(e) => Err(e),
         },

@@ -1,12 +1,14 @@
 //! What operators expect of each daemon: `/livez` (the process serves) and `/readyz` (it may take
 //! traffic) apart on the core node, the regional node and the pod, and an `x-request-id` on every answer
 //! at the edge and the regional node: the caller's when a log can hold it, else one of the tier's (at a
-//! regional node, the request's trace id). The regional node logs one JSON object a line
-//! (`--log-format json`).
+//! regional node, the request's trace id), and the edge passes its id on to the regional node. The
+//! regional node logs one JSON object a line (`--log-format json`).
 
 use std::time::Duration;
 
 use mesh_harness::client::{self, ChatClient};
+use mesh_harness::otlp_receiver::{OtlpReceiver, ReceivedSpan};
+use mesh_harness::poll::poll_until;
 use mesh_harness::{Mesh, MeshSpec};
 use serde_json::json;
 
@@ -18,10 +20,17 @@ fn status(url: &str) -> anyhow::Result<u16> {
 fn probes_answer_apart_and_every_answer_has_a_request_id() -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("mesh-test-probes-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
+    // The regional node's spans go to a collector, to see the request id the edge passed on.
+    let collector = OtlpReceiver::start()?;
     let mesh = Mesh::start(MeshSpec {
         core_nodes: 1,
         regional_nodes: 1,
-        regional_args: vec!["--log-format".into(), "json".into()],
+        regional_args: vec![
+            "--log-format".into(),
+            "json".into(),
+            "--otlp-endpoint".into(),
+            collector.endpoint(),
+        ],
         ..MeshSpec::local(&dir)
     })?;
     for base in [mesh.core_url(0), mesh.regional_url(0), mesh.pod_url()] {
@@ -35,6 +44,15 @@ fn probes_answer_apart_and_every_answer_has_a_request_id() -> anyhow::Result<()>
     let edge = mesh.client();
     let given = edge.chat_with_headers(&ask, &[("x-request-id", "req-abc-123")])?;
     assert_eq!((given.status, given.header("x-request-id")), (200, Some("req-abc-123")));
+    // The edge passes the id on: the regional node's request span carries it.
+    poll_until(Duration::from_secs(15), "the regional span with the edge's request id", || {
+        let spans = collector.spans();
+        let passed = |s: &ReceivedSpan| {
+            s.service == "mesh-regional"
+                && s.attributes.iter().any(|(k, v)| k == "request_id" && v == "req-abc-123")
+        };
+        Ok(spans.iter().any(passed).then_some(()))
+    })?;
     let made = edge.chat(&ask)?;
     let id = made.header("x-request-id").unwrap_or_default();
     assert!(id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()), "the edge gave {id:?}");

@@ -84,6 +84,7 @@ async fn answer(
         trace_id = tracing::field::Empty,
         span_id = tracing::field::Empty,
         parent_span_id = tracing::field::Empty,
+        request_id = headers.get(shared::trace::REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or_default(),
         tenant = %admitted.tenant,
         key = %admitted.key,
         class = admitted.class.class.as_str()
