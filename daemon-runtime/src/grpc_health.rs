@@ -1,6 +1,6 @@
 //! The standard gRPC health service (`grpc.health.v1.Health`, as load balancers and `grpc-health-probe`
-//! call it), answering from the same readiness as the daemon's `/readyz`: `SERVING` when it may take
-//! traffic, else `NOT_SERVING`. It knows the overall server (`""`) and each service name it is given;
+//! call it), answering from the daemon's [`Readiness`] (what its `/readyz` says): `SERVING` when it may
+//! take traffic, else `NOT_SERVING`. It knows the overall server (`""`) and each service name it is given;
 //! `Check` of any other name is `NOT_FOUND`, and `Watch` sends `SERVICE_UNKNOWN` for it, as the
 //! protocol says. `Watch` sends the status at once and again whenever it changes (looked at every
 //! [`WATCH_EVERY`]).
@@ -15,11 +15,10 @@ pub use tonic_health::pb::health_check_response::ServingStatus;
 pub use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
+use crate::probes::Readiness;
+
 /// How often a `Watch` looks at the readiness.
 pub const WATCH_EVERY: Duration = Duration::from_millis(500);
-
-/// Whether the daemon may take traffic now.
-pub type Readiness = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// The service; see [`server`].
 #[derive(Clone)]
@@ -29,19 +28,16 @@ pub struct HealthService {
 }
 
 /// The health service for a server carrying `services` (their full gRPC names), ready when `ready` says.
-pub fn server(
-    services: &[&str],
-    ready: impl Fn() -> bool + Send + Sync + 'static,
-) -> HealthServer<HealthService> {
+pub fn server(services: &[&str], ready: Readiness) -> HealthServer<HealthService> {
     let services = services.iter().map(|s| (*s).to_owned()).collect();
-    HealthServer::new(HealthService { services, ready: Arc::new(ready) })
+    HealthServer::new(HealthService { services, ready })
 }
 
 impl HealthService {
     /// The status of `service`, `None` for a name this server does not carry.
     fn status(&self, service: &str) -> Option<ServingStatus> {
         let known = service.is_empty() || self.services.iter().any(|s| s == service);
-        known.then(|| if (self.ready)() { ServingStatus::Serving } else { ServingStatus::NotServing })
+        known.then(|| if (self.ready)().is_ok() { ServingStatus::Serving } else { ServingStatus::NotServing })
     }
 }
 
@@ -92,10 +88,9 @@ mod tests {
     use super::*;
 
     fn service(ready: Arc<AtomicBool>) -> HealthService {
-        HealthService {
-            services: Arc::from(vec!["mesh.Test".to_owned()]),
-            ready: Arc::new(move || ready.load(Ordering::Relaxed)),
-        }
+        let ready: Readiness =
+            Arc::new(move || if ready.load(Ordering::Relaxed) { Ok(()) } else { Err("not yet".into()) });
+        HealthService { services: Arc::from(vec!["mesh.Test".to_owned()]), ready }
     }
 
     fn ask(name: &str) -> Request<HealthCheckRequest> {

@@ -1,8 +1,9 @@
-//! The two probes on a plain-HTTP port of their own (`--probe-listen`), for probers that cannot present
-//! a mesh certificate (kubelet's `httpGet` probes, a load balancer's health check): `/livez` is 200
-//! while the process serves, `/readyz` 200 when the daemon may take traffic, else 503 with the reason,
-//! the same answers as on the daemon's own port. The port serves nothing else, so it tells a stranger
-//! only whether the daemon is up.
+//! A daemon's readiness and the two HTTP probes that tell it: `/livez` is 200 while the process serves,
+//! `/readyz` 200 when the daemon may take traffic, else 503 with the reason. Each daemon defines its
+//! [`Readiness`] once; its own port, the probe port (`--probe-listen`, plain HTTP, for probers that
+//! cannot present a mesh certificate: kubelet's `httpGet` probes, a load balancer's health check), the
+//! gRPC health service ([`crate::grpc_health`]) and systemd ([`crate::systemd_notify`]) all answer from
+//! it. The probe port serves nothing else, so it tells a stranger only whether the daemon is up.
 
 use std::sync::Arc;
 
@@ -16,7 +17,7 @@ use crate::http_serving::HttpLimits;
 /// Whether the daemon may take traffic now, else why not.
 pub type Readiness = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
-/// The probes' routes.
+/// The probes' routes, for the daemon's own router and the probe port.
 pub fn router(ready: Readiness) -> axum::Router {
     axum::Router::new()
         .route("/livez", get(|| async { "ok\n" }))

@@ -39,10 +39,10 @@ pub fn notify_to(socket: &Path, state: &str) -> io::Result<()> {
 }
 
 /// Sends `READY=1` once `ready` holds (looked at every [`READY_POLL`]); nothing without `NOTIFY_SOCKET`.
-pub fn notify_when_ready(ready: impl Fn() -> bool + Send + 'static) -> Option<tokio::task::JoinHandle<()>> {
+pub fn notify_when_ready(ready: crate::probes::Readiness) -> Option<tokio::task::JoinHandle<()>> {
     std::env::var_os(NOTIFY_SOCKET)?;
     Some(tokio::spawn(async move {
-        while !ready() {
+        while ready().is_err() {
             tokio::time::sleep(READY_POLL).await;
         }
         match notify("READY=1") {

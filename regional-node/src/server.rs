@@ -265,19 +265,12 @@ pub async fn run(
     let refresh = std::time::Duration::from_millis(state.settings().config.model_refresh_ms.max(100));
     tasks.push(state.path().models().spawn(state.path().core().clone(), refresh));
     tasks.push(crate::change_feed::spawn(Arc::clone(state.path())));
+    // Ready once caught up with the core's feed: `/readyz`, the probe port, systemd.
+    let readiness = crate::http::readiness(&state);
     if let Some(addr) = state.settings().config.probe_listen {
-        let probed = Arc::clone(&state);
-        let readiness: daemon_runtime::probes::Readiness =
-            Arc::new(move || match probed.path().view().caught_up() {
-                true => Ok(()),
-                false => Err("catching up with the core's feed".into()),
-            });
-        tasks.push(daemon_runtime::probes::spawn(TcpListener::bind(addr).await?, readiness));
+        tasks.push(daemon_runtime::probes::spawn(TcpListener::bind(addr).await?, readiness.clone()));
     }
-    // Under a `Type=notify` unit: ready when `/readyz` would say so (caught up with the core's feed).
-    let serving = Arc::clone(&state);
-    tasks
-        .extend(daemon_runtime::systemd_notify::notify_when_ready(move || serving.path().view().caught_up()));
+    tasks.extend(daemon_runtime::systemd_notify::notify_when_ready(readiness));
     tracing::info!(%region, addr = %listener.local_addr()?, "regional node serving");
     let limits = state.settings().config.http_limits();
     // Clients with API keys present no certificate; the edge presents its own.

@@ -19,6 +19,7 @@ use super::openai_http::{self, ApiKey};
 use super::service::InferenceService;
 use super::{Engine, PodConfig};
 use daemon_runtime::identity::{ClientAuth, RoleCheck};
+use daemon_runtime::probes::Readiness;
 use daemon_runtime::TierRole;
 
 /// Serves the pod on `listener` until `shutdown` completes, then drains in-flight requests.
@@ -31,9 +32,11 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let service = InferenceService::new(config.model_name.clone());
+    let readiness = readiness(&service);
     // The pod's row of the authorization table: only core nodes call it.
     let app = router(
         service.clone(),
+        readiness.clone(),
         config.identity.interceptor(&[TierRole::Core]),
         config.identity.interceptor(&TierRole::ALL),
         config.openai_api_key.clone(),
@@ -50,21 +53,12 @@ pub async fn run(
         shutdown,
     );
     tokio::pin!(server);
-    let _probes =
-        match config.probe_listen {
-            Some(addr) => {
-                let probed = service.clone();
-                let readiness: daemon_runtime::probes::Readiness = Arc::new(move || {
-                    if probed.is_ready() {
-                        Ok(())
-                    } else {
-                        Err(probed.not_ready_reason().to_owned())
-                    }
-                });
-                Some(AbortOnDrop(daemon_runtime::probes::spawn(TcpListener::bind(addr).await?, readiness)))
-            }
-            None => None,
-        };
+    let _probes = match config.probe_listen {
+        Some(addr) => {
+            Some(AbortOnDrop(daemon_runtime::probes::spawn(TcpListener::bind(addr).await?, readiness)))
+        }
+        None => None,
+    };
 
     let path = config.model_path.clone();
     let load = tokio::task::spawn_blocking(move || {
@@ -99,6 +93,7 @@ pub async fn run(
 /// standard gRPC health service, ready once the model is loaded) open to any mesh certificate.
 fn router(
     service: InferenceService,
+    readiness: Readiness,
     auth: RoleCheck,
     any_role: RoleCheck,
     openai_key: Option<ApiKey>,
@@ -106,18 +101,16 @@ fn router(
     let grpc = InferencePodServer::with_interceptor(service.clone(), auth);
     let pod_name = <InferencePodServer<InferenceService> as NamedService>::NAME;
     let grpc_path = format!("/{pod_name}/{{*method}}");
-    let loaded = service.clone();
-    let health = daemon_runtime::grpc_health::server(&[pod_name], move || loaded.is_ready());
+    let health = daemon_runtime::grpc_health::server(&[pod_name], readiness.clone());
     let health_path = format!("/{}/{{*method}}", <daemon_runtime::grpc_health::HealthServer<daemon_runtime::grpc_health::HealthService> as NamedService>::NAME);
     Router::new()
         .route_service(&grpc_path, grpc)
         .route_service(&health_path, tonic::service::interceptor::InterceptedService::new(health, any_role))
         .route("/healthz", get(healthz))
-        .route("/livez", get(livez))
-        .route("/readyz", get(healthz))
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .with_state(service.clone())
+        .merge(daemon_runtime::probes::router(readiness))
         .merge(openai_http::router(service, openai_key))
 }
 
@@ -136,12 +129,13 @@ async fn not_found(headers: HeaderMap) -> Response {
     }
 }
 
-/// Liveness: 200 while the process serves HTTP, loaded or not.
-async fn livez() -> &'static str {
-    "ok\n"
+/// The pod's readiness (`/readyz`, the probe port, gRPC health): the model is loaded, else why not.
+fn readiness(service: &InferenceService) -> Readiness {
+    let service = service.clone();
+    Arc::new(move || if service.is_ready() { Ok(()) } else { Err(service.not_ready_reason().to_owned()) })
 }
 
-/// Readiness (also `/readyz`): 200 once the model is loaded, else 503 with the reason.
+/// `/healthz`, as `/readyz`: 200 once the model is loaded, else 503 with the reason.
 async fn healthz(State(service): State<InferenceService>) -> impl IntoResponse {
     if service.is_ready() {
         (StatusCode::OK, "ok\n".to_owned())

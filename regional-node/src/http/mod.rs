@@ -15,6 +15,8 @@ use axum::Router;
 
 use crate::server::AppState;
 
+pub use ops::readiness;
+
 /// The router with every route, sharing `state`.
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
@@ -28,11 +30,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(ops::models).fallback(ops::method_not_allowed))
         .route("/v1/models/{id}", get(ops::model).fallback(ops::method_not_allowed))
         .route("/healthz", get(ops::healthz))
-        .route("/livez", get(ops::livez))
-        .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
         .fallback(ops::not_found)
-        .with_state(state)
+        .with_state(Arc::clone(&state))
+        .merge(daemon_runtime::probes::router(ops::readiness(&state)))
         .layer(axum::middleware::from_fn(request_id))
 }
 

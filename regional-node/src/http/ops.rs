@@ -35,18 +35,14 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> Response {
     (status, body).into_response()
 }
 
-/// `GET /livez`: 200 while the process serves HTTP.
-pub async fn livez() -> &'static str {
-    "ok\n"
-}
-
-/// `GET /readyz`: 200 once the core's feed has delivered since the start (before that the node serves
-/// nothing from its own caches), else 503 with the reason; `/healthz` says the same with its figures.
-pub async fn readyz(State(state): State<Arc<AppState>>) -> (axum::http::StatusCode, &'static str) {
-    match state.path().view().caught_up() {
-        true => (axum::http::StatusCode::OK, "ok\n"),
-        false => (axum::http::StatusCode::SERVICE_UNAVAILABLE, "catching up with the core's feed\n"),
-    }
+/// The node's readiness (`/readyz`, the probe port, systemd): caught up with the core's feed since the
+/// start (before that it serves nothing from its own caches); `/healthz` says the same with its figures.
+pub fn readiness(state: &Arc<AppState>) -> daemon_runtime::probes::Readiness {
+    let state = Arc::clone(state);
+    Arc::new(move || match state.path().view().caught_up() {
+        true => Ok(()),
+        false => Err("catching up with the core's feed".into()),
+    })
 }
 
 /// The refusal of a caller of an operator's route that presents no mesh certificate on a TLS node

@@ -186,21 +186,13 @@ mod tests {
         experiments.record_audit("dev", Arm::Trial, false);
         experiments.record_lookup("dev", Arm::Control, false);
         let text = experiments.exposition(MetricsText::default()).finish();
-        assert!(
-            text.contains(r#"mesh_regional_semantic_arm_lookups_total{tenant="dev",arm="trial"} 2"#),
-            "{text}"
-        );
-        assert!(
-            text.contains(r#"mesh_regional_semantic_arm_hits_total{tenant="dev",arm="trial"} 1"#),
-            "{text}"
-        );
-        assert!(
-            text.contains(r#"mesh_regional_semantic_arm_hits_total{tenant="dev",arm="control"} 0"#),
-            "{text}"
-        );
-        assert!(
-            text.contains(r#"mesh_regional_semantic_arm_audits_total{tenant="dev",arm="trial"} 1"#),
-            "{text}"
-        );
+        for line in [
+            r#"mesh_regional_semantic_arm_lookups_total{tenant="dev",arm="trial"} 2"#,
+            r#"mesh_regional_semantic_arm_hits_total{tenant="dev",arm="trial"} 1"#,
+            r#"mesh_regional_semantic_arm_hits_total{tenant="dev",arm="control"} 0"#,
+            r#"mesh_regional_semantic_arm_audits_total{tenant="dev",arm="trial"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use daemon_runtime::http_serving::HttpLimits;
 use daemon_runtime::identity::ClientAuth;
+use daemon_runtime::probes::Readiness;
 use daemon_runtime::{TierIdentity, TierRole};
 use openraft::error::{InitializeError, RaftError};
 use openraft::{BasicNode, SnapshotPolicy};
@@ -174,13 +175,13 @@ pub async fn run(
     // Set once at shutdown: the server drains, and open AppendEntries streams end.
     let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
     let raft_rpc = RaftService::new(raft.clone(), group, contact, metrics, stopping_rx.clone());
+    // Ready when the node may answer from its state: `/readyz`, the probe port, gRPC health, systemd.
     let serving = node.clone();
+    let readiness: Readiness = Arc::new(move || serving.check_serving().map_err(|reason| reason.to_string()));
     if let Some(addr) = config.probe_listen {
-        let probed = node.clone();
-        let readiness = Arc::new(move || probed.check_serving().map_err(|reason| reason.to_string()));
-        background.push(daemon_runtime::probes::spawn(TcpListener::bind(addr).await?, readiness));
+        background.push(daemon_runtime::probes::spawn(TcpListener::bind(addr).await?, readiness.clone()));
     }
-    let app = routes(identity, raft_rpc, node);
+    let app = routes(identity, raft_rpc, node, readiness.clone());
 
     // gRPC and HTTP/1.1 share the listener: the server detects HTTP/2 (h2c) per connection. Every
     // client presents a mesh certificate; `/healthz` and `/metrics` take any role (the `metrics` one is
@@ -191,9 +192,7 @@ pub async fn run(
         let _ = stop.wait_for(|stopping| *stopping).await;
     });
     let mut server = tokio::spawn(serve);
-    // Under a `Type=notify` unit: ready when `/readyz` would say so.
-    background
-        .extend(daemon_runtime::systemd_notify::notify_when_ready(move || serving.check_serving().is_ok()));
+    background.extend(daemon_runtime::systemd_notify::notify_when_ready(readiness));
     tracing::info!(id = config.id, addr = %local_addr, peers = config.peers.len(), pods = config.pods.len(), openai_backends = config.openai_backends.len(), "core node serving");
 
     let result = serve_until_shutdown(shutdown, &mut server, &stopping).await;
@@ -215,7 +214,12 @@ pub async fn run(
 /// Every service on one router, behind the core's rows of the authorization table: only core nodes
 /// speak Raft; regional nodes look up, complete, watch and write; operators administer (and may write
 /// entries); every role may ask the standard gRPC health service.
-fn routes(identity: &TierIdentity, raft_rpc: RaftService, node: Arc<NodeContext>) -> axum::Router {
+fn routes(
+    identity: &TierIdentity,
+    raft_rpc: RaftService,
+    node: Arc<NodeContext>,
+    readiness: Readiness,
+) -> axum::Router {
     let raft_rpc = RaftServer::new(raft_rpc)
         .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES);
@@ -228,8 +232,7 @@ fn routes(identity: &TierIdentity, raft_rpc: RaftService, node: Arc<NodeContext>
         <CoreStoreServer<StoreService> as NamedService>::NAME,
         <CoreAdminServer<AdminService> as NamedService>::NAME,
     ];
-    let ready = node.clone();
-    let health_rpc = daemon_runtime::grpc_health::server(&services, move || ready.check_serving().is_ok());
+    let health_rpc = daemon_runtime::grpc_health::server(&services, readiness.clone());
     Routes::new(InterceptedService::new(raft_rpc, identity.interceptor(&[TierRole::Core])))
         .add_service(InterceptedService::new(cache_rpc, identity.interceptor(&[TierRole::Regional])))
         // Core nodes too: a follower forwards a linearizable read to the leader. Writes are checked per
@@ -243,6 +246,7 @@ fn routes(identity: &TierIdentity, raft_rpc: RaftService, node: Arc<NodeContext>
         .add_service(InterceptedService::new(health_rpc, identity.interceptor(&TierRole::ALL)))
         .into_axum_router()
         .merge(http::router(node))
+        .merge(daemon_runtime::probes::router(readiness))
 }
 
 /// Serves until `shutdown` (or until the server stops by itself); then tells the server to drain, and

@@ -10,7 +10,8 @@ use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use anyhow::{ensure, Context as _};
-use regional_node::semantic::cache::cosine_index;
+use regional_node::semantic::embedding::cosine;
+use regional_node::semantic::index::{cosine_index, partition_bytes, question_bytes};
 use shared::small_embedding::SmallEmbedder;
 
 use crate::bench::common::report::{Better, Machine, Report, Row};
@@ -145,8 +146,8 @@ fn across_partitions(
     }
     let resident = rss_bytes().saturating_sub(before);
     // One index a partition here (the small embedding's), as the byte bound counts it.
-    let counted = regional_node::semantic::cache::question_bytes("", "", false, Some(dims))
-        + regional_node::semantic::cache::partition_bytes(None) / options.per_partition as u64;
+    let counted =
+        question_bytes("", "", false, Some(dims)) + partition_bytes(None) / options.per_partition as u64;
     eprintln!(
         "{} partitions of {} questions: {:.0} resident bytes a question ({:.0} reported by the indexes; the byte bound counts {counted} besides the text, its partition's share included)",
         options.partitions,
@@ -260,20 +261,6 @@ fn quantile(values: &[f64], q: f64) -> f64 {
     sorted.sort_by(f64::total_cmp);
     let rank = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len().max(1));
     sorted.get(rank - 1).copied().unwrap_or(0.0)
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let (mut dot, mut na, mut nb) = (0.0f32, 0.0f32, 0.0f32);
-    for (x, y) in a.iter().zip(b) {
-        dot += x * y;
-        na += x * x;
-        nb += y * y;
-    }
-    if na == 0.0 || nb == 0.0 {
-        0.0
-    } else {
-        dot / (na.sqrt() * nb.sqrt())
-    }
 }
 
 /// The exact nearest of `query` among `indexed`: its position and similarity.

@@ -1,4 +1,5 @@
-//! The node's plain-HTTP routes: `/healthz` and `/metrics`. They need no secret and reveal no cache data.
+//! The node's plain-HTTP routes: `/healthz` and `/metrics` (the probes, `/livez` and `/readyz`, come
+//! from [`daemon_runtime::probes`]). They need no secret and reveal no cache data.
 
 use std::sync::Arc;
 
@@ -12,26 +13,7 @@ use crate::node::context::NodeContext;
 
 /// The HTTP routes, to be merged with the gRPC routes on the node's one listener.
 pub fn router(node: Arc<NodeContext>) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/livez", get(livez))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .with_state(node)
-}
-
-/// Liveness: 200 while the process serves HTTP at all (a restart would not help anything else).
-async fn livez() -> &'static str {
-    "ok\n"
-}
-
-/// Readiness: 200 when this node may answer from its state (a member, in contact with a leader, caught
-/// up), else 503 with the reason: what a load balancer in front of the core's gRPC port should follow.
-async fn readyz(State(node): State<Arc<NodeContext>>) -> (StatusCode, String) {
-    match node.check_serving() {
-        Ok(()) => (StatusCode::OK, "ok\n".to_owned()),
-        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")),
-    }
+    Router::new().route("/healthz", get(healthz)).route("/metrics", get(metrics)).with_state(node)
 }
 
 /// 200 once the node knows a leader, else 503; the body says which leader, term and last applied index.
