@@ -22,10 +22,11 @@ up: build
 up-upstream: build
 	target/release/mesh up --upstream
 
-## Every check: formatting, clippy, shared on wasm32, unit and cross-process tests, edge bundle size, and
-## the semantic-hit precision/recall table and the edge table's agreement with the full model (printed, not
-## asserted).
-test: build lint wasm-check unit integration bundle-size semantic-eval
+## Every check: formatting, clippy, unit and cross-process tests, edge bundle size, and the semantic-hit
+## precision/recall table and the edge table's agreement with the full model (printed, not asserted).
+## (`build` compiles the edge worker, and with it `shared` and `near-miss`, for wasm32; `make wasm-check`
+## compiles those two alone.)
+test: build lint unit integration bundle-size semantic-eval
 
 setup:
 	.ci/setup.sh

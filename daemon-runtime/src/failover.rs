@@ -122,10 +122,13 @@ fn channel(address: &str, identity: &TierIdentity) -> Result<Channel, ChannelErr
     let endpoint = identity
         .endpoint(&url, TierRole::Core)
         .map_err(|e| ChannelError::BadAddress { address: address.to_owned(), reason: e.to_string() })?
-        .connect_timeout(CONNECT_TIMEOUT)
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
-        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
+        .configure(|endpoint| {
+            endpoint
+                .connect_timeout(CONNECT_TIMEOUT)
+                .tcp_nodelay(true)
+                .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+                .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+        });
     Ok(endpoint.connect_lazy())
 }
 

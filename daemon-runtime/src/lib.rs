@@ -6,8 +6,9 @@
 //! - [`config_file`]: each daemon's TOML configuration file, applied under its flags and `MESH_*`
 //!   environment variables; `--print-config`.
 //! - [`flag_table`]: `--print-flags`, the settings as the Markdown table README shows.
-//! - [`identity`]: who a tier is and who may call it: mutual TLS with one certificate per role, the
-//!   authorization interceptor, the flags every daemon reads its identity from.
+//! - [`identity`]: who a tier is and who may call it: mutual TLS with one certificate per role (read
+//!   again when its files change, so certificates rotate without a restart), the authorization
+//!   interceptor, the flags every daemon reads its identity from.
 //! - [`credential`]: the insecure development secret (no TLS), at least 32 bytes.
 //! - [`http_serving`]: the HTTP listener's limits (connections, header and idle timeouts) with or
 //!   without TLS.

@@ -262,6 +262,7 @@ pub async fn run(
         }));
     }
     tasks.extend(replication.spawn()?);
+    tasks.extend(state.settings().identity.spawn_tls_reloader());
     let refresh = std::time::Duration::from_millis(state.settings().config.model_refresh_ms.max(100));
     tasks.push(state.path().models().spawn(state.path().core().clone(), refresh));
     tasks.push(crate::change_feed::spawn(Arc::clone(state.path())));

@@ -13,6 +13,8 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, SanType,
 };
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::CertificateDer;
 
 /// How long a certificate is valid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,18 +53,33 @@ impl std::fmt::Debug for NodeCert {
     }
 }
 
+/// The name `mesh certs` gives its CA.
+pub const MESH_CA_NAME: &str = "llm-cache-mesh development CA";
+
 impl DevCa {
     /// A new CA named `name`, with a fresh key.
     pub fn new(name: &str) -> anyhow::Result<Self> {
         let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        set_window(&mut params, Validity::Current);
+        let params = ca_params(name)?;
         let pem = params.self_signed(&key)?.pem();
         let key_pem = key.serialize_pem();
         Ok(Self { issuer: Issuer::new(params, key), pem, key_pem })
+    }
+
+    /// The CA `mesh certs` wrote to `dir` (`ca.pem`, `ca.key`), to issue more certificates under: the
+    /// key must be the certificate's, and the certificate must be named [`MESH_CA_NAME`].
+    pub fn open(dir: &Path) -> anyhow::Result<Self> {
+        let read = |name: &str| {
+            std::fs::read_to_string(dir.join(name))
+                .with_context(|| format!("reading {}", dir.join(name).display()))
+        };
+        let (pem, key_pem) = (read("ca.pem")?, read("ca.key")?);
+        let key = KeyPair::from_pem(&key_pem).context("ca.key")?;
+        let der = CertificateDer::from_pem_slice(pem.as_bytes()).context("ca.pem holds no certificate")?;
+        let holds = |part: &[u8]| der.windows(part.len()).any(|window| window == part);
+        anyhow::ensure!(holds(key.public_key_raw()), "ca.key is not the key of ca.pem");
+        anyhow::ensure!(holds(MESH_CA_NAME.as_bytes()), "ca.pem is not a CA `mesh certs` made");
+        Ok(Self { issuer: Issuer::new(ca_params(MESH_CA_NAME)?, key), pem, key_pem })
     }
 
     /// The CA's certificate (PEM).
@@ -150,18 +167,43 @@ pub fn write_mesh_certs(
     dir: &Path,
     nodes: &[(String, TierRole)],
 ) -> anyhow::Result<(DevCa, Vec<(String, TlsFiles)>)> {
-    let ca = DevCa::new("llm-cache-mesh development CA")?;
+    let ca = DevCa::new(MESH_CA_NAME)?;
     ca.write(dir)?;
     AnswerKeyFiles::generate(dir)?;
-    let files = nodes
+    let files = issue_all(&ca, dir, nodes)?;
+    Ok((ca, files))
+}
+
+/// Fresh certificates and keys for `nodes`, issued by the CA already in `dir` ([`DevCa::open`]) and
+/// written over theirs; the CA and the answer-signing key stay. Running daemons pick them up without
+/// a restart (`--tls-reload-secs`, SIGHUP).
+pub fn renew_node_certs(dir: &Path, nodes: &[(String, TierRole)]) -> anyhow::Result<Vec<(String, TlsFiles)>> {
+    issue_all(&DevCa::open(dir)?, dir, nodes)
+}
+
+fn issue_all(
+    ca: &DevCa,
+    dir: &Path,
+    nodes: &[(String, TierRole)],
+) -> anyhow::Result<Vec<(String, TlsFiles)>> {
+    nodes
         .iter()
         .map(|(name, role)| {
             let files = ca.issue(name, *role, Validity::Current)?.write(dir, name)?;
             Ok((name.clone(), files))
         })
         .collect::<anyhow::Result<_>>()
-        .with_context(|| format!("writing certificates to {}", dir.display()))?;
-    Ok((ca, files))
+        .with_context(|| format!("writing certificates to {}", dir.display()))
+}
+
+/// A CA certificate's parameters: it signs node certificates only (no intermediates).
+fn ca_params(name: &str) -> anyhow::Result<CertificateParams> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    set_window(&mut params, Validity::Current);
+    Ok(params)
 }
 
 /// The environment variables that give a daemon these files.

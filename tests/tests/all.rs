@@ -43,6 +43,7 @@ mod regional_08_semantic_experiment;
 mod security_01_mtls;
 mod security_02_hostile_region;
 mod security_03_http2_limits;
+mod security_04_certificate_rotation;
 mod soak_01_bounded_state;
 mod tags_01_invalidate_and_refresh;
 mod tenants_01_isolation;

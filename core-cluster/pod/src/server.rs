@@ -59,6 +59,7 @@ pub async fn run(
         }
         None => None,
     };
+    let _tls_reloader = config.identity.spawn_tls_reloader().map(AbortOnDrop);
 
     let path = config.model_path.clone();
     let load = tokio::task::spawn_blocking(move || {

@@ -35,7 +35,7 @@ use tokio_rustls::TlsAcceptor;
 use self::activity::{Activity, Verdict};
 use self::idle_timeout::IdleTimeout;
 use self::per_ip::PerIp;
-use crate::identity::{role_of, PeerRole};
+use crate::identity::{role_of, PeerRole, ServerTls};
 
 /// The address a request's connection came from, in every request's extensions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,12 +80,13 @@ impl HttpLimits {
 }
 
 /// Serves `router` on `listener` within `limits` until `shutdown` completes, then drains. With `tls`,
-/// every connection is a TLS one and its requests carry the peer's [`PeerRole`].
+/// every connection is a TLS one (accepted with the node's TLS material as it is then) and its
+/// requests carry the peer's [`PeerRole`].
 pub async fn serve(
     listener: TcpListener,
     router: axum::Router,
     limits: HttpLimits,
-    tls: Option<TlsAcceptor>,
+    tls: Option<ServerTls>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
     let max_connections = limits.max_connections.clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
@@ -128,7 +129,7 @@ pub async fn serve(
         tokio::spawn(async move {
             let served = match tls {
                 None => serve_connection(&builder, stopping, stream, router, limits).await,
-                Some(acceptor) => match handshake(&acceptor, stream, limits.header_read_timeout).await {
+                Some(tls) => match handshake(&tls.acceptor(), stream, limits.header_read_timeout).await {
                     Ok((stream, peer)) => {
                         serve_connection(
                             &builder,

@@ -5,6 +5,7 @@
 //! **Mutual TLS** (the default of `mesh up`): every node holds a certificate of the mesh CA that names
 //! its [`TierRole`]. Servers verify clients against the CA and read the role from the certificate;
 //! clients verify servers against the CA and ask for the role they meant to call as the server name.
+//! The files are read again when they change ([`live_tls`]): certificates rotate without a restart.
 //!
 //! **Insecure development mode**: without TLS files, every tier holds one shared secret of at least
 //! 32 bytes (`MESH_INSECURE_TIER_SECRET`), presented as `x-mesh-secret` and standing for every tier
@@ -13,17 +14,22 @@
 //! `mtls_certificates` binding).
 
 mod answer_keys;
+mod dialer;
+pub mod live_tls;
 mod role;
 mod tls;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tonic::service::Interceptor;
 use tonic::transport::Endpoint;
 use tonic::{Request, Status};
 
 pub use answer_keys::{load_answer_signer, load_answer_verifier};
+pub use dialer::PeerEndpoint;
+pub use live_tls::{LiveTls, ServerTls};
 pub use role::{TierRole, ROLE_DOMAIN};
 pub use tls::{role_of, ClientAuth, TlsFiles, TlsMaterial};
 
@@ -97,6 +103,11 @@ pub struct IdentityArgs {
     /// This node's private key (PEM); refused when its group or others may read it.
     #[arg(long, env = "MESH_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
+    /// How often, in seconds, the TLS files are read again; a changed set (a renewed certificate, a
+    /// new CA file) serves every new connection from then on, without a restart. SIGHUP reads them at
+    /// once. 0: only on SIGHUP.
+    #[arg(long, env = "MESH_TLS_RELOAD_SECS", default_value_t = 30)]
+    pub tls_reload_secs: u64,
     /// File holding the insecure development secret (otherwise `MESH_INSECURE_TIER_SECRET`), at least
     /// 32 bytes. Without TLS it stands for every tier; with TLS it admits only the edge.
     #[arg(long, env = "MESH_INSECURE_TIER_SECRET_FILE")]
@@ -130,7 +141,9 @@ impl IdentityArgs {
         let identity = match self.tls_files()? {
             Some(files) => {
                 let secret = edge_secret_beside_tls(secret, self.edge_secret_beside_tls);
-                TierIdentity::tls(TlsMaterial::load(&files)?, secret)
+                let reload_every =
+                    (self.tls_reload_secs > 0).then(|| Duration::from_secs(self.tls_reload_secs));
+                TierIdentity::tls(LiveTls::load(files)?, secret).reloading_every(reload_every)
             }
             None => TierIdentity::insecure(secret.ok_or(IdentityError::Missing)?),
         };
@@ -180,7 +193,9 @@ pub struct PeerRole(pub Option<TierRole>);
 /// A daemon's identity: what it presents, and how it recognises callers.
 #[derive(Clone)]
 pub struct TierIdentity {
-    tls: Option<Arc<TlsMaterial>>,
+    tls: Option<Arc<LiveTls>>,
+    /// How often the TLS files are read again ([`Self::spawn_tls_reloader`]).
+    reload_every: Option<Duration>,
     secret: Option<TierCredential>,
 }
 
@@ -195,13 +210,30 @@ impl std::fmt::Debug for TierIdentity {
 
 impl TierIdentity {
     /// Mutual TLS with `material`; `edge_secret`, when given, also admits the edge by the secret.
-    pub fn tls(material: TlsMaterial, edge_secret: Option<TierCredential>) -> Self {
-        Self { tls: Some(Arc::new(material)), secret: edge_secret }
+    pub fn tls(material: LiveTls, edge_secret: Option<TierCredential>) -> Self {
+        Self { tls: Some(Arc::new(material)), reload_every: None, secret: edge_secret }
     }
 
     /// Insecure development mode: one shared secret for every tier.
     pub fn insecure(secret: TierCredential) -> Self {
-        Self { tls: None, secret: Some(secret) }
+        Self { tls: None, reload_every: None, secret: Some(secret) }
+    }
+
+    /// The same, reading its TLS files again every `every` once [`Self::spawn_tls_reloader`] runs.
+    pub fn reloading_every(self, every: Option<Duration>) -> Self {
+        Self { reload_every: every, ..self }
+    }
+
+    /// With TLS, the task that reads the files again every `--tls-reload-secs` and on SIGHUP, for the
+    /// daemon's life; `None` without TLS.
+    pub fn spawn_tls_reloader(&self) -> Option<tokio::task::JoinHandle<()>> {
+        let tls = Arc::clone(self.tls.as_ref()?);
+        Some(live_tls::spawn_reloader(tls, self.reload_every))
+    }
+
+    /// The fingerprint of the certificate this node presents now, with TLS.
+    pub fn certificate_fingerprint(&self) -> Option<String> {
+        self.tls.as_ref().map(|tls| tls.fingerprint())
     }
 
     /// Insecure development mode from the secret's text (tests and tools).
@@ -238,29 +270,32 @@ impl TierIdentity {
         }
     }
 
-    /// The TLS acceptor of a listener, when TLS is on.
-    pub fn acceptor(
-        &self,
-        client_auth: ClientAuth,
-    ) -> Result<Option<tokio_rustls::TlsAcceptor>, IdentityError> {
-        match &self.tls {
-            Some(tls) => Ok(Some(tokio_rustls::TlsAcceptor::from(tls.server_config(client_auth)?))),
-            None => Ok(None),
-        }
+    /// The TLS of a listener, when TLS is on: each connection is accepted with the material current
+    /// when it arrives.
+    pub fn acceptor(&self, client_auth: ClientAuth) -> Result<Option<ServerTls>, IdentityError> {
+        Ok(self.tls.as_ref().map(|tls| ServerTls::new(Arc::clone(tls), client_auth)))
     }
 
-    /// An endpoint for calling a server of role `target` at `url`, with this node's TLS client
-    /// configuration when TLS is on. The URL's scheme must match the mode.
-    pub fn endpoint(&self, url: &str, target: TierRole) -> Result<Endpoint, IdentityError> {
+    /// An endpoint for calling a server of role `target` at `url`; with TLS, each connection it opens
+    /// presents this node's current certificate and checks the server's against the current CA file.
+    /// The URL's scheme must match the mode.
+    pub fn endpoint(&self, url: &str, target: TierRole) -> Result<PeerEndpoint, IdentityError> {
         let bad = |why: &str| IdentityError::Url { url: url.to_owned(), why: why.to_owned() };
-        let scheme = url.split_once("://").map(|(scheme, _)| scheme).unwrap_or_default();
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(bad(&format!("this node's peers are {}:// URLs", self.scheme())));
+        };
         if scheme != self.scheme() {
             return Err(bad(&format!("this node's peers are {}:// URLs", self.scheme())));
         }
-        let endpoint = Endpoint::from_shared(url.to_owned()).map_err(|e| bad(&e.to_string()))?;
+        let endpoint = |url: String| Endpoint::from_shared(url).map_err(|e| bad(&e.to_string()));
         match &self.tls {
-            Some(tls) => endpoint.tls_config(tls.client_config(target)).map_err(|e| bad(&e.to_string())),
-            None => Ok(endpoint),
+            Some(tls) => {
+                let origin =
+                    url.parse().map_err(|e: tonic::codegen::http::uri::InvalidUri| bad(&e.to_string()))?;
+                let dialed = endpoint(format!("http://{rest}"))?.origin(origin);
+                Ok(PeerEndpoint::tls(dialed, Arc::clone(tls), target))
+            }
+            None => Ok(PeerEndpoint::plain(endpoint(url.to_owned())?)),
         }
     }
 

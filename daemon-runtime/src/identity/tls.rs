@@ -1,5 +1,6 @@
 //! A node's TLS material: the mesh's CA, the node's certificate chain and key, read from files; the
-//! rustls configurations built from them; and the role a peer's certificate proves.
+//! rustls configurations built from them; and the role a peer's certificate proves. (The material a
+//! running daemon holds follows its files: [`super::live_tls`].)
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -7,8 +8,8 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, DnsName, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig};
-use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use sha2::Digest as _;
 
 use super::{IdentityError, TierRole};
 
@@ -41,9 +42,6 @@ pub struct TlsMaterial {
     roots: Arc<RootCertStore>,
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
-    ca_pem: Vec<u8>,
-    chain_pem: Vec<u8>,
-    key_pem: Vec<u8>,
 }
 
 impl std::fmt::Debug for TlsMaterial {
@@ -79,20 +77,18 @@ impl TlsMaterial {
         let leaf = chain.first().ok_or_else(|| IdentityError::Tls("the certificate file is empty".into()))?;
         let role = role_of(leaf)?;
         let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| bad("the key file", &e))?;
-        Ok(Self {
-            role,
-            roots: Arc::new(roots),
-            chain,
-            key,
-            ca_pem: ca_pem.to_vec(),
-            chain_pem: chain_pem.to_vec(),
-            key_pem: key_pem.to_vec(),
-        })
+        Ok(Self { role, roots: Arc::new(roots), chain, key })
     }
 
     /// The role this node's certificate names.
     pub fn role(&self) -> TierRole {
         self.role
+    }
+
+    /// The first 16 hex digits of the SHA-256 of this node's certificate, as logs name it.
+    pub fn fingerprint(&self) -> String {
+        let digest = sha2::Sha256::digest(self.chain[0].as_ref());
+        shared::hex::encode(&digest[..8])
     }
 
     /// The server side: this node's chain, peers verified against the mesh CA, HTTP/2 and HTTP/1.1
@@ -117,13 +113,18 @@ impl TlsMaterial {
         Ok(Arc::new(config))
     }
 
-    /// The client side of a gRPC call to a server of `target`'s role: the mesh CA as the only root,
-    /// this node's certificate as the client's, and the role's name as the server name checked.
-    pub fn client_config(&self, target: TierRole) -> ClientTlsConfig {
-        ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(&self.ca_pem))
-            .identity(Identity::from_pem(&self.chain_pem, &self.key_pem))
-            .domain_name(target.dns_name())
+    /// The client side of a gRPC call: the mesh CA as the only root, this node's certificate as the
+    /// client's, HTTP/2 by ALPN. (The dialer asks for the called role's name as the server name.)
+    pub fn client_config(&self) -> Result<Arc<ClientConfig>, IdentityError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| IdentityError::Tls(e.to_string()))?
+            .with_root_certificates(Arc::clone(&self.roots))
+            .with_client_auth_cert(self.chain.clone(), self.key.clone_key())
+            .map_err(|e| IdentityError::Tls(format!("this node's certificate and key: {e}")))?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(Arc::new(config))
     }
 }
 
@@ -144,7 +145,7 @@ pub fn role_of(cert: &CertificateDer<'_>) -> Result<TierRole, IdentityError> {
     }
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, IdentityError> {
+pub(super) fn read(path: &Path) -> Result<Vec<u8>, IdentityError> {
     std::fs::read(path).map_err(|source| IdentityError::Unreadable { path: path.to_owned(), source })
 }
 

@@ -19,6 +19,11 @@ pub struct CertsArgs {
         default_value = "edge=edge,regional-1=regional,regional-2=regional,core-1=core,core-2=core,core-3=core,inference-pod=pod,admin=admin,prometheus=metrics"
     )]
     pub nodes: Vec<String>,
+    /// Issue fresh certificates and keys for `--nodes` from the CA already in `--dir`, written over
+    /// theirs; the CA and the answer-signing key stay. Running daemons take them without a restart
+    /// (within `--tls-reload-secs`, or at once on SIGHUP).
+    #[arg(long)]
+    pub renew: bool,
 }
 
 /// Runs `mesh certs`: writes the files and prints each node's TLS flags.
@@ -33,7 +38,12 @@ pub fn run(args: &CertsArgs) -> anyhow::Result<()> {
             Ok((name.trim().to_owned(), role))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    for (name, files) in mesh_harness::certs::write_mesh_certs(&args.dir, &nodes)?.1 {
+    let written = if args.renew {
+        mesh_harness::certs::renew_node_certs(&args.dir, &nodes)?
+    } else {
+        mesh_harness::certs::write_mesh_certs(&args.dir, &nodes)?.1
+    };
+    for (name, files) in written {
         println!(
             "{name}: --tls-ca {} --tls-cert {} --tls-key {}",
             files.ca.display(),

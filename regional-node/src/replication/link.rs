@@ -6,12 +6,13 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use daemon_runtime::identity::PeerEndpoint;
 use prost::Message as _;
 use proto::replication::replication_client::ReplicationClient;
 use proto::replication::{Ack, DeltaBatch, DigestRequest, SummariesRequest};
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::Status;
 
 use super::anti_entropy::{differing_ranges, to_push};
@@ -34,7 +35,7 @@ pub struct Link {
     replication: Arc<Replication>,
     index: usize,
     url: String,
-    endpoint: Endpoint,
+    endpoint: PeerEndpoint,
 }
 
 /// The sending half of a delta stream, with the batches the peer has not acknowledged yet.
@@ -55,10 +56,13 @@ impl Link {
             .identity
             .endpoint(url, daemon_runtime::TierRole::Regional)
             .map_err(|e| RegionalError::Config(format!("peer URL {url:?}: {e}")))?
-            .connect_timeout(Duration::from_millis(500))
-            .http2_keep_alive_interval(Duration::from_secs(2))
-            .keep_alive_timeout(Duration::from_secs(4))
-            .tcp_nodelay(true);
+            .configure(|endpoint| {
+                endpoint
+                    .connect_timeout(Duration::from_millis(500))
+                    .http2_keep_alive_interval(Duration::from_secs(2))
+                    .keep_alive_timeout(Duration::from_secs(4))
+                    .tcp_nodelay(true)
+            });
         Ok(Self { replication, index, url: url.to_owned(), endpoint })
     }
 

@@ -191,6 +191,13 @@ impl Mesh {
         }
     }
 
+    /// Stops the inference pod (SIGTERM); [`Mesh::start_all`] starts it again on the same port.
+    pub fn stop_pod(&mut self) {
+        if let Some(mut pod) = self.pod.take() {
+            pod.stop(STOP_GRACE);
+        }
+    }
+
     /// Kills core node `index` with SIGKILL (restart it with [`Mesh::start_all`]).
     pub fn kill_core(&mut self, index: usize) {
         if let Some(mut core) = self.cores.get_mut(index).and_then(Option::take) {

@@ -172,6 +172,7 @@ pub async fn run(
     }
 
     let identity = &config.identity;
+    background.extend(identity.spawn_tls_reloader());
     // Set once at shutdown: the server drains, and open AppendEntries streams end.
     let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
     let raft_rpc = RaftService::new(raft.clone(), group, contact, metrics, stopping_rx.clone());

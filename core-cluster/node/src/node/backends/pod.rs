@@ -50,8 +50,7 @@ impl PodClient {
         let channel = identity
             .endpoint(url, TierRole::Pod)
             .map_err(|e| CoreError::Config(format!("pod URL {url:?}: {e}")))?
-            .connect_timeout(Duration::from_secs(1))
-            .tcp_nodelay(true)
+            .configure(|endpoint| endpoint.connect_timeout(Duration::from_secs(1)).tcp_nodelay(true))
             .connect_lazy();
         Ok(Self { client: InferencePodClient::new(channel), identity, reported: Mutex::default() })
     }

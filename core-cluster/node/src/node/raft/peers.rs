@@ -45,10 +45,13 @@ impl PeerChannels {
             .identity
             .endpoint(&format!("{}://{addr}", self.identity.scheme()), TierRole::Core)
             .map_err(|e| CoreError::Config(format!("peer address {addr:?}: {e}")))?
-            .connect_timeout(Duration::from_secs(1))
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(5))
-            .keep_alive_timeout(Duration::from_secs(5))
+            .configure(|endpoint| {
+                endpoint
+                    .connect_timeout(Duration::from_secs(1))
+                    .tcp_nodelay(true)
+                    .http2_keep_alive_interval(Duration::from_secs(5))
+                    .keep_alive_timeout(Duration::from_secs(5))
+            })
             .local_address(self.source_ip);
         let channel = endpoint.connect_lazy();
         channels.insert(addr.to_owned(), channel.clone());
