@@ -52,8 +52,11 @@ unit:
 	$(STEP)
 	$(CARGO) test --release --workspace --lib
 
+# Tests leave data directories behind (`mesh-test-*` under the temporary directory; a failed test's to
+# look at): each run first removes the last run's, so they never pile up.
 integration:
 	$(STEP)
+	rm -rf "$${TMPDIR:-/tmp}"/mesh-test-*
 	$(CARGO) test --release --workspace --test all -- --test-threads=1 --nocapture
 
 # Opt-in: the core's OpenAI-compatible adapter against a real llama-server (needs llama.cpp, which

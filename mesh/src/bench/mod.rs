@@ -10,6 +10,8 @@
 //! - [`core`]: `mesh bench core`: the core cluster against etcd.
 //! - [`pod`]: `mesh bench pod`: the inference pod against llama.cpp (`llama-bench`, `llama-server`).
 //! - [`regional`]: `mesh bench regional`: the regional tier against Redis and GPTCache.
+//! - [`scale`]: `mesh bench scale`: what the tiers cost as the data grows (so far the core against etcd at
+//!   growing entry counts).
 //! - [`semantic_index`]: `mesh bench semantic-index`: the semantic tier's index against an exact scan
 //!   at 1k, 10k and 100k questions.
 //! - [`edge`]: `mesh bench edge`: the edge worker against a pass-through worker, and the scan.
@@ -28,6 +30,7 @@ pub mod edge;
 pub mod pod;
 pub mod propagation;
 pub mod regional;
+pub mod scale;
 pub mod semantic_index;
 pub mod tenants;
 pub mod tls;

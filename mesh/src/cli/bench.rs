@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 
 use crate::bench::auto::suite::AutoBenchOptions;
 use crate::bench::propagation::suite::PropagationOptions;
+use crate::bench::scale::core_step::ScaleBenchOptions;
 use crate::bench::semantic_index::suite::SemanticIndexBenchOptions;
 use crate::bench::tenants::suite::TenantsBenchOptions;
 use crate::bench::tls::suite::TlsBenchOptions;
@@ -33,6 +34,10 @@ pub enum BenchSuite {
     /// The semantic tier's index (usearch HNSW) against an exact scan at 1k, 10k and 100k questions in
     /// one partition: lookup p50/p99, recall@1, memory per question.
     SemanticIndex(SuiteArgs<SemanticIndexBenchOptions>),
+    /// What the tiers cost as the data grows; so far the core cluster against etcd filled to 10k and
+    /// 100k entries (`--entries`): fill rate, put and linearizable-read p99, memory and disk bytes per
+    /// entry, and the core's restart and snapshot-install times at each count.
+    Scale(SuiteArgs<ScaleBenchOptions>),
     /// What a hostile tenant does to another: the victim's hit ratio and latencies alone and beside a
     /// flood of random invalidations, of abandoned generations, of punctuation-heavy questions, and of
     /// connections without a certificate.
@@ -79,6 +84,7 @@ impl BenchSuite {
             Self::Regional(args) => args.report(bench::regional::suite::run),
             Self::Tls(args) => args.report(bench::tls::suite::run),
             Self::SemanticIndex(args) => args.report(bench::semantic_index::suite::run),
+            Self::Scale(args) => args.report(bench::scale::core_step::run),
             Self::Tenants(args) => args.report(bench::tenants::suite::run),
             Self::E2e(args) => args.report(bench::e2e::suite::run),
             Self::Edge(args) => args.report(bench::edge::suite::run),

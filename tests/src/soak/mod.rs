@@ -23,7 +23,7 @@ use proto::core::{invalidate, write_request, Invalidate};
 
 pub use self::faults::Fault;
 pub use self::load::{LoadCounters, LoadSpec};
-pub use self::resources::Resources;
+pub use self::resources::{dir_bytes, rss_bytes, Resources};
 pub use self::sample::{header, metric_value, row, Sample};
 use crate::seeded::SeededRng;
 use crate::{Mesh, MeshSpec};

@@ -38,7 +38,7 @@ fn process_group(pid: u32) -> Option<u32> {
 }
 
 /// `VmRSS` of `pid`, in bytes.
-fn rss_bytes(pid: u32) -> Option<u64> {
+pub fn rss_bytes(pid: u32) -> Option<u64> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

@@ -231,7 +231,7 @@ fn interrupted(options: &CoreBenchOptions) -> anyhow::Result<()> {
 }
 
 /// `etcd 3.4.23`, from the binary's `--version`.
-fn etcd_version() -> anyhow::Result<String> {
+pub(crate) fn etcd_version() -> anyhow::Result<String> {
     let output = Command::new(crate::bench::core::etcd::etcd_binary())
         .arg("--version")
         .output()
