@@ -185,6 +185,10 @@ impl<T: KvTarget> System<T> {
         anyhow::ensure!(reads.errors == 0, "reads at {entries} entries: {:?}", reads.first_error);
         let rss: u64 = self.pids.iter().filter_map(|&pid| rss_bytes(pid)).sum();
         let disk: u64 = self.dirs.iter().map(|dir| dir_bytes(dir)).sum();
+        eprintln!(
+            "  disk at {entries} entries, bytes an entry by directory: {}",
+            by_directory(&self.dirs, self.stored)
+        );
         Ok(StepFigures {
             entries,
             fill_puts_per_s: (entries - from) as f64 / took.as_secs_f64().max(1e-9),
@@ -195,6 +199,29 @@ impl<T: KvTarget> System<T> {
             disk_per_entry: disk as f64 / self.stored as f64,
         })
     }
+}
+
+/// Each subdirectory's bytes (summed over the members' data directories `dirs`, whose layouts match)
+/// per entry of `stored`, largest first: where the disk goes.
+fn by_directory(dirs: &[PathBuf], stored: usize) -> String {
+    let mut sizes = std::collections::BTreeMap::<String, u64>::new();
+    for dir in dirs {
+        for item in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let bytes = match item.file_type() {
+                Ok(kind) if kind.is_dir() => dir_bytes(&item.path()),
+                _ => item.metadata().map_or(0, |m| m.len()),
+            };
+            *sizes.entry(item.file_name().to_string_lossy().into_owned()).or_default() += bytes;
+        }
+    }
+    let mut sizes: Vec<_> = sizes.into_iter().collect();
+    sizes.sort_by_key(|(_, bytes)| std::cmp::Reverse(*bytes));
+    let per_entry = |bytes: u64| bytes as f64 / stored.max(1) as f64;
+    sizes
+        .iter()
+        .map(|(name, bytes)| format!("{name} {:.0}", per_entry(*bytes)))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The key of fill entry `index` (the same on both systems).
