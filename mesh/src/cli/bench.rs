@@ -36,7 +36,7 @@ pub enum BenchSuite {
     SemanticIndex(SuiteArgs<SemanticIndexBenchOptions>),
     /// What the tiers cost as the data grows; so far the core cluster against etcd filled to 10k and
     /// 100k entries (`--entries`): fill rate, put and linearizable-read p99, memory and disk bytes per
-    /// entry, and the core's restart and snapshot-install times at each count.
+    /// entry, a follower's restart times on both, and the core's new-follower catch-up, at each count.
     Scale(SuiteArgs<ScaleBenchOptions>),
     /// What a hostile tenant does to another: the victim's hit ratio and latencies alone and beside a
     /// flood of random invalidations, of abandoned generations, of punctuation-heavy questions, and of

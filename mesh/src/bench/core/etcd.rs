@@ -2,7 +2,7 @@
 //! loopback, with etcd's default durability (an fsync per WAL batch), driven through its gRPC API with the
 //! `etcd-client` crate. Members are stopped when the cluster is dropped.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,9 @@ pub struct EtcdCluster {
     members: Vec<ManagedProcess>,
     /// Client URL of each member (`http://127.0.0.1:PORT`).
     client_urls: Vec<String>,
+    /// Each member's arguments, to start it again on the same data.
+    args: Vec<Vec<String>>,
+    log_dir: PathBuf,
 }
 
 impl EtcdCluster {
@@ -43,24 +46,31 @@ impl EtcdCluster {
             .collect::<Vec<_>>()
             .join(",");
         let token = format!("bench-{}", std::process::id());
-        let mut cluster = Self { members: Vec::new(), client_urls: Vec::new() };
+        let mut cluster = Self {
+            members: Vec::new(),
+            client_urls: Vec::new(),
+            args: Vec::new(),
+            log_dir: log_dir.to_owned(),
+        };
         for (i, (client_url, peer_url)) in client_urls.iter().zip(&peer_urls).enumerate() {
             let name = format!("etcd{}", i + 1);
-            let mut command = Command::new(etcd_binary());
-            command
-                .arg("--name")
-                .arg(&name)
-                .arg("--data-dir")
-                .arg(dir.join(&name))
-                .args(["--listen-client-urls", client_url])
-                .args(["--advertise-client-urls", client_url])
-                .args(["--listen-peer-urls", peer_url])
-                .args(["--initial-advertise-peer-urls", peer_url])
-                .args(["--initial-cluster", &initial_cluster])
-                .args(["--initial-cluster-state", "new"])
-                .args(["--initial-cluster-token", &token])
-                .args(["--logger", "zap", "--log-level", "warn"]);
-            cluster.members.push(ManagedProcess::spawn(&name, command, log_dir)?);
+            let data_dir = dir.join(&name).to_string_lossy().into_owned();
+            let args = [
+                ["--name", &name],
+                ["--data-dir", &data_dir],
+                ["--listen-client-urls", client_url],
+                ["--advertise-client-urls", client_url],
+                ["--listen-peer-urls", peer_url],
+                ["--initial-advertise-peer-urls", peer_url],
+                ["--initial-cluster", &initial_cluster],
+                ["--initial-cluster-state", "new"],
+                ["--initial-cluster-token", &token],
+                ["--logger", "zap"],
+                ["--log-level", "warn"],
+            ];
+            let args: Vec<String> = args.iter().flatten().map(|arg| (*arg).to_owned()).collect();
+            cluster.members.push(ManagedProcess::spawn(&name, etcd_command(&args), log_dir)?);
+            cluster.args.push(args);
         }
         cluster.client_urls = client_urls;
         for (member, url) in cluster.members.iter_mut().zip(&cluster.client_urls) {
@@ -77,6 +87,38 @@ impl EtcdCluster {
     /// The client URL of every member.
     pub fn client_urls(&self) -> &[String] {
         &self.client_urls
+    }
+
+    /// Stops a member that is not the leader (SIGTERM, or SIGKILL when `kill`), starts it again on its
+    /// data, and returns how long it took from the start until it had applied everything the leader had
+    /// applied before the stop. Runs its client calls on `runtime`.
+    pub fn restart_follower(
+        &mut self,
+        runtime: &tokio::runtime::Runtime,
+        kill: bool,
+    ) -> anyhow::Result<Duration> {
+        let leader = runtime.block_on(self.leader_url(Duration::from_secs(20)))?;
+        let goal = runtime.block_on(applied_index(&leader))?;
+        let index = self.client_urls.iter().position(|url| *url != leader).context("a follower")?;
+        let member = &mut self.members[index];
+        if kill {
+            member.kill();
+        } else {
+            member.stop(Duration::from_secs(30));
+        }
+        let name = member.name().to_owned();
+        let started = Instant::now();
+        *member = ManagedProcess::spawn(&name, etcd_command(&self.args[index]), &self.log_dir)?;
+        let url = self.client_urls[index].clone();
+        loop {
+            if runtime.block_on(applied_index(&url)).is_ok_and(|applied| applied >= goal) {
+                return Ok(started.elapsed());
+            }
+            if started.elapsed() > Duration::from_secs(600) {
+                bail!("{name} did not catch up after its restart");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// The client URL of the current leader, waiting up to `timeout` for one to be elected.
@@ -100,6 +142,19 @@ impl EtcdCluster {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// An etcd member's command with `args`.
+fn etcd_command(args: &[String]) -> Command {
+    let mut command = Command::new(etcd_binary());
+    command.args(args);
+    command
+}
+
+/// The Raft index the member at `url` has applied.
+async fn applied_index(url: &str) -> anyhow::Result<u64> {
+    let mut client = etcd_client::Client::connect([url], None).await?;
+    Ok(client.status().await?.raft_applied_index())
 }
 
 /// Puts and linearizable gets of one etcd cluster through one client connection.

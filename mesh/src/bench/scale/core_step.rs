@@ -2,9 +2,10 @@
 //! on loopback) are filled to each entry count in turn with 1 KiB values under cache-key-shaped keys, and
 //! at each count the run measures, for both: the fill rate, put p50/p99 and linearizable-read p99 at
 //! `--clients`, resident memory per entry (summed over the members, above what they held empty) and
-//! disk bytes per entry (every member's data directory). For the core it also times a follower's
-//! restart after a clean stop and after SIGKILL (until it has applied what the leader has) and a fresh
-//! follower's catch-up, which at these sizes is a snapshot install.
+//! disk bytes per entry (every member's data directory), and a follower's restart after a clean stop
+//! and after SIGKILL (until it has applied what the leader had applied before the stop). For the core it
+//! also times a fresh follower's catch-up after it joins as a learner (from the leader's snapshot where
+//! it has one, else its log).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -100,7 +101,7 @@ fn run_in(options: &ScaleBenchOptions, scratch: &Path) -> anyhow::Result<Report>
     let log_dir = scratch.join("logs");
     let etcd_runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     eprintln!("{peer}: starting {MEMBERS} members");
-    let etcd_cluster = EtcdCluster::start(MEMBERS as usize, &scratch.join("etcd"), &log_dir)?;
+    let mut etcd_cluster = EtcdCluster::start(MEMBERS as usize, &scratch.join("etcd"), &log_dir)?;
     let etcd_target = etcd_runtime.block_on(async {
         let leader = etcd_cluster.leader_url(Duration::from_secs(20)).await?;
         EtcdTarget::connect(&leader, options.value_bytes).await
@@ -123,8 +124,17 @@ fn run_in(options: &ScaleBenchOptions, scratch: &Path) -> anyhow::Result<Report>
         let our_step = ours.step(cluster.runtime(), entries, options)?;
         eprintln!("{}", our_step.line("core"));
         rows.extend(step_rows(&our_step, &etcd_step, &peer));
-        // The core's own restart and install times at this size (no etcd figure beside them yet).
+        // A follower's restart on each, and the core's new follower.
         let (clean, killed, install) = restarts(&mut cluster, new_id)?;
+        let etcd_clean = etcd_cluster.restart_follower(&etcd_runtime, false)?;
+        let etcd_killed = etcd_cluster.restart_follower(&etcd_runtime, true)?;
+        etcd.pids = etcd_cluster.pids();
+        eprintln!(
+            "{peer} at {entries} entries: a follower caught up {:.2} s after a clean restart, {:.2} s after SIGKILL",
+            etcd_clean.as_secs_f64(),
+            etcd_killed.as_secs_f64()
+        );
+        rows.extend(restart_rows(entries, (clean, killed), (etcd_clean, etcd_killed), &peer));
         eprintln!(
             "core at {entries} entries: a follower caught up {:.2} s after a clean restart, {:.2} s after SIGKILL; a new follower {:.2} s after it joined (from the leader's snapshot where it has one, else its log)",
             clean.as_secs_f64(),
@@ -269,32 +279,39 @@ async fn fill<T: KvTarget>(
 fn restarts(cluster: &mut CoreCluster, new_id: u64) -> anyhow::Result<(Duration, Duration, Duration)> {
     let leader = cluster.wait_leader(Duration::from_secs(30))?;
     let follower = cluster.ids().into_iter().find(|&id| id != leader && id <= MEMBERS).expect("a follower");
+    let goal = applied(cluster, leader);
     cluster.stop_node(follower, Duration::from_secs(30));
     let started = Instant::now();
     cluster.start_node(follower)?;
-    caught_up(cluster, follower, leader)?;
+    caught_up(cluster, follower, goal)?;
     let clean = started.elapsed();
+    let goal = applied(cluster, leader);
     cluster.kill(follower);
     let started = Instant::now();
     cluster.start_node(follower)?;
-    caught_up(cluster, follower, leader)?;
+    caught_up(cluster, follower, goal)?;
     let killed = started.elapsed();
 
     cluster.add_node(new_id)?;
     let client = cluster.client()?;
     let addr = cluster.proxy_addr(new_id);
     let started = Instant::now();
+    let goal = applied(cluster, leader);
     cluster.block_on(client.add_learner(new_id, &addr))?;
-    caught_up(cluster, new_id, leader)?;
+    caught_up(cluster, new_id, goal)?;
     let install = started.elapsed();
     cluster.block_on(client.change_membership((1..=MEMBERS).collect(), vec![new_id]))?;
     cluster.kill(new_id);
     Ok((clean, killed, install))
 }
 
-/// Waits until node `id` has applied at least what `leader` had applied when the wait began.
-fn caught_up(cluster: &CoreCluster, id: u64, leader: u64) -> anyhow::Result<()> {
-    let goal = cluster.health(leader).map_or(0, |health| health.last_applied);
+/// What node `id` has applied.
+fn applied(cluster: &CoreCluster, id: u64) -> u64 {
+    cluster.health(id).map_or(0, |health| health.last_applied)
+}
+
+/// Waits until node `id` knows a leader and has applied at least `goal`.
+fn caught_up(cluster: &CoreCluster, id: u64, goal: u64) -> anyhow::Result<()> {
     let started = Instant::now();
     loop {
         if cluster.health(id).is_some_and(|health| health.last_applied >= goal && health.leader.is_some()) {
@@ -309,24 +326,44 @@ fn caught_up(cluster: &CoreCluster, id: u64, leader: u64) -> anyhow::Result<()> 
     }
 }
 
+/// The restart rows of one count: seconds until a follower caught up after a clean restart and after
+/// SIGKILL, ours and the peer's.
+fn restart_rows(
+    entries: usize,
+    ours: (Duration, Duration),
+    theirs: (Duration, Duration),
+    peer: &str,
+) -> Vec<Row> {
+    let seconds = |metric: &str, our: Duration, their: Duration| {
+        row(format!("{metric}_{entries}"), "s", Better::Lower, our.as_secs_f64(), peer, their.as_secs_f64())
+    };
+    vec![seconds("restart_clean_s", ours.0, theirs.0), seconds("restart_sigkill_s", ours.1, theirs.1)]
+}
+
 /// The compared rows of one count.
 fn step_rows(ours: &StepFigures, etcd: &StepFigures, peer: &str) -> Vec<Row> {
-    let entries = ours.entries;
-    let row = |metric: &str, unit: &str, better, our_value: f64, peer_value: f64| Row {
-        metric: format!("{metric}_{entries}"),
+    let at = |metric: &str, unit: &str, better, our: f64, their: f64| {
+        row(format!("{metric}_{}", ours.entries), unit, better, our, peer, their)
+    };
+    vec![
+        at("fill_puts_per_s", "ops/s", Better::Higher, ours.fill_puts_per_s, etcd.fill_puts_per_s),
+        at("put_p99_ms", "ms", Better::Lower, ours.put_p99_ms, etcd.put_p99_ms),
+        at("read_p99_ms", "ms", Better::Lower, ours.read_p99_ms, etcd.read_p99_ms),
+        at("rss_bytes_per_entry", "B", Better::Lower, ours.rss_per_entry, etcd.rss_per_entry),
+        at("disk_bytes_per_entry", "B", Better::Lower, ours.disk_per_entry, etcd.disk_per_entry),
+    ]
+}
+
+/// A compared row without a goal or a limit.
+fn row(metric: String, unit: &str, better: Better, ours: f64, peer: &str, peer_value: f64) -> Row {
+    Row {
+        metric,
         unit: unit.into(),
         better,
-        ours: our_value,
+        ours,
         peer: peer.into(),
         peer_value,
         goal_ratio: None,
         limit: None,
-    };
-    vec![
-        row("fill_puts_per_s", "ops/s", Better::Higher, ours.fill_puts_per_s, etcd.fill_puts_per_s),
-        row("put_p99_ms", "ms", Better::Lower, ours.put_p99_ms, etcd.put_p99_ms),
-        row("read_p99_ms", "ms", Better::Lower, ours.read_p99_ms, etcd.read_p99_ms),
-        row("rss_bytes_per_entry", "B", Better::Lower, ours.rss_per_entry, etcd.rss_per_entry),
-        row("disk_bytes_per_entry", "B", Better::Lower, ours.disk_per_entry, etcd.disk_per_entry),
-    ]
+    }
 }

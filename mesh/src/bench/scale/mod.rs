@@ -21,6 +21,7 @@
 //!
 //! # Layout
 //! - [`core_step`]: fill both clusters to each count; put and linearizable-read latency, resident memory
-//!   and disk bytes per entry at that count; for the core also restart and snapshot-install times.
+//!   and disk bytes per entry, and a follower's restart time at that count; for the core also a new
+//!   follower's catch-up.
 
 pub mod core_step;
