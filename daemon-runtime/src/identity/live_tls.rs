@@ -24,7 +24,7 @@ use super::{ClientAuth, IdentityError, TierRole, TlsFiles, TlsMaterial};
 
 /// A node's TLS configurations, rebuilt from its files when they change.
 pub struct LiveTls {
-    files: Option<TlsFiles>,
+    files: TlsFiles,
     current: RwLock<Arc<Configs>>,
 }
 
@@ -46,11 +46,13 @@ pub(super) struct Configs {
 }
 
 impl Configs {
-    fn build(material: &TlsMaterial, digest: [u8; 32]) -> Result<Self, IdentityError> {
+    fn build(read: &Read) -> Result<Self, IdentityError> {
+        let [ca, chain, key] = &read.pems;
+        let material = TlsMaterial::from_pem(ca, chain, key)?;
         Ok(Self {
             role: material.role(),
             fingerprint: material.fingerprint(),
-            digest,
+            digest: read.digest,
             required: material.server_config(ClientAuth::Required)?,
             optional: material.server_config(ClientAuth::Optional)?,
             client: material.client_config()?,
@@ -104,14 +106,8 @@ pub enum Reload {
 impl LiveTls {
     /// Reads the files (refusing a key others may read) and builds the configurations.
     pub fn load(files: TlsFiles) -> Result<Self, IdentityError> {
-        let configs = read_configs(&files)?;
-        Ok(Self { files: Some(files), current: RwLock::new(Arc::new(configs)) })
-    }
-
-    /// Material given directly (tests and tools): nothing to reload from.
-    pub fn fixed(material: &TlsMaterial) -> Result<Self, IdentityError> {
-        let configs = Configs::build(material, [0; 32])?;
-        Ok(Self { files: None, current: RwLock::new(Arc::new(configs)) })
+        let configs = Configs::build(&Read::files(&files)?)?;
+        Ok(Self { files, current: RwLock::new(Arc::new(configs)) })
     }
 
     /// The role this node's certificate names (the same for the node's whole life).
@@ -131,12 +127,12 @@ impl LiveTls {
     /// Looks at the files once: rebuilds the configurations when they changed. A set that does not
     /// load, or whose certificate names another role, is refused and the current one kept.
     pub fn reload(&self) -> Result<Reload, IdentityError> {
-        let Some(files) = &self.files else { return Ok(Reload::Unchanged) };
         let current = self.current();
-        if file_digest(files)? == current.digest {
+        let read = Read::files(&self.files)?;
+        if read.digest == current.digest {
             return Ok(Reload::Unchanged);
         }
-        let configs = read_configs(files)?;
+        let configs = Configs::build(&read)?;
         if configs.role != current.role {
             return Err(IdentityError::Tls(format!(
                 "the new certificate names the {} role, this node is {}: kept the old one",
@@ -149,28 +145,34 @@ impl LiveTls {
     }
 }
 
-fn file_digest(files: &TlsFiles) -> Result<[u8; 32], IdentityError> {
-    let mut hasher = sha2::Sha256::new();
-    for path in [&files.ca, &files.cert, &files.key] {
-        let bytes = read(path)?;
-        hasher.update((bytes.len() as u64).to_le_bytes());
-        hasher.update(&bytes);
-    }
-    Ok(hasher.finalize().into())
+/// One reading of the three files: their bytes, and a digest to tell a change by.
+struct Read {
+    /// The CA, the certificate chain and the key, as read.
+    pems: [Vec<u8>; 3],
+    /// The SHA-256 of the three, each preceded by its length.
+    digest: [u8; 32],
 }
 
-fn read_configs(files: &TlsFiles) -> Result<Configs, IdentityError> {
-    refuse_shared_key(&files.key)?;
-    // Digest first: a file replaced between the two reads shows up as a change on the next look.
-    let digest = file_digest(files)?;
-    let material = TlsMaterial::from_pem(&read(&files.ca)?, &read(&files.cert)?, &read(&files.key)?)?;
-    Configs::build(&material, digest)
+impl Read {
+    /// Reads the files, refusing a key others may read before reading it.
+    fn files(files: &TlsFiles) -> Result<Self, IdentityError> {
+        refuse_shared_key(&files.key)?;
+        let pems = [read(&files.ca)?, read(&files.cert)?, read(&files.key)?];
+        let mut hasher = sha2::Sha256::new();
+        for bytes in &pems {
+            hasher.update((bytes.len() as u64).to_le_bytes());
+            hasher.update(bytes);
+        }
+        Ok(Self { pems, digest: hasher.finalize().into() })
+    }
 }
 
 /// Looks at `tls`'s files every `every` (never when `None`) and on each SIGHUP, for the daemon's life.
 pub fn spawn_reloader(tls: Arc<LiveTls>, every: Option<Duration>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut hangups = hangups();
+        let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .inspect_err(|error| tracing::warn!(%error, "cannot listen for SIGHUP"))
+            .ok();
         let mut ticks = every.map(|every| {
             let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -178,8 +180,10 @@ pub fn spawn_reloader(tls: Arc<LiveTls>, every: Option<Duration>) -> tokio::task
         });
         loop {
             let why = tokio::select! {
-                _ = async { ticks.as_mut().expect("guarded").tick().await }, if ticks.is_some() => "timer",
-                Some(()) = hangups.recv() => "SIGHUP",
+                Some(_) = async { Some(ticks.as_mut()?.tick().await) } => "timer",
+                Some(()) = async { hangups.as_mut()?.recv().await } => "SIGHUP",
+                // Neither a timer nor a signal to wait for.
+                else => return,
             };
             match tls.reload() {
                 Ok(Reload::Unchanged) if why == "SIGHUP" => {
@@ -193,25 +197,6 @@ pub fn spawn_reloader(tls: Arc<LiveTls>, every: Option<Duration>) -> tokio::task
             }
         }
     })
-}
-
-/// Each SIGHUP the process receives (nothing, where it cannot listen for them).
-fn hangups() -> tokio::sync::mpsc::Receiver<()> {
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    #[cfg(unix)]
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-        Ok(mut signal) => {
-            tokio::spawn(async move {
-                while signal.recv().await.is_some() {
-                    let _ = tx.try_send(());
-                }
-            });
-        }
-        Err(error) => tracing::warn!(%error, "cannot listen for SIGHUP"),
-    }
-    #[cfg(not(unix))]
-    drop(tx);
-    rx
 }
 
 #[cfg(test)]
@@ -257,6 +242,25 @@ mod tests {
         std::fs::write(&files.key, "half-written").expect("key");
         assert!(tls.reload().is_err(), "a key that does not parse is refused");
         assert_eq!((tls.role(), tls.fingerprint()), (TierRole::Regional, fingerprint), "kept");
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
+    #[test]
+    fn a_key_others_may_read_is_refused_before_it_is_parsed() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("mesh-tls-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let key = dir.join("node.key");
+        std::fs::write(&key, "not even a key").expect("write");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let files = TlsFiles { ca: dir.join("ca.pem"), cert: dir.join("node.pem"), key: key.clone() };
+        assert!(matches!(
+            LiveTls::load(files.clone()),
+            Err(IdentityError::KeyReadableByOthers { mode: 0o644, .. })
+        ));
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        // Private now: the next complaint is the missing CA file.
+        assert!(matches!(LiveTls::load(files.clone()), Err(IdentityError::Unreadable { .. })));
         std::fs::remove_dir_all(&dir).expect("clean up");
     }
 }

@@ -231,11 +231,6 @@ impl TierIdentity {
         Some(live_tls::spawn_reloader(tls, self.reload_every))
     }
 
-    /// The fingerprint of the certificate this node presents now, with TLS.
-    pub fn certificate_fingerprint(&self) -> Option<String> {
-        self.tls.as_ref().map(|tls| tls.fingerprint())
-    }
-
     /// Insecure development mode from the secret's text (tests and tools).
     pub fn insecure_secret(secret: &str) -> Result<Self, IdentityError> {
         Ok(Self::insecure(TierCredential::new(secret)?))

@@ -51,17 +51,8 @@ impl std::fmt::Debug for TlsMaterial {
 }
 
 impl TlsMaterial {
-    /// Reads and checks the files: the key is private to its owner, the chain is issued for exactly
-    /// one role, and everything parses.
-    pub fn load(files: &TlsFiles) -> Result<Self, IdentityError> {
-        refuse_shared_key(&files.key)?;
-        let ca_pem = read(&files.ca)?;
-        let chain_pem = read(&files.cert)?;
-        let key_pem = read(&files.key)?;
-        Self::from_pem(&ca_pem, &chain_pem, &key_pem)
-    }
-
-    /// The same from PEM bytes already read.
+    /// Parses and checks PEM bytes (a daemon reads them from its files with
+    /// [`super::LiveTls::load`]): the chain is issued for exactly one role, and everything parses.
     pub fn from_pem(ca_pem: &[u8], chain_pem: &[u8], key_pem: &[u8]) -> Result<Self, IdentityError> {
         let bad = |what: &str, e: &dyn std::fmt::Display| IdentityError::Tls(format!("{what}: {e}"));
         let mut roots = RootCertStore::empty();
@@ -163,28 +154,4 @@ pub(super) fn refuse_shared_key(path: &Path) -> Result<(), IdentityError> {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_key_others_may_read_is_refused_before_it_is_parsed() {
-        use std::os::unix::fs::PermissionsExt as _;
-        let dir = std::env::temp_dir().join(format!("mesh-tls-key-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let key = dir.join("node.key");
-        std::fs::write(&key, "not even a key").expect("write");
-        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
-        let files = TlsFiles { ca: dir.join("ca.pem"), cert: dir.join("node.pem"), key: key.clone() };
-        assert!(matches!(
-            TlsMaterial::load(&files),
-            Err(IdentityError::KeyReadableByOthers { mode: 0o644, .. })
-        ));
-        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
-        // Private now: the next complaint is the missing CA file.
-        assert!(matches!(TlsMaterial::load(&files), Err(IdentityError::Unreadable { .. })));
-        std::fs::remove_dir_all(&dir).expect("clean up");
-    }
 }

@@ -84,6 +84,27 @@ pub struct Row {
 }
 
 impl Row {
+    /// A figure of ours beside the peer's, with no goal ratio and no limit.
+    pub fn compared(
+        metric: String,
+        unit: &str,
+        better: Better,
+        ours: f64,
+        peer: &str,
+        peer_value: f64,
+    ) -> Self {
+        Self {
+            metric,
+            unit: unit.into(),
+            better,
+            ours,
+            peer: peer.into(),
+            peer_value,
+            goal_ratio: None,
+            limit: None,
+        }
+    }
+
     /// ours / peer_value (0 when the peer figure is 0).
     pub fn ratio(&self) -> f64 {
         if self.peer_value == 0.0 {

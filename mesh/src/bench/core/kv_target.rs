@@ -96,7 +96,8 @@ pub async fn drive<T: KvTarget>(target: Arc<T>, workload: &Workload) -> anyhow::
     Ok(KvFigures { puts, put_cpu, reads })
 }
 
-async fn put_phase<T: KvTarget>(
+/// Puts under `phase`'s keys from `clients` concurrent clients for `duration`.
+pub(crate) async fn put_phase<T: KvTarget>(
     target: &Arc<T>,
     phase: &str,
     clients: usize,

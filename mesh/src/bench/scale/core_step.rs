@@ -19,7 +19,7 @@ use crate::bench::common::load::closed_loop;
 use crate::bench::common::report::{cpu_model, Better, Machine, Report, Row};
 use crate::bench::common::scratch::run_kept;
 use crate::bench::core::etcd::{EtcdCluster, EtcdTarget};
-use crate::bench::core::kv_target::{bench_key, KvTarget};
+use crate::bench::core::kv_target::{bench_key, put_phase, KvTarget};
 use crate::bench::core::ours::CoreTarget;
 
 /// Members of each cluster.
@@ -168,13 +168,8 @@ impl<T: KvTarget> System<T> {
         self.stored += entries - from;
         self.filled = entries;
         let duration = Duration::from_secs(options.seconds);
-        let target = Arc::clone(&self.target);
         let phase = format!("scale{entries}/put");
-        let puts = runtime.block_on(closed_loop(options.clients, duration, stop, move |client, seq| {
-            let target = Arc::clone(&target);
-            let key = bench_key(&phase, client, seq);
-            async move { target.put(key).await }
-        }));
+        let puts = runtime.block_on(put_phase(&self.target, &phase, options.clients, duration, stop));
         anyhow::ensure!(puts.ops > 0, "no put succeeded at {entries} entries: {:?}", puts.first_error);
         self.stored += puts.ops as usize;
         let target = Arc::clone(&self.target);
@@ -194,11 +189,12 @@ impl<T: KvTarget> System<T> {
         }));
         anyhow::ensure!(reads.errors == 0, "reads at {entries} entries: {:?}", reads.first_error);
         let rss: u64 = self.pids.iter().filter_map(|&pid| rss_bytes(pid)).sum();
-        let disk: u64 = self.dirs.iter().map(|dir| dir_bytes(dir)).sum();
-        eprintln!(
-            "  disk at {entries} entries, bytes an entry by directory: {}",
-            by_directory(&self.dirs, self.stored)
-        );
+        let by_directory = disk_by_directory(&self.dirs);
+        let disk: u64 = by_directory.iter().map(|(_, bytes)| bytes).sum();
+        let per_entry = |bytes: u64| bytes as f64 / self.stored as f64;
+        let shown: Vec<String> =
+            by_directory.iter().map(|(name, bytes)| format!("{name} {:.0}", per_entry(*bytes))).collect();
+        eprintln!("  disk at {entries} entries, bytes an entry by directory: {}", shown.join(", "));
         Ok(StepFigures {
             entries,
             fill_puts_per_s: (entries - from) as f64 / took.as_secs_f64().max(1e-9),
@@ -206,14 +202,14 @@ impl<T: KvTarget> System<T> {
             put_p99_ms: puts.percentile_ms(0.99),
             read_p99_ms: reads.percentile_ms(0.99),
             rss_per_entry: rss.saturating_sub(self.empty_rss) as f64 / self.stored as f64,
-            disk_per_entry: disk as f64 / self.stored as f64,
+            disk_per_entry: per_entry(disk),
         })
     }
 }
 
-/// Each subdirectory's bytes (summed over the members' data directories `dirs`, whose layouts match)
-/// per entry of `stored`, largest first: where the disk goes.
-fn by_directory(dirs: &[PathBuf], stored: usize) -> String {
+/// The bytes under each entry of the members' data directories `dirs` (whose layouts match), summed
+/// over the members by name, largest first: where the disk goes.
+fn disk_by_directory(dirs: &[PathBuf]) -> Vec<(String, u64)> {
     let mut sizes = std::collections::BTreeMap::<String, u64>::new();
     for dir in dirs {
         for item in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -226,12 +222,7 @@ fn by_directory(dirs: &[PathBuf], stored: usize) -> String {
     }
     let mut sizes: Vec<_> = sizes.into_iter().collect();
     sizes.sort_by_key(|(_, bytes)| std::cmp::Reverse(*bytes));
-    let per_entry = |bytes: u64| bytes as f64 / stored.max(1) as f64;
     sizes
-        .iter()
-        .map(|(name, bytes)| format!("{name} {:.0}", per_entry(*bytes)))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The key of fill entry `index` (the same on both systems).
@@ -335,7 +326,14 @@ fn restart_rows(
     peer: &str,
 ) -> Vec<Row> {
     let seconds = |metric: &str, our: Duration, their: Duration| {
-        row(format!("{metric}_{entries}"), "s", Better::Lower, our.as_secs_f64(), peer, their.as_secs_f64())
+        Row::compared(
+            format!("{metric}_{entries}"),
+            "s",
+            Better::Lower,
+            our.as_secs_f64(),
+            peer,
+            their.as_secs_f64(),
+        )
     };
     vec![seconds("restart_clean_s", ours.0, theirs.0), seconds("restart_sigkill_s", ours.1, theirs.1)]
 }
@@ -343,7 +341,7 @@ fn restart_rows(
 /// The compared rows of one count.
 fn step_rows(ours: &StepFigures, etcd: &StepFigures, peer: &str) -> Vec<Row> {
     let at = |metric: &str, unit: &str, better, our: f64, their: f64| {
-        row(format!("{metric}_{}", ours.entries), unit, better, our, peer, their)
+        Row::compared(format!("{metric}_{}", ours.entries), unit, better, our, peer, their)
     };
     vec![
         at("fill_puts_per_s", "ops/s", Better::Higher, ours.fill_puts_per_s, etcd.fill_puts_per_s),
@@ -352,18 +350,4 @@ fn step_rows(ours: &StepFigures, etcd: &StepFigures, peer: &str) -> Vec<Row> {
         at("rss_bytes_per_entry", "B", Better::Lower, ours.rss_per_entry, etcd.rss_per_entry),
         at("disk_bytes_per_entry", "B", Better::Lower, ours.disk_per_entry, etcd.disk_per_entry),
     ]
-}
-
-/// A compared row without a goal or a limit.
-fn row(metric: String, unit: &str, better: Better, ours: f64, peer: &str, peer_value: f64) -> Row {
-    Row {
-        metric,
-        unit: unit.into(),
-        better,
-        ours,
-        peer: peer.into(),
-        peer_value,
-        goal_ratio: None,
-        limit: None,
-    }
 }
