@@ -119,6 +119,14 @@ pub struct RegionalConfig {
     /// Invalidations a tenant may send at once before the rate applies.
     #[arg(long, env = "MESH_INVALIDATION_BURST", default_value_t = 100)]
     pub invalidation_burst: u32,
+    /// Cache lookups at the core a tenant may make a second (each request this node cannot answer from
+    /// its own caches is one, before admission and before any generation); past them, 429 with
+    /// `Retry-After`. 0: no limit.
+    #[arg(long, env = "MESH_CORE_LOOKUPS_PER_S", default_value_t = 500.0)]
+    pub core_lookups_per_s: f64,
+    /// Core lookups a tenant may make at once before the rate applies.
+    #[arg(long, env = "MESH_CORE_LOOKUP_BURST", default_value_t = 1000)]
+    pub core_lookup_burst: u32,
     /// Milliseconds a client may take to send a request's headers (slow clients are disconnected).
     #[arg(long, env = "MESH_HTTP_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
     pub http_header_timeout_ms: u64,

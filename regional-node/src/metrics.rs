@@ -70,6 +70,8 @@ pub struct RegionalMetrics {
     pub stale_served: Counter,
     /// Hot-set reads by the edge (`/v1/hotset`).
     pub hotset_reads: Counter,
+    /// Requests refused (429) because their tenant was past its rate of core lookups.
+    pub lookups_refused: Counter,
     /// Request latency, by what answered.
     pub latency: Family<AnsweredBy, Histogram>,
 }
@@ -90,6 +92,7 @@ impl Default for RegionalMetrics {
             core_errors: Counter::default(),
             stale_served: Counter::default(),
             hotset_reads: Counter::default(),
+            lookups_refused: Counter::default(),
             latency: Family::new(Histogram::latency),
         }
     }
@@ -145,6 +148,12 @@ impl RegionalMetrics {
                 &self.core_calls,
             )
             .counter("mesh_regional_hotset_reads_total", "Hot-set reads by the edge.", &r, &self.hotset_reads)
+            .counter(
+                "mesh_regional_lookups_refused_total",
+                "Requests refused because their tenant was past its rate of core lookups.",
+                &r,
+                &self.lookups_refused,
+            )
             .counter(
                 "mesh_regional_coalesced_total",
                 "Requests answered by an identical request already in flight to the core.",

@@ -186,6 +186,7 @@ pub fn path_parts(settings: &Settings) -> Result<PathParts, RegionalError> {
         admission,
         replication: Arc::new(replication),
         models,
+        core_lookups: TenantRate::new(config.core_lookups_per_s, config.core_lookup_burst),
     })
 }
 

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use shared::completion::CachedCompletion;
 use shared::server_timing::ServerTiming;
+use shared::RequestError;
 
 use super::{elapsed_ms, Admitted, RequestPath, X_CACHE_CORE, X_CACHE_SEMANTIC};
 use crate::clock::now_ms;
@@ -27,6 +28,13 @@ impl RequestPath {
         }
         let key = admitted.key.as_str();
         let lookup_started = Instant::now();
+        self.core_lookups.take(&admitted.tenant, lookup_started).map_err(|retry_after_s| {
+            self.metrics.lookups_refused.inc();
+            RegionalError::Request(RequestError::overloaded(
+                "too many cache lookups from this tenant",
+                retry_after_s,
+            ))
+        })?;
         self.metrics.core_calls.get(CoreCall::Lookup).inc();
         let found = self.core.lookup(key, &admitted.tenant).await?;
         let lookup_ms = elapsed_ms(lookup_started);

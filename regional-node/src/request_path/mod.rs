@@ -51,6 +51,7 @@ use crate::model_catalog::ModelCatalog;
 use crate::replication::record::{Record, Resolved};
 use crate::replication::{Applier, Replication};
 use crate::semantic::tier::SemanticTier;
+use crate::tenant_rate::TenantRate;
 use crate::RegionalError;
 
 /// `X-Cache` of an answer from this node's exact cache.
@@ -108,6 +109,9 @@ pub struct RequestPath {
     hot_fetches: Arc<tokio::sync::Semaphore>,
     /// MiniLM forwards each tenant has running ([`embedding_share`]).
     embedding_share: embedding_share::EmbeddingShare,
+    /// Each tenant's rate of lookups at the core: a tenant sending questions nobody asked before pays a
+    /// core read (and an embedding) for each, before admission ever sees it.
+    core_lookups: TenantRate,
 }
 
 /// Core lookups of edge-hot keys this node runs at once.
@@ -156,12 +160,24 @@ pub struct PathParts {
     pub models: Arc<ModelCatalog>,
     /// This node's view of the core's feed.
     pub view: Arc<CoreView>,
+    /// Each tenant's rate of lookups at the core.
+    pub core_lookups: TenantRate,
 }
 
 impl RequestPath {
     /// A path over `parts`, with no flight in the air.
     pub fn new(parts: PathParts) -> Self {
-        let PathParts { cache, exact_store, core, semantic, admission, replication, models, view } = parts;
+        let PathParts {
+            cache,
+            exact_store,
+            core,
+            semantic,
+            admission,
+            replication,
+            models,
+            view,
+            core_lookups,
+        } = parts;
         let invalidation_ids = InvalidationIds::new(&replication.settings().node_id);
         Self {
             view,
@@ -177,6 +193,7 @@ impl RequestPath {
             metrics: RegionalMetrics::default(),
             hot_fetches: Arc::new(tokio::sync::Semaphore::new(HOT_FETCHES)),
             embedding_share: embedding_share::EmbeddingShare::default(),
+            core_lookups,
         }
     }
 

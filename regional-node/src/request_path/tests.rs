@@ -619,3 +619,39 @@ async fn hits_served_at_the_edge_make_a_key_hot_here() {
     path.count_edge_hits(&key, "acme", 3);
     assert!(path.replication().store().get(&key).is_some(), "the edge's hits made it hot: replicated");
 }
+
+/// `question` asked by `tenant`.
+fn asked_by(tenant: &str, question: &str) -> Admitted {
+    let asked = admitted(question, false);
+    Admitted::new(
+        tenant.into(),
+        asked.request,
+        &TtlPolicy::default(),
+        false,
+        Directives::default(),
+        Instant::now(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_past_its_rate_of_core_lookups_is_refused_and_the_others_and_its_hits_are_not() {
+    let (core, addr) = fake_core(Duration::ZERO).await;
+    let path = path_to(addr, &["--core-lookups-per-s", "0.001", "--core-lookup-burst", "2"]).await;
+    for question in ["First new question?", "Second new question?"] {
+        let (answer, _) = outcome(path.answer(asked_by("flood", question)).await.expect("answer")).await;
+        assert_eq!(answer.x_cache, X_CACHE_MISS);
+    }
+    let refused = outcome_error(path.answer(asked_by("flood", "Third new question?")).await).await;
+    assert_eq!(refused.status, 429, "past its burst of lookups: {refused:?}");
+    assert!(refused.retry_after_s.is_some_and(|s| s >= 1), "with a Retry-After: {refused:?}");
+    assert_eq!(core.state.completes.load(Ordering::SeqCst), 2, "nothing generated for the refused one");
+    assert_eq!(path.metrics().lookups_refused.get(), 1);
+    let Answered::Ready(hit) = path.answer(asked_by("flood", "First new question?")).await.expect("a hit")
+    else {
+        panic!("its own cached answer is ready at once: a hit needs no core lookup");
+    };
+    assert_eq!(hit.x_cache, X_CACHE_REGIONAL);
+    let (other, _) =
+        outcome(path.answer(asked_by("quiet", "Third new question?")).await.expect("answer")).await;
+    assert_eq!(other.x_cache, X_CACHE_MISS, "another tenant has a rate of its own");
+}
