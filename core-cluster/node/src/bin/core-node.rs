@@ -53,7 +53,7 @@ async fn serve(args: NodeArgs) -> anyhow::Result<()> {
 /// split them, and khugepaged (which fills up to 511 missing small pages of 512 by default) collapses them
 /// again, so a long-lived node's resident memory crept up with nothing new held. Measured with `mesh soak`
 /// (1,000 writes a second; the figures are in the README beside `mesh soak`). A kernel that refuses the flag
-/// only costs that memory, so the error is logged and ignored.
+/// only costs that memory, so the error is printed and ignored.
 fn no_transparent_huge_pages() {
     if let Err(error) = rustix::thread::disable_transparent_huge_pages(true) {
         eprintln!("core-node: could not turn transparent huge pages off ({error}); memory may creep up");

@@ -258,14 +258,9 @@ fn print_figures(figures: &KvFigures) {
 /// limit), then reads.
 fn rows(ours: &Summary, etcd: &Summary, floor: &LoadResult, peer: &str) -> Vec<Row> {
     let row = |metric: String, unit: &str, better, ours: f64, peer_value: f64, goal, limit| Row {
-        metric,
-        unit: unit.into(),
-        better,
-        ours,
-        peer: peer.into(),
-        peer_value,
         goal_ratio: goal,
         limit,
+        ..Row::compared(metric, unit, better, ours, peer, peer_value)
     };
     let mut rows = Vec::new();
     for (o, e) in ours.puts.iter().zip(&etcd.puts) {

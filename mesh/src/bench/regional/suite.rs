@@ -349,14 +349,8 @@ fn rows(
     peers: &Peers,
 ) -> Vec<Row> {
     let row = |metric: String, unit: &str, better, ours: f64, peer: &str, peer_value: f64, limit| Row {
-        metric,
-        unit: unit.into(),
-        better,
-        ours,
-        peer: peer.into(),
-        peer_value,
-        goal_ratio: None,
         limit,
+        ..Row::compared(metric, unit, better, ours, peer, peer_value)
     };
     let c = options.concurrency;
     let redis = format!("{} ({} B values)", peers.redis, exact.value_bytes);

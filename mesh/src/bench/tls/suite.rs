@@ -176,14 +176,8 @@ fn merge(rounds: &[LoadResult]) -> LoadResult {
 fn rows(options: &TlsBenchOptions, tls: &Figures, plain: &Figures) -> Vec<Row> {
     let peer = "the same mesh without TLS";
     let row = |metric: String, unit: &str, better, ours: f64, peer_value: f64, goal_ratio| Row {
-        metric,
-        unit: unit.into(),
-        better,
-        ours,
-        peer: peer.into(),
-        peer_value,
         goal_ratio,
-        limit: None,
+        ..Row::compared(metric, unit, better, ours, peer, peer_value)
     };
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let c = options.concurrency;
